@@ -1,0 +1,2 @@
+//! The llbus comparison harness (placeholder).
+fn main() {}

@@ -1,0 +1,1 @@
+//! Schema fingerprints (placeholder until the derive-macro issue).

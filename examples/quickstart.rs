@@ -1,0 +1,2 @@
+//! Placeholder quickstart.
+fn main() {}

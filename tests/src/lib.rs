@@ -1,0 +1,1 @@
+//! Shared helpers for llbus's cross-crate integration tests.
