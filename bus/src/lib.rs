@@ -12,7 +12,11 @@ mod schema;
 mod sync;
 mod wait;
 
-pub use bus::{Inputs, Wiring};
+pub use bus::{
+    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Context, EdgeReport,
+    GroupBuilder, Idle, Inputs, Out, Report, RunningBus, Setup, StartError, StopHandle, Supervision,
+    Wiring, DEFAULT_CAPACITY,
+};
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{
     Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,

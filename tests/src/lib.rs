@@ -58,3 +58,16 @@ unsafe impl GlobalAlloc for CountingAlloc {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// Implements `llbus::Message` by hand for a type, with the topic id computed from the name
+/// (the derive does this for users; these tests exercise the bus without it).
+#[macro_export]
+macro_rules! message {
+    ($ty:ty, $topic:literal) => {
+        impl ::llbus::Message for $ty {
+            const TOPIC: &'static str = $topic;
+            const TOPIC_ID: u64 = ::llbus::topic_id($topic);
+            const FINGERPRINT: u64 = ::llbus::topic_id(concat!($topic, "/", stringify!($ty)));
+        }
+    };
+}
