@@ -119,7 +119,11 @@ fn fan_out_and_fan_in_keep_per_edge_order_and_lose_nothing() {
     }
     assert_eq!(report.edges.len(), 6);
     for e in &report.edges {
-        assert_eq!((e.published, e.handled, e.lost, e.dropped), (COUNT, COUNT, 0, 0), "{e:?}");
+        assert_eq!(
+            (e.published, e.handled, e.lost, e.dropped),
+            (COUNT, COUNT, 0, 0),
+            "{e:?}"
+        );
         assert!(e.max_depth <= 64);
     }
     assert_eq!(report.actor("sink-0").map(|a| a.handled), Some(2 * COUNT));
@@ -176,7 +180,9 @@ fn a_stop_requested_mid_stream_handles_everything_published_and_runs_stop_hooks(
     let report = bus.start().expect("valid").join().expect("no failure");
     assert_eq!(seen.load(Ordering::Relaxed), COUNT);
     assert_eq!(stopped.load(Ordering::Relaxed), 1);
-    let e = report.edge("test.echo", "relay", "counter").expect("edge exists");
+    let e = report
+        .edge("test.echo", "relay", "counter")
+        .expect("edge exists");
     assert_eq!((e.published, e.handled, e.lost), (COUNT, COUNT, 0));
     assert!(e.waited > 0 || e.max_depth <= 16);
 }
@@ -201,11 +207,15 @@ fn no_thread_is_left_behind() {
         .publishes::<Seq>();
     let tally = Arc::new(Mutex::new(Tally::default()));
     let t = Arc::clone(&tally);
-    bus.actor("leak-sink", move |_: &mut Setup<'_>| Sink { tally: Arc::clone(&t) })
-        .subscribes::<Seq>();
-    bus.actor("leak-grouped", move |_: &mut Setup<'_>| Sink { tally: Arc::default() })
-        .group("leak-group")
-        .subscribes::<Seq>();
+    bus.actor("leak-sink", move |_: &mut Setup<'_>| Sink {
+        tally: Arc::clone(&t),
+    })
+    .subscribes::<Seq>();
+    bus.actor("leak-grouped", move |_: &mut Setup<'_>| Sink {
+        tally: Arc::default(),
+    })
+    .group("leak-group")
+    .subscribes::<Seq>();
     let running = bus.start().expect("valid");
     // Thread names are "llbus-" + the actor or group name, cut to 15 bytes by Linux.
     let during = threads_named("llbus-leak-");

@@ -14,8 +14,8 @@ mod wait;
 
 pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Context, EdgeReport,
-    GroupBuilder, Idle, Inputs, Out, Report, RunningBus, Setup, StartError, StopHandle, Supervision,
-    Wiring, DEFAULT_CAPACITY,
+    GroupBuilder, Idle, Inputs, Out, Report, RunningBus, Setup, StartError, StopHandle,
+    Supervision, Wiring, DEFAULT_CAPACITY,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{

@@ -122,7 +122,10 @@ pub struct BusBuilder {
 impl std::fmt::Debug for BusBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BusBuilder")
-            .field("actors", &self.actors.iter().map(|a| &a.name).collect::<Vec<_>>())
+            .field(
+                "actors",
+                &self.actors.iter().map(|a| &a.name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -465,7 +468,8 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
                 });
             }
             let spins = |i: usize| thread_idle[i] == Idle::BusySpin;
-            if let Some(u) = (0..t).find(|&u| thread_core[u] == Some(core) && spins(u) && spins(t)) {
+            if let Some(u) = (0..t).find(|&u| thread_core[u] == Some(core) && spins(u) && spins(t))
+            {
                 return Err(StartError::SharedBusyCore {
                     core,
                     first: threads[u].clone(),
@@ -545,7 +549,8 @@ fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     // Idle strategies first: their doorbells are wired into the rings.
     let idles: Vec<Box<dyn crate::wait::IdleStrategy>> =
         plan.thread_idle.iter().map(|i| i.make()).collect();
-    let bells: Vec<Option<Arc<crate::wait::Doorbell>>> = idles.iter().map(|i| i.doorbell()).collect();
+    let bells: Vec<Option<Arc<crate::wait::Doorbell>>> =
+        idles.iter().map(|i| i.doorbell()).collect();
 
     // Rings.
     let mut outputs: Vec<Vec<Box<dyn AnyOutput>>> = bus
@@ -567,7 +572,13 @@ fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
                 .map(|b| b as Arc<dyn Notify>),
             _ => None,
         };
-        let (tx, rx) = (out.make_edge)(e.policy, e.capacity, Arc::clone(&counters), wake_sub, wake_pub);
+        let (tx, rx) = (out.make_edge)(
+            e.policy,
+            e.capacity,
+            Arc::clone(&counters),
+            wake_sub,
+            wake_pub,
+        );
         outputs[e.publisher][e.output].add_edge(tx);
         wirings[e.subscriber]
             .inputs
@@ -704,7 +715,10 @@ pub struct RunningBus {
 impl std::fmt::Debug for RunningBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunningBus")
-            .field("threads", &self.threads.iter().map(|t| &t.0).collect::<Vec<_>>())
+            .field(
+                "threads",
+                &self.threads.iter().map(|t| &t.0).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -801,7 +815,10 @@ impl RunningBus {
         self.control.set_phase(DRAINING);
         let deadline = Instant::now() + self.stop_timeout;
         if !self.quiesce(deadline) {
-            log::warn!("the bus did not drain within {:?}; what is left is counted as lost", self.stop_timeout);
+            log::warn!(
+                "the bus did not drain within {:?}; what is left is counted as lost",
+                self.stop_timeout
+            );
         }
         self.control.set_phase(STOPPING);
         let threads = self.threads.len();
@@ -880,4 +897,3 @@ impl Drop for RunningBus {
         }
     }
 }
-

@@ -79,7 +79,10 @@ impl Control {
 
     pub(crate) fn request_stop(&self) {
         if !self.stop_requested.swap(true, Ordering::AcqRel) {
-            let mut requested = self.stop_lock.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut requested = self
+                .stop_lock
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             *requested = true;
             drop(requested);
             self.stop_bell.notify_all();
@@ -92,7 +95,10 @@ impl Control {
 
     /// Blocks until a stop is requested.
     pub(crate) fn wait_for_stop_request(&self) {
-        let mut requested = self.stop_lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut requested = self
+            .stop_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         while !*requested {
             requested = self
                 .stop_bell
@@ -103,7 +109,10 @@ impl Control {
 
     /// Records the first escalated failure and stops the bus.
     pub(crate) fn escalate(&self, actor: &str, message: &str) {
-        let mut slot = self.escalation.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = self
+            .escalation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() {
             *slot = Some(Escalation {
                 actor: actor.to_owned(),

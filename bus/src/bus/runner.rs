@@ -127,7 +127,10 @@ where
         self.actor = None;
         match self.supervision {
             Supervision::Restart => {
-                log::warn!("actor '{}' panicked and will be restarted: {message}", self.name);
+                log::warn!(
+                    "actor '{}' panicked and will be restarted: {message}",
+                    self.name
+                );
                 self.state = State::Restarting;
             }
             Supervision::Stop => {
@@ -135,7 +138,10 @@ where
                 self.retire();
             }
             Supervision::Escalate => {
-                log::error!("actor '{}' panicked; stopping the bus: {message}", self.name);
+                log::error!(
+                    "actor '{}' panicked; stopping the bus: {message}",
+                    self.name
+                );
                 self.retire();
                 control.escalate(&self.name, &message);
             }
@@ -162,7 +168,10 @@ where
             Err(e) => {
                 let message = e.to_string();
                 self.counters.panics.add(1);
-                log::error!("actor '{}' could not be remade; stopping the bus: {message}", self.name);
+                log::error!(
+                    "actor '{}' could not be remade; stopping the bus: {message}",
+                    self.name
+                );
                 self.retire();
                 env.control.escalate(&self.name, &message);
             }

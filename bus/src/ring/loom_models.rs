@@ -185,7 +185,11 @@ fn loom_no_wake_up_while_the_consumer_spins() {
         });
         assert_eq!(pop_n(&mut rx, 2), [1, 2]);
         producer.join().unwrap();
-        assert_eq!(bell.wakeups(), 0, "a spinning consumer must cost no wake-up");
+        assert_eq!(
+            bell.wakeups(),
+            0,
+            "a spinning consumer must cost no wake-up"
+        );
     });
 }
 
