@@ -11,3 +11,19 @@ mod schema;
 pub use bus::{Inputs, Wiring};
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use schema::*;
+
+/// Derives [`Message`](trait@Message) and [`Schema`]; see the derive's docs for the topic rule.
+pub use llbus_macros::Message;
+
+/// Derives [`Inbox`](trait@Inbox) for an enum whose variants each wrap one message type.
+pub use llbus_macros::Inbox;
+
+// Lets the derives' `::llbus::...` paths resolve inside this crate's own tests.
+#[cfg(test)]
+extern crate self as llbus;
+
+/// Items the derives' generated code names. Not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use std::vec::Vec;
+}

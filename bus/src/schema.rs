@@ -280,4 +280,52 @@ mod tests {
         assert_eq!(Box::<u32>::SHAPE, u32::SHAPE);
         assert_eq!(<&'static str>::SHAPE, String::SHAPE);
     }
+
+    /// The derive writes exactly the shapes documented on `Schema`.
+    #[test]
+    #[allow(dead_code)] // The types exist for their shapes only.
+    fn derive_follows_the_documented_algorithm() {
+        #[derive(crate::Message)]
+        struct Named {
+            a: u8,
+            r#type: Vec<u16>,
+        }
+        #[derive(crate::Message)]
+        struct Unnamed(u8, Named);
+        #[derive(crate::Message)]
+        struct Unit;
+        #[derive(crate::Message)]
+        enum Either {
+            Left(u8),
+            Right { b: bool },
+            Neither,
+        }
+
+        let h = ShapeHasher::new;
+        let named = h().name("struct").name("Named").name("named").word(2);
+        let named = named
+            .name("a")
+            .shape::<u8>()
+            .name("type")
+            .shape::<Vec<u16>>();
+        assert_eq!(Named::SHAPE, named.finish());
+        let unnamed = h().name("struct").name("Unnamed").name("unnamed").word(2);
+        let unnamed = unnamed.shape::<u8>().shape::<Named>();
+        assert_eq!(Unnamed::SHAPE, unnamed.finish());
+        assert_eq!(
+            Unit::SHAPE,
+            h().name("struct").name("Unit").name("unit").finish()
+        );
+        let either = h().name("enum").name("Either").word(3);
+        let either = either.name("Left").name("unnamed").word(1).shape::<u8>();
+        let either = either
+            .name("Right")
+            .name("named")
+            .word(1)
+            .name("b")
+            .shape::<bool>();
+        let either = either.name("Neither").name("unit");
+        assert_eq!(Either::SHAPE, either.finish());
+        assert_eq!(<Either as crate::Message>::FINGERPRINT, Either::SHAPE);
+    }
 }
