@@ -19,6 +19,11 @@ use crate::bus::{Inputs, Wiring};
 /// `TOPIC` is the topic name, `TOPIC_ID` its 64-bit id ([`topic_id`] of the name) and
 /// `FINGERPRINT` a hash of the type's shape, so that two hosts with different definitions of the
 /// same topic notice. Messages that fan out to several subscribers must also be `Clone`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a message",
+    label = "`{Self}` does not implement `llbus::Message`",
+    note = "derive it: `#[derive(llbus::Message)]` on `{Self}`"
+)]
 pub trait Message: Send + 'static {
     /// The topic name, for example `"md.quote"`.
     const TOPIC: &'static str;
