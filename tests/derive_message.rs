@@ -206,11 +206,17 @@ fn fingerprint_changes_with_the_shape() {
     let original = Quote::FINGERPRINT;
     let changed = [
         ("renamed field", changed::renamed_field::Quote::FINGERPRINT),
-        ("reordered fields", changed::reordered_fields::Quote::FINGERPRINT),
+        (
+            "reordered fields",
+            changed::reordered_fields::Quote::FINGERPRINT,
+        ),
         ("retyped field", changed::retyped_field::Quote::FINGERPRINT),
         ("added field", changed::added_field::Quote::FINGERPRINT),
         ("renamed type", changed::renamed_type::Quote2::FINGERPRINT),
-        ("nested type changed", changed::nested_changed::Quote::FINGERPRINT),
+        (
+            "nested type changed",
+            changed::nested_changed::Quote::FINGERPRINT,
+        ),
     ];
     for (what, fingerprint) in changed {
         assert_ne!(original, fingerprint, "{what}");
