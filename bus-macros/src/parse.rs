@@ -62,11 +62,42 @@ pub(crate) fn message<'a>(input: &'a DeriveInput, errors: &mut Errors) -> Messag
         Data::Enum(data) => Body::Enum(&data.variants),
         Data::Union(data) => Body::Union(data.union_token),
     };
+    misplaced_attrs(&input.data, errors);
     MessageDef {
         ident: &input.ident,
         generics: &input.generics,
         topic: message_attrs(&input.attrs, errors),
         body,
+    }
+}
+
+/// Records every `#[message(...)]` on a field or a variant: the attribute names the type's
+/// topic and belongs on the type.
+fn misplaced_attrs(data: &Data, errors: &mut Errors) {
+    let mut check = |attrs: &[Attribute], what: &str| {
+        for attr in attrs.iter().filter(|attr| attr.path().is_ident("message")) {
+            errors.push(syn::Error::new_spanned(
+                attr,
+                format!(
+                    "`#[message(...)]` names the type's topic and goes on the type, not on a \
+                     {what}: move it above the `struct` or `enum`"
+                ),
+            ));
+        }
+    };
+    match data {
+        Data::Struct(data) => data.fields.iter().for_each(|f| check(&f.attrs, "field")),
+        Data::Enum(data) => {
+            for variant in &data.variants {
+                check(&variant.attrs, "variant");
+                variant.fields.iter().for_each(|f| check(&f.attrs, "field"));
+            }
+        }
+        Data::Union(data) => data
+            .fields
+            .named
+            .iter()
+            .for_each(|f| check(&f.attrs, "field")),
     }
 }
 

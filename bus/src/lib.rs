@@ -12,11 +12,8 @@ pub use bus::{Inputs, Wiring};
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use schema::*;
 
-/// Derives [`Message`](trait@Message) and [`Schema`]; see the derive's docs for the topic rule.
-pub use llbus_macros::Message;
-
-/// Derives [`Inbox`](trait@Inbox) for an enum whose variants each wrap one message type.
-pub use llbus_macros::Inbox;
+// The derives carry their own docs (topic rule, accepted shapes).
+pub use llbus_macros::{Inbox, Message};
 
 // Lets the derives' `::llbus::...` paths resolve inside this crate's own tests.
 #[cfg(test)]
