@@ -45,9 +45,15 @@ use syn::{parse_macro_input, DeriveInput};
 /// sensitive. Anything else is a compile error at the name.
 ///
 /// `TOPIC_ID` is `llbus::topic_id(TOPIC)`: FNV-1a 64 over the name's bytes, the same on every
-/// host. `FINGERPRINT` is the type's `llbus::Schema::SHAPE`, a hash of its name, its field
-/// names and order, and its field types, recursively; the algorithm is documented on
-/// `llbus::Schema`.
+/// host.
+///
+/// # The fingerprint
+///
+/// `FINGERPRINT` is the type's `llbus::Schema::SHAPE`, which the derive also implements: a hash
+/// of the type's name, its field (and variant) names and order, and its field types,
+/// recursively; the algorithm is documented on `llbus::Schema`. It sees the Rust names as
+/// written, not serde renames, and neither the topic nor the module path: two crates with the
+/// same definition agree.
 ///
 /// # What it accepts
 ///
@@ -101,7 +107,9 @@ pub fn derive_message(input: TokenStream) -> TokenStream {
 /// also writes `From<M>` for each variant's message type `M`.
 ///
 /// Each variant has exactly one unnamed field, its message type, and a message type appears in
-/// one variant only. Generic enums are refused.
+/// one variant only (types are compared as written; the same type written two ways, as `Quote`
+/// and `crate::Quote`, is caught by rustc as two conflicting `From` impls). Generic enums are
+/// refused. An actor with no input takes `()` as its inbox.
 #[proc_macro_derive(Inbox)]
 pub fn derive_inbox(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -57,8 +57,10 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 /// fields, none:     .name("unit")
 /// ```
 ///
-/// Recursive types (`struct Node { next: Option<Box<Node>> }`) have no finite shape and fail to
-/// compile with a cycle error.
+/// Names are the Rust names as written (`r#type` is `type`); serde renames and enum
+/// discriminants are not part of the shape. Recursive types
+/// (`struct Node { next: Option<Box<Node>> }`) have no finite shape and fail to compile with a
+/// cycle error.
 ///
 /// # Examples
 ///
@@ -79,7 +81,7 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no schema fingerprint, so it cannot be a field of a message",
     label = "this field's type does not implement `llbus::Schema`",
-    note = "derive it with `#[derive(llbus::Message)]` on `{Self}`, or implement `llbus::Schema` by hand with `llbus::ShapeHasher`"
+    note = "derive `llbus::Message` on `{Self}` if it is yours, or wrap it in a type of yours that implements `llbus::Schema` by hand (see `llbus::ShapeHasher`)"
 )]
 pub trait Schema {
     /// The 64-bit hash of this type's shape. Identical on every host, architecture and build.
