@@ -87,9 +87,12 @@ pub(crate) fn inbox(checked: &CheckedInbox<'_>) -> TokenStream {
         quote!(rx.#i.poll(budget, |message| handler(#ident::#variant(message))))
     });
     // With no variant (already reported as an error) the arguments are unused: name them so.
-    let arg = |name: &str| match variants.is_empty() {
-        true => format_ident!("_{name}"),
-        false => format_ident!("{name}"),
+    let arg = |name: &str| {
+        if variants.is_empty() {
+            format_ident!("_{name}")
+        } else {
+            format_ident!("{name}")
+        }
     };
     let (out, wiring, rx, budget, handler) = (
         arg("out"),
