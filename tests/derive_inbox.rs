@@ -116,3 +116,21 @@ fn receivers_are_one_input_per_variant() {
     );
     assert!(same::<<StrategyIn as Inbox>::Receivers, Expected>());
 }
+
+/// The generated code names everything by absolute path, so it compiles without the prelude.
+mod hygiene {
+    #![no_implicit_prelude]
+
+    pub struct Inputs;
+    pub struct Vec;
+
+    #[derive(::llbus::Inbox)]
+    pub(super) enum BareIn {
+        Quote(super::Quote),
+    }
+}
+
+#[test]
+fn inbox_derive_needs_no_prelude() {
+    assert_eq!(topics_of::<hygiene::BareIn>()[0].name, "md.quote");
+}

@@ -368,3 +368,25 @@ fn derive_sits_beside_serde() {
     }
     assert_eq!(Trade::TOPIC_ID, 0x7320_83af_51a2_bedc);
 }
+
+/// The generated code names everything by absolute path, so it compiles without the prelude and
+/// next to user items that shadow common names.
+mod hygiene {
+    #![no_implicit_prelude]
+
+    pub struct Schema;
+    pub struct ShapeHasher;
+    pub type Result = ();
+
+    #[derive(::llbus::Message)]
+    #[message(topic = "hygiene.bare")]
+    pub struct Bare {
+        pub v: u8,
+        pub s: ::std::string::String,
+    }
+}
+
+#[test]
+fn derive_needs_no_prelude() {
+    assert_eq!(hygiene::Bare::TOPIC, "hygiene.bare");
+}
