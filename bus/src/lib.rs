@@ -25,3 +25,16 @@ pub use schema::*;
 pub use wait::{
     online_cores, pin_to_core, Backoff, BusySpin, Doorbell, IdleStrategy, Park, PinError,
 };
+
+// The derives carry their own docs (topic rule, accepted shapes).
+pub use llbus_macros::{Inbox, Message};
+
+// Lets the derives' `::llbus::...` paths resolve inside this crate's own tests.
+#[cfg(test)]
+extern crate self as llbus;
+
+/// Items the derives' generated code names. Not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use std::vec::Vec;
+}
