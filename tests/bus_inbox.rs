@@ -80,7 +80,11 @@ impl Actor for Strategy {
         match msg {
             StrategyIn::Quote(q) => {
                 let i = usize::from(q.from);
-                assert_eq!(q.n, s.quotes[i], "quotes from venue {} out of order", q.from);
+                assert_eq!(
+                    q.n, s.quotes[i],
+                    "quotes from venue {} out of order",
+                    q.from
+                );
                 s.quotes[i] += 1;
             }
             StrategyIn::Trade(t) => {
@@ -118,9 +122,11 @@ fn an_inbox_actor_receives_every_variant_in_per_edge_order() {
     })
     .publishes::<Quote>();
     let s2 = Arc::clone(&seen);
-    bus.actor("strategy", move |_: &mut Setup<'_>| Strategy { seen: Arc::clone(&s2) })
-        .subscribes::<StrategyIn>()
-        .capacity::<Quote>(32);
+    bus.actor("strategy", move |_: &mut Setup<'_>| Strategy {
+        seen: Arc::clone(&s2),
+    })
+    .subscribes::<StrategyIn>()
+    .capacity::<Quote>(32);
     let report = bus.start().expect("valid").join().expect("no failure");
     let s = seen.lock().unwrap();
     assert_eq!(s.quotes, [COUNT, COUNT]);
@@ -128,5 +134,8 @@ fn an_inbox_actor_receives_every_variant_in_per_edge_order() {
     // One ring per publisher edge: two quote edges, one trade edge, one heartbeat edge.
     assert_eq!(report.edges.len(), 4);
     assert!(report.edge("inbox.quote", "venue-1", "strategy").is_some());
-    assert_eq!(report.actor("strategy").unwrap().handled, 3 * COUNT + COUNT / 1000);
+    assert_eq!(
+        report.actor("strategy").unwrap().handled,
+        3 * COUNT + COUNT / 1000
+    );
 }
