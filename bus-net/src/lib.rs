@@ -1,5 +1,16 @@
-//! The llbus network bridge: topics of one bus made to appear on another bus on another host,
-//! over UDP, in llbus's own ll-udp v1 dialect or the original ll-udp-pubsub v0.1 format.
-//!
-//! This crate is a placeholder until the network-bridge issue lands: it only holds these docs.
+//! placeholder
 #![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod protocol;
+
+pub use protocol::compat::{decode_compat_packet, encode_compat_packet, CompatControl};
+pub use protocol::control::{Control, Refusal, RefuseReason, REFUSE_PAYLOAD_LEN};
+pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
+pub use protocol::encode::{check_fits, payload_size, BatchEncoder, DataMeta, EncodeError};
+pub use protocol::header::{
+    Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAGIC, MAX_DATAGRAM_LIMIT, VERSION,
+};
+pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
+pub use protocol::subscribers::{Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBER_TIMEOUT};
+pub use protocol::PAYLOAD_DECODE_LIMIT;
