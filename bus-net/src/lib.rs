@@ -14,3 +14,6 @@ pub use protocol::header::{
 pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBER_TIMEOUT};
 pub use protocol::PAYLOAD_DECODE_LIMIT;
+
+mod io;
+pub use io::{IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint};
