@@ -112,3 +112,62 @@ impl CompatControl {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_faults() {
+        let mut buf = [0u8; 64];
+        let n = encode_compat_packet(&mut buf, 1, &(-5i64), 77).unwrap();
+        assert_eq!(n, 16);
+        assert_eq!(decode_compat_packet::<i64>(&buf[..n], 1472), Ok((-5, 77)));
+        assert_eq!(
+            decode_compat_packet::<i64>(&buf[..15], 1472),
+            Err(DropReason::Truncated)
+        );
+        assert_eq!(
+            decode_compat_packet::<i64>(&[], 1472),
+            Err(DropReason::Truncated)
+        );
+        assert_eq!(
+            decode_compat_packet::<i64>(&buf[..n], 15),
+            Err(DropReason::TooLarge)
+        );
+        assert_eq!(
+            decode_compat_packet::<bool>(&[9; 9], 1472),
+            Err(DropReason::PayloadDecode)
+        );
+        // Does not fit: refused with the size, never truncated.
+        let mut small = [0u8; 10];
+        match encode_compat_packet(&mut small, 1, &1i64, 0) {
+            Err(EncodeError::TooLarge {
+                topic: 1,
+                size: 16,
+                max: 10,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn control_faults_are_counted_not_panics() {
+        assert_eq!(
+            CompatControl::decode(&[0, 0, 0]),
+            Err(DropReason::Truncated)
+        );
+        assert_eq!(
+            CompatControl::decode(&[2, 0, 0, 0]),
+            Err(DropReason::BadControl)
+        );
+        assert_eq!(
+            CompatControl::decode(&[0, 0, 0, 1]),
+            Err(DropReason::BadControl)
+        );
+        assert_eq!(
+            CompatControl::decode(&[1, 0, 0, 0, 7]),
+            Ok(CompatControl::Unsubscribe)
+        );
+    }
+}

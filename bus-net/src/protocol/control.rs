@@ -284,3 +284,82 @@ impl BatchEncoder<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::decode::parse_datagram;
+
+    fn refuse_bytes() -> Vec<u8> {
+        let mut buf = [0u8; 128];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_control(&Control::Refuse(Refusal {
+            topic_id: 1,
+            requested: 2,
+            offered: 0,
+            session: 3,
+            reason: RefuseReason::UnknownTopic,
+        }))
+        .unwrap();
+        enc.as_bytes().to_vec()
+    }
+
+    fn control_of(bytes: &[u8]) -> Result<Control, DropReason> {
+        let mut frames = parse_datagram(bytes, 1472)?;
+        Control::from_frame(&frames.next().ok_or(DropReason::Truncated)?)
+    }
+
+    #[test]
+    fn refuse_reasons_and_reserved_bytes() {
+        let good = refuse_bytes();
+        assert!(
+            matches!(control_of(&good), Ok(Control::Refuse(r)) if r.reason == RefuseReason::UnknownTopic)
+        );
+        let mut bad = good.clone();
+        bad[48] = 9;
+        assert_eq!(control_of(&bad), Err(DropReason::BadControl));
+        let mut bad = good.clone();
+        bad[49] = 1;
+        assert_eq!(control_of(&bad), Err(DropReason::BadControl));
+    }
+
+    #[test]
+    fn check_and_messages() {
+        assert_eq!(RefuseReason::check(5, Some(5)), Ok(()));
+        assert_eq!(
+            RefuseReason::check(5, Some(6)),
+            Err(RefuseReason::FingerprintMismatch)
+        );
+        assert_eq!(
+            RefuseReason::check(5, None),
+            Err(RefuseReason::UnknownTopic)
+        );
+        for reason in [RefuseReason::UnknownTopic, RefuseReason::TableFull] {
+            let r = Refusal {
+                topic_id: 0xab,
+                requested: 1,
+                offered: 2,
+                session: 3,
+                reason,
+            };
+            assert!(r
+                .to_string()
+                .starts_with("publisher refused topic 0x00000000000000ab: "));
+        }
+    }
+
+    #[test]
+    fn data_frame_is_not_control() {
+        let mut buf = [0u8; 128];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let meta = crate::protocol::encode::DataMeta {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            seq: 1,
+            timestamp_ns: 0,
+        };
+        enc.push_data(meta, &1u8).unwrap();
+        assert_eq!(control_of(enc.as_bytes()), Err(DropReason::BadControl));
+    }
+}

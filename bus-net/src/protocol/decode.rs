@@ -276,3 +276,132 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, DropReas
         _ => Err(DropReason::PayloadDecode),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::control::Control;
+    use crate::protocol::encode::{BatchEncoder, DataMeta};
+    use crate::protocol::header::DEFAULT_MAX_DATAGRAM;
+
+    /// Two data frames (payloads `u32` 1 and `String` "ab") and a subscribe.
+    fn sample() -> Vec<u8> {
+        let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let meta = DataMeta {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            seq: 1,
+            timestamp_ns: 4,
+        };
+        enc.push_data(meta, &1u32).unwrap();
+        enc.push_data(DataMeta { seq: 2, ..meta }, "ab").unwrap();
+        enc.push_control(&Control::Subscribe {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 9,
+        })
+        .unwrap();
+        enc.as_bytes().to_vec()
+    }
+
+    fn reason(bytes: &[u8]) -> DropReason {
+        parse_datagram(bytes, DEFAULT_MAX_DATAGRAM).unwrap_err()
+    }
+
+    #[test]
+    fn sample_parses() {
+        let bytes = sample();
+        let frames: Vec<_> = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
+            .unwrap()
+            .collect();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(decode_payload::<u32>(frames[0].payload), Ok(1));
+        assert_eq!(decode_payload::<String>(frames[1].payload), Ok("ab".into()));
+    }
+
+    #[test]
+    fn every_structural_fault_has_its_reason() {
+        let good = sample();
+        assert_eq!(reason(&[]), DropReason::Truncated);
+        assert_eq!(reason(&good[..47]), DropReason::Truncated);
+        // Cut inside the second frame's header, and inside its payload.
+        assert_eq!(reason(&good[..52 + 20]), DropReason::Truncated);
+        assert_eq!(reason(&good[..52 + 48 + 3]), DropReason::BadLength);
+
+        let with = |at: usize, value: u8| {
+            let mut b = good.clone();
+            b[at] = value;
+            reason(&b)
+        };
+        assert_eq!(with(0, b'X'), DropReason::BadMagic);
+        assert_eq!(with(3, 2), DropReason::BadVersion);
+        assert_eq!(with(4, 0), DropReason::UnknownKind);
+        assert_eq!(with(4, 0x7f), DropReason::UnknownKind);
+        assert_eq!(with(4, 0x20), DropReason::ReservedKind);
+        assert_eq!(with(4, 0x30), DropReason::ReservedKind);
+        assert_eq!(with(5, 0x01), DropReason::UnsupportedFlags);
+        assert_eq!(with(5, 0x80), DropReason::UnsupportedFlags);
+        // Payload length past the end.
+        assert_eq!(with(7, 0xff), DropReason::BadLength);
+        // A subscribe (third frame, at 52 + 58) with a non-zero payload length.
+        assert_eq!(with(52 + 58 + 6, 1), DropReason::BadLength);
+        // A fault in the last frame drops the whole datagram: nothing half delivered.
+        assert_eq!(with(52 + 58, b'X'), DropReason::BadMagic);
+        // Trailing garbage after the last frame.
+        let mut b = good.clone();
+        b.push(0);
+        assert_eq!(reason(&b), DropReason::Truncated);
+        // Larger than the configured maximum.
+        assert_eq!(
+            parse_datagram(&good, good.len() - 1).unwrap_err(),
+            DropReason::TooLarge
+        );
+    }
+
+    #[test]
+    fn payload_faults() {
+        assert_eq!(
+            decode_payload::<u32>(&[1, 0, 0]),
+            Err(DropReason::PayloadDecode)
+        );
+        assert_eq!(
+            decode_payload::<u32>(&[1, 0, 0, 0, 9]),
+            Err(DropReason::PayloadDecode)
+        );
+        // A string claiming 2^62 bytes: refused by the limit, nothing allocated.
+        let mut huge = (1u64 << 62).to_le_bytes().to_vec();
+        huge.extend_from_slice(b"abc");
+        assert_eq!(
+            decode_payload::<String>(&huge),
+            Err(DropReason::PayloadDecode)
+        );
+        assert_eq!(
+            decode_payload::<Vec<u64>>(&huge),
+            Err(DropReason::PayloadDecode)
+        );
+        // Invalid UTF-8, an invalid bool.
+        assert_eq!(
+            decode_payload::<String>(&[2, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe]),
+            Err(DropReason::PayloadDecode)
+        );
+        assert_eq!(decode_payload::<bool>(&[2]), Err(DropReason::PayloadDecode));
+    }
+
+    #[test]
+    fn counts_by_reason() {
+        let mut c = DropCounts::new();
+        c.record(DropReason::BadMagic);
+        c.record(DropReason::BadMagic);
+        c.record(DropReason::TableFull);
+        assert_eq!(c.get(DropReason::BadMagic), 2);
+        assert_eq!(c.total(), 3);
+        assert_eq!(c.iter().filter(|&(_, n)| n > 0).count(), 2);
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+            assert!(!r.to_string().is_empty());
+            assert!(!r.name().is_empty());
+        }
+    }
+}

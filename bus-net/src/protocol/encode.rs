@@ -306,3 +306,131 @@ impl<'a> BatchEncoder<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::decode::{decode_payload, parse_datagram};
+
+    fn meta(seq: u64) -> DataMeta {
+        DataMeta {
+            topic_id: 5,
+            fingerprint: 6,
+            session: 7,
+            seq,
+            timestamp_ns: 8,
+        }
+    }
+
+    #[test]
+    fn fills_until_full_then_says_full() {
+        let mut buf = [0u8; 200];
+        let mut enc = BatchEncoder::new(&mut buf);
+        // 48 + 8 = 56 bytes per frame: three fit in 200 bytes, the fourth does not.
+        for seq in 1..=3 {
+            enc.push_data(meta(seq), &seq).unwrap();
+        }
+        assert_eq!(enc.len(), 168);
+        let before = enc.as_bytes().to_vec();
+        match enc.push_data(meta(4), &4u64) {
+            Err(EncodeError::Full { topic: 5 }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            enc.as_bytes(),
+            &before[..],
+            "a failed push leaves the datagram as it was"
+        );
+        enc.clear();
+        enc.push_data(meta(4), &4u64).unwrap();
+        assert_eq!(enc.frames(), 1);
+    }
+
+    #[test]
+    fn too_large_names_topic_size_and_max() {
+        let mut buf = [0u8; 100];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let big = [[7u8; 30]; 2]; // arrays: 60 bytes, no length prefix
+        let err = enc.push_data(meta(1), &big).unwrap_err();
+        match err {
+            EncodeError::TooLarge {
+                topic: 5,
+                size: 108,
+                max: 100,
+            } => {}
+            ref other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            "message of topic 0x0000000000000005 is 108 bytes encoded (header included), more \
+             than the maximum datagram of 100 bytes: make the message smaller or raise the \
+             maximum datagram size (messages are never truncated or fragmented)"
+        );
+        assert!(enc.is_empty());
+        // The same answer at publish time, without a buffer.
+        assert!(matches!(
+            check_fits(5, &big, 100),
+            Err(EncodeError::TooLarge { size: 108, .. })
+        ));
+        assert!(check_fits(5, &big, 108).is_ok());
+        // Exactly the capacity fits.
+        let mut buf = [0u8; 108];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_data(meta(1), &big).unwrap();
+        assert_eq!(enc.len(), 108);
+    }
+
+    #[test]
+    fn too_large_even_after_other_frames() {
+        let mut buf = [0u8; 120];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_data(meta(1), &1u8).unwrap();
+        assert!(matches!(
+            enc.push_data(meta(2), &[[0u8; 25]; 4]),
+            Err(EncodeError::TooLarge {
+                size: 148,
+                max: 120,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn serialize_failure_is_reported() {
+        struct Unsized;
+        impl Serialize for Unsized {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeSeq;
+                s.serialize_seq(None)?.end()
+            }
+        }
+        let mut buf = [0u8; 100];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let err = enc.push_data(meta(1), &Unsized).unwrap_err();
+        assert!(
+            matches!(err, EncodeError::Serialize { topic: 5, .. }),
+            "{err:?}"
+        );
+        assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn empty_payload_and_tiny_buffers() {
+        let mut buf = [0u8; HEADER_LEN];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_data(meta(1), &()).unwrap();
+        assert_eq!(enc.len(), HEADER_LEN);
+        let frames: Vec<_> = parse_datagram(enc.as_bytes(), HEADER_LEN)
+            .unwrap()
+            .collect();
+        assert_eq!(frames[0].payload, &[] as &[u8]);
+        assert_eq!(decode_payload::<()>(frames[0].payload), Ok(()));
+
+        let mut none: [u8; 0] = [];
+        let mut enc = BatchEncoder::new(&mut none);
+        assert!(matches!(
+            enc.push_data(meta(1), &()),
+            Err(EncodeError::TooLarge { .. })
+        ));
+    }
+}
