@@ -23,7 +23,7 @@ mod linux;
 mod portable;
 pub(crate) mod socket;
 
-pub use batch::{RecvBatch, SendBatch};
+pub use batch::{RecvBatch, SendBatch, MAX_BATCH};
 pub use socket::{IoStats, SocketConfig, UdpEndpoint};
 
 #[cfg(test)]

@@ -119,6 +119,8 @@ impl core::fmt::Display for DropReason {
     }
 }
 
+impl std::error::Error for DropReason {}
+
 /// One counter per [`DropReason`]. Owned and written by one thread; copy it to publish a
 /// snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
