@@ -107,4 +107,7 @@ pub use protocol::subscribers::{Renewal, Subscriber, SubscriberTable, DEFAULT_SU
 pub use protocol::PAYLOAD_DECODE_LIMIT;
 
 mod io;
-pub use io::{IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint, MAX_BATCH};
+pub use io::{
+    new_session_id, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
+    MAX_BATCH,
+};

@@ -3,6 +3,7 @@
 //!
 //! - [`socket`]: [`UdpEndpoint`], creation and options (`socket2`), the error policy, counters.
 //! - [`batch`]: [`RecvBatch`] and [`SendBatch`], the preallocated buffers of a batch.
+//! - [`start`]: the session id of a start and the `CLOCK_REALTIME` send timestamp.
 //! - `linux`: `recvmmsg`/`sendmmsg`, one system call per batch (Linux only; all of the crate's
 //!   `unsafe` is here).
 //! - `portable`: the same batches as loops of `recv_from`/`send_to`, everywhere else.
@@ -22,9 +23,11 @@ mod linux;
 #[cfg(any(not(target_os = "linux"), test))]
 mod portable;
 pub(crate) mod socket;
+pub(crate) mod start;
 
 pub use batch::{RecvBatch, SendBatch, MAX_BATCH};
 pub use socket::{IoStats, SocketConfig, UdpEndpoint};
+pub use start::{new_session_id, realtime_ns};
 
 #[cfg(test)]
 mod tests {
