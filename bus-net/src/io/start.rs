@@ -34,6 +34,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // reads the real-time clock
     fn session_ids_differ_and_are_not_zero() {
         let a = new_session_id();
         let b = new_session_id();
@@ -42,6 +43,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // reads the real-time clock
     fn realtime_is_after_2020() {
         assert!(realtime_ns() > 1_577_836_800_000_000_000);
     }
