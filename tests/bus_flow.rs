@@ -227,3 +227,52 @@ fn no_thread_is_left_behind() {
     assert_eq!(after, 0, "bus threads outlived join");
     assert_eq!(tally.lock().unwrap().total, 100);
 }
+
+/// Polls the rings it took in its factory itself, and counts in a named metric.
+struct Poller {
+    inputs: llbus::Inputs<Seq>,
+    received: llbus::Metric,
+    total: Arc<AtomicU64>,
+}
+
+impl Actor for Poller {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        self.drain(ctx)
+    }
+    fn drain(&mut self, _ctx: &mut Context<'_>) -> usize {
+        let received = &self.received;
+        let total = &self.total;
+        self.inputs.poll(64, |_m| {
+            received.add(1);
+            total.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+}
+
+#[test]
+fn an_actor_can_take_rings_in_its_factory_and_report_named_metrics() {
+    let total = Arc::new(AtomicU64::new(0));
+    let mut bus = Bus::builder();
+    bus.actor("source", |s: &mut Setup<'_>| {
+        Source::new(s, 1, 10_000, true)
+    })
+    .publishes::<Seq>();
+    let t = Arc::clone(&total);
+    bus.actor("poller", move |s: &mut Setup<'_>| Poller {
+        inputs: s.inputs(),
+        received: s.metric("received"),
+        total: Arc::clone(&t),
+    })
+    .takes::<Seq>()
+    .capacity::<Seq>(32);
+    let report = bus.start().expect("valid").join().expect("no failure");
+    assert_eq!(total.load(Ordering::Relaxed), 10_000);
+    assert_eq!(
+        report.actor("poller").and_then(|a| a.metric("received")),
+        Some(10_000)
+    );
+    let e = report.edge("test.seq", "source", "poller").expect("edge");
+    assert_eq!((e.published, e.handled, e.lost), (10_000, 10_000, 0));
+}

@@ -230,3 +230,38 @@ fn published_but_never_subscribed_is_a_warning_not_an_error() {
     running.stop();
     running.join().expect("clean stop");
 }
+
+struct Taker;
+impl Actor for Taker {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+}
+
+#[test]
+fn an_actor_that_takes_its_rings_cannot_be_restarted() {
+    let mut bus = Bus::builder();
+    bus.actor("feed", feed).publishes::<Quote>();
+    bus.actor("taker", |_: &mut Setup<'_>| Taker)
+        .takes::<Quote>()
+        .supervision(llbus::Supervision::Restart);
+    let e = start_err(bus);
+    assert!(
+        matches!(&e, StartError::Invalid(m) if m.contains("cannot be restarted")),
+        "{e}"
+    );
+}
+
+#[test]
+fn rings_asked_for_but_not_taken() {
+    let mut bus = Bus::builder();
+    bus.actor("feed", feed).publishes::<Quote>();
+    bus.actor("taker", |s: &mut Setup<'_>| {
+        let _inputs: llbus::Inputs<Quote> = s.inputs();
+        Taker
+    });
+    let e = start_err(bus);
+    assert!(
+        matches!(&e, StartError::Setup(m) if m.contains(".takes::<Quote>()")),
+        "{e}"
+    );
+}

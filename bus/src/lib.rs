@@ -81,9 +81,9 @@ mod sync;
 mod wait;
 
 pub use bus::{
-    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Context, EdgeReport,
-    GroupBuilder, Idle, Inputs, Out, Report, RunningBus, Setup, StartError, StopHandle,
-    Supervision, Wiring, DEFAULT_CAPACITY,
+    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
+    EdgeReport, GroupBuilder, Idle, Inputs, Metric, Out, Report, RunningBus, Setup, StartError,
+    StopHandle, Supervision, Wiring, DEFAULT_CAPACITY,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{

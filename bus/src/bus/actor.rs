@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use super::control::Control;
-use super::edge::{AnyOutput, Out, Output};
+use super::edge::{AnyOutput, Inputs, Out, Output, Wiring};
+use super::metrics::{ActorCounters, Metric};
 use crate::message::{Inbox, Message};
 use crate::wait::IdleStrategy;
 
@@ -27,8 +28,16 @@ pub trait Actor: Send + 'static {
 
     /// Runs every round of the actor's thread, for actors that poll something other than their
     /// inbox (a socket, a device). Returns how much work it did: `0` lets the thread idle.
-    /// Not called once the bus is stopping.
+    /// Not called once the bus is stopping ([`drain`](Self::drain) is, instead).
     fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        let _ = ctx;
+        0
+    }
+
+    /// Runs instead of [`poll`](Self::poll) once the bus is stopping, every round until the
+    /// stop completes: handle what is still queued in rings the actor took for itself
+    /// (`ActorBuilder::takes`), but take no new input from outside. Returns how much work it did.
+    fn drain(&mut self, ctx: &mut Context<'_>) -> usize {
         let _ = ctx;
         0
     }
@@ -52,6 +61,8 @@ pub struct Setup<'a> {
     pub(crate) outputs: &'a [std::any::TypeId],
     pub(crate) output_topics: &'a [&'static str],
     pub(crate) errors: &'a mut Vec<String>,
+    pub(crate) taken: &'a mut Wiring,
+    pub(crate) counters: &'a ActorCounters,
 }
 
 impl std::fmt::Debug for Setup<'_> {
@@ -86,6 +97,30 @@ impl Setup<'_> {
                 Out::new(usize::MAX)
             }
         }
+    }
+}
+
+impl Setup<'_> {
+    /// The rings of topic `M`, which the actor subscribed to with `.takes::<M>()`, for it to
+    /// poll itself. Each topic's rings can be taken once; asking again (or for a topic not
+    /// declared with `takes`) makes `start()` fail, naming the actor and the topic.
+    pub fn inputs<M: Message>(&mut self) -> Inputs<M> {
+        let id = std::any::TypeId::of::<M>();
+        if !self.taken.inputs.contains_key(&id) {
+            self.errors.push(format!(
+                "actor '{}' asks for the rings of topic '{}' but did not declare .takes::<{}>() (or took them already)",
+                self.actor,
+                M::TOPIC,
+                short_type_name::<M>(),
+            ));
+        }
+        Inputs::take(self.taken)
+    }
+
+    /// A named metric of this actor's own, shown in the bus's report under the actor. Register
+    /// it here, in the factory; update it from the actor's hooks.
+    pub fn metric(&mut self, name: &str) -> Metric {
+        self.counters.metric(name)
     }
 }
 

@@ -85,6 +85,8 @@ struct ActorDecl {
     tick: Option<Duration>,
     supervision: Supervision,
     inbox: Vec<TopicSpec>,
+    /// Topics subscribed with `takes`: their rings go to the factory, not the inbox.
+    taken: Vec<TopicSpec>,
     inbox_name: &'static str,
     subscribed: bool,
     settings: HashMap<TypeId, SubscriptionDecl>,
@@ -143,10 +145,12 @@ impl BusBuilder {
         let actor_name = name.to_owned();
         let make_slot: SlotMaker = Box::new(move |mut parts: SlotParts| {
             let rx = <A::In as Inbox>::receivers(&mut parts.wiring);
+            // What the inbox did not take are the `takes` topics, for the factory.
             Box::new(ActorSlot::<A, F>::new(
                 actor_name,
                 factory,
                 rx,
+                parts.wiring,
                 parts.outputs,
                 parts.output_types,
                 parts.output_topics,
@@ -164,6 +168,7 @@ impl BusBuilder {
             supervision: Supervision::default(),
             subscribed: inbox.is_empty(),
             inbox,
+            taken: Vec::new(),
             inbox_name: super::actor::short_type_name::<A::In>(),
             settings: HashMap::new(),
             default_capacity: DEFAULT_CAPACITY,
@@ -177,6 +182,12 @@ impl BusBuilder {
             index,
             _a: std::marker::PhantomData,
         }
+    }
+
+    /// Adds a component that brings its own actor (the network bridge, for one), and returns
+    /// that actor's builder so it can be placed like any other (`.on_core(2)`, `.group("io")`).
+    pub fn add<C: Component>(&mut self, component: C) -> ActorBuilder<'_, C::Actor> {
+        component.attach(self)
     }
 
     /// Configures the thread of group `name`, shared by the actors that join it with
@@ -202,6 +213,15 @@ impl BusBuilder {
     pub fn start(self) -> Result<RunningBus, StartError> {
         start(self)
     }
+}
+
+/// Something that adds an actor of its own to a bus: `bus.add(component)`.
+pub trait Component {
+    /// The actor it adds.
+    type Actor: Actor;
+
+    /// Declares the actor on `bus` (with `bus.actor(..)`) and returns its builder.
+    fn attach(self, bus: &mut BusBuilder) -> ActorBuilder<'_, Self::Actor>;
 }
 
 /// Configures one actor; every method returns the builder for chaining.
@@ -262,6 +282,29 @@ impl<A: Actor> ActorBuilder<'_, A> {
         A: Actor<In = I>,
     {
         self.decl().subscribed = true;
+        self
+    }
+
+    /// Subscribes the actor to topic `M` outside its inbox: one ring per publisher, as usual,
+    /// but the rings are handed to its factory (`setup.inputs::<M>()`) for the actor to poll
+    /// itself, in `poll`. For actors whose topics are known only at run time, such as the
+    /// network bridge. Such an actor owns its rings, so it cannot use `Supervision::Restart`.
+    pub fn takes<M: Message>(mut self) -> Self {
+        let spec = TopicSpec::of::<M>();
+        let decl = self.decl();
+        if decl
+            .taken
+            .iter()
+            .chain(&decl.inbox)
+            .any(|t| t.type_id == spec.type_id)
+        {
+            decl.errors.push(format!(
+                "actor '{}' subscribes to topic '{}' twice (its inbox or .takes::<{}>())",
+                decl.name, spec.name, spec.type_name
+            ));
+        } else {
+            decl.taken.push(spec);
+        }
         self
     }
 
@@ -394,8 +437,19 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
                 a.group.as_deref().unwrap_or_default()
             )));
         }
+        if !a.taken.is_empty() && a.supervision == Supervision::Restart {
+            return Err(StartError::Invalid(format!(
+                "actor '{}' takes its own rings (.takes::<..>()), so it cannot be restarted: use Supervision::Stop or Escalate",
+                a.name
+            )));
+        }
         for (type_id, s) in &a.settings {
-            if !a.inbox.iter().any(|t| t.type_id == *type_id) {
+            if !a
+                .inbox
+                .iter()
+                .chain(&a.taken)
+                .any(|t| t.type_id == *type_id)
+            {
                 return Err(StartError::Invalid(format!(
                     "actor '{}' sets backpressure or capacity for a topic it does not receive",
                     a.name
@@ -417,10 +471,13 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
     }
     // Topic names: one type per name.
     let mut by_name: HashMap<&str, TopicSpec> = HashMap::new();
-    for spec in actors
-        .iter()
-        .flat_map(|a| a.outputs.iter().map(|o| &o.spec).chain(a.inbox.iter()))
-    {
+    for spec in actors.iter().flat_map(|a| {
+        a.outputs
+            .iter()
+            .map(|o| &o.spec)
+            .chain(a.inbox.iter())
+            .chain(a.taken.iter())
+    }) {
         match by_name.get(spec.name) {
             Some(other) if other.type_id != spec.type_id => {
                 return Err(StartError::TopicClash {
@@ -482,7 +539,7 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
     let mut edges = Vec::new();
     let mut warnings = Vec::new();
     for (s, sub) in actors.iter().enumerate() {
-        for topic in &sub.inbox {
+        for topic in sub.inbox.iter().chain(&sub.taken) {
             let setting = sub.settings.get(&topic.type_id).copied();
             let policy = setting.map_or(Backpressure::Block, |x| x.policy);
             let capacity = setting.map_or(sub.default_capacity, |x| x.capacity);
@@ -789,6 +846,7 @@ impl RunningBus {
                     idle_rounds: a.counters.idle_rounds.get(),
                     restarts: a.counters.restarts.get(),
                     panics: a.counters.panics.get(),
+                    metrics: a.counters.named_snapshot(),
                 })
                 .collect(),
         }

@@ -98,6 +98,63 @@ pub(crate) struct ActorCounters {
     pub(crate) idle_rounds: Counter,
     pub(crate) restarts: Counter,
     pub(crate) panics: Counter,
+    /// Named metrics the actor registered in its factory. Locked only to register (in a
+    /// factory) and to read a report, never on the message path.
+    pub(crate) named: std::sync::Mutex<Vec<(String, Metric)>>,
+}
+
+impl ActorCounters {
+    /// The metric called `name`, registering it on first use (a restarted actor gets the same
+    /// one back, so its figures carry on).
+    pub(crate) fn metric(&self, name: &str) -> Metric {
+        let mut named = self
+            .named
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, m)) = named.iter().find(|(n, _)| n == name) {
+            return m.clone();
+        }
+        let m = Metric::default();
+        named.push((name.to_owned(), m.clone()));
+        m
+    }
+
+    pub(crate) fn named_snapshot(&self) -> Vec<(String, u64)> {
+        self.named
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(n, m)| (n.clone(), m.get()))
+            .collect()
+    }
+}
+
+/// A named figure of an actor's own (datagrams sent, bytes received, a gauge of subscribers),
+/// registered in its factory with `Setup::metric` and shown in the bus's [`Report`].
+///
+/// One thread writes it (the actor's); updates are a load and a `Release` store on a cache
+/// line of its own: no lock, no read-modify-write. Cloning shares the same figure.
+#[derive(Clone, Debug, Default)]
+pub struct Metric(std::sync::Arc<CachePadded<AtomicU64>>);
+
+impl Metric {
+    /// Adds `n`. Only the actor's own thread may call it.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        let v = self.0.load(Ordering::Relaxed);
+        self.0.store(v.wrapping_add(n), Ordering::Release);
+    }
+
+    /// Sets the value (for gauges).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Release);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// Figures for one publisher-subscriber edge of one topic.
@@ -144,6 +201,18 @@ pub struct ActorReport {
     pub restarts: u64,
     /// Panics caught in its hooks and handlers.
     pub panics: u64,
+    /// The actor's own named metrics (`Setup::metric`), in registration order.
+    pub metrics: Vec<(String, u64)>,
+}
+
+impl ActorReport {
+    /// The named metric `name`, if the actor registered it.
+    pub fn metric(&self, name: &str) -> Option<u64> {
+        self.metrics
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    }
 }
 
 /// A snapshot of every edge and actor: taken while running, and returned by `join`.
@@ -215,6 +284,17 @@ impl fmt::Display for Report {
                 "{:<14} {:<12} {:>10} {:>8} {:>12} {:>8} {:>6}",
                 a.name, a.thread, a.handled, a.ticks, a.idle_rounds, a.restarts, a.panics
             )?;
+        }
+        for a in self
+            .actors
+            .iter()
+            .filter(|a| a.metrics.iter().any(|(_, v)| *v != 0))
+        {
+            writeln!(f)?;
+            writeln!(f, "{} metrics (non-zero):", a.name)?;
+            for (name, v) in a.metrics.iter().filter(|(_, v)| *v != 0) {
+                writeln!(f, "  {name:<40} {v:>12}")?;
+            }
         }
         Ok(())
     }

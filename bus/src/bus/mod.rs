@@ -19,11 +19,12 @@ mod runner;
 
 pub use actor::{Actor, Context, Setup};
 pub use builder::{
-    ActorBuilder, Bus, BusBuilder, GroupBuilder, RunningBus, StopHandle, DEFAULT_CAPACITY,
+    ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, RunningBus, StopHandle,
+    DEFAULT_CAPACITY,
 };
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
-pub use metrics::{ActorReport, EdgeReport, Report};
+pub use metrics::{ActorReport, EdgeReport, Metric, Report};
 
 /// What a publisher does when a subscriber's ring is full. Set per subscription.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

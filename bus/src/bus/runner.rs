@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::actor::{Actor, Context, Setup};
 use super::control::{Control, EXIT, GO_ABORT, GO_RUN, GO_WAIT, RUNNING, STOPPING};
-use super::edge::AnyOutput;
+use super::edge::{AnyOutput, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
 use super::Supervision;
@@ -57,6 +57,8 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     factory: F,
     actor: Option<A>,
     rx: Option<<A::In as Inbox>::Receivers>,
+    /// The rings of topics subscribed with `takes`, until the factory takes them.
+    taken: Wiring,
     outputs: Vec<Box<dyn AnyOutput>>,
     output_types: Vec<TypeId>,
     output_topics: Vec<&'static str>,
@@ -77,6 +79,7 @@ where
         name: String,
         factory: F,
         rx: <A::In as Inbox>::Receivers,
+        taken: Wiring,
         outputs: Vec<Box<dyn AnyOutput>>,
         output_types: Vec<TypeId>,
         output_topics: Vec<&'static str>,
@@ -89,6 +92,7 @@ where
             factory,
             actor: None,
             rx: Some(rx),
+            taken,
             outputs,
             output_types,
             output_topics,
@@ -108,6 +112,8 @@ where
             outputs: &self.output_types,
             output_topics: &self.output_topics,
             errors: &mut errors,
+            taken: &mut self.taken,
+            counters: &self.counters,
         };
         let factory = &mut self.factory;
         let made = catch_unwind(AssertUnwindSafe(|| factory(&mut setup)));
@@ -240,9 +246,11 @@ where
                 counters.handled.add(handled as u64);
             }
             let mut work = handled;
-            if running {
-                work += actor.poll(&mut ctx);
-            }
+            work += if running {
+                actor.poll(&mut ctx)
+            } else {
+                actor.drain(&mut ctx)
+            };
             if tick_due {
                 actor.on_tick(&mut ctx);
                 counters.ticks.add(1);
