@@ -106,7 +106,9 @@ pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBER_TIMEOUT};
 pub use protocol::PAYLOAD_DECODE_LIMIT;
 
+mod bridge;
 mod io;
+pub use bridge::{Bridge, BridgeActor, BridgeConfig, BridgeStatus};
 pub use io::{
     new_session_id, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
     MAX_BATCH,

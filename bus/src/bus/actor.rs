@@ -133,7 +133,7 @@ pub(crate) fn short_type_name<T>() -> &'static str {
 pub struct Context<'a> {
     pub(crate) actor: &'a str,
     pub(crate) outputs: &'a mut [Box<dyn AnyOutput>],
-    pub(crate) idle: &'a mut dyn IdleStrategy,
+    pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) now: Instant,
     pub(crate) control: &'a Control,
 }
@@ -164,7 +164,29 @@ impl Context<'_> {
             .get_mut(out.index)
             .and_then(|o| o.as_any_mut().downcast_mut::<Output<M>>());
         match output {
-            Some(output) => output.publish(msg, &mut *self.idle),
+            Some(output) => output.publish(msg, Some(&mut *self.idle)),
+            None => panic!(
+                "actor '{}' published on {:?}, which is not one of its outputs",
+                self.actor, out
+            ),
+        }
+    }
+
+    /// Publishes `msg` like [`publish`](Self::publish), but never waits: a subscriber whose
+    /// `Block` ring is full does not get it, and it is counted as dropped on that edge. For
+    /// actors that must keep going whatever the bus does, such as a network bridge (the remote
+    /// side cannot be slowed down anyway, and waiting could close a cycle of full rings).
+    ///
+    /// # Panics
+    /// If `out` is not one of this actor's outputs.
+    #[inline]
+    pub fn try_publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
+        let output = self
+            .outputs
+            .get_mut(out.index)
+            .and_then(|o| o.as_any_mut().downcast_mut::<Output<M>>());
+        match output {
+            Some(output) => output.publish(msg, None),
             None => panic!(
                 "actor '{}' published on {:?}, which is not one of its outputs",
                 self.actor, out

@@ -87,6 +87,8 @@ struct ActorDecl {
     inbox: Vec<TopicSpec>,
     /// Topics subscribed with `takes`: their rings go to the factory, not the inbox.
     taken: Vec<TopicSpec>,
+    /// Publishes only with `try_publish`: its edges can never make it wait.
+    never_waits: bool,
     inbox_name: &'static str,
     subscribed: bool,
     settings: HashMap<TypeId, SubscriptionDecl>,
@@ -169,6 +171,7 @@ impl BusBuilder {
             subscribed: inbox.is_empty(),
             inbox,
             taken: Vec::new(),
+            never_waits: false,
             inbox_name: super::actor::short_type_name::<A::In>(),
             settings: HashMap::new(),
             default_capacity: DEFAULT_CAPACITY,
@@ -308,6 +311,14 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
+    /// Promises that the actor publishes only with `Context::try_publish`, so it never waits on
+    /// a full ring: its `Block` edges cannot deadlock, and `start()` does not warn about cycles
+    /// through them or refuse them within one thread. The network bridge makes this promise.
+    pub fn never_waits(mut self) -> Self {
+        self.decl().never_waits = true;
+        self
+    }
+
     /// Sets the backpressure of the actor's subscription to topic `M` (default `Block`).
     pub fn backpressure<M: Message>(mut self, policy: Backpressure) -> Self {
         let capacity = self.decl().default_capacity;
@@ -409,6 +420,8 @@ pub(crate) struct PlannedEdge {
     pub(crate) subscriber: usize,
     pub(crate) policy: Backpressure,
     pub(crate) capacity: usize,
+    /// A full ring can make the publisher wait (`Block`, and it did not promise `never_waits`).
+    pub(crate) can_wait: bool,
 }
 
 /// Checks a declaration and plans threads and edges. Pure: no rings, no threads.
@@ -553,7 +566,10 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
                     continue;
                 };
                 found = true;
-                if policy == Backpressure::Block && thread_of[p] == thread_of[s] {
+                if policy == Backpressure::Block
+                    && !publisher.never_waits
+                    && thread_of[p] == thread_of[s]
+                {
                     return Err(StartError::SameThreadBlock {
                         topic: topic.name,
                         publisher: publisher.name.clone(),
@@ -567,6 +583,7 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
                     subscriber: s,
                     policy,
                     capacity,
+                    can_wait: policy == Backpressure::Block && !publisher.never_waits,
                 });
             }
             if !found {
@@ -587,6 +604,13 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
             }
         }
     }
+    if let Some(cycle) = block_cycle(threads.len(), &thread_of, &edges) {
+        let names: Vec<&str> = cycle.iter().map(|&t| threads[t].as_str()).collect();
+        warnings.push(format!(
+            "Block subscriptions form a cycle through threads {}: if every ring on the cycle fills, they wait for each other forever; make one edge DropNewest or Latest unless the cycle carries a bounded number of messages (a ping-pong)",
+            names.join(" -> ")
+        ));
+    }
     Ok(Plan {
         threads,
         thread_core,
@@ -594,6 +618,51 @@ fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
         thread_of,
         edges,
         warnings,
+    })
+}
+
+/// A cycle of threads joined by `Block` edges (publisher thread -> subscriber thread), if any.
+fn block_cycle(threads: usize, thread_of: &[usize], edges: &[PlannedEdge]) -> Option<Vec<usize>> {
+    let mut next: Vec<Vec<usize>> = vec![Vec::new(); threads];
+    for e in edges.iter().filter(|e| e.can_wait) {
+        let (p, s) = (thread_of[e.publisher], thread_of[e.subscriber]);
+        if p != s && !next[p].contains(&s) {
+            next[p].push(s);
+        }
+    }
+    // Depth-first search, colouring threads 0 = new, 1 = on the path, 2 = done.
+    fn visit(
+        t: usize,
+        next: &[Vec<usize>],
+        colour: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        colour[t] = 1;
+        path.push(t);
+        for &u in &next[t] {
+            if colour[u] == 1 {
+                let from = path.iter().position(|&x| x == u).unwrap_or(0);
+                let mut cycle = path[from..].to_vec();
+                cycle.push(u);
+                return Some(cycle);
+            }
+            if colour[u] == 0 {
+                if let Some(c) = visit(u, next, colour, path) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        colour[t] = 2;
+        None
+    }
+    let mut colour = vec![0u8; threads];
+    (0..threads).find_map(|t| {
+        if colour[t] == 0 {
+            visit(t, &next, &mut colour, &mut Vec::new())
+        } else {
+            None
+        }
     })
 }
 

@@ -100,14 +100,15 @@ impl<M: Message + Clone> Output<M> {
     }
 
     /// Publishes `msg` to every subscriber. Allocates nothing; waits only on a full `Block`
-    /// ring whose subscriber is still there.
+    /// ring whose subscriber is still there, and only if `idle` is given (otherwise such a
+    /// message is dropped and counted, as `DropNewest` would).
     #[inline]
-    pub(crate) fn publish(&mut self, msg: M, idle: &mut dyn IdleStrategy) {
+    pub(crate) fn publish(&mut self, msg: M, mut idle: Option<&mut (dyn IdleStrategy + 'static)>) {
         let Some((last, rest)) = self.edges.split_last_mut() else {
             return;
         };
         for edge in rest {
-            edge.send(msg.clone(), idle);
+            edge.send(msg.clone(), idle.as_deref_mut());
         }
         last.send(msg, idle);
     }
@@ -115,7 +116,7 @@ impl<M: Message + Clone> Output<M> {
 
 impl<M> OutEdge<M> {
     #[inline]
-    fn send(&mut self, msg: M, idle: &mut dyn IdleStrategy) {
+    fn send(&mut self, msg: M, idle: Option<&mut (dyn IdleStrategy + 'static)>) {
         match self {
             OutEdge::Ring {
                 tx,
@@ -134,15 +135,15 @@ impl<M> OutEdge<M> {
                     p.lost.add(1);
                     return;
                 }
-                match policy {
-                    Backpressure::DropNewest | Backpressure::Latest => p.dropped.add(1),
-                    Backpressure::Block => {
+                match (policy, idle) {
+                    (Backpressure::Block, Some(idle)) => {
                         p.waited.add(1);
                         match tx.push(msg, idle) {
                             Ok(()) => p.sent.add(1),
                             Err(_) => p.lost.add(1),
                         }
                     }
+                    _ => p.dropped.add(1),
                 }
             }
             OutEdge::Latest { tx, counters } => {

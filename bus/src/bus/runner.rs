@@ -38,7 +38,7 @@ pub(crate) trait Slot: Send {
 
 /// What a turn needs from its thread.
 pub(crate) struct Env<'a> {
-    pub(crate) idle: &'a mut dyn IdleStrategy,
+    pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) control: &'a Control,
     pub(crate) now: Instant,
     pub(crate) phase: u8,
@@ -356,7 +356,7 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
     }
     debug_assert_ne!(control.go(), GO_ABORT);
 
-    let idle: &mut dyn IdleStrategy = &mut *plan.idle;
+    let idle: &mut (dyn IdleStrategy + 'static) = &mut *plan.idle;
     let mut env = Env {
         idle,
         control: &control,

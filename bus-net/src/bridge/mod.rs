@@ -1,0 +1,842 @@
+//! The bridge: an actor that makes topics of one bus appear on another bus on another host.
+//!
+//! - `ports`: one typed port per exported or imported topic (v1 and compat).
+//! - `metrics`: the bridge's figures, shown in the bus's report.
+//!
+//! The bridge joins the two lower layers to the bus. Exports take the rings the bus made for
+//! their topics (`ActorBuilder::takes`) and are pumped every round into datagrams, several
+//! messages to a datagram when several are queued (never waiting to fill one), fanned out with
+//! one `sendmmsg` per datagram. Imports are fed from `recvmmsg` batches: each frame is checked
+//! (fingerprint, sequence), decoded once and published on the local bus. Timers on the bridge's
+//! tick (every millisecond) renew subscriptions, send heartbeats and expire subscribers.
+
+mod metrics;
+mod ports;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use llbus::{Actor, ActorBuilder, BusBuilder, Component, Context, Message, Setup};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use self::metrics::{add_loss, NetMetrics};
+use self::ports::{
+    fan_out, fatal_socket_error, CompatExport, CompatExportPort, CompatImport, CompatImportPort,
+    Export, ExportPort, Import, ImportPort, SendSide,
+};
+use crate::{
+    new_session_id, parse_datagram, BatchEncoder, CompatControl, Control, DropReason, Kind,
+    LatePolicy, LossCounts, RecvBatch, Refusal, RefuseReason, SendBatch, SocketConfig,
+    SubscriberTable, UdpEndpoint, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT,
+    MAX_DATAGRAM_LIMIT,
+};
+
+/// Messages taken from one ring per poll of an export.
+const BUDGET: usize = 256;
+
+/// Settings of a bridge; each has a documented default.
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    /// The largest datagram sent or accepted (default 1472: a 1500-byte MTU less IP and UDP
+    /// headers). A message that cannot fit is refused and counted (`too_large`), never cut.
+    pub max_datagram: usize,
+    /// How long a subscriber lasts without renewing (default 60 s).
+    pub subscriber_timeout: Duration,
+    /// How many (subscriber, topic) entries one bridge serves at most (default 1024).
+    pub subscriber_capacity: usize,
+    /// How often imports renew their subscriptions (default 1 s).
+    pub renew_every: Duration,
+    /// How often exports send a heartbeat with their last sequence number (default 100 ms).
+    pub heartbeat_every: Duration,
+    /// What imports do with a message that arrives after a later one (default deliver).
+    pub late: LatePolicy,
+    /// Datagrams per `recvmmsg`/`sendmmsg` call (default 32).
+    pub batch: usize,
+    /// Socket buffer sizes.
+    pub socket: SocketConfig,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        BridgeConfig {
+            max_datagram: DEFAULT_MAX_DATAGRAM,
+            subscriber_timeout: DEFAULT_SUBSCRIBER_TIMEOUT,
+            subscriber_capacity: 1024,
+            renew_every: Duration::from_secs(1),
+            heartbeat_every: Duration::from_millis(100),
+            late: LatePolicy::Deliver,
+            batch: 32,
+            socket: SocketConfig::default(),
+        }
+    }
+}
+
+/// What a running bridge reports outside the bus: errors a user must see (a refused
+/// subscription names the topic and both fingerprints). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct BridgeStatus {
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl BridgeStatus {
+    /// Every error reported so far, oldest first.
+    pub fn errors(&self) -> Vec<String> {
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn report(&self, error: String) {
+        log::error!("{error}");
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(error);
+    }
+}
+
+type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor>;
+
+struct ExportDecl {
+    declare: Declare,
+    make: fn(&mut Setup<'_>) -> Box<dyn ExportPort>,
+}
+
+struct ImportDecl {
+    type_id: std::any::TypeId,
+    declare: Declare,
+    publisher: SocketAddr,
+    make: fn(&mut Setup<'_>, SocketAddr, LatePolicy) -> Box<dyn ImportPort>,
+}
+
+struct CompatExportDecl {
+    declare: Declare,
+    endpoint: UdpEndpoint,
+    make: fn(&mut Setup<'_>, UdpEndpoint) -> Box<dyn CompatExportPort>,
+}
+
+struct CompatImportDecl {
+    declare: Declare,
+    endpoint: UdpEndpoint,
+    publisher: SocketAddr,
+    make: fn(&mut Setup<'_>, UdpEndpoint, SocketAddr) -> Box<dyn CompatImportPort>,
+}
+
+/// A bridge being configured: `Bridge::bind(addr)?.export::<Quote>().import::<Order>(peer)`,
+/// then `bus.add(bridge)`. It runs as an actor of its own, placed like any other.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use llbus::{Bus, Message};
+/// use llbus_net::Bridge;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Message, Serialize, Deserialize, Clone, Debug)]
+/// #[message(topic = "md.quote")]
+/// struct Quote { px: f64 }
+///
+/// #[derive(Message, Serialize, Deserialize, Clone, Debug)]
+/// #[message(topic = "ex.order")]
+/// struct Order { px: f64 }
+///
+/// let bridge = Bridge::bind("127.0.0.1:7000")?
+///     .export::<Quote>()                               // serve local quotes to subscribers
+///     .import::<Order>("127.0.0.1:7001".parse()?);     // subscribe to orders published there
+/// let mut bus = Bus::builder();
+/// bus.add(bridge).group("io");
+/// # Ok(()) }
+/// ```
+pub struct Bridge {
+    name: String,
+    endpoint: UdpEndpoint,
+    config: BridgeConfig,
+    exports: Vec<ExportDecl>,
+    imports: Vec<ImportDecl>,
+    compat_exports: Vec<CompatExportDecl>,
+    compat_imports: Vec<CompatImportDecl>,
+    status: BridgeStatus,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("name", &self.name)
+            .field("local_addr", &self.endpoint.local_addr())
+            .field("exports", &self.exports.len())
+            .field("imports", &self.imports.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves `addr` to its first socket address.
+fn resolve(addr: impl ToSocketAddrs) -> std::io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolved to nothing: give an IP address and port such as 127.0.0.1:7000",
+        )
+    })
+}
+
+impl Bridge {
+    /// Binds the bridge's ll-udp v1 socket to `addr` now, so a port in use is an error here.
+    ///
+    /// # Errors
+    /// If `addr` does not resolve or cannot be bound.
+    pub fn bind(addr: impl ToSocketAddrs) -> std::io::Result<Bridge> {
+        Self::bind_with(addr, BridgeConfig::default())
+    }
+
+    /// Like [`bind`](Self::bind), with settings.
+    ///
+    /// # Errors
+    /// If `addr` does not resolve or cannot be bound, or `config.max_datagram` is not between
+    /// 64 and 65507 bytes.
+    pub fn bind_with(addr: impl ToSocketAddrs, config: BridgeConfig) -> std::io::Result<Bridge> {
+        if !(64..=MAX_DATAGRAM_LIMIT).contains(&config.max_datagram) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "max_datagram {} is out of range: use 64..={MAX_DATAGRAM_LIMIT} bytes (1472 for a 1500-byte MTU)",
+                    config.max_datagram
+                ),
+            ));
+        }
+        let endpoint = UdpEndpoint::bind(resolve(addr)?, &config.socket)?;
+        Ok(Bridge {
+            name: format!("bridge-{}", endpoint.local_addr().port()),
+            endpoint,
+            config,
+            exports: Vec::new(),
+            imports: Vec::new(),
+            compat_exports: Vec::new(),
+            compat_imports: Vec::new(),
+            status: BridgeStatus::default(),
+        })
+    }
+
+    /// Names the bridge's actor (default `bridge-PORT`).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// The address the v1 socket is bound to (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.endpoint.local_addr()
+    }
+
+    /// A handle on the errors the bridge reports while it runs.
+    pub fn status(&self) -> BridgeStatus {
+        self.status.clone()
+    }
+
+    /// Serves topic `T` of the local bus to remote subscribers.
+    pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
+        self.exports.push(ExportDecl {
+            declare: |b| b.takes::<T>(),
+            make: Export::<T>::make,
+        });
+        self
+    }
+
+    /// Subscribes to topic `T` published by the bridge at `publisher`, and publishes what
+    /// arrives on the local bus.
+    pub fn import<T: Message + DeserializeOwned + Clone>(mut self, publisher: SocketAddr) -> Self {
+        let type_id = std::any::TypeId::of::<T>();
+        let declared = self.imports.iter().any(|i| i.type_id == type_id);
+        self.imports.push(ImportDecl {
+            type_id,
+            declare: if declared {
+                |b| b
+            } else {
+                |b| b.publishes::<T>()
+            },
+            publisher,
+            make: Import::<T>::make,
+        });
+        self
+    }
+
+    /// Serves topic `T` in the ll-udp-pubsub v0.1 format on a socket of its own bound to
+    /// `bind`: subscribers send its 4-byte `Subscribe` once a second, and receive every message
+    /// as a `Packet<T> { data, sent_ts }`. No topic, sequence or type check exists in that format.
+    ///
+    /// # Errors
+    /// If `bind` does not resolve or cannot be bound.
+    pub fn export_compat<T: Message + Serialize + Clone>(
+        mut self,
+        bind: impl ToSocketAddrs,
+    ) -> std::io::Result<Self> {
+        let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.config.socket)?;
+        self.compat_exports.push(CompatExportDecl {
+            declare: |b| b.takes::<T>(),
+            endpoint,
+            make: CompatExport::<T>::make,
+        });
+        Ok(self)
+    }
+
+    /// Subscribes, in the ll-udp-pubsub v0.1 format, to the publisher at `publisher` from a
+    /// socket of its own bound to `bind` (sending `Subscribe` once a second), and publishes what
+    /// arrives as topic `T` on the local bus.
+    ///
+    /// # Errors
+    /// If `bind` does not resolve or cannot be bound.
+    pub fn import_compat<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        bind: impl ToSocketAddrs,
+        publisher: SocketAddr,
+    ) -> std::io::Result<Self> {
+        let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.config.socket)?;
+        self.compat_imports.push(CompatImportDecl {
+            declare: |b| b.publishes::<T>(),
+            endpoint,
+            publisher,
+            make: CompatImport::<T>::make,
+        });
+        Ok(self)
+    }
+}
+
+impl Component for Bridge {
+    type Actor = BridgeActor;
+
+    fn attach(self, bus: &mut BusBuilder) -> ActorBuilder<'_, BridgeActor> {
+        let Bridge {
+            name,
+            endpoint,
+            config,
+            exports,
+            imports,
+            compat_exports,
+            compat_imports,
+            status,
+        } = self;
+        let declares: Vec<Declare> = exports
+            .iter()
+            .map(|e| e.declare)
+            .chain(imports.iter().map(|i| i.declare))
+            .chain(compat_exports.iter().map(|e| e.declare))
+            .chain(compat_imports.iter().map(|i| i.declare))
+            .collect();
+        let mut parts = Some(Parts {
+            endpoint,
+            config,
+            exports,
+            imports,
+            compat_exports,
+            compat_imports,
+            status,
+        });
+        let tick = Duration::from_millis(1);
+        let mut builder = bus
+            .actor(&name, move |setup: &mut Setup<'_>| match parts.take() {
+                Some(parts) => BridgeActor::new(setup, parts),
+                // The bus never remakes an actor that takes its own rings (no Restart).
+                None => panic!("a bridge's actor cannot be made twice"),
+            })
+            .tick_every(tick)
+            // Imports use `try_publish`: the bridge never waits on the local bus.
+            .never_waits();
+        for declare in declares {
+            builder = declare(builder);
+        }
+        builder
+    }
+}
+
+/// Everything the bridge's factory consumes.
+struct Parts {
+    endpoint: UdpEndpoint,
+    config: BridgeConfig,
+    exports: Vec<ExportDecl>,
+    imports: Vec<ImportDecl>,
+    compat_exports: Vec<CompatExportDecl>,
+    compat_imports: Vec<CompatImportDecl>,
+    status: BridgeStatus,
+}
+
+/// The bridge running as an actor. Made by `bus.add(bridge)`; see [`Bridge`].
+pub struct BridgeActor {
+    session: u64,
+    config: BridgeConfig,
+    endpoint: UdpEndpoint,
+    /// The receive batch; `None` only while `receive` holds it.
+    recv: Option<RecvBatch>,
+    send: SendBatch,
+    /// One datagram being built by an export.
+    buf: Vec<u8>,
+    /// One control reply being built.
+    control_buf: Vec<u8>,
+    exports: Vec<Box<dyn ExportPort>>,
+    imports: Vec<Box<dyn ImportPort>>,
+    compat_exports: Vec<(Box<dyn CompatExportPort>, SubscriberTable<SocketAddr>)>,
+    compat_imports: Vec<Box<dyn CompatImportPort>>,
+    subscribers: SubscriberTable<SocketAddr>,
+    /// Whether each import's refusal was reported already (report once, not every second).
+    refusals_reported: Vec<bool>,
+    metrics: NetMetrics,
+    subscriber_gauges: Vec<llbus::Metric>,
+    status: BridgeStatus,
+    epoch: Instant,
+    next_renew: Instant,
+    next_heartbeat: Instant,
+    next_expire: Instant,
+}
+
+impl std::fmt::Debug for BridgeActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeActor")
+            .field("local_addr", &self.endpoint.local_addr())
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BridgeActor {
+    fn new(setup: &mut Setup<'_>, parts: Parts) -> Self {
+        let Parts {
+            endpoint,
+            config,
+            exports,
+            imports,
+            compat_exports,
+            compat_imports,
+            status,
+        } = parts;
+        let exports: Vec<Box<dyn ExportPort>> = exports.iter().map(|e| (e.make)(setup)).collect();
+        let subscriber_gauges = exports
+            .iter()
+            .map(|e| setup.metric(&format!("subscribers.{}", e.topic())))
+            .collect();
+        let imports: Vec<Box<dyn ImportPort>> = imports
+            .iter()
+            .map(|i| (i.make)(setup, i.publisher, config.late))
+            .collect();
+        let capacity = config.subscriber_capacity;
+        let timeout = config.subscriber_timeout;
+        let compat_exports = compat_exports
+            .into_iter()
+            .map(|e| {
+                let port = (e.make)(setup, e.endpoint);
+                (port, SubscriberTable::new(timeout, capacity))
+            })
+            .collect();
+        let compat_imports = compat_imports
+            .into_iter()
+            .map(|i| (i.make)(setup, i.endpoint, i.publisher))
+            .collect();
+        let now = Instant::now();
+        BridgeActor {
+            session: new_session_id(),
+            recv: Some(RecvBatch::new(config.batch, config.max_datagram)),
+            send: SendBatch::new(config.batch),
+            buf: vec![0; config.max_datagram],
+            control_buf: vec![0; 256],
+            refusals_reported: vec![false; imports.len()],
+            subscribers: SubscriberTable::new(timeout, capacity),
+            metrics: NetMetrics::register(setup),
+            subscriber_gauges,
+            exports,
+            imports,
+            compat_exports,
+            compat_imports,
+            endpoint,
+            config,
+            status,
+            epoch: now,
+            next_renew: now,
+            next_heartbeat: now,
+            next_expire: now,
+        }
+    }
+
+    fn now_ns(&self, now: Instant) -> u64 {
+        u64::try_from(now.duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Sends one control frame to `dest` from the v1 socket.
+    fn send_control(&mut self, control: &Control, dest: SocketAddr) {
+        let mut enc = BatchEncoder::new(&mut self.control_buf);
+        if enc.push_control(control).is_err() {
+            return; // A control frame always fits in 256 bytes; nothing to send otherwise.
+        }
+        match self.endpoint.send_to(enc.as_bytes(), dest) {
+            Ok(true) => {
+                self.metrics.datagrams_out.add(1);
+                self.metrics.bytes_out.add(enc.as_bytes().len() as u64);
+            }
+            Ok(false) => {}
+            Err(e) => fatal_socket_error("send", &self.endpoint, &e),
+        }
+    }
+
+    /// Receives and handles what waits on the v1 socket. Returns datagrams handled.
+    fn receive(&mut self, ctx: &mut Context<'_>) -> usize {
+        // Held outside `self` while its datagrams are handled, which needs `&mut self`.
+        let Some(mut recv) = self.recv.take() else {
+            return 0;
+        };
+        let n = self.receive_from(&mut recv, ctx);
+        self.recv = Some(recv);
+        n
+    }
+
+    fn receive_from(&mut self, recv: &mut RecvBatch, ctx: &mut Context<'_>) -> usize {
+        let n = match self.endpoint.recv_batch(recv) {
+            Ok(n) => n,
+            Err(e) => fatal_socket_error("receive", &self.endpoint, &e),
+        };
+        let now_ns = self.now_ns(ctx.now());
+        for (bytes, src) in recv.iter().take(n) {
+            self.metrics.datagrams_in.add(1);
+            self.metrics.bytes_in.add(bytes.len() as u64);
+            let frames = match parse_datagram(bytes, self.config.max_datagram) {
+                Ok(frames) => frames,
+                Err(reason) => {
+                    self.metrics.drop(reason);
+                    continue;
+                }
+            };
+            // A datagram is one kind of traffic in practice; handle frame by frame.
+            for frame in frames {
+                let result = if frame.header.kind == Kind::Data {
+                    deliver(&mut self.imports, &self.metrics, &frame, src, ctx)
+                } else {
+                    match Control::from_frame(&frame) {
+                        Ok(control) => {
+                            self.on_control(control, src, now_ns);
+                            Ok(())
+                        }
+                        Err(reason) => Err(reason),
+                    }
+                };
+                if let Err(reason) = result {
+                    self.metrics.drop(reason);
+                }
+            }
+        }
+        n
+    }
+
+    fn on_control(&mut self, control: Control, src: SocketAddr, now_ns: u64) {
+        match control {
+            Control::Subscribe {
+                topic_id,
+                fingerprint,
+                session,
+            } => {
+                let exported = self
+                    .exports
+                    .iter()
+                    .find(|e| e.topic_id() == topic_id)
+                    .map(|e| (e.fingerprint(), e.last_seq()));
+                let refuse = |reason, offered| {
+                    Control::Refuse(Refusal {
+                        topic_id,
+                        requested: fingerprint,
+                        offered,
+                        session: self.session,
+                        reason,
+                    })
+                };
+                let reply = match exported {
+                    None => refuse(RefuseReason::UnknownTopic, 0),
+                    Some((offered, _)) if offered != fingerprint => {
+                        refuse(RefuseReason::FingerprintMismatch, offered)
+                    }
+                    Some((offered, last_seq)) => {
+                        match self.subscribers.renew(src, topic_id, session, now_ns) {
+                            Ok(_) => Control::SubscribeAck {
+                                topic_id,
+                                fingerprint: offered,
+                                session: self.session,
+                                last_seq,
+                            },
+                            Err(_) => refuse(RefuseReason::TableFull, offered),
+                        }
+                    }
+                };
+                if let Control::Refuse(_) = reply {
+                    self.metrics.refused.add(1);
+                }
+                self.send_control(&reply, src);
+            }
+            Control::Unsubscribe { topic_id, .. } => {
+                self.subscribers.remove(src, topic_id);
+            }
+            Control::SubscribeAck {
+                topic_id,
+                session,
+                last_seq,
+                ..
+            }
+            | Control::Heartbeat {
+                topic_id,
+                session,
+                last_seq,
+                ..
+            } => match find_import(&mut self.imports, src, topic_id) {
+                Some(import) => import.last_seq(session, last_seq),
+                None => self.metrics.drop(DropReason::UnknownSender),
+            },
+            Control::Refuse(refusal) => {
+                let Some(i) = self
+                    .imports
+                    .iter()
+                    .position(|im| im.publisher() == src && im.topic_id() == refusal.topic_id)
+                else {
+                    self.metrics.drop(DropReason::UnknownSender);
+                    return;
+                };
+                self.metrics.refused.add(1);
+                if !self.refusals_reported[i] {
+                    self.refusals_reported[i] = true;
+                    let topic = self.imports[i].topic();
+                    self.status.report(format!(
+                        "import of topic '{topic}' from {src} refused: {refusal}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Pumps every export. Returns messages taken.
+    fn pump(&mut self) -> usize {
+        let mut work = 0;
+        let mut side = SendSide {
+            endpoint: &mut self.endpoint,
+            batch: &mut self.send,
+            buf: &mut self.buf,
+            subscribers: &self.subscribers,
+            session: self.session,
+            metrics: &self.metrics,
+        };
+        for export in &mut self.exports {
+            work += export.pump(&mut side, BUDGET);
+        }
+        for (port, table) in &mut self.compat_exports {
+            work += port.pump(&mut self.send, &mut self.buf, table, &self.metrics, BUDGET);
+        }
+        work
+    }
+
+    /// Receives on the compat sockets: control on exports, data on imports.
+    fn receive_compat(&mut self, ctx: &mut Context<'_>) -> usize {
+        let mut work = 0;
+        let now_ns = self.now_ns(ctx.now());
+        let Some(recv) = self.recv.as_mut() else {
+            return 0;
+        };
+        for (port, table) in &mut self.compat_exports {
+            let n = match port.endpoint().recv_batch(recv) {
+                Ok(n) => n,
+                Err(e) => fatal_socket_error("receive", port.endpoint(), &e),
+            };
+            for (bytes, src) in recv.iter().take(n) {
+                self.metrics.datagrams_in.add(1);
+                self.metrics.bytes_in.add(bytes.len() as u64);
+                match CompatControl::decode(bytes) {
+                    Ok(CompatControl::Subscribe) => {
+                        if table.renew(src, 0, 0, now_ns).is_err() {
+                            self.metrics.drop(DropReason::TableFull);
+                        }
+                    }
+                    Ok(CompatControl::Unsubscribe) => {
+                        table.remove(src, 0);
+                    }
+                    Err(reason) => self.metrics.drop(reason),
+                }
+            }
+            work += n;
+        }
+        for port in &mut self.compat_imports {
+            let n = match port.endpoint().recv_batch(recv) {
+                Ok(n) => n,
+                Err(e) => fatal_socket_error("receive", port.endpoint(), &e),
+            };
+            for (bytes, src) in recv.iter().take(n) {
+                self.metrics.datagrams_in.add(1);
+                self.metrics.bytes_in.add(bytes.len() as u64);
+                if src != port.publisher() {
+                    self.metrics.drop(DropReason::UnknownSender);
+                    continue;
+                }
+                if let Err(reason) =
+                    port.deliver(bytes, self.config.max_datagram, ctx, &self.metrics)
+                {
+                    self.metrics.drop(reason);
+                }
+            }
+            work += n;
+        }
+        work
+    }
+
+    /// Sends `Subscribe` for every import (v1 and compat).
+    fn renew(&mut self) {
+        for i in 0..self.imports.len() {
+            let import = &self.imports[i];
+            let control = Control::Subscribe {
+                topic_id: import.topic_id(),
+                fingerprint: import.fingerprint(),
+                session: self.session,
+            };
+            let dest = import.publisher();
+            self.send_control(&control, dest);
+        }
+        for port in &mut self.compat_imports {
+            let dest = port.publisher();
+            let _ = port
+                .endpoint()
+                .send_to(&CompatControl::Subscribe.encode(), dest);
+        }
+    }
+
+    /// Sends each export's last sequence number to its subscribers.
+    fn heartbeat(&mut self) {
+        let timestamp_ns = crate::realtime_ns();
+        for export in &self.exports {
+            let topic_id = export.topic_id();
+            if self.subscribers.subscribers(topic_id).next().is_none() {
+                continue;
+            }
+            let control = Control::Heartbeat {
+                topic_id,
+                fingerprint: export.fingerprint(),
+                session: self.session,
+                last_seq: export.last_seq(),
+                timestamp_ns,
+            };
+            let mut enc = BatchEncoder::new(&mut self.control_buf);
+            if enc.push_control(&control).is_ok() {
+                fan_out(
+                    enc.as_bytes(),
+                    topic_id,
+                    &mut self.endpoint,
+                    &mut self.send,
+                    &self.subscribers,
+                    &self.metrics,
+                );
+            }
+        }
+    }
+
+    /// Refreshes the figures that are sums or gauges.
+    fn refresh_metrics(&mut self) {
+        let mut loss = LossCounts::default();
+        for import in &self.imports {
+            add_loss(&mut loss, &import.counts());
+        }
+        self.metrics.set_loss(&loss);
+        self.metrics.set_io(
+            std::iter::once(self.endpoint.stats())
+                .chain(self.compat_exports.iter().map(|(p, _)| p.stats()))
+                .chain(self.compat_imports.iter().map(|p| p.stats())),
+        );
+        for (export, gauge) in self.exports.iter().zip(&self.subscriber_gauges) {
+            gauge.set(self.subscribers.subscribers(export.topic_id()).count() as u64);
+        }
+    }
+}
+
+fn find_import<'a>(
+    imports: &'a mut [Box<dyn ImportPort>],
+    src: SocketAddr,
+    topic_id: u64,
+) -> Option<&'a mut Box<dyn ImportPort>> {
+    imports
+        .iter_mut()
+        .find(|i| i.topic_id() == topic_id && i.publisher() == src)
+}
+
+/// Hands a data frame to the import it belongs to.
+fn deliver(
+    imports: &mut [Box<dyn ImportPort>],
+    metrics: &NetMetrics,
+    frame: &crate::Frame<'_>,
+    src: SocketAddr,
+    ctx: &mut Context<'_>,
+) -> Result<(), DropReason> {
+    let topic_id = frame.header.topic_id;
+    let found = imports
+        .iter()
+        .position(|i| i.topic_id() == topic_id && i.publisher() == src);
+    match found {
+        Some(i) => imports[i].deliver(frame, ctx, metrics),
+        None if imports.iter().any(|i| i.topic_id() == topic_id) => Err(DropReason::UnknownSender),
+        None => Err(DropReason::UnknownTopic),
+    }
+}
+
+impl Actor for BridgeActor {
+    type In = ();
+
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        let mut work = self.receive(ctx);
+        if !self.compat_exports.is_empty() || !self.compat_imports.is_empty() {
+            work += self.receive_compat(ctx);
+        }
+        work + self.pump()
+    }
+
+    fn drain(&mut self, _ctx: &mut Context<'_>) -> usize {
+        // Stopping: send what the bus still holds for us, take nothing new from the network.
+        self.pump()
+    }
+
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        if now >= self.next_renew {
+            self.next_renew = now + self.config.renew_every;
+            self.renew();
+        }
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.config.heartbeat_every;
+            self.heartbeat();
+        }
+        if now >= self.next_expire {
+            self.next_expire = now + Duration::from_secs(1);
+            let now_ns = self.now_ns(now);
+            self.subscribers.expire(now_ns, |s| {
+                log::info!(
+                    "subscriber {} of topic {:#018x} expired",
+                    s.addr,
+                    s.topic_id
+                );
+            });
+            for (_, table) in &mut self.compat_exports {
+                table.expire(now_ns, |s| {
+                    log::info!("compat subscriber {} expired", s.addr)
+                });
+            }
+            self.refresh_metrics();
+        }
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Context<'_>) {
+        for i in 0..self.imports.len() {
+            let import = &self.imports[i];
+            let control = Control::Unsubscribe {
+                topic_id: import.topic_id(),
+                fingerprint: import.fingerprint(),
+                session: self.session,
+            };
+            let dest = import.publisher();
+            self.send_control(&control, dest);
+        }
+        for port in &mut self.compat_imports {
+            let dest = port.publisher();
+            let _ = port
+                .endpoint()
+                .send_to(&CompatControl::Unsubscribe.encode(), dest);
+        }
+        self.refresh_metrics();
+    }
+}

@@ -1,0 +1,373 @@
+//! The bridge's ports: one per exported or imported topic, each typed, behind a small trait so
+//! the bridge can hold a list of them. A port is called once per poll, not once per message.
+
+use std::net::SocketAddr;
+
+use llbus::{Context, Inputs, Message, Out, Setup};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::metrics::NetMetrics;
+use crate::{
+    decode_compat_packet, decode_payload, encode_compat_packet, realtime_ns, BatchEncoder,
+    DataMeta, DropReason, EncodeError, Frame, IoStats, LatePolicy, LossCounts, SendBatch,
+    SeqTracker, SubscriberTable, UdpEndpoint, Verdict,
+};
+
+/// What an export needs to send: the socket, the batch, a buffer of one datagram, and who
+/// subscribes.
+pub(crate) struct SendSide<'a> {
+    pub(crate) endpoint: &'a mut UdpEndpoint,
+    pub(crate) batch: &'a mut SendBatch,
+    pub(crate) buf: &'a mut [u8],
+    pub(crate) subscribers: &'a SubscriberTable<SocketAddr>,
+    pub(crate) session: u64,
+    pub(crate) metrics: &'a NetMetrics,
+}
+
+/// Sends one datagram to every subscriber of `topic`, counting what happens.
+pub(crate) fn fan_out(
+    bytes: &[u8],
+    topic: u64,
+    endpoint: &mut UdpEndpoint,
+    batch: &mut SendBatch,
+    subscribers: &SubscriberTable<SocketAddr>,
+    metrics: &NetMetrics,
+) {
+    let datagrams = subscribers.subscribers(topic).map(|addr| (bytes, addr));
+    match endpoint.send_batch(batch, datagrams) {
+        Ok(sent) => {
+            metrics.datagrams_out.add(sent as u64);
+            metrics.bytes_out.add((sent * bytes.len()) as u64);
+        }
+        Err(e) => fatal_socket_error("send", endpoint, &e),
+    }
+}
+
+/// A socket error that no retry can mend (the socket is closed or invalid): reported by a
+/// panic, which the bus's supervision turns into an error naming the bridge.
+pub(crate) fn fatal_socket_error(what: &str, endpoint: &UdpEndpoint, e: &std::io::Error) -> ! {
+    panic!(
+        "the bridge's socket {} failed to {what}: {e}; the bridge cannot go on",
+        endpoint.local_addr()
+    )
+}
+
+/// Counts a message the encoder refused, logging the first of each topic.
+fn refused(metrics: &NetMetrics, logged: &mut bool, topic: &'static str, e: &EncodeError) {
+    metrics.too_large.add(1);
+    if !*logged {
+        *logged = true;
+        log::error!("bridge refused a message of topic '{topic}': {e}");
+    }
+}
+
+/// An exported topic: reads the rings the bus made for it and sends datagrams.
+pub(crate) trait ExportPort: Send {
+    fn topic(&self) -> &'static str;
+    fn topic_id(&self) -> u64;
+    fn fingerprint(&self) -> u64;
+    fn last_seq(&self) -> u64;
+    /// Moves up to `budget` queued messages per ring into datagrams for the topic's
+    /// subscribers, several per datagram when several are queued. Returns how many it took.
+    fn pump(&mut self, out: &mut SendSide<'_>, budget: usize) -> usize;
+}
+
+pub(crate) struct Export<T> {
+    inputs: Inputs<T>,
+    seq: u64,
+    logged: bool,
+}
+
+impl<T: Message + Serialize> Export<T> {
+    pub(crate) fn make(setup: &mut Setup<'_>) -> Box<dyn ExportPort> {
+        Box::new(Export::<T> {
+            inputs: setup.inputs(),
+            seq: 0,
+            logged: false,
+        })
+    }
+}
+
+impl<T: Message + Serialize> ExportPort for Export<T> {
+    fn topic(&self) -> &'static str {
+        T::TOPIC
+    }
+    fn topic_id(&self) -> u64 {
+        T::TOPIC_ID
+    }
+    fn fingerprint(&self) -> u64 {
+        T::FINGERPRINT
+    }
+    fn last_seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn pump(&mut self, out: &mut SendSide<'_>, budget: usize) -> usize {
+        let SendSide {
+            endpoint,
+            batch,
+            buf,
+            subscribers,
+            session,
+            metrics,
+        } = out;
+        let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some();
+        let mut enc = BatchEncoder::new(buf);
+        let timestamp_ns = realtime_ns();
+        let (seq, logged) = (&mut self.seq, &mut self.logged);
+        let taken = self.inputs.poll(budget, |msg| {
+            if !subscribed {
+                metrics.no_subscriber.add(1);
+                return;
+            }
+            let meta = DataMeta {
+                topic_id: T::TOPIC_ID,
+                fingerprint: T::FINGERPRINT,
+                session: *session,
+                seq: *seq + 1,
+                timestamp_ns,
+            };
+            let pushed = match enc.push_data(meta, &msg) {
+                Err(EncodeError::Full { .. }) => {
+                    fan_out(
+                        enc.as_bytes(),
+                        T::TOPIC_ID,
+                        endpoint,
+                        batch,
+                        subscribers,
+                        metrics,
+                    );
+                    enc.clear();
+                    enc.push_data(meta, &msg)
+                }
+                other => other,
+            };
+            match pushed {
+                Ok(()) => {
+                    *seq += 1;
+                    metrics.messages_out.add(1);
+                }
+                Err(e) => refused(metrics, logged, T::TOPIC, &e),
+            }
+        });
+        if !enc.is_empty() {
+            fan_out(
+                enc.as_bytes(),
+                T::TOPIC_ID,
+                endpoint,
+                batch,
+                subscribers,
+                metrics,
+            );
+        }
+        taken
+    }
+}
+
+/// An imported topic from one publisher: checks, tracks and decodes its frames and publishes
+/// them on the local bus.
+pub(crate) trait ImportPort: Send {
+    fn topic(&self) -> &'static str;
+    fn topic_id(&self) -> u64;
+    fn fingerprint(&self) -> u64;
+    fn publisher(&self) -> SocketAddr;
+    /// Handles one data frame from the publisher.
+    fn deliver(
+        &mut self,
+        frame: &Frame<'_>,
+        ctx: &mut Context<'_>,
+        metrics: &NetMetrics,
+    ) -> Result<(), DropReason>;
+    /// A heartbeat or an ack: the publisher's last sequence number.
+    fn last_seq(&mut self, session: u64, last_seq: u64);
+    fn counts(&self) -> LossCounts;
+}
+
+pub(crate) struct Import<T> {
+    out: Out<T>,
+    publisher: SocketAddr,
+    tracker: SeqTracker,
+}
+
+impl<T: Message + DeserializeOwned + Clone> Import<T> {
+    pub(crate) fn make(
+        setup: &mut Setup<'_>,
+        publisher: SocketAddr,
+        late: LatePolicy,
+    ) -> Box<dyn ImportPort> {
+        Box::new(Import::<T> {
+            out: setup.output(),
+            publisher,
+            tracker: SeqTracker::new(late),
+        })
+    }
+}
+
+impl<T: Message + DeserializeOwned + Clone> ImportPort for Import<T> {
+    fn topic(&self) -> &'static str {
+        T::TOPIC
+    }
+    fn topic_id(&self) -> u64 {
+        T::TOPIC_ID
+    }
+    fn fingerprint(&self) -> u64 {
+        T::FINGERPRINT
+    }
+    fn publisher(&self) -> SocketAddr {
+        self.publisher
+    }
+
+    #[inline]
+    fn deliver(
+        &mut self,
+        frame: &Frame<'_>,
+        ctx: &mut Context<'_>,
+        metrics: &NetMetrics,
+    ) -> Result<(), DropReason> {
+        if frame.header.fingerprint != T::FINGERPRINT {
+            return Err(DropReason::FingerprintMismatch);
+        }
+        let verdict = self.tracker.observe(frame.header.session, frame.header.seq);
+        if let Verdict::Deliver | Verdict::DeliverLate = verdict {
+            let msg: T = decode_payload(frame.payload)?;
+            metrics.messages_in.add(1);
+            ctx.try_publish(self.out, msg);
+        }
+        Ok(())
+    }
+
+    fn last_seq(&mut self, session: u64, last_seq: u64) {
+        self.tracker.observe_last_seq(session, last_seq);
+    }
+
+    fn counts(&self) -> LossCounts {
+        *self.tracker.counts()
+    }
+}
+
+/// A topic exported in the ll-udp-pubsub v0.1 format on a socket of its own.
+pub(crate) trait CompatExportPort: Send {
+    fn endpoint(&mut self) -> &mut UdpEndpoint;
+    fn stats(&self) -> &IoStats;
+    /// Sends up to `budget` queued messages per ring, one datagram each, to `subscribers`.
+    fn pump(
+        &mut self,
+        batch: &mut SendBatch,
+        buf: &mut [u8],
+        subscribers: &SubscriberTable<SocketAddr>,
+        metrics: &NetMetrics,
+        budget: usize,
+    ) -> usize;
+}
+
+pub(crate) struct CompatExport<T> {
+    inputs: Inputs<T>,
+    endpoint: UdpEndpoint,
+    logged: bool,
+}
+
+impl<T: Message + Serialize> CompatExport<T> {
+    pub(crate) fn make(setup: &mut Setup<'_>, endpoint: UdpEndpoint) -> Box<dyn CompatExportPort> {
+        Box::new(CompatExport::<T> {
+            inputs: setup.inputs(),
+            endpoint,
+            logged: false,
+        })
+    }
+}
+
+impl<T: Message + Serialize> CompatExportPort for CompatExport<T> {
+    fn endpoint(&mut self) -> &mut UdpEndpoint {
+        &mut self.endpoint
+    }
+    fn stats(&self) -> &IoStats {
+        self.endpoint.stats()
+    }
+
+    fn pump(
+        &mut self,
+        batch: &mut SendBatch,
+        buf: &mut [u8],
+        subscribers: &SubscriberTable<SocketAddr>,
+        metrics: &NetMetrics,
+        budget: usize,
+    ) -> usize {
+        let (endpoint, logged) = (&mut self.endpoint, &mut self.logged);
+        let subscribed = !subscribers.is_empty();
+        self.inputs.poll(budget, |msg| {
+            if !subscribed {
+                metrics.no_subscriber.add(1);
+                return;
+            }
+            match encode_compat_packet(buf, T::TOPIC_ID, &msg, realtime_ns()) {
+                Ok(n) => {
+                    metrics.messages_out.add(1);
+                    // In compat mode the one topic of the socket has id 0 in the table.
+                    fan_out(&buf[..n], 0, endpoint, batch, subscribers, metrics);
+                }
+                Err(e) => refused(metrics, logged, T::TOPIC, &e),
+            }
+        })
+    }
+}
+
+/// A topic imported in the ll-udp-pubsub v0.1 format on a socket of its own.
+pub(crate) trait CompatImportPort: Send {
+    fn publisher(&self) -> SocketAddr;
+    fn endpoint(&mut self) -> &mut UdpEndpoint;
+    fn stats(&self) -> &IoStats;
+    /// Decodes one datagram and publishes it.
+    fn deliver(
+        &mut self,
+        datagram: &[u8],
+        max_datagram: usize,
+        ctx: &mut Context<'_>,
+        metrics: &NetMetrics,
+    ) -> Result<(), DropReason>;
+}
+
+pub(crate) struct CompatImport<T> {
+    out: Out<T>,
+    endpoint: UdpEndpoint,
+    publisher: SocketAddr,
+}
+
+impl<T: Message + DeserializeOwned + Clone> CompatImport<T> {
+    pub(crate) fn make(
+        setup: &mut Setup<'_>,
+        endpoint: UdpEndpoint,
+        publisher: SocketAddr,
+    ) -> Box<dyn CompatImportPort> {
+        Box::new(CompatImport::<T> {
+            out: setup.output(),
+            endpoint,
+            publisher,
+        })
+    }
+}
+
+impl<T: Message + DeserializeOwned + Clone> CompatImportPort for CompatImport<T> {
+    fn publisher(&self) -> SocketAddr {
+        self.publisher
+    }
+    fn endpoint(&mut self) -> &mut UdpEndpoint {
+        &mut self.endpoint
+    }
+    fn stats(&self) -> &IoStats {
+        self.endpoint.stats()
+    }
+
+    fn deliver(
+        &mut self,
+        datagram: &[u8],
+        max_datagram: usize,
+        ctx: &mut Context<'_>,
+        metrics: &NetMetrics,
+    ) -> Result<(), DropReason> {
+        let (msg, _sent_ts): (T, i64) = decode_compat_packet(datagram, max_datagram)?;
+        metrics.messages_in.add(1);
+        ctx.try_publish(self.out, msg);
+        Ok(())
+    }
+}
