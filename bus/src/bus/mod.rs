@@ -25,7 +25,6 @@ impl<M: Send + 'static> Inputs<M> {
     }
 }
 
-
 /// The rings made by `start()`, waiting to be taken by each actor's inbox (placeholder).
 #[derive(Debug, Default)]
 pub struct Wiring {}

@@ -1,0 +1,16 @@
+//! Lock-free single-producer single-consumer queues: the bottom layer of llbus. They know nothing
+//! of messages, topics or threads.
+//!
+//! - [`spsc`]: the bounded ring queue every bus edge uses (Lamport's buffer with cached indices).
+//! - [`latest`]: a triple buffer that keeps only the newest value (the `Latest` policy).
+
+pub(crate) mod latest;
+pub(crate) mod spsc;
+
+#[cfg(all(test, loom))]
+mod loom_models;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use latest::{Latest, LatestReader, LatestWriter};
+pub use spsc::{Consumer, Notify, PopError, Producer, PushError, Ring};

@@ -1,0 +1,506 @@
+//! The ring's tests. They run under miri too (CI), with smaller counts.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::{Latest, PopError, PushError, Ring};
+use crate::wait::{Backoff, IdleStrategy, Park};
+
+/// A value that counts its drops in a shared counter.
+#[derive(Debug)]
+struct Counted {
+    value: u64,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        Counted {
+            value: self.value,
+            drops: Arc::clone(&self.drops),
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn counted(value: u64, drops: &Arc<AtomicUsize>) -> Counted {
+    Counted {
+        value,
+        drops: Arc::clone(drops),
+    }
+}
+
+#[test]
+fn capacity_rounds_up_to_a_power_of_two() {
+    let (tx, rx) = Ring::<u8>::new(5);
+    assert_eq!(tx.capacity(), 8);
+    assert_eq!(rx.capacity(), 8);
+    let (tx, _rx) = Ring::<u8>::new(1);
+    assert_eq!(tx.capacity(), 1);
+}
+
+#[test]
+#[should_panic(expected = "ring capacity must be at least 1")]
+fn zero_capacity_is_refused() {
+    let _ = Ring::<u8>::new(0);
+}
+
+#[test]
+fn push_pop_in_order_and_full_hands_the_value_back() {
+    let (mut tx, mut rx) = Ring::new(4);
+    for i in 0..4 {
+        tx.try_push(i).unwrap();
+    }
+    assert_eq!(tx.try_push(99), Err(PushError::Full(99)));
+    assert_eq!(tx.len(), 4);
+    assert_eq!(rx.len(), 4);
+    assert_eq!(rx.peek(), Some(&0));
+    for i in 0..4 {
+        assert_eq!(rx.try_pop(), Some(i));
+    }
+    assert_eq!(rx.try_pop(), None);
+    assert_eq!(rx.peek(), None);
+    assert!(rx.is_empty());
+}
+
+#[test]
+fn wraps_around_many_times() {
+    let (mut tx, mut rx) = Ring::new(4);
+    let rounds = if cfg!(miri) { 50 } else { 10_000 };
+    for i in 0..rounds {
+        tx.try_push(i).unwrap();
+        tx.try_push(i + 1).unwrap();
+        tx.try_push(i + 2).unwrap();
+        assert_eq!(rx.try_pop(), Some(i));
+        assert_eq!(rx.try_pop(), Some(i + 1));
+        assert_eq!(rx.try_pop(), Some(i + 2));
+    }
+}
+
+#[test]
+fn batches_stop_at_capacity_and_commit_once() {
+    let (mut tx, mut rx) = Ring::new(8);
+    assert_eq!(tx.push_slice(&[1, 2, 3]), 3);
+    let mut more = 4..20;
+    assert_eq!(tx.push_iter(&mut more), 5);
+    // The iterator was not advanced past the last pushed item.
+    assert_eq!(more.next(), Some(9));
+    assert_eq!(tx.push_slice(&[0]), 0);
+    let mut got = Vec::new();
+    assert_eq!(rx.pop_batch(6, |v| got.push(v)), 6);
+    assert_eq!(got, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(rx.pop_batch(100, |v| got.push(v)), 2);
+    assert_eq!(rx.pop_batch(100, |v| got.push(v)), 0);
+    assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+#[test]
+fn abandonment_is_seen_from_both_sides() {
+    let (tx, rx) = Ring::<u32>::new(2);
+    assert!(!tx.is_abandoned());
+    drop(rx);
+    assert!(tx.is_abandoned());
+
+    let (mut tx, mut rx) = Ring::new(2);
+    tx.try_push(7).unwrap();
+    drop(tx);
+    assert!(rx.is_abandoned());
+    // Values pushed before the producer went are still delivered.
+    assert_eq!(rx.try_pop(), Some(7));
+    assert_eq!(rx.pop(&mut Backoff::new()), Err(PopError::Abandoned));
+}
+
+#[test]
+fn items_left_in_the_ring_are_dropped_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = Ring::new(8);
+    for i in 0..6 {
+        tx.try_push(counted(i, &drops)).unwrap();
+    }
+    drop(rx.try_pop());
+    assert_eq!(drops.load(Ordering::Relaxed), 1);
+    drop(tx);
+    assert_eq!(drops.load(Ordering::Relaxed), 1);
+    drop(rx);
+    assert_eq!(drops.load(Ordering::Relaxed), 6);
+}
+
+#[test]
+fn items_left_after_wrap_around_are_dropped_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = Ring::new(4);
+    for i in 0..3 {
+        tx.try_push(counted(i, &drops)).unwrap();
+    }
+    drop(rx.try_pop());
+    drop(rx.try_pop());
+    for i in 3..6 {
+        tx.try_push(counted(i, &drops)).unwrap();
+    }
+    // Slots now wrap: head=2, tail=6.
+    drop(rx);
+    assert_eq!(drops.load(Ordering::Relaxed), 2);
+    drop(tx);
+    assert_eq!(drops.load(Ordering::Relaxed), 6);
+}
+
+#[test]
+fn zero_sized_types_work() {
+    let (mut tx, mut rx) = Ring::<()>::new(4);
+    assert_eq!(tx.push_slice(&[(), (), (), (), ()]), 4);
+    assert_eq!(tx.try_push(()), Err(PushError::Full(())));
+    assert_eq!(rx.try_pop(), Some(()));
+    assert_eq!(rx.pop_batch(10, |()| {}), 3);
+    assert_eq!(rx.try_pop(), None);
+}
+
+/// A zero-sized type with a `Drop` that counts into a static.
+static ZST_DROPS: AtomicUsize = AtomicUsize::new(0);
+struct ZstDrop;
+impl Drop for ZstDrop {
+    fn drop(&mut self) {
+        ZST_DROPS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn zero_sized_types_with_drop_are_dropped_exactly_once() {
+    let (mut tx, mut rx) = Ring::new(4);
+    for _ in 0..3 {
+        assert!(tx.try_push(ZstDrop).is_ok());
+    }
+    drop(rx.try_pop());
+    assert_eq!(ZST_DROPS.load(Ordering::Relaxed), 1);
+    drop((tx, rx));
+    assert_eq!(ZST_DROPS.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn a_panic_in_the_pop_closure_does_not_corrupt_the_ring() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = Ring::new(8);
+    for i in 0..5 {
+        tx.try_push(counted(i, &drops)).unwrap();
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        rx.pop_batch(5, |v| {
+            if v.value == 2 {
+                panic!("user closure fails on 2");
+            }
+        });
+    }));
+    assert!(result.is_err());
+    // 0, 1 and 2 were handed out (and dropped); 3 and 4 remain, in order.
+    assert_eq!(drops.load(Ordering::Relaxed), 3);
+    assert_eq!(rx.len(), 2);
+    assert_eq!(rx.try_pop().map(|v| v.value), Some(3));
+    assert_eq!(rx.try_pop().map(|v| v.value), Some(4));
+    assert_eq!(drops.load(Ordering::Relaxed), 5);
+    tx.try_push(counted(5, &drops)).unwrap();
+    assert_eq!(rx.try_pop().map(|v| v.value), Some(5));
+}
+
+#[test]
+fn a_panic_in_the_push_iterator_keeps_what_was_pushed() {
+    let (mut tx, mut rx) = Ring::new(8);
+    let mut n = 0;
+    let mut failing = std::iter::from_fn(|| {
+        n += 1;
+        if n == 4 {
+            panic!("iterator fails on its fourth item");
+        }
+        Some(n)
+    });
+    let result = catch_unwind(AssertUnwindSafe(|| tx.push_iter(&mut failing)));
+    assert!(result.is_err());
+    assert_eq!(rx.len(), 3);
+    let mut got = Vec::new();
+    rx.pop_batch(8, |v| got.push(v));
+    assert_eq!(got, [1, 2, 3]);
+}
+
+/// Drops of a value whose `Drop` panics, counted, to check the ring's own drop survives one.
+struct PanicOnDrop {
+    panic: bool,
+    drops: Arc<AtomicUsize>,
+}
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+        if self.panic {
+            panic!("user Drop panics");
+        }
+    }
+}
+
+#[test]
+fn a_panic_in_a_user_drop_still_drops_the_rest() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, rx) = Ring::new(4);
+    for i in 0..4 {
+        let v = PanicOnDrop {
+            panic: i == 1,
+            drops: Arc::clone(&drops),
+        };
+        assert!(tx.try_push(v).is_ok());
+    }
+    drop(rx);
+    let result = catch_unwind(AssertUnwindSafe(move || drop(tx)));
+    assert!(result.is_err());
+    assert_eq!(drops.load(Ordering::Relaxed), 4);
+}
+
+#[test]
+fn timeouts_return_the_value_or_empty() {
+    let (mut tx, mut rx) = Ring::new(1);
+    let mut idle = Backoff::new();
+    tx.try_push(1).unwrap();
+    assert_eq!(
+        tx.push_timeout(2, Duration::from_millis(5), &mut idle),
+        Err(PushError::Full(2))
+    );
+    assert_eq!(rx.pop_timeout(Duration::from_millis(5), &mut idle), Ok(1));
+    assert_eq!(
+        rx.pop_timeout(Duration::from_millis(5), &mut idle),
+        Err(PopError::Empty)
+    );
+    drop(rx);
+    tx.try_push(3).unwrap();
+    assert_eq!(tx.push(4, &mut idle), Err(PushError::Abandoned(4)));
+}
+
+#[test]
+fn latest_keeps_only_the_newest_and_counts_conflations() {
+    let (mut tx, mut rx) = Latest::new();
+    assert_eq!(rx.read(), None);
+    let mut conflated = 0;
+    for i in 0..10 {
+        conflated += usize::from(tx.write(i));
+    }
+    assert_eq!(conflated, 9);
+    assert_eq!(rx.read(), Some(9));
+    assert_eq!(rx.read(), None);
+    assert!(!tx.write(10));
+    assert_eq!(rx.read(), Some(10));
+    drop(tx);
+    assert!(rx.is_abandoned());
+}
+
+#[test]
+fn latest_drops_every_value_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = Latest::new();
+    for i in 0..5 {
+        tx.write(counted(i, &drops));
+    }
+    let newest = rx.read().map(|v| v.value);
+    assert_eq!(newest, Some(4));
+    tx.write(counted(5, &drops));
+    drop((tx, rx));
+    assert_eq!(drops.load(Ordering::Relaxed), 6);
+}
+
+/// Moves `n` sequence numbers between two threads through a small ring and checks order and
+/// completeness. Blocking ops with a timeout keep it bounded: a lost item fails, never hangs.
+fn stress(n: u64, batch: bool, make_idle: fn() -> Park) {
+    let (mut tx, mut rx) = Ring::new(1024);
+    let mut consumer_idle = make_idle();
+    tx.notify_on_push(consumer_idle.doorbell().map(|d| d as _));
+    let mut producer_idle = make_idle();
+    rx.notify_on_pop(producer_idle.doorbell().map(|d| d as _));
+    let limit = Duration::from_secs(60);
+    let producer = std::thread::spawn(move || {
+        if batch {
+            let mut next = 0..n;
+            while next.start < n {
+                if tx.push_iter(&mut next.by_ref().take(64)) == 0 {
+                    producer_idle.idle(0);
+                } else {
+                    producer_idle.reset();
+                }
+            }
+        } else {
+            for i in 0..n {
+                tx.push_timeout(i, limit, &mut producer_idle)
+                    .expect("stress producer timed out: consumer stuck");
+            }
+        }
+    });
+    let mut expected = 0;
+    if batch {
+        while expected < n {
+            let got = rx.pop_batch(64, |v| {
+                assert_eq!(v, expected, "out of order");
+                expected += 1;
+            });
+            if got == 0 {
+                if rx.is_abandoned() && rx.is_empty() {
+                    break;
+                }
+                consumer_idle.idle(0);
+            } else {
+                consumer_idle.reset();
+            }
+        }
+    } else {
+        while expected < n {
+            let v = rx
+                .pop_timeout(limit, &mut consumer_idle)
+                .expect("stress consumer timed out: producer stuck");
+            assert_eq!(v, expected, "out of order");
+            expected += 1;
+        }
+    }
+    assert_eq!(expected, n, "items were lost");
+    producer.join().expect("producer panicked");
+    assert_eq!(rx.try_pop(), None, "items were duplicated");
+}
+
+fn stress_count() -> u64 {
+    if cfg!(miri) {
+        2_000
+    } else {
+        10_000_000
+    }
+}
+
+#[test]
+fn stress_ten_million_in_order_single_items() {
+    stress(stress_count(), false, Park::new);
+}
+
+#[test]
+fn stress_ten_million_in_order_batches() {
+    stress(stress_count(), true, Park::new);
+}
+
+#[test]
+fn park_sleeps_and_is_woken_by_the_producer() {
+    let (mut tx, mut rx) = Ring::<u32>::new(4);
+    let mut idle = Park::new();
+    let bell = idle.doorbell().expect("park has a doorbell");
+    tx.notify_on_push(Some(bell.clone() as _));
+    let consumer = std::thread::spawn(move || {
+        let v = rx
+            .pop_timeout(Duration::from_secs(30), &mut idle)
+            .expect("woken with a value");
+        (v, rx)
+    });
+    // Give the consumer time to reach its sleep, then push once.
+    std::thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 50 }));
+    tx.try_push(42).unwrap();
+    let (v, _rx) = consumer.join().expect("consumer panicked");
+    assert_eq!(v, 42);
+}
+
+#[test]
+fn no_wake_up_is_paid_while_the_consumer_spins() {
+    let (mut tx, mut rx) = Ring::<u32>::new(64);
+    let bell = Arc::new(crate::wait::Doorbell::new());
+    tx.notify_on_push(Some(bell.clone() as _));
+    for i in 0..32 {
+        tx.try_push(i).unwrap();
+        assert_eq!(rx.try_pop(), Some(i));
+    }
+    assert_eq!(bell.wakeups(), 0);
+    bell.arm();
+    tx.try_push(1).unwrap();
+    assert_eq!(bell.wakeups(), 1);
+    tx.try_push(2).unwrap();
+    assert_eq!(bell.wakeups(), 1, "only the first push after arming rings");
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Push,
+    PushSlice(u8),
+    Pop,
+    PopBatch(u8),
+    Peek,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        Just(Op::Push),
+        (0u8..20).prop_map(Op::PushSlice),
+        Just(Op::Pop),
+        (0u8..20).prop_map(Op::PopBatch),
+        Just(Op::Peek),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 256 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random sequences of single and batch operations behave like a bounded `VecDeque`, and
+    /// every value is dropped exactly once.
+    #[test]
+    fn behaves_like_a_bounded_vecdeque(cap_log in 0u32..5, ops in prop::collection::vec(op(), 0..200)) {
+        let capacity = 1usize << cap_log;
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut created = 0usize;
+        let (mut tx, mut rx) = Ring::new(capacity);
+        let mut model: VecDeque<u64> = VecDeque::new();
+        let mut next = 0u64;
+        for op in ops {
+            match op {
+                Op::Push => {
+                    let v = counted(next, &drops);
+                    created += 1;
+                    match tx.try_push(v) {
+                        Ok(()) => { model.push_back(next); }
+                        Err(PushError::Full(v)) => {
+                            prop_assert_eq!(model.len(), capacity);
+                            prop_assert_eq!(v.value, next);
+                        }
+                        Err(PushError::Abandoned(_)) => prop_assert!(false, "try_push never abandons"),
+                    }
+                    next += 1;
+                }
+                Op::PushSlice(n) => {
+                    let items: Vec<Counted> = (0..u64::from(n)).map(|i| counted(next + i, &drops)).collect();
+                    created += items.len() * 2; // the originals and their clones
+                    let pushed = tx.push_slice(&items);
+                    prop_assert_eq!(pushed, usize::from(n).min(capacity - model.len()));
+                    for i in 0..pushed as u64 { model.push_back(next + i); }
+                    next += u64::from(n);
+                    // Clones not pushed were never made: count them as dropped already.
+                    created -= usize::from(n) - pushed;
+                }
+                Op::Pop => {
+                    prop_assert_eq!(rx.try_pop().map(|v| v.value), model.pop_front());
+                }
+                Op::PopBatch(n) => {
+                    let mut got = Vec::new();
+                    let popped = rx.pop_batch(usize::from(n), |v| got.push(v.value));
+                    prop_assert_eq!(popped, got.len());
+                    let want: Vec<u64> = (0..popped).filter_map(|_| model.pop_front()).collect();
+                    prop_assert_eq!(got, want);
+                    prop_assert!(popped == usize::from(n) || model.is_empty());
+                }
+                Op::Peek => {
+                    prop_assert_eq!(rx.peek().map(|v| v.value), model.front().copied());
+                }
+            }
+            prop_assert_eq!(rx.len(), model.len());
+            prop_assert_eq!(tx.len(), model.len());
+        }
+        drop(tx);
+        drop(rx);
+        prop_assert_eq!(drops.load(Ordering::Relaxed), created);
+    }
+}

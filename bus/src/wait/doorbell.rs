@@ -1,0 +1,120 @@
+//! The doorbell: a sleeping thread's lazy wake-up.
+//!
+//! The waiter *arms* the bell (a `Relaxed` store of `armed`, then a `SeqCst` fence), polls its
+//! queues once more, and only then sleeps. A producer, after publishing with its `Release`
+//! store, issues a `SeqCst` fence and loads `armed`. This is the store-buffering pattern with a
+//! `SeqCst` fence on each side: the fences are totally ordered, so either the producer's load
+//! sees `armed` (and it rings), or the waiter's re-poll sees the producer's item (and it does not
+//! sleep). No wake-up is lost, and a producer whose consumer is spinning pays a fence and a load
+//! of a line that nobody writes: no lock, no system call. Checked by the loom models in
+//! `ring::loom_models`.
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::ring::Notify;
+use crate::sync::{fence, lock, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+
+/// A lazy wake-up for one sleeping thread, rung by any number of producers.
+#[derive(Debug)]
+pub struct Doorbell {
+    /// True from `arm` until the waiter wakes or a ringer claims the wake-up.
+    armed: CachePadded<AtomicBool>,
+    /// True when rung and not yet consumed by `sleep`.
+    rung: Mutex<bool>,
+    bell: Condvar,
+    /// How many rings took the slow path (lock and notify). Written by ringers.
+    wakeups: AtomicU64,
+}
+
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Doorbell {
+    /// A silent doorbell.
+    pub fn new() -> Self {
+        Doorbell {
+            armed: CachePadded::new(AtomicBool::new(false)),
+            rung: Mutex::new(false),
+            bell: Condvar::new(),
+            wakeups: AtomicU64::new(0),
+        }
+    }
+
+    /// Announces that the waiter is about to sleep. The waiter must poll its queues once more
+    /// after this and before [`sleep`](Self::sleep).
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Withdraws the announcement (the re-poll found work).
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::Relaxed);
+    }
+
+    /// Sleeps until rung, or until `timeout` passes. Returns early if a ring came after `arm`.
+    /// Spurious returns are possible; the caller polls again either way.
+    pub fn sleep(&self, timeout: Option<Duration>) {
+        let mut rung = lock(&self.rung);
+        if !*rung {
+            rung = match timeout {
+                None => self
+                    .bell
+                    .wait(rung)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                #[cfg(not(loom))]
+                Some(t) => {
+                    self.bell
+                        .wait_timeout(rung, t)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+                // Loom models no time; its models never pass a timeout.
+                #[cfg(loom)]
+                Some(_) => self
+                    .bell
+                    .wait(rung)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            };
+        }
+        *rung = false;
+        drop(rung);
+        self.armed.store(false, Ordering::Relaxed);
+    }
+
+    /// Wakes the waiter if it has armed the bell; otherwise costs a fence and a load. Call after
+    /// publishing what the waiter waits for.
+    #[inline]
+    pub fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Relaxed) {
+            self.ring_slow();
+        }
+    }
+
+    #[cold]
+    fn ring_slow(&self) {
+        let mut rung = lock(&self.rung);
+        *rung = true;
+        drop(rung);
+        self.bell.notify_one();
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times a ring found the waiter armed and woke it (took the lock and notified).
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
+    }
+}
+
+impl Notify for Doorbell {
+    #[inline]
+    fn notify(&self) {
+        self.ring();
+    }
+}

@@ -1,0 +1,215 @@
+//! Idle strategies and core pinning: how a thread waits when it has nothing to do, and where it
+//! runs. This layer knows nothing of rings.
+//!
+//! The contract follows Agrona's `IdleStrategy`: after each round of polling the caller reports
+//! how much work the round did; with work the strategy resets, without work it decides how to
+//! wait, getting lazier the longer nothing arrives.
+//!
+//! - [`BusySpin`]: `spin_loop` hints only; the lowest latency, for a thread with a core of its own.
+//! - [`Backoff`]: spin, then yield (`crossbeam_utils::Backoff`). The default: microsecond wake-up,
+//!   and it leaves the core to other threads when idle.
+//! - [`Park`]: spin, then yield, then sleep on a [`Doorbell`] that producers ring; they make no
+//!   system call unless the thread has announced that it sleeps.
+
+mod doorbell;
+mod pin;
+
+use std::time::{Duration, Instant};
+
+pub use doorbell::Doorbell;
+pub use pin::{online_cores, pin_to_core, PinError};
+
+/// How a polling thread waits when a round of polling found nothing to do.
+pub trait IdleStrategy: Send {
+    /// Called after each round of polling with how much work the round did: `0` means nothing
+    /// was there, and the strategy waits; anything else resets it.
+    fn idle(&mut self, work_count: usize);
+
+    /// Like [`idle`](Self::idle), but never sleeps past `deadline` (a strategy that sleeps cuts
+    /// its sleep short; the others ignore it, since they return within microseconds).
+    fn idle_until(&mut self, work_count: usize, deadline: Instant) {
+        let _ = deadline;
+        self.idle(work_count);
+    }
+
+    /// Forgets any waiting progress, as if work had just arrived.
+    fn reset(&mut self);
+
+    /// The doorbell that producers must ring to wake this strategy from its sleep, if it sleeps.
+    fn doorbell(&self) -> Option<std::sync::Arc<Doorbell>> {
+        None
+    }
+
+    /// True if this strategy never gives up its core (two of these pinned to one core starve).
+    fn is_busy_spin(&self) -> bool {
+        false
+    }
+}
+
+/// Spins with `spin_loop` hints and never gives the core away.
+///
+/// The lowest wake-up latency; use it only on a thread pinned to a core of its own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BusySpin;
+
+impl IdleStrategy for BusySpin {
+    #[inline]
+    fn idle(&mut self, work_count: usize) {
+        if work_count == 0 {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn reset(&mut self) {}
+
+    fn is_busy_spin(&self) -> bool {
+        true
+    }
+}
+
+/// Spins, then yields the thread: `crossbeam_utils::Backoff`'s `snooze` (2^step spins for steps
+/// 0..=6, then `yield_now`). The default strategy.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    backoff: crossbeam_utils::Backoff,
+}
+
+impl Backoff {
+    /// A fresh backoff.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl IdleStrategy for Backoff {
+    #[inline]
+    fn idle(&mut self, work_count: usize) {
+        if work_count == 0 {
+            self.backoff.snooze();
+        } else {
+            self.backoff.reset();
+        }
+    }
+
+    fn reset(&mut self) {
+        self.backoff.reset();
+    }
+}
+
+/// Spins, then yields, then sleeps on a [`Doorbell`] until a producer rings it (or
+/// `max_sleep`, or the caller's deadline, passes).
+///
+/// Sleeping is a two-step handshake so that no wake-up is lost: the first idle round after the
+/// backoff is exhausted only *arms* the doorbell (announces the sleep); the caller polls once
+/// more, and only if that round also finds nothing does the next `idle` sleep. A producer that
+/// publishes after the announcement sees it and rings; one that published before is seen by the
+/// extra poll. Producers find the doorbell through [`IdleStrategy::doorbell`].
+#[derive(Debug)]
+pub struct Park {
+    backoff: crossbeam_utils::Backoff,
+    doorbell: std::sync::Arc<Doorbell>,
+    armed: bool,
+    max_sleep: Option<Duration>,
+}
+
+impl Default for Park {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Park {
+    /// A park strategy with its own doorbell that sleeps until rung.
+    pub fn new() -> Self {
+        Park {
+            backoff: crossbeam_utils::Backoff::new(),
+            doorbell: std::sync::Arc::new(Doorbell::new()),
+            armed: false,
+            max_sleep: None,
+        }
+    }
+
+    /// Never sleeps longer than `max_sleep` at a time, even if nobody rings.
+    pub fn with_max_sleep(mut self, max_sleep: Duration) -> Self {
+        self.max_sleep = Some(max_sleep);
+        self
+    }
+
+    fn idle_inner(&mut self, work_count: usize, deadline: Option<Instant>) {
+        if work_count > 0 {
+            self.reset();
+        } else if self.armed {
+            // Armed, and the caller polled again and found nothing: sleep. `sleep` disarms.
+            let mut limit = self.max_sleep;
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                limit = Some(limit.map_or(left, |l| l.min(left)));
+            }
+            self.doorbell.sleep(limit);
+            self.armed = false;
+        } else if self.backoff.is_completed() {
+            self.doorbell.arm();
+            self.armed = true;
+        } else {
+            self.backoff.snooze();
+        }
+    }
+}
+
+impl IdleStrategy for Park {
+    fn idle(&mut self, work_count: usize) {
+        self.idle_inner(work_count, None);
+    }
+
+    fn idle_until(&mut self, work_count: usize, deadline: Instant) {
+        self.idle_inner(work_count, Some(deadline));
+    }
+
+    fn reset(&mut self) {
+        if self.armed {
+            self.doorbell.disarm();
+            self.armed = false;
+        }
+        self.backoff.reset();
+    }
+
+    fn doorbell(&self) -> Option<std::sync::Arc<Doorbell>> {
+        Some(std::sync::Arc::clone(&self.doorbell))
+    }
+}
+
+impl<S: IdleStrategy + ?Sized> IdleStrategy for &mut S {
+    fn idle(&mut self, work_count: usize) {
+        (**self).idle(work_count)
+    }
+    fn idle_until(&mut self, work_count: usize, deadline: Instant) {
+        (**self).idle_until(work_count, deadline)
+    }
+    fn reset(&mut self) {
+        (**self).reset()
+    }
+    fn doorbell(&self) -> Option<std::sync::Arc<Doorbell>> {
+        (**self).doorbell()
+    }
+    fn is_busy_spin(&self) -> bool {
+        (**self).is_busy_spin()
+    }
+}
+
+impl IdleStrategy for Box<dyn IdleStrategy> {
+    fn idle(&mut self, work_count: usize) {
+        (**self).idle(work_count)
+    }
+    fn idle_until(&mut self, work_count: usize, deadline: Instant) {
+        (**self).idle_until(work_count, deadline)
+    }
+    fn reset(&mut self) {
+        (**self).reset()
+    }
+    fn doorbell(&self) -> Option<std::sync::Arc<Doorbell>> {
+        (**self).doorbell()
+    }
+    fn is_busy_spin(&self) -> bool {
+        (**self).is_busy_spin()
+    }
+}
