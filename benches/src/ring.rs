@@ -175,6 +175,7 @@ type RoundFn = fn(&Pinning, &Plan, &mut Collector);
 
 /// Every implementation, in table order.
 const CONTENDERS: &[RoundFn] = &[
+    run_round::<Llbus>,
     run_round::<Rtrb>,
     run_round::<ArrayQueue>,
     run_round::<ChannelSpin>,
@@ -307,6 +308,52 @@ fn targets(figures: &[crate::harness::Figure]) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Adapters. Spinning waits call `spin.tick()` after each failed attempt.
+
+/// The llbus SPSC ring.
+#[derive(Debug)]
+struct Llbus;
+
+impl Contender for Llbus {
+    const NAME: &'static str = "llbus";
+    const NO_BATCH: Option<&'static str> = None;
+    type Tx = llbus::Producer<u64>;
+    type Rx = llbus::Consumer<u64>;
+    fn queue(capacity: usize) -> (Self::Tx, Self::Rx) {
+        llbus::Ring::new(capacity)
+    }
+}
+
+impl Sender for llbus::Producer<u64> {
+    #[inline]
+    fn send(&mut self, v: u64, spin: &mut Spin) -> Result<(), Stuck> {
+        while self.try_push(v).is_err() {
+            spin.tick()?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn send_batch(&mut self, items: &[u64]) -> usize {
+        self.push_slice(items)
+    }
+}
+
+impl Receiver for llbus::Consumer<u64> {
+    #[inline]
+    fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
+        loop {
+            if let Some(v) = self.try_pop() {
+                return Ok(v);
+            }
+            spin.tick()?;
+        }
+    }
+
+    #[inline]
+    fn recv_batch(&mut self, max: usize, f: impl FnMut(u64)) -> usize {
+        self.pop_batch(max, f)
+    }
+}
 
 /// rtrb's ring buffer.
 #[derive(Debug)]
