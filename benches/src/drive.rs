@@ -8,7 +8,8 @@
 //! - [`round_trip`]: thread A (core 0) takes a timestamp, sends a counter to thread B
 //!   (core 1) over the first queue, B echoes it over the second, A reads the clock again and
 //!   records the difference in an HDR histogram made before the loop. The first
-//!   `warmup` round trips are not recorded. A checks that the echo is the value it sent.
+//!   `warmup` round trips (at most a tenth of the time cap) are not recorded. A checks that
+//!   the echo is the value it sent.
 //! - [`stream`]: thread A sends `0, 1, 2, ...` one at a time (or in batches), thread B
 //!   receives them and checks the sequence; throughput is items received divided by the time
 //!   from A's first send to B's last receive.
@@ -96,11 +97,12 @@ impl fmt::Display for Failure {
 /// Sizes and time limits of one round trip measurement.
 #[derive(Debug, Clone, Copy)]
 pub struct RttPlan {
-    /// Round trips run first and not recorded.
+    /// Round trips run first and not recorded (stopping early at a tenth of `soft_cap`).
     pub warmup: u64,
     /// Round trips recorded.
     pub samples: u64,
-    /// Stop recording after this long (the result says so).
+    /// Stop recording after this long, counted from the end of the warm-up (the result says
+    /// so).
     pub soft_cap: Duration,
     /// Give up with [`Failure::Stuck`] after this long.
     pub hard_cap: Duration,
@@ -149,26 +151,40 @@ where
             let mut histogram = latency_histogram();
             let mut spin = Spin::until(hard);
             start_together(&ready, hard).map_err(|_| Failure::Stuck("ping thread at start"))?;
-            let soft = Instant::now() + plan.soft_cap;
             let stuck = |_| Failure::Stuck("ping thread");
-            let mut capped = false;
+            let corrupt = |expected, got| Failure::Corrupt {
+                side: "ping thread",
+                expected,
+                got,
+            };
             // Values start at 1: the floor's one-slot "queue" reads 0 as empty.
-            for i in 1..=plan.warmup + plan.samples {
+            let mut i = 0u64;
+            // Warm-up, limited to a tenth of the time cap so a slow channel keeps its samples.
+            let warm_end = Instant::now() + plan.soft_cap / 10;
+            while i < plan.warmup {
+                i += 1;
+                tx.send(i, &mut spin).map_err(stuck)?;
+                let v = rx.recv(&mut spin).map_err(stuck)?;
+                if v != i {
+                    return Err(corrupt(i, v));
+                }
+                if i % 256 == 0 && Instant::now() >= warm_end {
+                    break;
+                }
+            }
+            let soft = Instant::now() + plan.soft_cap;
+            let mut capped = false;
+            for n in 1..=plan.samples {
+                i += 1;
                 let t0 = Instant::now();
                 tx.send(i, &mut spin).map_err(stuck)?;
                 let v = rx.recv(&mut spin).map_err(stuck)?;
                 let t1 = Instant::now();
                 if v != i {
-                    return Err(Failure::Corrupt {
-                        side: "ping thread",
-                        expected: i,
-                        got: v,
-                    });
+                    return Err(corrupt(i, v));
                 }
-                if i > plan.warmup {
-                    histogram.saturating_record(t1.saturating_duration_since(t0).as_nanos() as u64);
-                }
-                if i % 1024 == 0 && t1 >= soft {
+                histogram.saturating_record(t1.saturating_duration_since(t0).as_nanos() as u64);
+                if n % 256 == 0 && n < plan.samples && t1 >= soft {
                     capped = true;
                     break;
                 }

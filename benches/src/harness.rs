@@ -457,6 +457,10 @@ struct Entry {
     unit: &'static str,
     values: Vec<f64>,
     notes: Vec<String>,
+    /// Rounds cut short by a time cap, and the smallest count such a round reached.
+    cut_short: usize,
+    fewest: u64,
+    counted: &'static str,
 }
 
 impl Collector {
@@ -487,6 +491,9 @@ impl Collector {
                     unit,
                     values: Vec::new(),
                     notes: Vec::new(),
+                    cut_short: 0,
+                    fewest: u64::MAX,
+                    counted: "",
                 });
                 self.entries.len() - 1
             }
@@ -520,6 +527,21 @@ impl Collector {
         }
     }
 
+    /// Records that a time cap cut this round short after `count` `counted` (samples, items).
+    pub fn cut_short(
+        &mut self,
+        implementation: &'static str,
+        case: &'static str,
+        unit: &'static str,
+        count: u64,
+        counted: &'static str,
+    ) {
+        let e = self.entry(implementation, case, unit);
+        e.cut_short += 1;
+        e.fewest = e.fewest.min(count);
+        e.counted = counted;
+    }
+
     /// The median of each (implementation, case) over its rounds.
     pub fn figures(&self) -> Vec<Figure> {
         self.entries
@@ -530,7 +552,19 @@ impl Collector {
                 implementation: e.implementation,
                 value: median(&e.values),
                 unit: e.unit,
-                note: (!e.notes.is_empty()).then(|| e.notes.join("; ")),
+                note: {
+                    let mut notes = e.notes.clone();
+                    if e.cut_short > 0 {
+                        notes.push(format!(
+                            "time cap cut {} of {} rounds short (fewest: {} {})",
+                            e.cut_short,
+                            e.values.len(),
+                            e.fewest,
+                            e.counted
+                        ));
+                    }
+                    (!notes.is_empty()).then(|| notes.join("; "))
+                },
                 rounds: e.values.len(),
             })
             .collect()
@@ -839,8 +873,14 @@ mod tests {
         }
         c.note("std-mpsc", "throughput_batch", "msgs/s", "no batch API");
         c.note("std-mpsc", "throughput_batch", "msgs/s", "no batch API");
+        c.cut_short("rtrb", "rtt_p50", "ns", 500, "samples");
+        c.cut_short("rtrb", "rtt_p50", "ns", 300, "samples");
         let figs = c.figures();
         assert_eq!(figs.len(), 2);
+        assert_eq!(
+            figs[0].note.as_deref(),
+            Some("time cap cut 2 of 3 rounds short (fewest: 300 samples)")
+        );
         assert_eq!(figs[0].value, Some(20.0));
         assert_eq!(figs[0].rounds, 3);
         assert_eq!(figs[1].value, None);
@@ -849,7 +889,7 @@ mod tests {
         let table = render_table(&figs);
         assert!(table.contains("rtt_p50 (ns)"), "{table}");
         assert!(
-            table.contains("[1] std-mpsc throughput_batch: no batch API"),
+            table.contains("[2] std-mpsc throughput_batch: no batch API"),
             "{table}"
         );
     }

@@ -122,18 +122,16 @@ fn run_round<C: Contender>(pinning: &Pinning, plan: &Plan, out: &mut Collector) 
     let (echo_tx, ping_rx) = C::queue(CAPACITY);
     let cases = ["rtt_p50", "rtt_p99", "rtt_p999", "rtt_max"];
     match round_trip(pinning, (ping_tx, ping_rx), (echo_rx, echo_tx), plan.rtt) {
+        Ok(o) if o.histogram.is_empty() => out.note(name, "rtt_p50", "ns", "no samples"),
         Ok(o) => {
             let p = Percentiles::of(&o.histogram);
             for (case, v) in cases.iter().zip([p.p50, p.p99, p.p999, p.max]) {
                 out.add(name, case, "ns", v as f64);
             }
             if o.capped {
-                let note = "hit the per-round time cap: fewer samples than planned";
-                out.note(name, "rtt_p50", "ns", note);
-                eprintln!(
-                    "  {name}: round trip capped at {} samples",
-                    o.histogram.len()
-                );
+                // One footnote for the four figures of the one histogram.
+                let n = o.histogram.len();
+                out.cut_short(name, "rtt_p50", "ns", n, "round trips");
             }
         }
         Err(e) => {
@@ -158,9 +156,7 @@ fn run_round<C: Contender>(pinning: &Pinning, plan: &Plan, out: &mut Collector) 
             Ok(o) => {
                 out.add(name, case, "msgs/s", o.per_sec);
                 if o.capped {
-                    let note = "hit the per-round time cap: fewer items than planned";
-                    out.note(name, case, "msgs/s", note);
-                    eprintln!("  {name}: {case} capped at {} items", o.items);
+                    out.cut_short(name, case, "msgs/s", o.items, "items");
                 }
             }
             Err(e) => {
