@@ -250,13 +250,14 @@ impl Pinning {
     }
 
     fn pin(&self, which: usize) {
-        if self.enabled && !pin_current(CORES[which]) {
-            if !self.failed_later.swap(true, Ordering::Relaxed) {
-                eprintln!(
-                    "WARNING: could not pin a thread to core {}; it runs unpinned",
-                    CORES[which]
-                );
-            }
+        if self.enabled
+            && !pin_current(CORES[which])
+            && !self.failed_later.swap(true, Ordering::Relaxed)
+        {
+            eprintln!(
+                "WARNING: could not pin a thread to core {}; it runs unpinned",
+                CORES[which]
+            );
         }
     }
 }

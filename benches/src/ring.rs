@@ -33,8 +33,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, find, human, print_figures, round_order, secs, Args, Collector, Percentiles,
-    Pinning, Spin, Stuck,
+    clock_cost_ns, find, human, print_figures, round_order, secs, Args, Collector, Figure,
+    Percentiles, Pinning, Spin, Stuck,
 };
 
 /// Slots in every queue.
@@ -242,53 +242,66 @@ pub fn run(args: &Args, pinning: &Pinning) {
     );
 }
 
-/// The targets, as ratios within this run.
-fn targets(figures: &[crate::harness::Figure]) -> String {
-    let get = |imp: &str, case: &str| find(figures, imp, case);
-    let checks: [(&str, Option<f64>, Option<f64>, bool, f64); 5] = [
-        (
-            "rtt p50 llbus / floor",
-            get("llbus", "rtt_p50"),
-            get("floor", "rtt_p50"),
-            true,
-            1.05,
-        ),
-        (
-            "rtt p50 llbus / rtrb",
-            get("llbus", "rtt_p50"),
-            get("rtrb", "rtt_p50"),
-            true,
-            1.0,
-        ),
-        (
-            "rtt p99.9 llbus / rtrb",
-            get("llbus", "rtt_p999"),
-            get("rtrb", "rtt_p999"),
-            true,
-            1.0,
-        ),
-        (
-            "throughput single llbus / rtrb",
-            get("llbus", "throughput_single"),
-            get("rtrb", "throughput_single"),
-            false,
-            1.0,
-        ),
-        (
-            "throughput batch llbus / rtrb single",
-            get("llbus", "throughput_batch"),
-            get("rtrb", "throughput_single"),
-            false,
-            1.5,
-        ),
-    ];
+/// One of the targets: `num` / `den` compared with `limit`.
+struct Target {
+    what: &'static str,
+    num: (&'static str, &'static str),
+    den: (&'static str, &'static str),
+    at_most: bool,
+    limit: f64,
+}
+
+/// The targets, as ratios of figures of this run.
+const TARGETS: [Target; 5] = [
+    Target {
+        what: "rtt p50 llbus / floor",
+        num: ("llbus", "rtt_p50"),
+        den: ("floor", "rtt_p50"),
+        at_most: true,
+        limit: 1.05,
+    },
+    Target {
+        what: "rtt p50 llbus / rtrb",
+        num: ("llbus", "rtt_p50"),
+        den: ("rtrb", "rtt_p50"),
+        at_most: true,
+        limit: 1.0,
+    },
+    Target {
+        what: "rtt p99.9 llbus / rtrb",
+        num: ("llbus", "rtt_p999"),
+        den: ("rtrb", "rtt_p999"),
+        at_most: true,
+        limit: 1.0,
+    },
+    Target {
+        what: "throughput single llbus / rtrb",
+        num: ("llbus", "throughput_single"),
+        den: ("rtrb", "throughput_single"),
+        at_most: false,
+        limit: 1.0,
+    },
+    Target {
+        what: "throughput batch llbus / rtrb single",
+        num: ("llbus", "throughput_batch"),
+        den: ("rtrb", "throughput_single"),
+        at_most: false,
+        limit: 1.5,
+    },
+];
+
+/// The targets checked against `figures`, one line each.
+fn targets(figures: &[Figure]) -> String {
     let mut s = String::from("targets (ratios within this run):\n");
-    for (what, num, den, at_most, limit) in checks {
-        let op = if at_most { "<=" } else { ">=" };
+    for t in &TARGETS {
+        let op = if t.at_most { "<=" } else { ">=" };
+        let (what, limit) = (t.what, t.limit);
+        let num = find(figures, t.num.0, t.num.1);
+        let den = find(figures, t.den.0, t.den.1);
         match (num, den) {
             (Some(n), Some(d)) if d > 0.0 => {
                 let r = n / d;
-                let ok = if at_most { r <= limit } else { r >= limit };
+                let ok = if t.at_most { r <= limit } else { r >= limit };
                 let verdict = if ok { "met" } else { "MISSED" };
                 s.push_str(&format!(
                     "  {what:<38} {r:>6.3}  (target {op} {limit:.2})  {verdict}\n"
