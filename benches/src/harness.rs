@@ -9,8 +9,8 @@
 //!   return value (on this machine `core_affinity::get_core_ids()` from a pinned thread lists
 //!   only that thread's core, so it must not be used to pick the second core). If pinning
 //!   fails the run goes on unpinned and says so in its output.
-//! - [`round_order`] rotates the implementations so that each round runs every one of them
-//!   once, each starting the round in turn: slow drifts of a noisy machine then spread over
+//! - [`run_rounds`] runs the rounds: each runs every implementation once, in the rotating
+//!   order of [`round_order`], so that each starts a round in turn: slow drifts of a noisy machine then spread over
 //!   all of them instead of favouring whichever runs first.
 //! - [`Spin`] bounds every wait loop: it checks the clock every few thousand spins and gives
 //!   up with [`Stuck`] past its deadline, so a broken implementation ends with an error
@@ -363,6 +363,43 @@ pub fn spin_until(deadline: Instant, mut ready: impl FnMut() -> bool) -> Result<
 /// The order in which `n` implementations run in round `round`: rotated by one each round.
 pub fn round_order(n: usize, round: usize) -> Vec<usize> {
     (0..n).map(|i| (i + round) % n).collect()
+}
+
+/// Runs up to `rounds` rounds of `n` implementations: `run_one(i)` runs implementation `i`
+/// once, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
+/// once the time used plus the last round's time would pass `budget`. Returns the number of
+/// rounds run.
+pub fn run_rounds(
+    suite: &str,
+    n: usize,
+    rounds: usize,
+    budget: Duration,
+    mut run_one: impl FnMut(usize),
+) -> usize {
+    let started = Instant::now();
+    for round in 0..rounds {
+        let round_start = Instant::now();
+        for i in round_order(n, round) {
+            run_one(i);
+        }
+        let took = round_start.elapsed();
+        let elapsed = started.elapsed();
+        eprintln!(
+            "{suite}: round {}/{rounds} done in {} ({} total)",
+            round + 1,
+            secs(took),
+            secs(elapsed)
+        );
+        if round + 1 < rounds && elapsed + took > budget {
+            eprintln!(
+                "{suite}: stopping after {} rounds: another would pass the {} budget",
+                round + 1,
+                secs(budget)
+            );
+            return round + 1;
+        }
+    }
+    rounds
 }
 
 /// Median of `values` (mean of the two middle values for an even count); `None` if empty.
@@ -794,6 +831,19 @@ mod tests {
         assert!(Suite::All.includes(Suite::Ring));
         assert!(Suite::Ring.includes(Suite::Ring));
         assert!(!Suite::Bus.includes(Suite::Ring));
+    }
+
+    #[test]
+    fn rounds_run_everyone_and_stop_at_budget() {
+        let mut runs = Vec::new();
+        assert_eq!(
+            run_rounds("t", 3, 2, Duration::from_secs(60), |i| runs.push(i)),
+            2
+        );
+        assert_eq!(runs, vec![0, 1, 2, 1, 2, 0]);
+        let mut count = 0;
+        let done = run_rounds("t", 2, 5, Duration::ZERO, |_| count += 1);
+        assert_eq!((done, count), (1, 2));
     }
 
     #[test]

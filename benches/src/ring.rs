@@ -33,7 +33,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, find, human, print_figures, round_order, secs, Args, Collector, Figure,
+    clock_cost_ns, find, human, print_figures, run_rounds, secs, Args, Collector, Figure,
     Percentiles, Pinning, Spin, Stuck,
 };
 
@@ -207,29 +207,9 @@ pub fn run(args: &Args, pinning: &Pinning) {
         ),
     );
     let mut out = Collector::new(SUITE);
-    let mut rounds_done = 0;
-    for round in 0..plan.rounds {
-        let round_start = Instant::now();
-        for i in round_order(CONTENDERS.len(), round) {
-            CONTENDERS[i](pinning, &plan, &mut out);
-        }
-        rounds_done += 1;
-        let elapsed = started.elapsed();
-        eprintln!(
-            "ring: round {}/{} done in {} ({} total)",
-            round + 1,
-            plan.rounds,
-            secs(round_start.elapsed()),
-            secs(elapsed)
-        );
-        if round + 1 < plan.rounds && elapsed + round_start.elapsed() > plan.budget {
-            eprintln!(
-                "ring: stopping after {rounds_done} rounds: another would pass the {} budget",
-                secs(plan.budget)
-            );
-            break;
-        }
-    }
+    let rounds_done = run_rounds(SUITE, CONTENDERS.len(), plan.rounds, plan.budget, |i| {
+        CONTENDERS[i](pinning, &plan, &mut out);
+    });
     let figures = out.figures();
     print_figures(args, &figures);
     human(args, &targets(&figures));
