@@ -48,6 +48,7 @@ OPTIONS:
     --rounds N     number of rounds (each runs every implementation once, in
                    rotating order); figures are medians over rounds [default: 7]
     --quick        fewer rounds and samples: a smoke test, not a measurement
+    -v, --verbose  print every round's figures on stderr as they come
     -h, --help     print this text
 
 Run on an otherwise idle machine with at least two cores: threads spin.
@@ -94,6 +95,8 @@ pub struct Args {
     pub rounds: Option<usize>,
     /// Smaller sizes for a smoke test.
     pub quick: bool,
+    /// Print every round's figures on stderr as they come.
+    pub verbose: bool,
 }
 
 /// What the command line asks for.
@@ -130,6 +133,7 @@ impl Args {
         let mut json = false;
         let mut rounds = None;
         let mut quick = false;
+        let mut verbose = false;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let arg = arg.as_ref();
@@ -137,6 +141,7 @@ impl Args {
                 "-h" | "--help" => return Ok(Command::Help),
                 "--json" => json = true,
                 "--quick" => quick = true,
+                "-v" | "--verbose" => verbose = true,
                 "--rounds" => {
                     let value = args
                         .next()
@@ -166,6 +171,7 @@ impl Args {
             json,
             rounds,
             quick,
+            verbose,
         }))
     }
 }
@@ -365,22 +371,24 @@ pub fn round_order(n: usize, round: usize) -> Vec<usize> {
     (0..n).map(|i| (i + round) % n).collect()
 }
 
-/// Runs up to `rounds` rounds of `n` implementations: `run_one(i)` runs implementation `i`
-/// once, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
+/// Runs up to `rounds` rounds of `n` implementations: `run_one(out, i)` runs implementation
+/// `i` once and records into `out`, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
 /// once the time used plus the last round's time would pass `budget`. Returns the number of
 /// rounds run.
 pub fn run_rounds(
-    suite: &str,
+    out: &mut Collector,
     n: usize,
     rounds: usize,
     budget: Duration,
-    mut run_one: impl FnMut(usize),
+    mut run_one: impl FnMut(&mut Collector, usize),
 ) -> usize {
     let started = Instant::now();
+    let suite = out.suite;
     for round in 0..rounds {
+        out.round = round;
         let round_start = Instant::now();
         for i in round_order(n, round) {
-            run_one(i);
+            run_one(out, i);
         }
         let took = round_start.elapsed();
         let elapsed = started.elapsed();
@@ -485,6 +493,9 @@ pub struct Figure {
 #[derive(Debug)]
 pub struct Collector {
     suite: &'static str,
+    verbose: bool,
+    /// The round being run, set by [`run_rounds`].
+    round: usize,
     entries: Vec<Entry>,
 }
 
@@ -493,7 +504,8 @@ struct Entry {
     implementation: &'static str,
     case: &'static str,
     unit: &'static str,
-    values: Vec<f64>,
+    /// (round, value) pairs.
+    values: Vec<(usize, f64)>,
     notes: Vec<String>,
     /// Rounds cut short by a time cap, and the smallest count such a round reached.
     cut_short: usize,
@@ -502,10 +514,12 @@ struct Entry {
 }
 
 impl Collector {
-    /// An empty collector for `suite`.
-    pub fn new(suite: &'static str) -> Self {
+    /// An empty collector for `suite`; `verbose` prints each value on stderr as it comes.
+    pub fn new(suite: &'static str, verbose: bool) -> Self {
         Self {
             suite,
+            verbose,
+            round: 0,
             entries: Vec::new(),
         }
     }
@@ -547,7 +561,13 @@ impl Collector {
         unit: &'static str,
         value: f64,
     ) {
-        self.entry(implementation, case, unit).values.push(value);
+        if self.verbose {
+            eprintln!("  {implementation:<24} {case:<18} {value:>14.1} {unit}");
+        }
+        let round = self.round;
+        self.entry(implementation, case, unit)
+            .values
+            .push((round, value));
     }
 
     /// Records a note (a skip reason or an error); repeated notes are kept once.
@@ -588,7 +608,7 @@ impl Collector {
                 suite: self.suite,
                 case: e.case,
                 implementation: e.implementation,
-                value: median(&e.values),
+                value: median(&e.values.iter().map(|&(_, v)| v).collect::<Vec<_>>()),
                 unit: e.unit,
                 note: {
                     let mut notes = e.notes.clone();
@@ -606,6 +626,28 @@ impl Collector {
                 rounds: e.values.len(),
             })
             .collect()
+    }
+}
+
+impl Collector {
+    /// The median over rounds of `num / den`, each pair taken from the same round: steadier
+    /// than a ratio of medians when the machine's speed shifts from round to round.
+    pub fn paired_ratio(&self, num: (&str, &str), den: (&str, &str)) -> Option<f64> {
+        let values = |(imp, case): (&str, &str)| {
+            self.entries
+                .iter()
+                .find(|e| e.implementation == imp && e.case == case)
+                .map(|e| e.values.as_slice())
+        };
+        let (num, den) = (values(num)?, values(den)?);
+        let ratios: Vec<f64> = num
+            .iter()
+            .filter_map(|&(r, n)| {
+                let &(_, d) = den.iter().find(|&&(rd, _)| rd == r)?;
+                (d > 0.0).then_some(n / d)
+            })
+            .collect();
+        median(&ratios)
     }
 }
 
@@ -792,7 +834,8 @@ mod tests {
                 suite: Suite::All,
                 json: false,
                 rounds: None,
-                quick: false
+                quick: false,
+                verbose: false
             }))
         );
     }
@@ -800,12 +843,13 @@ mod tests {
     #[test]
     fn parse_full_command_line() {
         assert_eq!(
-            run(&["ring", "--json", "--rounds", "5", "--quick"]),
+            run(&["ring", "--json", "--rounds", "5", "--quick", "-v"]),
             Ok(Command::Run(Args {
                 suite: Suite::Ring,
                 json: true,
                 rounds: Some(5),
-                quick: true
+                quick: true,
+                verbose: true
             }))
         );
         let Ok(Command::Run(a)) = run(&["--rounds=3", "udp"]) else {
@@ -835,14 +879,25 @@ mod tests {
 
     #[test]
     fn rounds_run_everyone_and_stop_at_budget() {
+        let mut out = Collector::new("t", false);
         let mut runs = Vec::new();
-        assert_eq!(
-            run_rounds("t", 3, 2, Duration::from_secs(60), |i| runs.push(i)),
-            2
-        );
+        let done = run_rounds(&mut out, 3, 2, Duration::from_secs(60), |out, i| {
+            runs.push(i);
+            out.add(
+                ["a", "b", "c"][i],
+                "x",
+                "ns",
+                (out.round * 10 + i + 1) as f64,
+            );
+        });
+        assert_eq!(done, 2);
         assert_eq!(runs, vec![0, 1, 2, 1, 2, 0]);
+        // Round 0: b/a = 2/1; round 1: b/a = 12/11.
+        let r = out.paired_ratio(("b", "x"), ("a", "x")).unwrap();
+        assert!((r - (2.0 + 12.0 / 11.0) / 2.0).abs() < 1e-9, "{r}");
+        assert_eq!(out.paired_ratio(("b", "x"), ("z", "x")), None);
         let mut count = 0;
-        let done = run_rounds("t", 2, 5, Duration::ZERO, |_| count += 1);
+        let done = run_rounds(&mut out, 2, 5, Duration::ZERO, |_, _| count += 1);
         assert_eq!((done, count), (1, 2));
     }
 
@@ -918,7 +973,7 @@ mod tests {
 
     #[test]
     fn collector_medians_and_notes() {
-        let mut c = Collector::new("ring");
+        let mut c = Collector::new("ring", false);
         for v in [30.0, 10.0, 20.0] {
             c.add("rtrb", "rtt_p50", "ns", v);
         }
