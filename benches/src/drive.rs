@@ -168,7 +168,8 @@ where
                 if v != i {
                     return Err(corrupt(i, v));
                 }
-                if i % 256 == 0 && Instant::now() >= warm_end {
+                // The clock is cheap next to a round trip, and a slow one needs the check.
+                if Instant::now() >= warm_end {
                     break;
                 }
             }
@@ -184,7 +185,7 @@ where
                     return Err(corrupt(i, v));
                 }
                 histogram.saturating_record(t1.saturating_duration_since(t0).as_nanos() as u64);
-                if n % 256 == 0 && n < plan.samples && t1 >= soft {
+                if t1 >= soft && n < plan.samples {
                     capped = true;
                     break;
                 }
