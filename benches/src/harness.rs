@@ -46,7 +46,8 @@ OPTIONS:
     --json         print one JSON object per figure on its own line on stdout;
                    the table and progress go to stderr
     --rounds N     number of rounds (each runs every implementation once, in
-                   rotating order); figures are medians over rounds [default: 7]
+                   rotating order); figures are medians over rounds [default: 7,
+                   and no new round starts after 150 s, to stay under 3 minutes]
     --quick        fewer rounds and samples: a smoke test, not a measurement
     -v, --verbose  print every round's figures on stderr as they come
     -h, --help     print this text
