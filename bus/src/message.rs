@@ -19,6 +19,11 @@ use crate::bus::{Inputs, Wiring};
 /// `TOPIC` is the topic name, `TOPIC_ID` its 64-bit id ([`topic_id`] of the name) and
 /// `FINGERPRINT` a hash of the type's shape, so that two hosts with different definitions of the
 /// same topic notice. Messages that fan out to several subscribers must also be `Clone`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a message",
+    label = "`{Self}` does not implement `llbus::Message`",
+    note = "derive it: `#[derive(llbus::Message)]` on `{Self}`"
+)]
 pub trait Message: Send + 'static {
     /// The topic name, for example `"md.quote"`.
     const TOPIC: &'static str;
@@ -39,8 +44,11 @@ pub trait Message: Send + 'static {
 /// assert_eq!(llbus::topic_id("a"), 0xaf63_dc4c_8601_ec8c);
 /// ```
 pub const fn topic_id(name: &str) -> u64 {
-    fnv1a64(0xcbf2_9ce4_8422_2325, name.as_bytes())
+    fnv1a64(FNV1A64_OFFSET, name.as_bytes())
 }
+
+/// The FNV-1a 64-bit offset basis: the state of a hash that has seen no bytes.
+pub(crate) const FNV1A64_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// Continues an FNV-1a 64-bit hash from `state` over `bytes`.
 pub(crate) const fn fnv1a64(mut state: u64, bytes: &[u8]) -> u64 {

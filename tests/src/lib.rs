@@ -1,1 +1,73 @@
 //! Shared helpers for llbus's cross-crate integration tests.
+#![deny(missing_docs)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A global allocator that counts allocations (and reallocations), for the tests that prove a
+/// hot path allocates nothing. Install it with `#[global_allocator]` in a test binary of its own
+/// (one `#[test]` per binary, so no other test allocates meanwhile).
+#[derive(Debug)]
+pub struct CountingAlloc {
+    allocations: AtomicU64,
+}
+
+impl CountingAlloc {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        CountingAlloc {
+            allocations: AtomicU64::new(0),
+        }
+    }
+
+    /// Allocations and reallocations so far, on every thread.
+    pub fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::SeqCst)
+    }
+}
+
+impl Default for CountingAlloc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counter
+// is an atomic and allocates nothing.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged; `ptr` came from `System` through this allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged; `ptr` came from `System` through this allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Implements `llbus::Message` by hand for a type, with the topic id computed from the name
+/// (the derive does this for users; these tests exercise the bus without it).
+#[macro_export]
+macro_rules! message {
+    ($ty:ty, $topic:literal) => {
+        impl ::llbus::Message for $ty {
+            const TOPIC: &'static str = $topic;
+            const TOPIC_ID: u64 = ::llbus::topic_id($topic);
+            const FINGERPRINT: u64 = ::llbus::topic_id(concat!($topic, "/", stringify!($ty)));
+        }
+    };
+}

@@ -12,6 +12,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use super::Notify;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
 
 const INDEX: usize = 0b011;
@@ -65,6 +66,7 @@ impl<T> Latest<T> {
             LatestWriter {
                 shared: Arc::clone(&shared),
                 back: 0,
+                notify: None,
             },
             LatestReader { shared, front: 2 },
         )
@@ -76,6 +78,7 @@ pub struct LatestWriter<T> {
     shared: Arc<Shared<T>>,
     /// Index of the slot this side owns.
     back: usize,
+    notify: Option<std::sync::Arc<dyn Notify>>,
 }
 
 /// The reading half of a [`Latest`] slot. `Send`, not `Clone`.
@@ -95,7 +98,15 @@ impl<T> LatestWriter<T> {
         slot.with_mut(|p| unsafe { *p = Some(value) });
         let old = self.shared.middle.swap(self.back | FRESH, Ordering::AcqRel);
         self.back = old & INDEX;
+        if let Some(notify) = &self.notify {
+            notify.notify();
+        }
         old & FRESH != 0
+    }
+
+    /// Calls `notify` after every write, so a reader that sleeps can be woken. `None` detaches.
+    pub fn notify_on_write(&mut self, notify: Option<std::sync::Arc<dyn Notify>>) {
+        self.notify = notify;
     }
 
     /// True once the reader has been dropped.
@@ -134,6 +145,9 @@ impl<T> LatestReader<T> {
 impl<T> Drop for LatestWriter<T> {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
+        if let Some(notify) = &self.notify {
+            notify.notify();
+        }
     }
 }
 

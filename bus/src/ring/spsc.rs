@@ -465,6 +465,12 @@ impl<T> Consumer<T> {
         self.notify = notify;
     }
 
+    /// Values known to be ready without reading the producer's index: a lower bound on `len`.
+    #[inline(always)]
+    pub(crate) fn cached_len(&self) -> usize {
+        self.tail_cache.get().wrapping_sub(self.head)
+    }
+
     /// Values ready to pop, refreshing the cached `tail` only when the cache says empty.
     #[inline(always)]
     fn available(&self) -> usize {

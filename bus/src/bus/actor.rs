@@ -1,0 +1,159 @@
+//! The actor trait and what an actor sees: its [`Setup`] when it is made, its [`Context`] while
+//! it runs.
+
+use std::time::Instant;
+
+use super::control::Control;
+use super::edge::{AnyOutput, Out, Output};
+use crate::message::{Inbox, Message};
+use crate::wait::IdleStrategy;
+
+/// A unit of work on the bus: it handles the messages of its inbox and publishes its outputs.
+///
+/// Every hook gets a [`Context`] for publishing, the time, and stopping the bus. Hooks run on the
+/// actor's thread, one at a time; an actor that shares a thread with others (a group) must
+/// return promptly so that they get their turn.
+pub trait Actor: Send + 'static {
+    /// What this actor receives: a [`Message`] type, an enum deriving `Inbox`, or `()`.
+    type In: Inbox;
+
+    /// Runs once on the actor's thread before any other hook (and again after a restart).
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        let _ = ctx;
+    }
+
+    /// Handles one message.
+    fn on_message(&mut self, msg: Self::In, ctx: &mut Context<'_>);
+
+    /// Runs every round of the actor's thread, for actors that poll something other than their
+    /// inbox (a socket, a device). Returns how much work it did: `0` lets the thread idle.
+    /// Not called once the bus is stopping.
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        let _ = ctx;
+        0
+    }
+
+    /// Runs every tick interval (`ActorBuilder::tick_every`). Not called once the bus is
+    /// stopping.
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        let _ = ctx;
+    }
+
+    /// Runs once when the bus stops gracefully, after every message published before the stop
+    /// was handled. It may still publish; those messages are handled too.
+    fn on_stop(&mut self, ctx: &mut Context<'_>) {
+        let _ = ctx;
+    }
+}
+
+/// What an actor's factory gets: its name and its output handles.
+pub struct Setup<'a> {
+    pub(crate) actor: &'a str,
+    pub(crate) outputs: &'a [std::any::TypeId],
+    pub(crate) output_topics: &'a [&'static str],
+    pub(crate) errors: &'a mut Vec<String>,
+}
+
+impl std::fmt::Debug for Setup<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("actor", &self.actor)
+            .field("outputs", &self.output_topics)
+            .finish()
+    }
+}
+
+impl Setup<'_> {
+    /// The actor's name.
+    pub fn name(&self) -> &str {
+        self.actor
+    }
+
+    /// The handle for publishing `M`, which the actor must declare with `.publishes::<M>()`.
+    /// An undeclared output makes `start()` fail, naming the actor and the topic.
+    pub fn output<M: Message + Clone>(&mut self) -> Out<M> {
+        let id = std::any::TypeId::of::<M>();
+        match self.outputs.iter().position(|t| *t == id) {
+            Some(index) => Out::new(index),
+            None => {
+                self.errors.push(format!(
+                    "actor '{}' asks for an output of topic '{}' ({}) but does not declare it: add .publishes::<{}>() to its builder",
+                    self.actor,
+                    M::TOPIC,
+                    std::any::type_name::<M>(),
+                    short_type_name::<M>(),
+                ));
+                Out::new(usize::MAX)
+            }
+        }
+    }
+}
+
+pub(crate) fn short_type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
+}
+
+/// What an actor's hooks get: publishing, the time, and stopping the bus.
+pub struct Context<'a> {
+    pub(crate) actor: &'a str,
+    pub(crate) outputs: &'a mut [Box<dyn AnyOutput>],
+    pub(crate) idle: &'a mut dyn IdleStrategy,
+    pub(crate) now: Instant,
+    pub(crate) control: &'a Control,
+}
+
+impl std::fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("actor", &self.actor)
+            .field("outputs", &self.outputs.len())
+            .finish()
+    }
+}
+
+impl Context<'_> {
+    /// Publishes `msg` on `out` to every subscriber of its topic.
+    ///
+    /// Allocates nothing and takes no lock. What happens when a subscriber's ring is full
+    /// depends on that subscription's backpressure: `Block` waits with this thread's idle
+    /// strategy, `DropNewest` drops and counts, `Latest` overwrites and counts. A message for a
+    /// subscriber that has stopped is counted as lost.
+    ///
+    /// # Panics
+    /// If `out` is not one of this actor's outputs (a handle taken by another actor).
+    #[inline]
+    pub fn publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
+        let output = self
+            .outputs
+            .get_mut(out.index)
+            .and_then(|o| o.as_any_mut().downcast_mut::<Output<M>>());
+        match output {
+            Some(output) => output.publish(msg, &mut *self.idle),
+            None => panic!(
+                "actor '{}' published on {:?}, which is not one of its outputs",
+                self.actor, out
+            ),
+        }
+    }
+
+    /// The time the current round of this actor's thread began.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// The actor's name.
+    pub fn name(&self) -> &str {
+        self.actor
+    }
+
+    /// Asks the whole bus to stop gracefully; `join` then returns.
+    pub fn request_stop(&self) {
+        self.control.request_stop();
+    }
+
+    /// True once a stop has been requested.
+    pub fn is_stopping(&self) -> bool {
+        self.control.is_stopping()
+    }
+}

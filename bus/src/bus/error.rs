@@ -1,0 +1,173 @@
+//! The errors of building, starting and joining a bus.
+
+use std::fmt;
+
+use super::metrics::Report;
+use crate::wait::PinError;
+
+/// Why `start()` refused to run the bus. Each names the actor, topic or core at fault.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// Two actors have the same name.
+    DuplicateActor(String),
+    /// An actor subscribes to a topic that no actor publishes.
+    NoPublisher {
+        /// The subscribing actor.
+        actor: String,
+        /// The topic.
+        topic: &'static str,
+    },
+    /// An actor's handler receives messages but its builder declares no subscription.
+    NotSubscribed {
+        /// The actor.
+        actor: String,
+        /// The inbox type it receives.
+        inbox: &'static str,
+    },
+    /// Two different Rust types claim the same topic name.
+    TopicClash {
+        /// The topic name.
+        topic: &'static str,
+        /// One type.
+        first: &'static str,
+        /// The other type.
+        second: &'static str,
+    },
+    /// A core id that this machine does not have.
+    NoSuchCore {
+        /// The actor or group asking for it.
+        thread: String,
+        /// The core.
+        core: usize,
+        /// Online cores.
+        online: usize,
+    },
+    /// Two busy-spinning threads pinned to one core would starve each other.
+    SharedBusyCore {
+        /// The core.
+        core: usize,
+        /// The first thread.
+        first: String,
+        /// The second thread.
+        second: String,
+    },
+    /// A `Block` subscription between two actors on the same thread would deadlock when the
+    /// ring fills.
+    SameThreadBlock {
+        /// The topic.
+        topic: &'static str,
+        /// The publisher.
+        publisher: String,
+        /// The subscriber.
+        subscriber: String,
+        /// The thread they share.
+        thread: String,
+    },
+    /// A setting that does not fit: an option on a grouped actor that belongs to its group, a
+    /// backpressure option for a topic the actor does not receive, a zero capacity, and the like.
+    Invalid(String),
+    /// A factory asked for something it did not declare.
+    Setup(String),
+    /// A thread could not be pinned.
+    Pin {
+        /// The thread.
+        thread: String,
+        /// Why.
+        error: PinError,
+    },
+    /// A factory panicked.
+    FactoryPanicked {
+        /// The actor.
+        actor: String,
+        /// The panic message.
+        message: String,
+    },
+    /// The OS would not spawn a thread.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::DuplicateActor(name) => write!(f, "two actors are named '{name}': give each actor a unique name"),
+            StartError::NoPublisher { actor, topic } => write!(f, "actor '{actor}' subscribes to topic '{topic}', but no actor publishes it: add .publishes::<..>() to a publisher or drop the subscription"),
+            StartError::NotSubscribed { actor, inbox } => write!(f, "actor '{actor}' receives {inbox} but its builder does not subscribe: add .subscribes::<{inbox}>()"),
+            StartError::TopicClash { topic, first, second } => write!(f, "topic '{topic}' is claimed by two types, {first} and {second}: give one of them another topic name"),
+            StartError::NoSuchCore { thread, core, online } => write!(f, "'{thread}' asks for core {core}, but this machine has {online} online cores (0..{online})"),
+            StartError::SharedBusyCore { core, first, second } => write!(f, "'{first}' and '{second}' both busy-spin on core {core} and would starve each other: move one, or give one the Backoff or Park idle strategy"),
+            StartError::SameThreadBlock { topic, publisher, subscriber, thread } => write!(f, "'{publisher}' publishes '{topic}' to '{subscriber}' with Block backpressure, but both run on thread '{thread}': a full ring would deadlock; use Backpressure::DropNewest or Latest, or separate threads"),
+            StartError::Invalid(msg) | StartError::Setup(msg) => f.write_str(msg),
+            StartError::Pin { thread, error } => write!(f, "thread '{thread}': {error}"),
+            StartError::FactoryPanicked { actor, message } => write!(f, "the factory of actor '{actor}' panicked: {message}"),
+            StartError::Spawn(e) => write!(f, "could not spawn a bus thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Pin { error, .. } => Some(error),
+            StartError::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a bus stopped with an error; the final report comes along.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BusError {
+    /// An actor with the `Escalate` policy panicked, and the whole bus stopped.
+    ActorPanicked {
+        /// The actor.
+        actor: String,
+        /// Its panic message.
+        message: String,
+        /// The figures at the end.
+        report: Box<Report>,
+    },
+    /// A bus thread itself panicked (a bug in llbus).
+    ThreadPanicked {
+        /// The thread.
+        thread: String,
+        /// Its panic message.
+        message: String,
+        /// The figures at the end.
+        report: Box<Report>,
+    },
+}
+
+impl BusError {
+    /// The figures at the end.
+    pub fn report(&self) -> &Report {
+        match self {
+            BusError::ActorPanicked { report, .. } | BusError::ThreadPanicked { report, .. } => {
+                report
+            }
+        }
+    }
+}
+
+impl fmt::Display for BusError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BusError::ActorPanicked { actor, message, .. } => write!(f, "actor '{actor}' panicked and its policy is Escalate, so the bus stopped: {message}"),
+            BusError::ThreadPanicked { thread, message, .. } => write!(f, "bus thread '{thread}' panicked (please report this llbus bug): {message}"),
+        }
+    }
+}
+
+impl std::error::Error for BusError {}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic payload that is not a string)".to_owned()
+    }
+}

@@ -1,0 +1,229 @@
+//! Messages through the bus: per-edge order under fan-out and fan-in, group threads, and a
+//! graceful stop that loses nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use llbus::{Actor, Bus, Context, Out, Setup};
+
+#[derive(Clone, Debug, PartialEq)]
+struct Seq {
+    source: u32,
+    n: u64,
+}
+tests::message!(Seq, "test.seq");
+
+#[derive(Clone, Debug, PartialEq)]
+struct Echo(u64);
+tests::message!(Echo, "test.echo");
+
+/// Publishes `count` sequence numbers, a batch per tick, then asks the bus to stop when `stop`.
+struct Source {
+    id: u32,
+    next: u64,
+    count: u64,
+    stop: bool,
+    out: Out<Seq>,
+}
+
+impl Source {
+    fn new(setup: &mut Setup<'_>, id: u32, count: u64, stop: bool) -> Self {
+        Source {
+            id,
+            next: 0,
+            count,
+            stop,
+            out: setup.output(),
+        }
+    }
+}
+
+impl Actor for Source {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        if self.next == self.count {
+            if self.stop {
+                ctx.request_stop();
+            }
+            return 0;
+        }
+        let end = (self.next + 100).min(self.count);
+        for n in self.next..end {
+            ctx.publish(self.out, Seq { source: self.id, n });
+        }
+        let did = (end - self.next) as usize;
+        self.next = end;
+        did
+    }
+}
+
+/// Checks per-source order and counts.
+#[derive(Default)]
+struct Tally {
+    next: std::collections::HashMap<u32, u64>,
+    total: u64,
+}
+
+struct Sink {
+    tally: Arc<Mutex<Tally>>,
+}
+
+impl Actor for Sink {
+    type In = Seq;
+    fn on_message(&mut self, msg: Seq, _ctx: &mut Context<'_>) {
+        let mut t = self.tally.lock().unwrap();
+        let next = t.next.entry(msg.source).or_insert(0);
+        assert_eq!(msg.n, *next, "source {} out of order", msg.source);
+        *next += 1;
+        t.total += 1;
+    }
+}
+
+#[test]
+fn fan_out_and_fan_in_keep_per_edge_order_and_lose_nothing() {
+    const COUNT: u64 = 50_000;
+    let mut bus = Bus::builder();
+    bus.actor("src-a", |s: &mut Setup<'_>| Source::new(s, 1, COUNT, false))
+        .publishes::<Seq>();
+    bus.actor("src-b", |s: &mut Setup<'_>| Source::new(s, 2, COUNT, false))
+        .publishes::<Seq>();
+    let tallies: Vec<Arc<Mutex<Tally>>> = (0..3).map(|_| Arc::default()).collect();
+    for (i, tally) in tallies.iter().enumerate() {
+        let tally = Arc::clone(tally);
+        bus.actor(&format!("sink-{i}"), move |_: &mut Setup<'_>| Sink {
+            tally: Arc::clone(&tally),
+        })
+        .subscribes::<Seq>()
+        .capacity::<Seq>(64);
+    }
+    let running = bus.start().expect("wiring is valid");
+    // Stop once everything was published; the stop must still deliver everything queued.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = running.report();
+        let published: u64 = r.edges.iter().map(|e| e.published).sum();
+        if published == 2 * 3 * COUNT || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    let report = running.join().expect("no actor failed");
+    for tally in &tallies {
+        let t = tally.lock().unwrap();
+        assert_eq!(t.total, 2 * COUNT);
+        assert_eq!(t.next.get(&1), Some(&COUNT));
+        assert_eq!(t.next.get(&2), Some(&COUNT));
+    }
+    assert_eq!(report.edges.len(), 6);
+    for e in &report.edges {
+        assert_eq!(
+            (e.published, e.handled, e.lost, e.dropped),
+            (COUNT, COUNT, 0, 0),
+            "{e:?}"
+        );
+        assert!(e.max_depth <= 64);
+    }
+    assert_eq!(report.actor("sink-0").map(|a| a.handled), Some(2 * COUNT));
+}
+
+/// Relays every message on, after a stop too, to check cascades drain.
+struct Relay {
+    out: Out<Echo>,
+}
+
+impl Actor for Relay {
+    type In = Seq;
+    fn on_message(&mut self, msg: Seq, ctx: &mut Context<'_>) {
+        ctx.publish(self.out, Echo(msg.n));
+    }
+}
+
+struct Counter {
+    seen: Arc<AtomicU64>,
+    stopped: Arc<AtomicU64>,
+}
+
+impl Actor for Counter {
+    type In = Echo;
+    fn on_message(&mut self, _msg: Echo, _ctx: &mut Context<'_>) {
+        self.seen.fetch_add(1, Ordering::Relaxed);
+    }
+    fn on_stop(&mut self, _ctx: &mut Context<'_>) {
+        self.stopped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_stop_requested_mid_stream_handles_everything_published_and_runs_stop_hooks() {
+    const COUNT: u64 = 20_000;
+    let seen = Arc::new(AtomicU64::new(0));
+    let stopped = Arc::new(AtomicU64::new(0));
+    let mut bus = Bus::builder();
+    // The source stops the bus itself as soon as it has published its last message.
+    bus.actor("source", |s: &mut Setup<'_>| Source::new(s, 1, COUNT, true))
+        .publishes::<Seq>();
+    bus.actor("relay", |s: &mut Setup<'_>| Relay { out: s.output() })
+        .subscribes::<Seq>()
+        .publishes::<Echo>()
+        .capacity::<Seq>(16);
+    let (s2, st2) = (Arc::clone(&seen), Arc::clone(&stopped));
+    bus.actor("counter", move |_: &mut Setup<'_>| Counter {
+        seen: Arc::clone(&s2),
+        stopped: Arc::clone(&st2),
+    })
+    .group("slow")
+    .subscribes::<Echo>()
+    .capacity::<Echo>(16);
+    let report = bus.start().expect("valid").join().expect("no failure");
+    assert_eq!(seen.load(Ordering::Relaxed), COUNT);
+    assert_eq!(stopped.load(Ordering::Relaxed), 1);
+    let e = report
+        .edge("test.echo", "relay", "counter")
+        .expect("edge exists");
+    assert_eq!((e.published, e.handled, e.lost), (COUNT, COUNT, 0));
+    assert!(e.waited > 0 || e.max_depth <= 16);
+}
+
+#[test]
+fn no_thread_is_left_behind() {
+    /// Threads of this process whose name starts with `prefix` (Linux: /proc/self/task).
+    fn threads_named(prefix: &str) -> usize {
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return 0;
+        };
+        dir.filter_map(Result::ok)
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .map(|c| c.starts_with(prefix))
+                    .unwrap_or(false)
+            })
+            .count()
+    }
+    let mut bus = Bus::builder();
+    bus.actor("leak-src", |s: &mut Setup<'_>| Source::new(s, 1, 100, true))
+        .publishes::<Seq>();
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let t = Arc::clone(&tally);
+    bus.actor("leak-sink", move |_: &mut Setup<'_>| Sink {
+        tally: Arc::clone(&t),
+    })
+    .subscribes::<Seq>();
+    bus.actor("leak-grouped", move |_: &mut Setup<'_>| Sink {
+        tally: Arc::default(),
+    })
+    .group("leak-group")
+    .subscribes::<Seq>();
+    let running = bus.start().expect("valid");
+    // Thread names are "llbus-" + the actor or group name, cut to 15 bytes by Linux.
+    let during = threads_named("llbus-leak-");
+    running.join().expect("no failure");
+    let after = threads_named("llbus-leak-");
+    if cfg!(target_os = "linux") {
+        assert_eq!(during, 3, "one thread per actor, one for the group");
+    }
+    assert_eq!(after, 0, "bus threads outlived join");
+    assert_eq!(tally.lock().unwrap().total, 100);
+}

@@ -1,0 +1,6 @@
+use llbus::Inbox;
+
+#[derive(Inbox)]
+enum StrategyIn {}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use llbus::Inbox;
+
+#[derive(Inbox)]
+enum StrategyIn<T> {
+    Quote(T),
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use llbus::Inbox;
+
+#[derive(Inbox)]
+struct StrategyIn {
+    px: f64,
+}
+
+fn main() {}

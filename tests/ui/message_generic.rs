@@ -1,0 +1,8 @@
+use llbus::Message;
+
+#[derive(Message)]
+struct Quote<T> {
+    px: T,
+}
+
+fn main() {}
