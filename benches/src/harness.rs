@@ -9,8 +9,8 @@
 //!   return value (on this machine `core_affinity::get_core_ids()` from a pinned thread lists
 //!   only that thread's core, so it must not be used to pick the second core). If pinning
 //!   fails the run goes on unpinned and says so in its output.
-//! - [`run_rounds`] runs the rounds: each runs every implementation once, in the rotating
-//!   order of [`round_order`], so that each starts a round in turn: slow drifts of a noisy machine then spread over
+//! - [`run_rounds`] runs the rounds: each runs every implementation once per measurement
+//!   (phase), in the rotating order of [`round_order`], so that each starts a round in turn: slow drifts of a noisy machine then spread over
 //!   all of them instead of favouring whichever runs first.
 //! - [`Spin`] bounds every wait loop: it checks the clock every few thousand spins and gives
 //!   up with [`Stuck`] past its deadline, so a broken implementation ends with an error
@@ -372,24 +372,28 @@ pub fn round_order(n: usize, round: usize) -> Vec<usize> {
     (0..n).map(|i| (i + round) % n).collect()
 }
 
-/// Runs up to `rounds` rounds of `n` implementations: `run_one(out, i)` runs implementation
-/// `i` once and records into `out`, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
+/// Runs up to `rounds` rounds of `n` implementations. A round has `phases` phases (one per
+/// measurement); in each, `run_one(out, phase, i)` runs implementation `i` once and records
+/// into `out`, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
 /// once the time used plus the last round's time would pass `budget`. Returns the number of
 /// rounds run.
 pub fn run_rounds(
     out: &mut Collector,
+    phases: usize,
     n: usize,
     rounds: usize,
     budget: Duration,
-    mut run_one: impl FnMut(&mut Collector, usize),
+    mut run_one: impl FnMut(&mut Collector, usize, usize),
 ) -> usize {
     let started = Instant::now();
     let suite = out.suite;
     for round in 0..rounds {
         out.round = round;
         let round_start = Instant::now();
-        for i in round_order(n, round) {
-            run_one(out, i);
+        for phase in 0..phases {
+            for i in round_order(n, round) {
+                run_one(out, phase, i);
+            }
         }
         let took = round_start.elapsed();
         let elapsed = started.elapsed();
@@ -882,7 +886,7 @@ mod tests {
     fn rounds_run_everyone_and_stop_at_budget() {
         let mut out = Collector::new("t", false);
         let mut runs = Vec::new();
-        let done = run_rounds(&mut out, 3, 2, Duration::from_secs(60), |out, i| {
+        let done = run_rounds(&mut out, 1, 3, 2, Duration::from_secs(60), |out, _, i| {
             runs.push(i);
             out.add(
                 ["a", "b", "c"][i],
@@ -897,9 +901,12 @@ mod tests {
         let r = out.paired_ratio(("b", "x"), ("a", "x")).unwrap();
         assert!((r - (2.0 + 12.0 / 11.0) / 2.0).abs() < 1e-9, "{r}");
         assert_eq!(out.paired_ratio(("b", "x"), ("z", "x")), None);
-        let mut count = 0;
-        let done = run_rounds(&mut out, 2, 5, Duration::ZERO, |_, _| count += 1);
-        assert_eq!((done, count), (1, 2));
+        let mut phases = Vec::new();
+        let done = run_rounds(&mut out, 2, 2, 5, Duration::ZERO, |_, phase, i| {
+            phases.push((phase, i));
+        });
+        assert_eq!(done, 1);
+        assert_eq!(phases, vec![(0, 0), (0, 1), (1, 0), (1, 1)]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! queues and channels, between two threads pinned to cores 0 and 1.
 //!
 //! Measured for every implementation, in one process, round after round (each round runs
-//! every implementation once, in rotating order; figures are medians over rounds):
+//! every implementation once, in rotating order, one measurement at a time: all round trips,
+//! then all single-item streams, then all batches; figures are medians over rounds):
 //! - round-trip latency (ping-pong through two queues, one each way): p50, p99, p99.9 and max
 //!   of an HDR histogram of every round trip, in ns, including one `Instant::now()` read;
 //! - one-way throughput in messages per second, sending and receiving one item at a time;
@@ -118,8 +119,23 @@ trait Contender {
 
 const NO_BATCH_API: &str = "skipped: no batch API";
 
-/// Runs every case of `C` once and records the results for this round.
-fn run_round<C: Contender>(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+/// The three measurements, run as phases of a round: all implementations run one phase
+/// before the next starts, so that two implementations' figures of one case are taken close
+/// together in time (the machine's speed shifts over seconds).
+const PHASES: usize = 3;
+
+/// Runs measurement `phase` (round trip, single throughput, batch throughput) of `C` once and
+/// records its results for this round.
+fn run_case<C: Contender>(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    match phase {
+        0 => round_trip_case::<C>(pinning, plan, out),
+        1 => stream_case::<C>("throughput_single", plan.single, None, pinning, out),
+        _ => stream_case::<C>("throughput_batch", plan.batch, C::NO_BATCH, pinning, out),
+    }
+}
+
+/// The round-trip phase.
+fn round_trip_case<C: Contender>(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     let name = C::NAME;
     let (ping_tx, echo_rx) = C::queue(CAPACITY);
     let (echo_tx, ping_rx) = C::queue(CAPACITY);
@@ -144,44 +160,49 @@ fn run_round<C: Contender>(pinning: &Pinning, plan: &Plan, out: &mut Collector) 
             }
         }
     }
+}
 
-    let streams = [
-        ("throughput_single", plan.single, None),
-        ("throughput_batch", plan.batch, C::NO_BATCH),
-    ];
-    for (case, stream_plan, skip) in streams {
-        if let Some(why) = C::NO_STREAM.or(skip) {
-            out.note(name, case, "msgs/s", why);
-            continue;
+/// A throughput phase; `skip` says why `C` has no such case, if it has none.
+fn stream_case<C: Contender>(
+    case: &'static str,
+    plan: StreamPlan,
+    skip: Option<&'static str>,
+    pinning: &Pinning,
+    out: &mut Collector,
+) {
+    let name = C::NAME;
+    if let Some(why) = C::NO_STREAM.or(skip) {
+        out.note(name, case, "msgs/s", why);
+        return;
+    }
+    let (tx, rx) = C::queue(CAPACITY);
+    match stream(pinning, tx, rx, plan) {
+        Ok(o) => {
+            out.add(name, case, "msgs/s", o.per_sec);
+            if o.capped {
+                out.cut_short(name, case, "msgs/s", o.items, "items");
+            }
         }
-        let (tx, rx) = C::queue(CAPACITY);
-        match stream(pinning, tx, rx, stream_plan) {
-            Ok(o) => {
-                out.add(name, case, "msgs/s", o.per_sec);
-                if o.capped {
-                    out.cut_short(name, case, "msgs/s", o.items, "items");
-                }
-            }
-            Err(e) => {
-                eprintln!("ERROR: {name} {case}: {e}");
-                out.note(name, case, "msgs/s", format!("FAILED: {e}"));
-            }
+        Err(e) => {
+            eprintln!("ERROR: {name} {case}: {e}");
+            out.note(name, case, "msgs/s", format!("FAILED: {e}"));
         }
     }
 }
 
-type RoundFn = fn(&Pinning, &Plan, &mut Collector);
+type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
 
-/// Every implementation, in table order.
-const CONTENDERS: &[RoundFn] = &[
-    run_round::<Llbus>,
-    run_round::<Rtrb>,
-    run_round::<ArrayQueue>,
-    run_round::<ChannelSpin>,
-    run_round::<ChannelBlocking>,
-    run_round::<StdMpsc>,
-    run_round::<Disruptor>,
-    run_round::<Floor>,
+/// Every implementation, in table order. The rotation keeps cyclic neighbours together, so
+/// the floor runs just before llbus, and rtrb just after it, in every round but the first.
+const CONTENDERS: &[CaseFn] = &[
+    run_case::<Llbus>,
+    run_case::<Rtrb>,
+    run_case::<ArrayQueue>,
+    run_case::<ChannelSpin>,
+    run_case::<ChannelBlocking>,
+    run_case::<StdMpsc>,
+    run_case::<Disruptor>,
+    run_case::<Floor>,
 ];
 
 /// Runs the suite and prints its figures.
@@ -212,10 +233,11 @@ pub fn run(args: &Args, pinning: &Pinning) {
     let mut out = Collector::new(SUITE, args.verbose);
     let rounds_done = run_rounds(
         &mut out,
+        PHASES,
         CONTENDERS.len(),
         plan.rounds,
         plan.budget,
-        |out, i| CONTENDERS[i](pinning, &plan, out),
+        |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
     );
     let figures = out.figures();
     print_figures(args, &figures);
