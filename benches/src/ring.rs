@@ -34,8 +34,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, find, human, print_figures, run_rounds, secs, Args, Collector, Figure,
-    Percentiles, Pinning, Spin, Stuck,
+    clock_cost_ns, clock_step_ns, find, human, print_figures, run_rounds, secs, Args, Collector,
+    Figure, Percentiles, Pinning, Spin, Stuck,
 };
 
 /// Slots in every queue.
@@ -209,16 +209,19 @@ const CONTENDERS: &[CaseFn] = &[
 pub fn run(args: &Args, pinning: &Pinning) {
     let plan = Plan::new(args);
     let started = Instant::now();
+    let clock_step = clock_step_ns();
     human(
         args,
         &format!(
             "== ring: SPSC round trip and throughput ==\n\
              threads: {}\n\
-             clock: Instant::now() costs {:.0} ns, included once in every round trip\n\
+             clock: Instant::now() costs {:.0} ns, included once in every round trip; \
+             it advances in steps of about {} ns\n\
              plan: {} rounds; per round and impl: {} round trips (+{} warm-up), {} items \
              single, {} items in batches of {}; capacity {}; time caps {} per round trip case, {} per throughput case\n",
             pinning.describe(),
             clock_cost_ns(),
+            clock_step,
             plan.rounds,
             plan.rtt.samples,
             plan.rtt.warmup,
@@ -242,6 +245,15 @@ pub fn run(args: &Args, pinning: &Pinning) {
     let figures = out.figures();
     print_figures(args, &figures);
     human(args, &targets(&figures, &out));
+    if let Some(floor) = find(&figures, "floor", "rtt_p50").filter(|f| *f > 0.0) {
+        human(
+            args,
+            &format!(
+                "  (one clock step, {clock_step} ns, is {:.1}% of the floor's p50 round trip)\n",
+                100.0 * clock_step as f64 / floor
+            ),
+        );
+    }
     human(
         args,
         &format!(
