@@ -1,5 +1,113 @@
-//! The llbus network bridge: topics of one bus made to appear on another bus on another host,
-//! over UDP, in llbus's own ll-udp v1 dialect or the original ll-udp-pubsub v0.1 format.
+//! The llbus network layer: topics of one bus made to appear on another bus on another host,
+//! over UDP, in llbus's own ll-udp v1 dialect or the original ll-udp-pubsub v0.1 format, byte
+//! for byte.
 //!
-//! This crate is a placeholder until the network-bridge issue lands: it only holds these docs.
+//! This change brings the two lower layers; **the bridge actor that joins them to the bus
+//! (exports, imports, the subscription timers) comes in a later change.**
+//!
+//! - The **protocol** layer is pure: frame layouts, batch encoding into a caller's buffer,
+//!   validating zero-copy decoding, control frames, the compat format, the sequence tracker and
+//!   the subscriber table. No sockets, threads or clocks (timestamps and "now" are passed in).
+//!   The wire format is specified, with test vectors, in `docs/PROTOCOL.md`.
+//! - The **io** layer is a non-blocking UDP socket ([`UdpEndpoint`]) with batched send and
+//!   receive: `sendmmsg`/`recvmmsg` on Linux, `send_to`/`recv_from` loops elsewhere.
+//!
+//! # Contract
+//!
+//! **What allocates.** Creating a [`RecvBatch`] or [`SendBatch`] (N buffers of the maximum
+//! datagram size, once), binding a [`UdpEndpoint`], and inserting a *new* entry into a
+//! [`SubscriberTable`] (the vector grows up to its capacity). Decoding a payload allocates what
+//! the message type itself owns (a `String` field, a `Vec`), nothing more. Nothing else does:
+//! encoding a batch ([`BatchEncoder`]), parsing and iterating a datagram ([`parse_datagram`]),
+//! decoding a payload of plain fields, control frames, the compat format, [`SeqTracker`],
+//! renewing and expiring subscribers, and batched socket send and receive allocate nothing per
+//! message (checked by a counting-allocator test, `tests/alloc.rs`). Nothing here locks.
+//!
+//! **What is dropped and counted, never an error or a panic.** Every malformed datagram
+//! (truncated, wrong magic or version, unknown or reserved kind, unsupported flags, absurd
+//! lengths, undecodable payload, too large, ...) is dropped whole and counted under one
+//! [`DropReason`] ([`DropCounts`]); a payload's length prefixes are limited
+//! ([`PAYLOAD_DECODE_LIMIT`]) so garbage cannot make a decode allocate without bound. Lost,
+//! duplicate, reordered and stale messages are counted per publisher and topic in
+//! [`LossCounts`]. At the socket, datagrams too large for the receive buffer, ICMP-surfaced
+//! errors (`ECONNREFUSED`, unreachable) and sends refused for a full buffer are counted in
+//! [`IoStats`].
+//!
+//! **What is an error.** A message too large for an empty datagram is refused when it is
+//! encoded ([`EncodeError::TooLarge`]: nothing is truncated or fragmented); a refused
+//! subscription is reported as a [`Refusal`] naming the topic and both fingerprints; fatal
+//! socket errors (a closed or invalid socket, out of memory) are returned as `io::Error`.
+//!
+//! **What is lost on a crash.** UDP is unreliable by design: datagrams in flight or in socket
+//! buffers. A restarted publisher has a new session id, which subscribers notice and start over
+//! from without a false gap storm.
+//!
+//! # Example
+//!
+//! Two quotes batched into one datagram, sent over loopback and decoded:
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use llbus_net::*;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+//! struct Quote { px: i64, qty: u32 }
+//!
+//! let loopback = "127.0.0.1:0".parse()?;
+//! let mut publisher = UdpEndpoint::bind(loopback, &SocketConfig::default())?;
+//! let mut subscriber = UdpEndpoint::bind(loopback, &SocketConfig::default())?;
+//!
+//! // Allocated once, reused for every datagram.
+//! let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+//! let mut send = SendBatch::new(16);
+//! let mut recv = RecvBatch::new(16, DEFAULT_MAX_DATAGRAM);
+//!
+//! let meta = DataMeta { topic_id: 1, fingerprint: 2, session: 3, seq: 1, timestamp_ns: 0 };
+//! let mut enc = BatchEncoder::new(&mut buf);
+//! enc.push_data(meta, &Quote { px: 100, qty: 5 })?;
+//! enc.push_data(DataMeta { seq: 2, ..meta }, &Quote { px: 101, qty: 1 })?;
+//! publisher.send_batch(&mut send, [(enc.as_bytes(), subscriber.local_addr())])?;
+//!
+//! let mut quotes = Vec::new();
+//! let mut tracker = SeqTracker::new(LatePolicy::Deliver);
+//! while quotes.len() < 2 {
+//!     if subscriber.recv_batch(&mut recv)? == 0 {
+//!         std::thread::yield_now(); // a pinned bridge would busy-poll instead
+//!     }
+//!     for (datagram, _from) in recv.iter() {
+//!         for frame in parse_datagram(datagram, DEFAULT_MAX_DATAGRAM)? {
+//!             if tracker.observe(frame.header.session, frame.header.seq).is_deliver() {
+//!                 quotes.push(decode_payload::<Quote>(frame.payload)?);
+//!             }
+//!         }
+//!     }
+//! }
+//! assert_eq!(quotes, [Quote { px: 100, qty: 5 }, Quote { px: 101, qty: 1 }]);
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! Modules are private and their public types are re-exported here (the house style); the
+//! bridge, in this crate, reaches the same items through `crate::protocol` and `crate::io`.
 #![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod protocol;
+
+pub use protocol::compat::{decode_compat_packet, encode_compat_packet, CompatControl};
+pub use protocol::control::{Control, Refusal, RefuseReason, REFUSE_PAYLOAD_LEN};
+pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
+pub use protocol::encode::{check_fits, payload_size, BatchEncoder, DataMeta, EncodeError};
+pub use protocol::header::{
+    Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAGIC, MAX_DATAGRAM_LIMIT, VERSION,
+};
+pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
+pub use protocol::subscribers::{Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBER_TIMEOUT};
+pub use protocol::PAYLOAD_DECODE_LIMIT;
+
+mod io;
+pub use io::{
+    new_session_id, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
+    MAX_BATCH,
+};

@@ -1,6 +1,74 @@
 //! llbus: a low-latency typed message bus.
 //!
-//! Placeholder crate docs; the full contract is written as the layers land.
+//! Actors run on OS threads (optionally pinned to cores) and exchange typed messages over
+//! single-producer single-consumer rings, one ring per publisher-subscriber edge.
+//!
+//! # Contract
+//!
+//! - **What allocates, and when.** Everything is allocated in [`BusBuilder::start`]: every ring,
+//!   every thread, every actor (factories run then, on their own threads). After `start()`,
+//!   publishing ([`Context::publish`]), the rings, and dispatching to handlers allocate nothing
+//!   (a counting-allocator test proves it); a handler allocates only what it allocates itself.
+//!   [`Ring::new`] and [`Latest::new`] allocate once; their operations never do.
+//! - **What is lock-free.** The rings ([`Ring`], [`Latest`]) are wait-free on both sides. The
+//!   publish path takes no lock. A lock is taken only to wake a thread that sleeps with the
+//!   [`Park`] strategy, and only when it has announced that it sleeps.
+//! - **When a queue is full.** Per subscription ([`Backpressure`]): `Block` makes the publisher
+//!   wait with its thread's idle strategy (nothing lost), `DropNewest` drops the new message and
+//!   counts it, `Latest` keeps only the newest value and counts what it overwrote. On a bare ring,
+//!   [`Producer::try_push`] hands the value back in [`PushError::Full`].
+//! - **What is lost on a crash.** In-process the bus loses nothing on a graceful stop: every
+//!   message published before it is handled. A panicking actor is handled by its
+//!   [`Supervision`] policy: `Restart` keeps its rings, `Stop` counts what was queued for it as
+//!   lost, `Escalate` stops the bus. If the process dies, what is in the rings is gone.
+//!
+//! # Example
+//!
+//! ```
+//! use llbus::{Actor, Bus, Context, Message, Out, Setup};
+//!
+//! #[derive(Message, Clone, Debug)]
+//! #[message(topic = "demo.n")]
+//! struct N(u64);
+//!
+//! struct Counter { out: Out<N>, next: u64 }
+//! impl Actor for Counter {
+//!     type In = ();
+//!     fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+//!     fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+//!         if self.next == 1000 {
+//!             ctx.request_stop();
+//!             return 0;
+//!         }
+//!         ctx.publish(self.out, N(self.next));
+//!         self.next += 1;
+//!         1
+//!     }
+//! }
+//!
+//! struct Sum(u64);
+//! impl Actor for Sum {
+//!     type In = N;
+//!     fn on_message(&mut self, N(n): N, _ctx: &mut Context<'_>) {
+//!         self.0 += n;
+//!     }
+//! }
+//!
+//! let mut bus = Bus::builder();
+//! bus.actor("counter", |s: &mut Setup<'_>| Counter { out: s.output(), next: 0 })
+//!     .publishes::<N>();
+//! bus.actor("sum", |_: &mut Setup<'_>| Sum(0)).subscribes::<N>();
+//! let report = bus.start()?.join()?;
+//! assert_eq!(report.edge("demo.n", "counter", "sum").map(|e| e.handled), Some(1000));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Layers
+//!
+//! The ring ([`Ring`], [`Latest`]) knows nothing of messages or threads; the idle strategies
+//! ([`IdleStrategy`]: [`BusySpin`], [`Backoff`], [`Park`]) and [`pin_to_core`] know nothing of
+//! rings; the bus ([`Bus`], [`Actor`]) uses both. `#[derive(Message)]` and `#[derive(Inbox)]`
+//! come from `llbus-macros`, re-exported here.
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 

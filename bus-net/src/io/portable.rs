@@ -1,0 +1,61 @@
+//! Batches as loops of `recv_from` / `send_to`, for platforms without `recvmmsg`/`sendmmsg`.
+//! No `unsafe`.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+
+use super::batch::{RecvBatch, DROPPED};
+use super::socket::{count_send_error, retry_interrupted, IoStats};
+
+/// Fills `batch` with `recv_from` until the socket would block or the batch is full.
+pub(super) fn recv(
+    socket: &UdpSocket,
+    batch: &mut RecvBatch,
+    stats: &mut IoStats,
+) -> io::Result<usize> {
+    while batch.taken < batch.capacity() {
+        let i = batch.taken;
+        let max = batch.max_datagram;
+        let Some(slot) = batch.slot_mut(i) else { break };
+        let (len, from) = retry_interrupted(|| socket.recv_from(slot))?;
+        let len = if len > max {
+            stats.recv_too_large += 1;
+            DROPPED
+        } else {
+            stats.received += 1;
+            len
+        };
+        if let (Some(l), Some(a)) = (batch.lens.get_mut(i), batch.addrs.get_mut(i)) {
+            *l = len;
+            *a = from;
+        }
+        batch.taken += 1;
+        if batch.taken < batch.capacity() {
+            stats.recv_calls += 1;
+        }
+    }
+    Ok(batch.taken)
+}
+
+/// Sends each datagram with `send_to`.
+pub(super) fn send<'a, I>(
+    socket: &UdpSocket,
+    stats: &mut IoStats,
+    datagrams: I,
+) -> io::Result<usize>
+where
+    I: Iterator<Item = (&'a [u8], SocketAddr)>,
+{
+    let mut sent = 0;
+    for (payload, dest) in datagrams {
+        stats.send_calls += 1;
+        match retry_interrupted(|| socket.send_to(payload, dest)) {
+            Ok(_) => {
+                stats.sent += 1;
+                sent += 1;
+            }
+            Err(e) => count_send_error(stats, e, 1)?,
+        }
+    }
+    Ok(sent)
+}

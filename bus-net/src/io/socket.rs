@@ -1,0 +1,281 @@
+//! [`UdpEndpoint`]: one non-blocking UDP socket with its counters, and the error policy.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::batch::{RecvBatch, SendBatch};
+
+/// How to create an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// `SO_RCVBUF` to ask for, in bytes; best effort (the kernel may cap or double it), `None`
+    /// keeps the system default.
+    pub recv_buffer: Option<usize>,
+    /// `SO_SNDBUF` to ask for, in bytes; best effort, `None` keeps the system default.
+    pub send_buffer: Option<usize>,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            recv_buffer: Some(4 << 20),
+            send_buffer: Some(4 << 20),
+        }
+    }
+}
+
+/// Counters of one endpoint, written only by the thread that owns it. Datagrams that a
+/// counter counts are dropped; nothing here is an error returned to the caller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Receive system calls made (`recvmmsg`, or `recv_from` on the portable path).
+    pub recv_calls: u64,
+    /// Datagrams received and handed out.
+    pub received: u64,
+    /// Datagrams received larger than the maximum datagram size: dropped.
+    pub recv_too_large: u64,
+    /// Datagrams received from an address family the endpoint does not understand: dropped.
+    pub recv_bad_address: u64,
+    /// ICMP-surfaced errors reported by a receive (`ECONNREFUSED` after sending to a closed
+    /// port, `EHOSTUNREACH`, ...): counted, receiving goes on.
+    pub recv_icmp_errors: u64,
+    /// Send system calls made.
+    pub send_calls: u64,
+    /// Datagrams handed to the kernel.
+    pub sent: u64,
+    /// Datagrams dropped because the socket's send buffer was full (`EAGAIN`).
+    pub send_would_block: u64,
+    /// Datagrams dropped on an ICMP-surfaced error (`ECONNREFUSED`, unreachable).
+    pub send_icmp_errors: u64,
+    /// Datagrams the kernel refused (`EMSGSIZE`, `EACCES`, `EPERM`, `ENOBUFS`): dropped.
+    pub send_refused: u64,
+}
+
+/// What an I/O error means for the batch in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorClass {
+    /// `EAGAIN`/`EWOULDBLOCK`: nothing to receive, or no room to send.
+    WouldBlock,
+    /// An error an ICMP message surfaced: count and go on.
+    Icmp,
+    /// The kernel refused this datagram: count, drop it and go on.
+    Refused,
+    /// Anything else: return it.
+    Fatal,
+}
+
+/// Classifies an I/O error (after `EINTR` was retried by [`retry_interrupted`]).
+pub(crate) fn classify(e: &io::Error) -> ErrorClass {
+    match e.kind() {
+        io::ErrorKind::WouldBlock => return ErrorClass::WouldBlock,
+        io::ErrorKind::ConnectionRefused
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::HostUnreachable
+        | io::ErrorKind::NetworkUnreachable => return ErrorClass::Icmp,
+        io::ErrorKind::PermissionDenied => return ErrorClass::Refused,
+        _ => {}
+    }
+    #[cfg(unix)]
+    if let Some(code) = e.raw_os_error() {
+        if code == libc::EMSGSIZE || code == libc::ENOBUFS {
+            return ErrorClass::Refused;
+        }
+        if code == libc::EHOSTDOWN || code == libc::ENETDOWN {
+            return ErrorClass::Icmp;
+        }
+    }
+    // WSAEMSGSIZE: a datagram larger than the receive slot (not on Linux, whose slots catch it).
+    #[cfg(windows)]
+    if e.raw_os_error() == Some(10040) {
+        return ErrorClass::Refused;
+    }
+    ErrorClass::Fatal
+}
+
+/// Calls `f` until it does not fail with `EINTR`: the one place interrupted calls are retried.
+#[inline]
+pub(crate) fn retry_interrupted<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// One non-blocking UDP socket and its counters. Owned by one thread (the bridge actor's).
+#[derive(Debug)]
+pub struct UdpEndpoint {
+    socket: UdpSocket,
+    local: SocketAddr,
+    stats: IoStats,
+}
+
+impl UdpEndpoint {
+    /// Creates a non-blocking UDP socket bound to `addr` (port 0 for an ephemeral port).
+    /// Buffer sizes are best effort: a refused size is logged and the default kept.
+    ///
+    /// # Errors
+    /// Creating, binding or making the socket non-blocking failed (address in use, no
+    /// permission, ...).
+    pub fn bind(addr: SocketAddr, config: &SocketConfig) -> io::Result<Self> {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_nonblocking(true)?;
+        if let Some(size) = config.recv_buffer {
+            if let Err(e) = socket.set_recv_buffer_size(size) {
+                log::warn!("llbus-net: SO_RCVBUF {size} refused on {addr} ({e}); keeping default");
+            }
+        }
+        if let Some(size) = config.send_buffer {
+            if let Err(e) = socket.set_send_buffer_size(size) {
+                log::warn!("llbus-net: SO_SNDBUF {size} refused on {addr} ({e}); keeping default");
+            }
+        }
+        socket.bind(&addr.into())?;
+        let socket: UdpSocket = socket.into();
+        let local = socket.local_addr()?;
+        Ok(UdpEndpoint {
+            socket,
+            local,
+            stats: IoStats::default(),
+        })
+    }
+
+    /// Connects the socket to `peer`: it then receives only from `peer`, and ICMP errors for
+    /// `peer` are reported on it (a compat-mode subscriber talks to exactly one publisher).
+    ///
+    /// # Errors
+    /// The system call failed.
+    pub fn connect(&self, peer: SocketAddr) -> io::Result<()> {
+        self.socket.connect(peer)
+    }
+
+    /// The bound address (with the port the system chose for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> &IoStats {
+        &self.stats
+    }
+
+    /// The underlying socket, for options this type does not set.
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// Receives as many datagrams as are queued, up to the batch's size, into `batch`
+    /// (replacing what it held). Never blocks. Returns how many datagrams were taken off the
+    /// socket, dropped ones included: `Ok(0)` means the socket is drained. The datagrams to
+    /// use are [`RecvBatch::iter`]'s.
+    ///
+    /// Counted and dropped, not returned: datagrams larger than the maximum datagram size
+    /// ([`IoStats::recv_too_large`]) or from an unknown address family; ICMP-surfaced errors
+    /// ([`IoStats::recv_icmp_errors`]). `EINTR` is retried. Allocates nothing.
+    ///
+    /// # Errors
+    /// A fatal socket error (see the module docs); the batch then holds what was received
+    /// before it, if anything.
+    pub fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        batch.clear();
+        // An ICMP error is reported once and then cleared, and several can be pending (one per
+        // closed destination): try again, a bounded number of times.
+        let mut icmp_budget = batch.capacity();
+        loop {
+            self.stats.recv_calls += 1;
+            match self.recv_into(batch) {
+                Ok(n) => return Ok(n),
+                Err(e) => match classify(&e) {
+                    ErrorClass::WouldBlock => return Ok(batch.taken()),
+                    ErrorClass::Icmp | ErrorClass::Refused => {
+                        self.stats.recv_icmp_errors += 1;
+                        if icmp_budget == 0 || batch.taken() > 0 {
+                            return Ok(batch.taken());
+                        }
+                        icmp_budget -= 1;
+                    }
+                    ErrorClass::Fatal => {
+                        log::error!("llbus-net: fatal receive error on {}: {e}", self.local);
+                        return Err(e);
+                    }
+                },
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn recv_into(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        super::linux::recv(&self.socket, batch, &mut self.stats)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn recv_into(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        super::portable::recv(&self.socket, batch, &mut self.stats)
+    }
+
+    /// Sends each `(payload, destination)` of `datagrams`, `batch.capacity()` per system call.
+    /// Never blocks. Returns how many datagrams the kernel took.
+    ///
+    /// Fan-out of one datagram to many subscribers is
+    /// `datagrams = addrs.map(|a| (bytes, a))`.
+    ///
+    /// Counted and dropped, not returned: a datagram refused for a full send buffer
+    /// ([`IoStats::send_would_block`]: this and the rest of the current system call's share),
+    /// an ICMP-surfaced error ([`IoStats::send_icmp_errors`]) or a per-datagram refusal
+    /// ([`IoStats::send_refused`]); the others are still sent. `EINTR` is retried. Allocates
+    /// nothing.
+    ///
+    /// # Errors
+    /// A fatal socket error (see the module docs); datagrams after it are not sent.
+    pub fn send_batch<'a, I>(&mut self, batch: &mut SendBatch, datagrams: I) -> io::Result<usize>
+    where
+        I: IntoIterator<Item = (&'a [u8], SocketAddr)>,
+    {
+        #[cfg(target_os = "linux")]
+        let sent = super::linux::send(&self.socket, &mut self.stats, batch, datagrams.into_iter());
+        #[cfg(not(target_os = "linux"))]
+        let sent = {
+            let _ = batch;
+            super::portable::send(&self.socket, &mut self.stats, datagrams.into_iter())
+        };
+        if let Err(e) = &sent {
+            log::error!("llbus-net: fatal send error on {}: {e}", self.local);
+        }
+        sent
+    }
+
+    /// Sends one datagram. Returns whether the kernel took it; a dropped one is counted as in
+    /// [`UdpEndpoint::send_batch`].
+    ///
+    /// # Errors
+    /// A fatal socket error.
+    pub fn send_to(&mut self, payload: &[u8], dest: SocketAddr) -> io::Result<bool> {
+        self.stats.send_calls += 1;
+        match retry_interrupted(|| self.socket.send_to(payload, dest)) {
+            Ok(_) => {
+                self.stats.sent += 1;
+                Ok(true)
+            }
+            Err(e) => {
+                count_send_error(&mut self.stats, e, 1).inspect_err(|e| {
+                    log::error!("llbus-net: fatal send error on {}: {e}", self.local);
+                })?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Counts `dropped` datagrams for a non-fatal send error, or returns a fatal one.
+pub(crate) fn count_send_error(stats: &mut IoStats, e: io::Error, dropped: u64) -> io::Result<()> {
+    match classify(&e) {
+        ErrorClass::WouldBlock => stats.send_would_block += dropped,
+        ErrorClass::Icmp => stats.send_icmp_errors += dropped,
+        ErrorClass::Refused => stats.send_refused += dropped,
+        ErrorClass::Fatal => return Err(e),
+    }
+    Ok(())
+}

@@ -1,0 +1,409 @@
+//! Decoding a received ll-udp v1 datagram: one validation pass over the frame headers, then a
+//! zero-copy iterator of (header, payload slice), then bincode decoding of a payload on demand.
+//!
+//! A datagram is accepted or dropped whole for structural faults (truncation, bad magic or
+//! version, unknown kind, bad lengths, too large): [`parse_datagram`] checks every frame header
+//! before the first frame is handed out, so a bridge never delivers half of a corrupt batch. A
+//! payload that fails to decode drops only its own message ([`decode_payload`]). Nothing here
+//! panics or allocates, whatever the bytes.
+
+use serde::de::DeserializeOwned;
+
+use super::header::{Header, HEADER_LEN};
+
+/// Why a received datagram (or one message of it) was dropped. Each has a counter in
+/// [`DropCounts`]; the bridge and the io layer count, they never fail on these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// Shorter than one frame header (an empty datagram included), or a compat datagram shorter
+    /// than its message.
+    Truncated,
+    /// The first three bytes of a frame are not `b"LLU"`.
+    BadMagic,
+    /// A frame of a protocol version this crate does not speak.
+    BadVersion,
+    /// A frame kind that no version defines.
+    UnknownKind,
+    /// A frame kind reserved for the hardening issue (cookie challenge, MAC).
+    ReservedKind,
+    /// A frame with a flag this version does not understand (the reserved cookie or MAC bits).
+    UnsupportedFlags,
+    /// A payload length that runs past the end of the datagram, or is wrong for the kind.
+    BadLength,
+    /// A datagram longer than the configured maximum (or than the receive buffer).
+    TooLarge,
+    /// A payload that bincode could not decode into the topic's type, that left bytes over, or
+    /// whose length prefixes claimed more than [`PAYLOAD_DECODE_LIMIT`](super::PAYLOAD_DECODE_LIMIT).
+    PayloadDecode,
+    /// A control value that no version defines (a refuse reason, a compat control message).
+    BadControl,
+    /// A frame for a topic this side neither exports nor imports.
+    UnknownTopic,
+    /// A frame whose schema fingerprint differs from the local type's.
+    FingerprintMismatch,
+    /// A frame from an address this side has no business with (data from a host it did not
+    /// subscribe to, an acknowledgement it did not ask for).
+    UnknownSender,
+    /// A subscribe that would exceed the subscriber table's capacity.
+    TableFull,
+}
+
+impl DropReason {
+    /// How many reasons there are: the length of [`DropCounts`]'s array.
+    pub const COUNT: usize = 14;
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::Truncated,
+        DropReason::BadMagic,
+        DropReason::BadVersion,
+        DropReason::UnknownKind,
+        DropReason::ReservedKind,
+        DropReason::UnsupportedFlags,
+        DropReason::BadLength,
+        DropReason::TooLarge,
+        DropReason::PayloadDecode,
+        DropReason::BadControl,
+        DropReason::UnknownTopic,
+        DropReason::FingerprintMismatch,
+        DropReason::UnknownSender,
+        DropReason::TableFull,
+    ];
+
+    /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A short snake-case name, for metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::BadMagic => "bad_magic",
+            DropReason::BadVersion => "bad_version",
+            DropReason::UnknownKind => "unknown_kind",
+            DropReason::ReservedKind => "reserved_kind",
+            DropReason::UnsupportedFlags => "unsupported_flags",
+            DropReason::BadLength => "bad_length",
+            DropReason::TooLarge => "too_large",
+            DropReason::PayloadDecode => "payload_decode",
+            DropReason::BadControl => "bad_control",
+            DropReason::UnknownTopic => "unknown_topic",
+            DropReason::FingerprintMismatch => "fingerprint_mismatch",
+            DropReason::UnknownSender => "unknown_sender",
+            DropReason::TableFull => "table_full",
+        }
+    }
+}
+
+impl core::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            DropReason::Truncated => "datagram truncated: shorter than its headers say",
+            DropReason::BadMagic => "bad magic: not an ll-udp v1 frame",
+            DropReason::BadVersion => "unsupported ll-udp protocol version",
+            DropReason::UnknownKind => "unknown frame kind",
+            DropReason::ReservedKind => "frame kind reserved for authentication, not supported",
+            DropReason::UnsupportedFlags => "frame flags not supported by this version",
+            DropReason::BadLength => {
+                "payload length runs past the datagram or is wrong for its kind"
+            }
+            DropReason::TooLarge => "datagram larger than the configured maximum",
+            DropReason::PayloadDecode => "payload does not decode as the topic's type",
+            DropReason::BadControl => "unknown control value",
+            DropReason::UnknownTopic => "topic neither exported nor imported here",
+            DropReason::FingerprintMismatch => "schema fingerprint differs from the local type's",
+            DropReason::UnknownSender => "frame from an unexpected address",
+            DropReason::TableFull => "subscriber table full",
+        })
+    }
+}
+
+impl std::error::Error for DropReason {}
+
+/// One counter per [`DropReason`]. Owned and written by one thread; copy it to publish a
+/// snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    counts: [u64; DropReason::COUNT],
+}
+
+impl DropCounts {
+    /// All zero.
+    pub const fn new() -> Self {
+        DropCounts {
+            counts: [0; DropReason::COUNT],
+        }
+    }
+
+    /// Counts one drop for `reason`.
+    #[inline]
+    pub fn record(&mut self, reason: DropReason) {
+        if let Some(c) = self.counts.get_mut(reason.index()) {
+            *c = c.wrapping_add(1);
+        }
+    }
+
+    /// The count for `reason`.
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.counts.get(reason.index()).copied().unwrap_or(0)
+    }
+
+    /// The sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().fold(0u64, |a, &c| a.wrapping_add(c))
+    }
+
+    /// Each reason with its count, in [`DropReason::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.iter().map(move |&r| (r, self.get(r)))
+    }
+}
+
+/// One frame of a received datagram: its header and its payload, borrowed from the datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The frame's header.
+    pub header: Header,
+    /// The frame's payload bytes (`header.payload_len` of them).
+    pub payload: &'a [u8],
+}
+
+/// The frames of a validated datagram, in order. Made by [`parse_datagram`]; never allocates.
+#[derive(Clone, Debug)]
+pub struct Frames<'a> {
+    rest: &'a [u8],
+    remaining: usize,
+}
+
+impl<'a> Frames<'a> {
+    /// How many frames are left.
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+}
+
+/// Splits one frame off the front of `bytes`, checking its header and lengths.
+fn split_frame(bytes: &[u8]) -> Result<(Frame<'_>, &[u8]), DropReason> {
+    let (head, rest) = bytes
+        .split_first_chunk::<HEADER_LEN>()
+        .ok_or(DropReason::Truncated)?;
+    let header = Header::read(head)?;
+    let len = usize::from(header.payload_len);
+    if let Some(fixed) = header.kind.fixed_payload_len() {
+        if len != fixed {
+            return Err(DropReason::BadLength);
+        }
+    }
+    if len > rest.len() {
+        return Err(DropReason::BadLength);
+    }
+    let (payload, rest) = rest.split_at(len);
+    Ok((Frame { header, payload }, rest))
+}
+
+/// Validates a received ll-udp v1 datagram and returns its frames.
+///
+/// Every frame header is checked before this returns, so iterating the result cannot fail: a
+/// datagram is dropped whole or delivered whole (payload decoding aside). `max_datagram` is the
+/// configured maximum datagram size.
+///
+/// # Errors
+/// The [`DropReason`] of the first fault: [`DropReason::TooLarge`] if `datagram` is longer than
+/// `max_datagram`; [`DropReason::Truncated`] if it is empty or ends inside a frame header; the
+/// header's own faults ([`Header::read`]); [`DropReason::BadLength`] for a payload length that
+/// runs past the end or is wrong for its kind.
+pub fn parse_datagram(datagram: &[u8], max_datagram: usize) -> Result<Frames<'_>, DropReason> {
+    if datagram.len() > max_datagram {
+        return Err(DropReason::TooLarge);
+    }
+    if datagram.is_empty() {
+        return Err(DropReason::Truncated);
+    }
+    let mut rest = datagram;
+    let mut count = 0usize;
+    while !rest.is_empty() {
+        let (_, next) = split_frame(rest)?;
+        rest = next;
+        count += 1;
+    }
+    Ok(Frames {
+        rest: datagram,
+        remaining: count,
+    })
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Frame<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Frame<'a>> {
+        if self.remaining == 0 {
+            return None;
+        }
+        // Validated by `parse_datagram`; should a frame fail anyway, end the iteration.
+        match split_frame(self.rest) {
+            Ok((frame, rest)) => {
+                self.rest = rest;
+                self.remaining -= 1;
+                Some(frame)
+            }
+            Err(_) => {
+                debug_assert!(false, "frame failed after validation");
+                self.remaining = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for Frames<'_> {}
+
+/// Decodes a data frame's payload as `T`, with the crate's bincode configuration (bincode 1.x
+/// layout) and a [`PAYLOAD_DECODE_LIMIT`](super::PAYLOAD_DECODE_LIMIT) on claimed container
+/// sizes. The whole payload must be consumed.
+///
+/// Allocates only what `T` itself owns (a `String` field allocates its bytes; a struct of
+/// numbers allocates nothing).
+///
+/// # Errors
+/// [`DropReason::PayloadDecode`] if the bytes are not a `T`, claim too much, or leave bytes over.
+pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, DropReason> {
+    match bincode::serde::decode_from_slice::<T, _>(payload, super::bincode_decode_config()) {
+        Ok((value, read)) if read == payload.len() => Ok(value),
+        _ => Err(DropReason::PayloadDecode),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::control::Control;
+    use crate::protocol::encode::{BatchEncoder, DataMeta};
+    use crate::protocol::header::DEFAULT_MAX_DATAGRAM;
+
+    /// Two data frames (payloads `u32` 1 and `String` "ab") and a subscribe.
+    fn sample() -> Vec<u8> {
+        let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let meta = DataMeta {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            seq: 1,
+            timestamp_ns: 4,
+        };
+        enc.push_data(meta, &1u32).unwrap();
+        enc.push_data(DataMeta { seq: 2, ..meta }, "ab").unwrap();
+        enc.push_control(&Control::Subscribe {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 9,
+        })
+        .unwrap();
+        enc.as_bytes().to_vec()
+    }
+
+    fn reason(bytes: &[u8]) -> DropReason {
+        parse_datagram(bytes, DEFAULT_MAX_DATAGRAM).unwrap_err()
+    }
+
+    #[test]
+    fn sample_parses() {
+        let bytes = sample();
+        let frames: Vec<_> = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
+            .unwrap()
+            .collect();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(decode_payload::<u32>(frames[0].payload), Ok(1));
+        assert_eq!(decode_payload::<String>(frames[1].payload), Ok("ab".into()));
+    }
+
+    #[test]
+    fn every_structural_fault_has_its_reason() {
+        let good = sample();
+        assert_eq!(reason(&[]), DropReason::Truncated);
+        assert_eq!(reason(&good[..47]), DropReason::Truncated);
+        // Cut inside the second frame's header, and inside its payload.
+        assert_eq!(reason(&good[..52 + 20]), DropReason::Truncated);
+        assert_eq!(reason(&good[..52 + 48 + 3]), DropReason::BadLength);
+
+        let with = |at: usize, value: u8| {
+            let mut b = good.clone();
+            b[at] = value;
+            reason(&b)
+        };
+        assert_eq!(with(0, b'X'), DropReason::BadMagic);
+        assert_eq!(with(3, 2), DropReason::BadVersion);
+        assert_eq!(with(4, 0), DropReason::UnknownKind);
+        assert_eq!(with(4, 0x7f), DropReason::UnknownKind);
+        assert_eq!(with(4, 0x20), DropReason::ReservedKind);
+        assert_eq!(with(4, 0x30), DropReason::ReservedKind);
+        assert_eq!(with(5, 0x01), DropReason::UnsupportedFlags);
+        assert_eq!(with(5, 0x80), DropReason::UnsupportedFlags);
+        // Payload length past the end.
+        assert_eq!(with(7, 0xff), DropReason::BadLength);
+        // A subscribe (third frame, at 52 + 58) with a non-zero payload length.
+        assert_eq!(with(52 + 58 + 6, 1), DropReason::BadLength);
+        // A fault in the last frame drops the whole datagram: nothing half delivered.
+        assert_eq!(with(52 + 58, b'X'), DropReason::BadMagic);
+        // Trailing garbage after the last frame.
+        let mut b = good.clone();
+        b.push(0);
+        assert_eq!(reason(&b), DropReason::Truncated);
+        // Larger than the configured maximum.
+        assert_eq!(
+            parse_datagram(&good, good.len() - 1).unwrap_err(),
+            DropReason::TooLarge
+        );
+    }
+
+    #[test]
+    fn payload_faults() {
+        assert_eq!(
+            decode_payload::<u32>(&[1, 0, 0]),
+            Err(DropReason::PayloadDecode)
+        );
+        assert_eq!(
+            decode_payload::<u32>(&[1, 0, 0, 0, 9]),
+            Err(DropReason::PayloadDecode)
+        );
+        // A string claiming 2^62 bytes: refused by the limit, nothing allocated.
+        let mut huge = (1u64 << 62).to_le_bytes().to_vec();
+        huge.extend_from_slice(b"abc");
+        assert_eq!(
+            decode_payload::<String>(&huge),
+            Err(DropReason::PayloadDecode)
+        );
+        assert_eq!(
+            decode_payload::<Vec<u64>>(&huge),
+            Err(DropReason::PayloadDecode)
+        );
+        // Invalid UTF-8, an invalid bool.
+        assert_eq!(
+            decode_payload::<String>(&[2, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe]),
+            Err(DropReason::PayloadDecode)
+        );
+        assert_eq!(decode_payload::<bool>(&[2]), Err(DropReason::PayloadDecode));
+    }
+
+    #[test]
+    fn counts_by_reason() {
+        let mut c = DropCounts::new();
+        c.record(DropReason::BadMagic);
+        c.record(DropReason::BadMagic);
+        c.record(DropReason::TableFull);
+        assert_eq!(c.get(DropReason::BadMagic), 2);
+        assert_eq!(c.total(), 3);
+        assert_eq!(c.iter().filter(|&(_, n)| n > 0).count(), 2);
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+            assert!(!r.to_string().is_empty());
+            assert!(!r.name().is_empty());
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The ll-udp v1 frame header: 48 bytes, little-endian, in front of every message and every
+//! control message. A datagram is one or more frames back to back (see `docs/PROTOCOL.md`).
+//!
+//! Every frame carries the magic and version, so a frame is self-describing and a batch needs
+//! no datagram header of its own: the batch is just the frames, and the datagram length says
+//! where it ends. Byte layout:
+//!
+//! | offset | size | field                                     |
+//! |-------:|-----:|-------------------------------------------|
+//! | 0      | 3    | magic `b"LLU"`                            |
+//! | 3      | 1    | version, `1`                              |
+//! | 4      | 1    | kind ([`Kind`])                           |
+//! | 5      | 1    | flags ([`Flags`])                         |
+//! | 6      | 2    | payload length, `u16`                     |
+//! | 8      | 8    | topic id, `u64`                           |
+//! | 16     | 8    | schema fingerprint, `u64`                 |
+//! | 24     | 8    | sender's session id, `u64`                |
+//! | 32     | 8    | sequence number, `u64`                    |
+//! | 40     | 8    | send timestamp, `i64` ns since the UNIX epoch |
+
+use super::decode::DropReason;
+
+/// The first three bytes of every ll-udp v1 frame.
+pub const MAGIC: [u8; 3] = *b"LLU";
+/// The protocol version this crate speaks, in byte 3 of every frame.
+pub const VERSION: u8 = 1;
+/// The size of a frame header in bytes.
+pub const HEADER_LEN: usize = 48;
+/// The default maximum datagram size: a 1500-byte Ethernet MTU less 20 bytes of IPv4 header
+/// and 8 of UDP header, so nothing relies on IP fragmentation.
+pub const DEFAULT_MAX_DATAGRAM: usize = 1472;
+/// The largest UDP payload over IPv4; no configured maximum may exceed it.
+pub const MAX_DATAGRAM_LIMIT: usize = 65_507;
+
+/// What a frame is. Unknown values are dropped as [`DropReason::UnknownKind`]; values
+/// reserved for the hardening issue as [`DropReason::ReservedKind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// A message of a topic: the payload is its bincode encoding.
+    Data = 0x01,
+    /// Publisher to subscriber: the last sequence number sent on a topic (payload empty).
+    Heartbeat = 0x02,
+    /// Subscriber to publisher: subscribe to, or renew, one topic (payload empty).
+    Subscribe = 0x10,
+    /// Publisher to subscriber: the subscription to one topic is accepted (payload empty).
+    SubscribeAck = 0x11,
+    /// Publisher to subscriber: the subscription to one topic is refused (16-byte payload).
+    Refuse = 0x12,
+    /// Subscriber to publisher: stop sending one topic (payload empty).
+    Unsubscribe = 0x13,
+}
+
+impl Kind {
+    /// Reserved for the hardening issue: the publisher's address-proving cookie challenge.
+    pub const RESERVED_CHALLENGE: u8 = 0x20;
+    /// Reserved for the hardening issue: the subscriber's echo of a cookie challenge.
+    pub const RESERVED_CHALLENGE_ECHO: u8 = 0x21;
+    /// Reserved for the hardening issue: a message authentication code trailer frame.
+    pub const RESERVED_MAC: u8 = 0x30;
+
+    /// The kind of wire value `value`.
+    ///
+    /// # Errors
+    /// [`DropReason::ReservedKind`] for `0x20..=0x3f` (the hardening issue's range),
+    /// [`DropReason::UnknownKind`] for anything else that is not a [`Kind`].
+    pub const fn from_u8(value: u8) -> Result<Kind, DropReason> {
+        match value {
+            0x01 => Ok(Kind::Data),
+            0x02 => Ok(Kind::Heartbeat),
+            0x10 => Ok(Kind::Subscribe),
+            0x11 => Ok(Kind::SubscribeAck),
+            0x12 => Ok(Kind::Refuse),
+            0x13 => Ok(Kind::Unsubscribe),
+            0x20..=0x3f => Err(DropReason::ReservedKind),
+            _ => Err(DropReason::UnknownKind),
+        }
+    }
+
+    /// The payload length a frame of this kind must have, if it is fixed.
+    pub(crate) const fn fixed_payload_len(self) -> Option<usize> {
+        match self {
+            Kind::Data => None,
+            Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
+            Kind::Heartbeat | Kind::Subscribe | Kind::SubscribeAck | Kind::Unsubscribe => Some(0),
+        }
+    }
+}
+
+/// The flags byte of a frame. No flag is defined in version 1; bits 0 and 1 are reserved for
+/// the hardening issue and every other bit is reserved. A frame with any flag set is dropped
+/// as [`DropReason::UnsupportedFlags`] until a version that understands it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flags(pub u8);
+
+impl Flags {
+    /// No flags.
+    pub const NONE: Flags = Flags(0);
+    /// Reserved (hardening issue): the payload starts with an address-proving cookie.
+    pub const RESERVED_COOKIE: u8 = 0x01;
+    /// Reserved (hardening issue): the datagram ends with a MAC trailer frame.
+    pub const RESERVED_MAC: u8 = 0x02;
+    /// The flags this version understands: none.
+    pub const SUPPORTED: u8 = 0x00;
+}
+
+/// One frame's header, decoded. See the module docs for the byte layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    /// What the frame is.
+    pub kind: Kind,
+    /// Flags; [`Flags::NONE`] in version 1.
+    pub flags: Flags,
+    /// The number of payload bytes after the header.
+    pub payload_len: u16,
+    /// The topic id ([`llbus::Message::TOPIC_ID`]).
+    pub topic_id: u64,
+    /// The schema fingerprint ([`llbus::Message::FINGERPRINT`]).
+    pub fingerprint: u64,
+    /// The sender's session id: random per start, so a restart is noticed.
+    pub session: u64,
+    /// Data: the sequence number per topic per session, from 1. Heartbeat and acknowledge:
+    /// the last sequence number sent on the topic (0 if none). Other kinds: 0.
+    pub seq: u64,
+    /// Nanoseconds since the UNIX epoch (`CLOCK_REALTIME`) just before sending.
+    pub timestamp_ns: i64,
+}
+
+impl Header {
+    /// Writes this header into the first [`HEADER_LEN`] bytes of a frame.
+    pub fn write(&self, out: &mut [u8; HEADER_LEN]) {
+        let [m0, m1, m2] = MAGIC;
+        let [l0, l1] = self.payload_len.to_le_bytes();
+        out[..8].copy_from_slice(&[m0, m1, m2, VERSION, self.kind as u8, self.flags.0, l0, l1]);
+        out[8..16].copy_from_slice(&self.topic_id.to_le_bytes());
+        out[16..24].copy_from_slice(&self.fingerprint.to_le_bytes());
+        out[24..32].copy_from_slice(&self.session.to_le_bytes());
+        out[32..40].copy_from_slice(&self.seq.to_le_bytes());
+        out[40..48].copy_from_slice(&self.timestamp_ns.to_le_bytes());
+    }
+
+    /// Reads a header from the first [`HEADER_LEN`] bytes of a frame, checking magic, version,
+    /// kind and flags (not the payload length, which needs the rest of the datagram).
+    ///
+    /// # Errors
+    /// [`DropReason::BadMagic`], [`DropReason::BadVersion`], [`DropReason::UnknownKind`],
+    /// [`DropReason::ReservedKind`] or [`DropReason::UnsupportedFlags`].
+    pub fn read(bytes: &[u8; HEADER_LEN]) -> Result<Header, DropReason> {
+        let [m0, m1, m2, version, kind, flags, l0, l1, ..] = *bytes;
+        if [m0, m1, m2] != MAGIC {
+            return Err(DropReason::BadMagic);
+        }
+        if version != VERSION {
+            return Err(DropReason::BadVersion);
+        }
+        let kind = Kind::from_u8(kind)?;
+        if flags & !Flags::SUPPORTED != 0 {
+            return Err(DropReason::UnsupportedFlags);
+        }
+        Ok(Header {
+            kind,
+            flags: Flags(flags),
+            payload_len: u16::from_le_bytes([l0, l1]),
+            topic_id: le_u64(bytes, 8),
+            fingerprint: le_u64(bytes, 16),
+            session: le_u64(bytes, 24),
+            seq: le_u64(bytes, 32),
+            timestamp_ns: le_u64(bytes, 40) as i64,
+        })
+    }
+}
+
+/// The little-endian `u64` at `at` of a header; `at` is one of the constant offsets above, all
+/// at most `HEADER_LEN - 8`, so the slice is always 8 bytes long.
+#[inline]
+fn le_u64(bytes: &[u8; HEADER_LEN], at: usize) -> u64 {
+    debug_assert!(at + 8 <= HEADER_LEN);
+    let mut word = [0u8; 8];
+    if let Some(src) = bytes.get(at..at + 8) {
+        word.copy_from_slice(src);
+    }
+    u64::from_le_bytes(word)
+}

@@ -1,0 +1,54 @@
+//! The pure protocol layer: byte layouts, encoding and decoding, loss accounting and the
+//! subscriber table. No sockets, no threads, no clocks: time is always passed in.
+//!
+//! The wire format is specified in `docs/PROTOCOL.md`; the golden tests in this module check
+//! its hex vectors verbatim.
+//!
+//! - [`header`]: the ll-udp v1 frame header (48 bytes, little-endian), kinds and flags.
+//! - [`encode`]: packing one or more frames into a caller's datagram buffer, without allocating.
+//! - [`decode`]: validating a received datagram and iterating its frames zero-copy; why a
+//!   datagram is dropped ([`DropReason`]) and counters for it.
+//! - [`control`]: the control frames (subscribe, acknowledge, refuse, unsubscribe, heartbeat)
+//!   and the reasons a subscription is refused.
+//! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
+//! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
+//! - [`subscribers`]: the publisher's table of subscribers, with expiry.
+
+pub(crate) mod compat;
+pub(crate) mod control;
+pub(crate) mod decode;
+pub(crate) mod encode;
+pub(crate) mod header;
+pub(crate) mod seq;
+pub(crate) mod subscribers;
+
+/// The bincode configuration of every payload, in both dialects: bincode 1.x layout
+/// (little-endian, fixed-width integers, `u64` length prefixes, `u32` enum variant indices),
+/// which is also what ll-udp-pubsub v0.1 puts on the wire.
+///
+/// NB: fixed-width integers rather than `standard()`'s varints: a message of fixed-size fields
+/// encodes to a fixed size (so "does it fit" is known per type) and each field is one store;
+/// the few bytes varints would save are small next to the 48-byte frame header and the 28-byte
+/// IP/UDP header.
+pub(crate) const fn bincode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Fixint,
+    bincode::config::NoLimit,
+> {
+    bincode::config::legacy()
+}
+
+/// The most bytes a payload decode may claim for containers (strings, vectors) in memory.
+///
+/// A payload arrives in one datagram (at most 65,507 bytes), but a length prefix is just a
+/// number: without a limit, 8 bytes of garbage could ask bincode to allocate exabytes. With it,
+/// a lying prefix fails the decode ([`decode::DropReason::PayloadDecode`]) before anything is allocated.
+pub const PAYLOAD_DECODE_LIMIT: usize = 1 << 20;
+
+pub(crate) const fn bincode_decode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Fixint,
+    bincode::config::Limit<PAYLOAD_DECODE_LIMIT>,
+> {
+    bincode::config::legacy().with_limit::<PAYLOAD_DECODE_LIMIT>()
+}

@@ -1,0 +1,214 @@
+//! The publisher's subscriber table: which address wants which topic, and since when it has
+//! not renewed.
+//!
+//! A flat vector of (address, topic) entries, scanned linearly: a publisher has few
+//! subscribers, and a scan of a few cache lines beats hashing at that size. Subscribers renew
+//! every second; [`SubscriberTable::expire`] drops entries not renewed within the timeout
+//! (default [`DEFAULT_SUBSCRIBER_TIMEOUT`]). Time is passed in as monotonic nanoseconds (any
+//! origin, the caller's clock). The table allocates only when a new entry is inserted and the
+//! vector grows, up to its capacity; renewal, lookup, fan-out iteration and expiry never
+//! allocate.
+
+use std::time::Duration;
+
+use super::decode::DropReason;
+
+/// How long a subscription lasts without renewal, unless configured otherwise.
+pub const DEFAULT_SUBSCRIBER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One subscription of one address to one topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Subscriber<A> {
+    /// Where to send the topic's frames.
+    pub addr: A,
+    /// The topic id.
+    pub topic_id: u64,
+    /// The subscriber's session id, as of its last renewal.
+    pub session: u64,
+    /// When it last subscribed or renewed, in the caller's monotonic nanoseconds.
+    pub renewed_ns: u64,
+}
+
+/// What [`SubscriberTable::renew`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Renewal {
+    /// A new entry.
+    New,
+    /// An existing entry, renewed.
+    Renewed,
+    /// An existing entry whose subscriber restarted (new session id), renewed.
+    Restarted,
+}
+
+/// The subscriber table. See the module docs.
+#[derive(Clone, Debug)]
+pub struct SubscriberTable<A> {
+    /// Invariant: `entries.len() <= capacity`, and no two entries share (addr, topic_id).
+    entries: Vec<Subscriber<A>>,
+    capacity: usize,
+    timeout_ns: u64,
+}
+
+impl<A: Copy + PartialEq> SubscriberTable<A> {
+    /// An empty table holding at most `capacity` entries, expiring them `timeout` after their
+    /// last renewal. Allocates nothing until the first insert.
+    pub fn new(timeout: Duration, capacity: usize) -> Self {
+        SubscriberTable {
+            entries: Vec::new(),
+            capacity,
+            timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Adds or renews the subscription of `addr` to `topic_id` at time `now_ns`.
+    ///
+    /// # Errors
+    /// [`DropReason::TableFull`] if it is new and the table holds `capacity` entries already
+    /// (answer with a `Refuse` of reason `TableFull`).
+    pub fn renew(
+        &mut self,
+        addr: A,
+        topic_id: u64,
+        session: u64,
+        now_ns: u64,
+    ) -> Result<Renewal, DropReason> {
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.topic_id == topic_id && e.addr == addr)
+        {
+            e.renewed_ns = e.renewed_ns.max(now_ns);
+            let restarted = e.session != session;
+            e.session = session;
+            return Ok(if restarted {
+                Renewal::Restarted
+            } else {
+                Renewal::Renewed
+            });
+        }
+        if self.entries.len() >= self.capacity {
+            return Err(DropReason::TableFull);
+        }
+        self.entries.push(Subscriber {
+            addr,
+            topic_id,
+            session,
+            renewed_ns: now_ns,
+        });
+        Ok(Renewal::New)
+    }
+
+    /// Removes the subscription of `addr` to `topic_id` (an unsubscribe). Returns whether
+    /// there was one.
+    pub fn remove(&mut self, addr: A, topic_id: u64) -> bool {
+        match self
+            .entries
+            .iter()
+            .position(|e| e.topic_id == topic_id && e.addr == addr)
+        {
+            Some(i) => {
+                self.entries.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes every entry not renewed within the timeout as of `now_ns`, calling `on_expired`
+    /// for each (to log it). Returns how many were removed. Call it about once a second.
+    pub fn expire(&mut self, now_ns: u64, mut on_expired: impl FnMut(&Subscriber<A>)) -> usize {
+        let before = self.entries.len();
+        let timeout = self.timeout_ns;
+        self.entries.retain(|e| {
+            let keep = now_ns.saturating_sub(e.renewed_ns) <= timeout;
+            if !keep {
+                on_expired(e);
+            }
+            keep
+        });
+        before - self.entries.len()
+    }
+
+    /// The addresses subscribed to `topic_id`, for fan-out.
+    pub fn subscribers(&self, topic_id: u64) -> impl Iterator<Item = A> + '_ {
+        self.entries
+            .iter()
+            .filter(move |e| e.topic_id == topic_id)
+            .map(|e| e.addr)
+    }
+
+    /// Every entry.
+    pub fn iter(&self) -> impl Iterator<Item = &Subscriber<A>> + '_ {
+        self.entries.iter()
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most entries the table holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn renewal_keeps_and_silence_expires() {
+        let mut t = SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 8);
+        assert_eq!(t.renew(1u32, 10, 100, 0), Ok(Renewal::New));
+        assert_eq!(t.renew(2u32, 10, 200, 0), Ok(Renewal::New));
+        assert_eq!(t.renew(1u32, 11, 100, 0), Ok(Renewal::New));
+        // Address 1 renews every second for 90 s; address 2 falls silent.
+        for sec in 1..=90 {
+            t.renew(1, 10, 100, sec * S).unwrap();
+            t.renew(1, 11, 100, sec * S).unwrap();
+            let mut expired = Vec::new();
+            let n = t.expire(sec * S, |e| expired.push((e.addr, e.topic_id)));
+            if sec == 61 {
+                assert_eq!((n, expired), (1, vec![(2, 10)]));
+            } else {
+                assert_eq!(n, 0, "second {sec}");
+            }
+        }
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.subscribers(10).collect::<Vec<_>>(), [1]);
+    }
+
+    #[test]
+    fn exactly_at_timeout_is_kept_one_ns_later_is_not() {
+        let mut t = SubscriberTable::new(Duration::from_secs(5), 4);
+        t.renew(7u8, 1, 1, 10).unwrap();
+        assert_eq!(t.expire(10 + 5 * S, |_| {}), 0);
+        assert_eq!(t.expire(10 + 5 * S + 1, |_| {}), 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn cap_unsubscribe_and_restart() {
+        let mut t = SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 2);
+        t.renew('a', 1, 1, 0).unwrap();
+        t.renew('b', 1, 1, 0).unwrap();
+        assert_eq!(t.renew('c', 1, 1, 0), Err(DropReason::TableFull));
+        // Renewal of an existing entry still works when full.
+        assert_eq!(t.renew('a', 1, 1, 5), Ok(Renewal::Renewed));
+        assert_eq!(t.renew('a', 1, 2, 6), Ok(Renewal::Restarted));
+        assert!(t.remove('a', 1));
+        assert!(!t.remove('a', 1));
+        assert_eq!(t.renew('c', 1, 1, 7), Ok(Renewal::New));
+        let mut subs: Vec<_> = t.subscribers(1).collect();
+        subs.sort();
+        assert_eq!(subs, ['b', 'c']);
+    }
+}
