@@ -16,7 +16,8 @@
 //!   up with [`Stuck`] past its deadline, so a broken implementation ends with an error
 //!   instead of hanging the run.
 //! - [`Collector`] keeps one value per (implementation, case) per round; [`Collector::figures`]
-//!   reduces them to the median over rounds, which [`print_table`] and [`json_line`] print.
+//!   reduces them to the median over rounds, which [`print_figures`] prints as a table
+//!   ([`render_table`]) or as JSON lines ([`json_line`]).
 
 use std::fmt;
 use std::fmt::Write as _;
