@@ -1,0 +1,1050 @@
+//! Shared pieces of the comparison harness: argument parsing, pinning the two benchmark
+//! threads, bounded spinning, round alternation, statistics and the two output formats.
+//!
+//! How a suite uses it:
+//! - [`Args::parse`] turns the command line into a [`Command`].
+//! - [`Pinning::probe`] checks once that threads can be pinned to cores 0 and 1; every
+//!   measurement then runs on two fresh threads started by [`run_pair`], the first pinned to
+//!   core 0 and the second to core 1, each with an explicit `CoreId { id }` and a checked
+//!   return value (on this machine `core_affinity::get_core_ids()` from a pinned thread lists
+//!   only that thread's core, so it must not be used to pick the second core). If pinning
+//!   fails the run goes on unpinned and says so in its output.
+//! - [`run_rounds`] runs the rounds: each runs every implementation once per measurement
+//!   (phase), in the rotating order of [`round_order`], so that each starts a round in turn: slow drifts of a noisy machine then spread over
+//!   all of them instead of favouring whichever runs first.
+//! - [`Spin`] bounds every wait loop: it checks the clock every few thousand spins and gives
+//!   up with [`Stuck`] past its deadline, so a broken implementation ends with an error
+//!   instead of hanging the run.
+//! - [`Collector`] keeps one value per (implementation, case) per round; [`Collector::figures`]
+//!   reduces them to the median over rounds, which [`print_figures`] prints as a table
+//!   ([`render_table`]) or as JSON lines ([`json_line`]).
+
+use std::fmt;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// Usage text printed by `--help` and after an argument error.
+pub const USAGE: &str = "\
+llbus comparison benchmarks
+
+USAGE:
+    cargo run --release -p benches -- [SUITE] [OPTIONS]
+
+SUITES:
+    ring    SPSC queues between two pinned threads: round-trip latency
+            (p50/p99/p99.9/max) and one-way throughput (single item and batch)
+            for the llbus ring, rtrb, crossbeam, std mpsc, disruptor and the
+            cache-line floor
+    bus     round trip through the bus against the bare ring (not written yet)
+    udp     UDP loopback round trip (not written yet)
+    all     every suite above, in turn (the default)
+
+OPTIONS:
+    --json         print one JSON object per figure on its own line on stdout;
+                   the table and progress go to stderr
+    --rounds N     number of rounds (each runs every implementation once, in
+                   rotating order); figures are medians over rounds [default: 7,
+                   and no new round starts after 150 s, to stay under 3 minutes]
+    --quick        fewer rounds and samples: a smoke test, not a measurement
+    -v, --verbose  print every round's figures on stderr as they come
+    -h, --help     print this text
+
+Run on an otherwise idle machine with at least two cores: threads spin.
+";
+
+/// Which suite to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suite {
+    /// SPSC ring comparison.
+    Ring,
+    /// Bus round trip against the bare ring.
+    Bus,
+    /// UDP loopback round trip.
+    Udp,
+    /// Every suite.
+    All,
+}
+
+impl Suite {
+    fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "ring" => Some(Self::Ring),
+            "bus" => Some(Self::Bus),
+            "udp" => Some(Self::Udp),
+            "all" => Some(Self::All),
+            _ => None,
+        }
+    }
+
+    /// Whether running `self` includes `other`.
+    pub fn includes(self, other: Suite) -> bool {
+        self == Suite::All || self == other
+    }
+}
+
+/// Parsed command-line options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    /// Suite to run.
+    pub suite: Suite,
+    /// Print JSON lines instead of the table on stdout.
+    pub json: bool,
+    /// Number of rounds; `None` lets the suite choose.
+    pub rounds: Option<usize>,
+    /// Smaller sizes for a smoke test.
+    pub quick: bool,
+    /// Print every round's figures on stderr as they come.
+    pub verbose: bool,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Print [`USAGE`] and exit.
+    Help,
+    /// Run the benchmarks.
+    Run(Args),
+}
+
+/// A command-line error, with a message that says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgError(pub String);
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Args {
+    /// Parses the arguments after the program name.
+    ///
+    /// # Errors
+    ///
+    /// An unknown option, a second suite, or a missing or invalid `--rounds` value.
+    pub fn parse<I, S>(args: I) -> Result<Command, ArgError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut suite = None;
+        let mut json = false;
+        let mut rounds = None;
+        let mut quick = false;
+        let mut verbose = false;
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let arg = arg.as_ref();
+            match arg {
+                "-h" | "--help" => return Ok(Command::Help),
+                "--json" => json = true,
+                "--quick" => quick = true,
+                "-v" | "--verbose" => verbose = true,
+                "--rounds" => {
+                    let value = args
+                        .next()
+                        .ok_or_else(|| ArgError("--rounds needs a number".into()))?;
+                    rounds = Some(parse_rounds(value.as_ref())?);
+                }
+                _ if arg.starts_with("--rounds=") => {
+                    rounds = Some(parse_rounds(&arg["--rounds=".len()..])?);
+                }
+                _ if arg.starts_with('-') => {
+                    return Err(ArgError(format!("unknown option `{arg}`; see --help")));
+                }
+                _ => {
+                    let s = Suite::from_name(arg).ok_or_else(|| {
+                        ArgError(format!(
+                            "unknown suite `{arg}`; expected ring, bus, udp or all"
+                        ))
+                    })?;
+                    if suite.replace(s).is_some() {
+                        return Err(ArgError("give one suite (or `all`), not several".into()));
+                    }
+                }
+            }
+        }
+        Ok(Command::Run(Args {
+            suite: suite.unwrap_or(Suite::All),
+            json,
+            rounds,
+            quick,
+            verbose,
+        }))
+    }
+}
+
+fn parse_rounds(value: &str) -> Result<usize, ArgError> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(ArgError(format!(
+            "--rounds takes a whole number of at least 1, not `{value}`"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pinning and threads.
+
+/// Cores the two benchmark threads are pinned to.
+pub const CORES: [usize; 2] = [0, 1];
+
+/// Whether the benchmark threads are pinned, decided once by [`Pinning::probe`].
+#[derive(Debug)]
+pub struct Pinning {
+    enabled: bool,
+    /// Why pinning is off, when it is.
+    reason: Option<String>,
+    /// Set when a thread failed to pin after a successful probe.
+    failed_later: AtomicBool,
+}
+
+impl Pinning {
+    /// Tries to pin a scratch thread to each of [`CORES`] and prints a warning to stderr if
+    /// that fails; the run then goes on unpinned.
+    pub fn probe() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut reason = None;
+        if cores < 2 {
+            reason = Some(format!(
+                "only {cores} core available; the two threads share it"
+            ));
+        } else {
+            for id in CORES {
+                // A fresh thread per core: the probing thread's own mask must stay wide.
+                let ok = std::thread::spawn(move || pin_current(id))
+                    .join()
+                    .unwrap_or(false);
+                if !ok {
+                    reason = Some(format!("could not pin a thread to core {id}"));
+                    break;
+                }
+            }
+        }
+        if let Some(why) = &reason {
+            eprintln!("WARNING: {why}; running UNPINNED, figures are less stable");
+        }
+        Self {
+            enabled: reason.is_none(),
+            reason,
+            failed_later: AtomicBool::new(false),
+        }
+    }
+
+    /// Pinning switched off, for tests.
+    #[cfg(test)]
+    pub fn disabled(reason: &str) -> Self {
+        Self {
+            enabled: false,
+            reason: Some(reason.into()),
+            failed_later: AtomicBool::new(false),
+        }
+    }
+
+    /// One line for the output header.
+    pub fn describe(&self) -> String {
+        match (&self.reason, self.failed_later.load(Ordering::Relaxed)) {
+            (Some(why), _) => format!("UNPINNED ({why})"),
+            (None, true) => format!(
+                "pinned to cores {} and {}, but some threads FAILED to pin (see warnings)",
+                CORES[0], CORES[1]
+            ),
+            (None, false) => format!("pinned to cores {} and {}", CORES[0], CORES[1]),
+        }
+    }
+
+    fn pin(&self, which: usize) {
+        if self.enabled
+            && !pin_current(CORES[which])
+            && !self.failed_later.swap(true, Ordering::Relaxed)
+        {
+            eprintln!(
+                "WARNING: could not pin a thread to core {}; it runs unpinned",
+                CORES[which]
+            );
+        }
+    }
+}
+
+/// Pins the calling thread to core `id`, by explicit id (see the module docs).
+fn pin_current(id: usize) -> bool {
+    core_affinity::set_for_current(core_affinity::CoreId { id })
+}
+
+/// Runs `a` on a thread pinned to core 0 and `b` on a thread pinned to core 1, concurrently,
+/// and returns both results. A panic in either thread is re-raised here.
+pub fn run_pair<RA, RB>(
+    pinning: &Pinning,
+    a: impl FnOnce() -> RA + Send,
+    b: impl FnOnce() -> RB + Send,
+) -> (RA, RB)
+where
+    RA: Send,
+    RB: Send,
+{
+    std::thread::scope(|s| {
+        let ha = s.spawn(|| {
+            pinning.pin(0);
+            a()
+        });
+        let hb = s.spawn(|| {
+            pinning.pin(1);
+            b()
+        });
+        let rb = hb.join();
+        let ra = ha.join();
+        match (ra, rb) {
+            (Ok(ra), Ok(rb)) => (ra, rb),
+            (Err(e), _) | (_, Err(e)) => std::panic::resume_unwind(e),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded waiting.
+
+/// A wait loop gave up: the other side did not answer before the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stuck;
+
+impl fmt::Display for Stuck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("timed out waiting for the other thread (stuck or disconnected)")
+    }
+}
+
+/// A bounded spin: call [`Spin::tick`] once per failed attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Spin {
+    deadline: Instant,
+    spins: u32,
+}
+
+impl Spin {
+    /// Clock is read once every this many ticks.
+    const CHECK_EVERY: u32 = 4096;
+
+    /// A spin that gives up at `deadline`.
+    #[inline]
+    pub fn until(deadline: Instant) -> Self {
+        Self { deadline, spins: 0 }
+    }
+
+    /// Records one failed attempt; returns [`Stuck`] once past the deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`Stuck`] when the deadline has passed.
+    #[inline]
+    pub fn tick(&mut self) -> Result<(), Stuck> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % Self::CHECK_EVERY == 0 && Instant::now() >= self.deadline {
+            return Err(Stuck);
+        }
+        // NB: a pause in every implementation's wait loop, so that all of them are treated
+        // alike; it also leaves the pipeline to a sibling hyperthread of a shared vCPU.
+        std::hint::spin_loop();
+        Ok(())
+    }
+}
+
+/// Spins until `ready()` holds or `deadline` passes.
+///
+/// # Errors
+///
+/// [`Stuck`] when the deadline passes first.
+pub fn spin_until(deadline: Instant, mut ready: impl FnMut() -> bool) -> Result<(), Stuck> {
+    let mut spin = Spin::until(deadline);
+    while !ready() {
+        spin.tick()?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds and statistics.
+
+/// The order in which `n` implementations run in round `round`: rotated by one each round.
+pub fn round_order(n: usize, round: usize) -> Vec<usize> {
+    (0..n).map(|i| (i + round) % n).collect()
+}
+
+/// Runs up to `rounds` rounds of `n` implementations. A round has `phases` phases (one per
+/// measurement); in each, `run_one(out, phase, i)` runs implementation `i` once and records
+/// into `out`, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
+/// once the time used plus the last round's time would pass `budget`. Returns the number of
+/// rounds run.
+pub fn run_rounds(
+    out: &mut Collector,
+    phases: usize,
+    n: usize,
+    rounds: usize,
+    budget: Duration,
+    mut run_one: impl FnMut(&mut Collector, usize, usize),
+) -> usize {
+    let started = Instant::now();
+    let suite = out.suite;
+    for round in 0..rounds {
+        out.round = round;
+        let round_start = Instant::now();
+        for phase in 0..phases {
+            for i in round_order(n, round) {
+                run_one(out, phase, i);
+            }
+        }
+        let took = round_start.elapsed();
+        let elapsed = started.elapsed();
+        eprintln!(
+            "{suite}: round {}/{rounds} done in {} ({} total)",
+            round + 1,
+            secs(took),
+            secs(elapsed)
+        );
+        if round + 1 < rounds && elapsed + took > budget {
+            eprintln!(
+                "{suite}: stopping after {} rounds: another would pass the {} budget",
+                round + 1,
+                secs(budget)
+            );
+            return round + 1;
+        }
+    }
+    rounds
+}
+
+/// Median of `values` (mean of the two middle values for an even count); `None` if empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    })
+}
+
+/// A fresh latency histogram in nanoseconds: 1 ns to 60 s, 3 significant digits.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("constant bounds are valid")
+}
+
+/// Percentiles of one round-trip histogram, in the histogram's unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest recorded value.
+    pub max: u64,
+}
+
+impl Percentiles {
+    /// Reads the percentiles out of `h`.
+    pub fn of(h: &Histogram<u64>) -> Self {
+        Self {
+            p50: h.value_at_quantile(0.50),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// Measures the cost of one `Instant::now()`, in ns (median of several batches). Every
+/// round-trip sample includes one such read.
+pub fn clock_cost_ns() -> f64 {
+    let mut batches = Vec::new();
+    for _ in 0..9 {
+        let n = 20_000u32;
+        let start = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(Instant::now());
+        }
+        batches.push(start.elapsed().as_nanos() as f64 / f64::from(n));
+    }
+    median(&batches).unwrap_or(f64::NAN)
+}
+
+/// The step `Instant::now()` advances by, in ns, estimated as the gap between the two
+/// commonest differences of back-to-back reads (on this VM they are 20 and 30 ns: the clock
+/// moves in 10 ns steps). Every round-trip sample is a multiple of it, give or take 1 ns.
+pub fn clock_step_ns() -> u64 {
+    let mut counts = std::collections::HashMap::<u64, u32>::new();
+    for _ in 0..100_000 {
+        let t0 = Instant::now();
+        let t1 = Instant::now();
+        let d = t1.saturating_duration_since(t0).as_nanos() as u64;
+        *counts.entry(d).or_default() += 1;
+    }
+    let mut by_count: Vec<(u64, u32)> = counts.into_iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    match by_count.as_slice() {
+        [(a, _), (b, _), ..] if a != b => a.abs_diff(*b),
+        [(a, _), ..] => *a,
+        [] => 0,
+    }
+}
+
+/// One reported figure: a median over rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// Suite name (`ring`, `bus`, `udp`).
+    pub suite: &'static str,
+    /// Case name (`rtt_p50`, `throughput_single`, ...).
+    pub case: &'static str,
+    /// Implementation name.
+    pub implementation: &'static str,
+    /// The value; `None` when the case is skipped for this implementation.
+    pub value: Option<f64>,
+    /// Unit (`ns`, `msgs/s`).
+    pub unit: &'static str,
+    /// Why the case is skipped or incomplete, if it is.
+    pub note: Option<String>,
+    /// How many rounds produced a value.
+    pub rounds: usize,
+}
+
+/// Per-round values of every (implementation, case), in first-seen order.
+#[derive(Debug)]
+pub struct Collector {
+    suite: &'static str,
+    verbose: bool,
+    /// The round being run, set by [`run_rounds`].
+    round: usize,
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    implementation: &'static str,
+    case: &'static str,
+    unit: &'static str,
+    /// (round, value) pairs.
+    values: Vec<(usize, f64)>,
+    notes: Vec<String>,
+    /// Rounds cut short by a time cap, and the smallest count such a round reached.
+    cut_short: usize,
+    fewest: u64,
+    counted: &'static str,
+}
+
+impl Collector {
+    /// An empty collector for `suite`; `verbose` prints each value on stderr as it comes.
+    pub fn new(suite: &'static str, verbose: bool) -> Self {
+        Self {
+            suite,
+            verbose,
+            round: 0,
+            entries: Vec::new(),
+        }
+    }
+
+    fn entry(
+        &mut self,
+        implementation: &'static str,
+        case: &'static str,
+        unit: &'static str,
+    ) -> &mut Entry {
+        let i = match self
+            .entries
+            .iter()
+            .position(|e| e.implementation == implementation && e.case == case)
+        {
+            Some(i) => i,
+            None => {
+                self.entries.push(Entry {
+                    implementation,
+                    case,
+                    unit,
+                    values: Vec::new(),
+                    notes: Vec::new(),
+                    cut_short: 0,
+                    fewest: u64::MAX,
+                    counted: "",
+                });
+                self.entries.len() - 1
+            }
+        };
+        &mut self.entries[i]
+    }
+
+    /// Records one round's value.
+    pub fn add(
+        &mut self,
+        implementation: &'static str,
+        case: &'static str,
+        unit: &'static str,
+        value: f64,
+    ) {
+        if self.verbose {
+            eprintln!("  {implementation:<24} {case:<18} {value:>14.1} {unit}");
+        }
+        let round = self.round;
+        self.entry(implementation, case, unit)
+            .values
+            .push((round, value));
+    }
+
+    /// Records a note (a skip reason or an error); repeated notes are kept once.
+    pub fn note(
+        &mut self,
+        implementation: &'static str,
+        case: &'static str,
+        unit: &'static str,
+        note: impl Into<String>,
+    ) {
+        let note = note.into();
+        let e = self.entry(implementation, case, unit);
+        if !e.notes.contains(&note) {
+            e.notes.push(note);
+        }
+    }
+
+    /// Records that a time cap cut this round short after `count` `counted` (samples, items).
+    pub fn cut_short(
+        &mut self,
+        implementation: &'static str,
+        case: &'static str,
+        unit: &'static str,
+        count: u64,
+        counted: &'static str,
+    ) {
+        let e = self.entry(implementation, case, unit);
+        e.cut_short += 1;
+        e.fewest = e.fewest.min(count);
+        e.counted = counted;
+    }
+
+    /// The median of each (implementation, case) over its rounds.
+    pub fn figures(&self) -> Vec<Figure> {
+        self.entries
+            .iter()
+            .map(|e| Figure {
+                suite: self.suite,
+                case: e.case,
+                implementation: e.implementation,
+                value: median(&e.values.iter().map(|&(_, v)| v).collect::<Vec<_>>()),
+                unit: e.unit,
+                note: {
+                    let mut notes = e.notes.clone();
+                    if e.cut_short > 0 {
+                        notes.push(format!(
+                            "time cap cut {} of {} rounds short (fewest: {} {})",
+                            e.cut_short,
+                            e.values.len(),
+                            e.fewest,
+                            e.counted
+                        ));
+                    }
+                    (!notes.is_empty()).then(|| notes.join("; "))
+                },
+                rounds: e.values.len(),
+            })
+            .collect()
+    }
+}
+
+impl Collector {
+    /// The median over rounds of `num / den`, each pair taken from the same round: steadier
+    /// than a ratio of medians when the machine's speed shifts from round to round.
+    pub fn paired_ratio(&self, num: (&str, &str), den: (&str, &str)) -> Option<f64> {
+        let values = |(imp, case): (&str, &str)| {
+            self.entries
+                .iter()
+                .find(|e| e.implementation == imp && e.case == case)
+                .map(|e| e.values.as_slice())
+        };
+        let (num, den) = (values(num)?, values(den)?);
+        let ratios: Vec<f64> = num
+            .iter()
+            .filter_map(|&(r, n)| {
+                let &(_, d) = den.iter().find(|&&(rd, _)| rd == r)?;
+                (d > 0.0).then_some(n / d)
+            })
+            .collect();
+        median(&ratios)
+    }
+}
+
+/// Looks up the value of `case` for `implementation`.
+pub fn find(figures: &[Figure], implementation: &str, case: &str) -> Option<f64> {
+    figures
+        .iter()
+        .find(|f| f.implementation == implementation && f.case == case)
+        .and_then(|f| f.value)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+/// One figure as a JSON object on one line, e.g.
+/// `{"suite":"ring","case":"rtt_p50","impl":"rtrb","value":123.0,"unit":"ns"}`;
+/// `None` for a skipped figure, which is not printed.
+pub fn json_line(f: &Figure) -> Option<String> {
+    let value = f.value.filter(|v| v.is_finite())?;
+    let mut s = String::with_capacity(96);
+    s.push_str("{\"suite\":");
+    push_json_str(&mut s, f.suite);
+    s.push_str(",\"case\":");
+    push_json_str(&mut s, f.case);
+    s.push_str(",\"impl\":");
+    push_json_str(&mut s, f.implementation);
+    let _ = write!(s, ",\"value\":{value:.1},\"unit\":");
+    push_json_str(&mut s, f.unit);
+    s.push('}');
+    Some(s)
+}
+
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Formats a value for the table: ns as whole numbers, msgs/s in millions.
+fn table_cell(value: f64, unit: &str) -> String {
+    match unit {
+        "msgs/s" => format!("{:.2}", value / 1e6),
+        _ => format!("{value:.0}"),
+    }
+}
+
+fn table_unit(unit: &str) -> &str {
+    match unit {
+        "msgs/s" => "M msgs/s",
+        u => u,
+    }
+}
+
+/// Renders `figures` as a table: one row per implementation, one column per case, then one
+/// footnote per skipped or incomplete cell.
+pub fn render_table(figures: &[Figure]) -> String {
+    let mut impls: Vec<&str> = Vec::new();
+    let mut cases: Vec<(&str, &str)> = Vec::new();
+    for f in figures {
+        if !impls.contains(&f.implementation) {
+            impls.push(f.implementation);
+        }
+        if !cases.iter().any(|(c, _)| *c == f.case) {
+            cases.push((f.case, f.unit));
+        }
+    }
+    let header: Vec<String> = cases
+        .iter()
+        .map(|(c, u)| format!("{c} ({})", table_unit(u)))
+        .collect();
+    let mut notes = Vec::new();
+    let mut rows = Vec::new();
+    for imp in &impls {
+        let mut row = vec![imp.to_string()];
+        for (case, _) in &cases {
+            let f = figures
+                .iter()
+                .find(|f| f.implementation == *imp && f.case == *case);
+            let mut cell = match f.and_then(|f| f.value.map(|v| table_cell(v, f.unit))) {
+                Some(c) => c,
+                None => "-".into(),
+            };
+            if let Some(note) = f.and_then(|f| f.note.as_ref()) {
+                notes.push(format!("{imp} {case}: {note}"));
+                cell.push_str(&format!(" [{}]", notes.len()));
+            }
+            row.push(cell);
+        }
+        rows.push(row);
+    }
+    let mut widths: Vec<usize> = std::iter::once("impl".len())
+        .chain(header.iter().map(String::len))
+        .collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let head: Vec<&str> = std::iter::once("impl")
+        .chain(header.iter().map(String::as_str))
+        .collect();
+    push_row(&mut out, &head, &widths);
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    push_row(
+        &mut out,
+        &rule.iter().map(String::as_str).collect::<Vec<_>>(),
+        &widths,
+    );
+    for row in &rows {
+        push_row(
+            &mut out,
+            &row.iter().map(String::as_str).collect::<Vec<_>>(),
+            &widths,
+        );
+    }
+    for (i, note) in notes.iter().enumerate() {
+        let _ = writeln!(out, "[{}] {note}", i + 1);
+    }
+    out
+}
+
+fn push_row(out: &mut String, cells: &[&str], widths: &[usize]) {
+    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        if i == 0 {
+            let _ = write!(out, "{cell:<w$}");
+        } else {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+    }
+    out.push('\n');
+}
+
+/// Where the human-readable output goes: stdout normally, stderr under `--json` so that
+/// stdout holds nothing but JSON lines.
+pub fn human(args: &Args, text: &str) {
+    if args.json {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+        // Keep the order with the progress lines on stderr.
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// Prints `figures`: as JSON lines on stdout under `--json`, and as a table (on stderr under
+/// `--json`, stdout otherwise).
+pub fn print_figures(args: &Args, figures: &[Figure]) {
+    if args.json {
+        for line in figures.iter().filter_map(json_line) {
+            println!("{line}");
+        }
+    }
+    human(args, &render_table(figures));
+}
+
+/// A duration in seconds, for progress messages.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Command, ArgError> {
+        Args::parse(args.iter().copied())
+    }
+
+    #[test]
+    fn parse_defaults_to_all() {
+        assert_eq!(
+            run(&[]),
+            Ok(Command::Run(Args {
+                suite: Suite::All,
+                json: false,
+                rounds: None,
+                quick: false,
+                verbose: false
+            }))
+        );
+    }
+
+    #[test]
+    fn parse_full_command_line() {
+        assert_eq!(
+            run(&["ring", "--json", "--rounds", "5", "--quick", "-v"]),
+            Ok(Command::Run(Args {
+                suite: Suite::Ring,
+                json: true,
+                rounds: Some(5),
+                quick: true,
+                verbose: true
+            }))
+        );
+        let Ok(Command::Run(a)) = run(&["--rounds=3", "udp"]) else {
+            panic!("should parse")
+        };
+        assert_eq!((a.suite, a.rounds), (Suite::Udp, Some(3)));
+        assert_eq!(run(&["bus", "--help"]), Ok(Command::Help));
+        assert_eq!(run(&["-h"]), Ok(Command::Help));
+    }
+
+    #[test]
+    fn parse_rejects_bad_input() {
+        assert!(run(&["rings"]).is_err());
+        assert!(run(&["ring", "bus"]).is_err());
+        assert!(run(&["--rounds"]).is_err());
+        assert!(run(&["--rounds", "0"]).is_err());
+        assert!(run(&["--rounds", "x"]).is_err());
+        assert!(run(&["--fast"]).is_err());
+    }
+
+    #[test]
+    fn suite_inclusion() {
+        assert!(Suite::All.includes(Suite::Ring));
+        assert!(Suite::Ring.includes(Suite::Ring));
+        assert!(!Suite::Bus.includes(Suite::Ring));
+    }
+
+    #[test]
+    fn rounds_run_everyone_and_stop_at_budget() {
+        let mut out = Collector::new("t", false);
+        let mut runs = Vec::new();
+        let done = run_rounds(&mut out, 1, 3, 2, Duration::from_secs(60), |out, _, i| {
+            runs.push(i);
+            out.add(
+                ["a", "b", "c"][i],
+                "x",
+                "ns",
+                (out.round * 10 + i + 1) as f64,
+            );
+        });
+        assert_eq!(done, 2);
+        assert_eq!(runs, vec![0, 1, 2, 1, 2, 0]);
+        // Round 0: b/a = 2/1; round 1: b/a = 12/11.
+        let r = out.paired_ratio(("b", "x"), ("a", "x")).unwrap();
+        assert!((r - (2.0 + 12.0 / 11.0) / 2.0).abs() < 1e-9, "{r}");
+        assert_eq!(out.paired_ratio(("b", "x"), ("z", "x")), None);
+        let mut phases = Vec::new();
+        let done = run_rounds(&mut out, 2, 2, 5, Duration::ZERO, |_, phase, i| {
+            phases.push((phase, i));
+        });
+        assert_eq!(done, 1);
+        assert_eq!(phases, vec![(0, 0), (0, 1), (1, 0), (1, 1)]);
+    }
+
+    #[test]
+    fn median_odd_even_empty() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    #[test]
+    fn rotation_runs_everyone_once_per_round() {
+        assert_eq!(round_order(3, 0), vec![0, 1, 2]);
+        assert_eq!(round_order(3, 1), vec![1, 2, 0]);
+        assert_eq!(round_order(3, 5), vec![2, 0, 1]);
+        for r in 0..7 {
+            let mut o = round_order(7, r);
+            assert_eq!(o[0], r % 7);
+            o.sort_unstable();
+            assert_eq!(o, (0..7).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn percentiles_from_histogram() {
+        let mut h = latency_histogram();
+        for v in 1..=1000u64 {
+            h.record(v).unwrap();
+        }
+        h.record(1_000_000).unwrap();
+        let p = Percentiles::of(&h);
+        // 3 significant digits: values are exact below 2048.
+        assert_eq!(p.p50, 501);
+        assert_eq!(p.p99, 991);
+        assert_eq!(p.p999, 1000);
+        assert!((1_000_000..=1_001_000).contains(&p.max), "{}", p.max);
+    }
+
+    fn figure(value: Option<f64>) -> Figure {
+        Figure {
+            suite: "ring",
+            case: "rtt_p50",
+            implementation: "rtrb",
+            value,
+            unit: "ns",
+            note: None,
+            rounds: 1,
+        }
+    }
+
+    #[test]
+    fn json_line_format() {
+        assert_eq!(
+            json_line(&figure(Some(123.0))).as_deref(),
+            Some(r#"{"suite":"ring","case":"rtt_p50","impl":"rtrb","value":123.0,"unit":"ns"}"#)
+        );
+        let mut f = figure(Some(12_345_678.25));
+        f.case = "throughput_single";
+        f.unit = "msgs/s";
+        assert_eq!(
+            json_line(&f).as_deref(),
+            Some(
+                r#"{"suite":"ring","case":"throughput_single","impl":"rtrb","value":12345678.2,"unit":"msgs/s"}"#
+            )
+        );
+        assert_eq!(json_line(&figure(None)), None);
+        assert_eq!(json_line(&figure(Some(f64::NAN))), None);
+        let mut s = String::new();
+        push_json_str(&mut s, "a\"b\\c\n");
+        assert_eq!(s, r#""a\"b\\c\u000a""#);
+    }
+
+    #[test]
+    fn collector_medians_and_notes() {
+        let mut c = Collector::new("ring", false);
+        for v in [30.0, 10.0, 20.0] {
+            c.add("rtrb", "rtt_p50", "ns", v);
+        }
+        c.note("std-mpsc", "throughput_batch", "msgs/s", "no batch API");
+        c.note("std-mpsc", "throughput_batch", "msgs/s", "no batch API");
+        c.cut_short("rtrb", "rtt_p50", "ns", 500, "samples");
+        c.cut_short("rtrb", "rtt_p50", "ns", 300, "samples");
+        let figs = c.figures();
+        assert_eq!(figs.len(), 2);
+        assert_eq!(
+            figs[0].note.as_deref(),
+            Some("time cap cut 2 of 3 rounds short (fewest: 300 samples)")
+        );
+        assert_eq!(figs[0].value, Some(20.0));
+        assert_eq!(figs[0].rounds, 3);
+        assert_eq!(figs[1].value, None);
+        assert_eq!(figs[1].note.as_deref(), Some("no batch API"));
+        assert_eq!(find(&figs, "rtrb", "rtt_p50"), Some(20.0));
+        let table = render_table(&figs);
+        assert!(table.contains("rtt_p50 (ns)"), "{table}");
+        assert!(
+            table.contains("[2] std-mpsc throughput_batch: no batch API"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn spin_gives_up_after_deadline() {
+        let mut spin = Spin::until(Instant::now());
+        let mut ticks = 0u32;
+        while spin.tick().is_ok() {
+            ticks += 1;
+            assert!(ticks < 1_000_000, "spin never gave up");
+        }
+        assert!(spin_until(Instant::now() + Duration::from_secs(1), || true).is_ok());
+    }
+
+    #[test]
+    fn run_pair_runs_both_sides() {
+        let pinning = Pinning::disabled("test");
+        let (a, b) = run_pair(&pinning, || 1, || 2);
+        assert_eq!((a, b), (1, 2));
+        assert!(pinning.describe().starts_with("UNPINNED"));
+    }
+}
