@@ -220,6 +220,16 @@ fn netns_child_role() {
 // ---------------------------------------------------------------------------------------------
 // The parent side.
 
+/// Writes straight to the process's stderr. libtest captures `eprintln!` of passing tests (it
+/// shows only with `--nocapture`); a direct write is not captured, so the SKIPPED banner and the
+/// reports always reach the log.
+macro_rules! loud {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 fn in_ci() -> bool {
     env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
@@ -234,7 +244,7 @@ fn prerequisites() -> bool {
              (CI must run these tests as root with iproute2: see tests/netns/ci-prereqs.sh)\n"
         ),
         Err(NetnsError::NotRoot) => {
-            eprintln!(
+            loud!(
                 "\n{bar}\n!!! SKIPPED: netns_harness needs root (network namespaces, veth/tun, tc).\n\
                  !!! Nothing was tested. Run: sudo -E cargo test -p tests --test netns_harness -- --nocapture\n\
                  !!! (Under CI, with CI set, this is a failure instead.)\n{bar}\n",
@@ -351,7 +361,7 @@ fn udp_a_to_b(hosts: &TwoHosts, count: u64, rate: u64) -> HashMap<String, u64> {
 }
 
 fn report(name: &str, hosts: &TwoHosts, count: u64, r: &HashMap<String, u64>) {
-    eprintln!(
+    loud!(
         "netns report [{name}] link={} sent={count} received={} unique={} delivered={:.2}% \
          duplicates={} reordered={} missing={} one-way latency p50={}us p99={}us max={}us",
         hosts.link(),
