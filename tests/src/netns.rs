@@ -1021,3 +1021,73 @@ fn wire_loop(fds: [OwnedFd; 2], shapes: &Mutex<[Netem; 2]>, stop: &AtomicBool) {
         }
     }
 }
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn netem_arguments_match_tc_syntax() {
+        let n = Netem {
+            loss_pct: 5.0,
+            duplicate_pct: 1.0,
+            reorder_pct: 10.0,
+            delay_ms: 1,
+            ..Netem::default()
+        };
+        assert_eq!(
+            n.tc_args().join(" "),
+            "limit 10000 delay 1ms loss 5% duplicate 1% reorder 10%"
+        );
+        let n = Netem {
+            loss_pct: 0.5,
+            delay_ms: 5,
+            jitter_ms: 2,
+            limit: 500,
+            ..Netem::default()
+        };
+        assert_eq!(n.tc_args().join(" "), "limit 500 delay 5ms 2ms loss 0.5%");
+        assert_eq!(Netem::default().tc_args().join(" "), "limit 10000");
+    }
+
+    #[test]
+    fn netem_settings_are_checked() {
+        let reorder_without_delay = Netem {
+            reorder_pct: 10.0,
+            ..Netem::default()
+        };
+        assert!(matches!(
+            reorder_without_delay.check(),
+            Err(NetnsError::BadShape(_))
+        ));
+        let too_much = Netem {
+            loss_pct: 101.0,
+            ..Netem::default()
+        };
+        assert!(too_much.check().is_err());
+        let jitter_over_delay = Netem {
+            delay_ms: 1,
+            jitter_ms: 2,
+            ..Netem::default()
+        };
+        assert!(jitter_over_delay.check().is_err());
+        assert!(Netem::default().check().is_ok());
+    }
+
+    #[test]
+    fn wire_rng_draws_close_to_the_asked_percentage() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let hits = (0..100_000).filter(|_| rng.chance(5.0)).count();
+        assert!((4_500..=5_500).contains(&hits), "{hits}");
+        assert!(!(0..1000).any(|_| rng.chance(0.0)));
+        assert!((0..1000).all(|_| rng.chance(100.0)));
+    }
+
+    #[test]
+    fn errors_say_how_to_fix() {
+        assert!(NetnsError::NotRoot.to_string().starts_with("not root: "));
+        assert!(NetnsError::IpMissing
+            .to_string()
+            .starts_with("ip not found: install iproute2"));
+    }
+}
