@@ -448,3 +448,38 @@ fn udp_over_a_clean_link() {
         "more than 0.5% lost on a clean link: {r:?}"
     );
 }
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn udp_under_heavy_loss_and_jittered_delay() {
+    if env::var_os(ROLE).is_some() || !prerequisites() {
+        return;
+    }
+    const N: u64 = 5_000;
+    let hosts = TwoHosts::create().unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
+    hosts
+        .shape(
+            Side::A,
+            Netem {
+                loss_pct: 20.0,
+                delay_ms: 2,
+                jitter_ms: 1,
+                ..Netem::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
+    let r = udp_a_to_b(&hosts, N, 10_000);
+    report("loss 20% delay 2ms +-1ms", &hosts, N, &r);
+    check_consistent(N, &r);
+    let loss_pct = 100.0 * r["missing"] as f64 / N as f64;
+    assert!(
+        (15.0..=26.0).contains(&loss_pct),
+        "loss {loss_pct:.2}% outside 15..26% for netem loss 20%: {r:?}"
+    );
+    assert_eq!(r["duplicates"], 0, "duplicates without duplication: {r:?}");
+    assert!(
+        r["p50_us"] >= 1_500,
+        "median one-way latency {}us under a 2 +-1 ms delay: is the link shaped? {r:?}",
+        r["p50_us"]
+    );
+}
