@@ -1,6 +1,8 @@
 //! Shared helpers for llbus's cross-crate integration tests.
 #![deny(missing_docs)]
 
+pub mod netns;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
