@@ -207,3 +207,119 @@ fn topics_cross_between_two_buses_in_both_directions() {
     // Batching: the feed publishes 20 at a time, so datagrams carry several messages.
     assert!(metric(&report_a, "net-a", "datagrams_out") < COUNT);
 }
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "net.blob")]
+struct Blob {
+    n: u64,
+    bytes: Vec<u8>,
+}
+
+/// Sends blobs itself, from its own thread, through a direct sender.
+struct DirectFeed {
+    net: llbus_net::DirectSender<Blob>,
+    next: u64,
+    count: u64,
+    refused: Arc<AtomicU64>,
+}
+
+impl Actor for DirectFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, _ctx: &mut Context<'_>) {
+        if self.next == 0 && self.net.subscribers() == 0 {
+            return; // Wait for the subscriber before the first send.
+        }
+        for _ in 0..10 {
+            if self.next == self.count {
+                return;
+            }
+            self.next += 1;
+            let blob = Blob {
+                n: self.next,
+                bytes: vec![7; 16],
+            };
+            self.net.send(&blob).expect("a small blob is sent");
+        }
+        if self.next == self.count && self.refused.load(Ordering::Relaxed) == 0 {
+            let huge = Blob {
+                n: 0,
+                bytes: vec![0; 4000],
+            };
+            match self.net.send(&huge) {
+                Err(llbus_net::DirectError::Refused(e)) => {
+                    assert!(e.to_string().contains("1472"), "{e}");
+                    self.refused.store(1, Ordering::Relaxed);
+                }
+                other => panic!("a 4000-byte message must be refused at publish: {other:?}"),
+            }
+        }
+    }
+}
+
+struct BlobSink {
+    seen: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Actor for BlobSink {
+    type In = Blob;
+    fn on_message(&mut self, b: Blob, _ctx: &mut Context<'_>) {
+        assert_eq!(b.bytes, vec![7; 16]);
+        self.seen.lock().unwrap().push(b.n);
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_direct_sender_publishes_from_the_actors_own_thread() {
+    const COUNT: u64 = 2_000;
+    let mut bridge_a = Bridge::bind(loopback()).unwrap().name("direct-a");
+    let sender = bridge_a.direct::<Blob>().unwrap();
+    let bridge_b = Bridge::bind(loopback())
+        .unwrap()
+        .name("direct-b")
+        .import::<Blob>(bridge_a.local_addr());
+
+    let refused = Arc::new(AtomicU64::new(0));
+    let mut a = Bus::builder();
+    let mut sender = Some(sender);
+    let r = Arc::clone(&refused);
+    a.actor("feed", move |_: &mut Setup<'_>| DirectFeed {
+        net: sender.take().expect("made once"),
+        next: 0,
+        count: COUNT,
+        refused: Arc::clone(&r),
+    })
+    .tick_every(Duration::from_micros(500));
+    a.add(bridge_a);
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut b = Bus::builder();
+    let s2 = Arc::clone(&seen);
+    b.actor("sink", move |_: &mut Setup<'_>| BlobSink {
+        seen: Arc::clone(&s2),
+    })
+    .subscribes::<Blob>();
+    b.add(bridge_b);
+
+    let running_a = a.start().expect("a starts");
+    let running_b = b.start().expect("b starts");
+    wait_for("every blob accounted for at b", || {
+        let r = running_b.report();
+        metric(&r, "direct-b", "messages_in") + metric(&r, "direct-b", "lost") == COUNT
+    });
+    wait_for("the oversize blob refused", || {
+        refused.load(Ordering::Relaxed) == 1
+    });
+    running_a.stop();
+    running_b.stop();
+    let report_a = running_a.join().expect("a stops cleanly");
+    let report_b = running_b.join().expect("b stops cleanly");
+    let seen = seen.lock().unwrap();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    let lost = metric(&report_b, "direct-b", "lost");
+    assert_eq!(seen.len() as u64 + lost, COUNT);
+    assert!(lost * 100 <= COUNT, "lost {lost} of {COUNT} over loopback");
+    // The bridge answered the subscription for the direct topic and sent heartbeats.
+    assert!(metric(&report_a, "direct-a", "datagrams_out") > 0);
+}

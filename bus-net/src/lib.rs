@@ -108,7 +108,7 @@ pub use protocol::PAYLOAD_DECODE_LIMIT;
 
 mod bridge;
 mod io;
-pub use bridge::{Bridge, BridgeActor, BridgeConfig, BridgeStatus};
+pub use bridge::{Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender};
 pub use io::{
     new_session_id, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
     MAX_BATCH,

@@ -10,8 +10,12 @@
 //! (fingerprint, sequence), decoded once and published on the local bus. Timers on the bridge's
 //! tick (every millisecond) renew subscriptions, send heartbeats and expire subscribers.
 
+mod direct;
 mod metrics;
 mod ports;
+
+use direct::DirectPort;
+pub use direct::{DirectError, DirectSender};
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -157,6 +161,8 @@ pub struct Bridge {
     imports: Vec<ImportDecl>,
     compat_exports: Vec<CompatExportDecl>,
     compat_imports: Vec<CompatImportDecl>,
+    directs: Vec<DirectPort>,
+    session: u64,
     status: BridgeStatus,
 }
 
@@ -214,8 +220,29 @@ impl Bridge {
             imports: Vec::new(),
             compat_exports: Vec::new(),
             compat_imports: Vec::new(),
+            directs: Vec::new(),
+            session: new_session_id(),
             status: BridgeStatus::default(),
         })
+    }
+
+    /// Exports topic `T` with sends made from the publishing actor's own thread: the returned
+    /// [`DirectSender`] encodes and sends each message as it is given, skipping the hop through
+    /// the bus ring and the bridge's thread. The bridge keeps the topic's control plane
+    /// (subscriptions, heartbeats, expiry). Move the sender into the publishing actor.
+    ///
+    /// # Errors
+    /// If the bridge's socket cannot be duplicated for the sender.
+    pub fn direct<T: Message + Serialize>(&mut self) -> std::io::Result<DirectSender<T>> {
+        let endpoint = self.endpoint.try_clone()?;
+        let (sender, port) = DirectSender::<T>::new(
+            endpoint,
+            self.config.max_datagram,
+            self.config.batch,
+            self.session,
+        );
+        self.directs.push(port);
+        Ok(sender)
     }
 
     /// Names the bridge's actor (default `bridge-PORT`).
@@ -314,6 +341,8 @@ impl Component for Bridge {
             imports,
             compat_exports,
             compat_imports,
+            directs,
+            session,
             status,
         } = self;
         let declares: Vec<Declare> = exports
@@ -330,6 +359,8 @@ impl Component for Bridge {
             imports,
             compat_exports,
             compat_imports,
+            directs,
+            session,
             status,
         });
         let tick = Duration::from_millis(1);
@@ -357,6 +388,8 @@ struct Parts {
     imports: Vec<ImportDecl>,
     compat_exports: Vec<CompatExportDecl>,
     compat_imports: Vec<CompatImportDecl>,
+    directs: Vec<DirectPort>,
+    session: u64,
     status: BridgeStatus,
 }
 
@@ -376,6 +409,7 @@ pub struct BridgeActor {
     imports: Vec<Box<dyn ImportPort>>,
     compat_exports: Vec<(Box<dyn CompatExportPort>, SubscriberTable<SocketAddr>)>,
     compat_imports: Vec<Box<dyn CompatImportPort>>,
+    directs: Vec<DirectPort>,
     subscribers: SubscriberTable<SocketAddr>,
     /// Whether each import's refusal was reported already (report once, not every second).
     refusals_reported: Vec<bool>,
@@ -406,12 +440,16 @@ impl BridgeActor {
             imports,
             compat_exports,
             compat_imports,
+            directs,
+            session,
             status,
         } = parts;
         let exports: Vec<Box<dyn ExportPort>> = exports.iter().map(|e| (e.make)(setup)).collect();
         let subscriber_gauges = exports
             .iter()
-            .map(|e| setup.metric(&format!("subscribers.{}", e.topic())))
+            .map(|e| e.topic())
+            .chain(directs.iter().map(|d| d.topic))
+            .map(|topic| setup.metric(&format!("subscribers.{topic}")))
             .collect();
         let imports: Vec<Box<dyn ImportPort>> = imports
             .iter()
@@ -432,7 +470,8 @@ impl BridgeActor {
             .collect();
         let now = Instant::now();
         BridgeActor {
-            session: new_session_id(),
+            session,
+            directs,
             recv: Some(RecvBatch::new(config.batch, config.max_datagram)),
             send: SendBatch::new(config.batch),
             buf: vec![0; config.max_datagram],
@@ -530,11 +569,7 @@ impl BridgeActor {
                 fingerprint,
                 session,
             } => {
-                let exported = self
-                    .exports
-                    .iter()
-                    .find(|e| e.topic_id() == topic_id)
-                    .map(|e| (e.fingerprint(), e.last_seq()));
+                let exported = self.exported(topic_id);
                 let refuse = |reason, offered| {
                     Control::Refuse(Refusal {
                         topic_id,
@@ -551,12 +586,17 @@ impl BridgeActor {
                     }
                     Some((offered, last_seq)) => {
                         match self.subscribers.renew(src, topic_id, session, now_ns) {
-                            Ok(_) => Control::SubscribeAck {
-                                topic_id,
-                                fingerprint: offered,
-                                session: self.session,
-                                last_seq,
-                            },
+                            Ok(renewal) => {
+                                if renewal != crate::Renewal::Renewed {
+                                    self.refresh_direct(topic_id);
+                                }
+                                Control::SubscribeAck {
+                                    topic_id,
+                                    fingerprint: offered,
+                                    session: self.session,
+                                    last_seq,
+                                }
+                            }
                             Err(_) => refuse(RefuseReason::TableFull, offered),
                         }
                     }
@@ -567,7 +607,9 @@ impl BridgeActor {
                 self.send_control(&reply, src);
             }
             Control::Unsubscribe { topic_id, .. } => {
-                self.subscribers.remove(src, topic_id);
+                if self.subscribers.remove(src, topic_id) {
+                    self.refresh_direct(topic_id);
+                }
             }
             Control::SubscribeAck {
                 topic_id,
@@ -602,6 +644,29 @@ impl BridgeActor {
                     ));
                 }
             }
+        }
+    }
+
+    /// The fingerprint and last sequence number of an exported topic (ring-fed or direct).
+    fn exported(&self, topic_id: u64) -> Option<(u64, u64)> {
+        let ring = self.exports.iter().find(|e| e.topic_id() == topic_id);
+        ring.map(|e| (e.fingerprint(), e.last_seq())).or_else(|| {
+            self.directs
+                .iter()
+                .find(|d| d.topic_id == topic_id)
+                .map(|d| {
+                    let last = d.shared.last_seq.load(std::sync::atomic::Ordering::Acquire);
+                    (d.fingerprint, last)
+                })
+        })
+    }
+
+    /// Hands the direct sender of `topic_id`, if any, its new list of subscribers. Allocates
+    /// one list: subscriptions change seldom, never per message.
+    fn refresh_direct(&mut self, topic_id: u64) {
+        if let Some(d) = self.directs.iter_mut().find(|d| d.topic_id == topic_id) {
+            let list: Arc<[SocketAddr]> = self.subscribers.subscribers(topic_id).collect();
+            d.subscribers.write(list);
         }
     }
 
@@ -700,29 +765,40 @@ impl BridgeActor {
     /// Sends each export's last sequence number to its subscribers.
     fn heartbeat(&mut self) {
         let timestamp_ns = crate::realtime_ns();
-        for export in &self.exports {
-            let topic_id = export.topic_id();
-            if self.subscribers.subscribers(topic_id).next().is_none() {
-                continue;
-            }
-            let control = Control::Heartbeat {
+        for i in 0..self.exports.len() {
+            let topic_id = self.exports[i].topic_id();
+            self.heartbeat_topic(topic_id, timestamp_ns);
+        }
+        for i in 0..self.directs.len() {
+            let topic_id = self.directs[i].topic_id;
+            self.heartbeat_topic(topic_id, timestamp_ns);
+        }
+    }
+
+    fn heartbeat_topic(&mut self, topic_id: u64, timestamp_ns: i64) {
+        if self.subscribers.subscribers(topic_id).next().is_none() {
+            return;
+        }
+        let Some((fingerprint, last_seq)) = self.exported(topic_id) else {
+            return;
+        };
+        let control = Control::Heartbeat {
+            topic_id,
+            fingerprint,
+            session: self.session,
+            last_seq,
+            timestamp_ns,
+        };
+        let mut enc = BatchEncoder::new(&mut self.control_buf);
+        if enc.push_control(&control).is_ok() {
+            fan_out(
+                enc.as_bytes(),
                 topic_id,
-                fingerprint: export.fingerprint(),
-                session: self.session,
-                last_seq: export.last_seq(),
-                timestamp_ns,
-            };
-            let mut enc = BatchEncoder::new(&mut self.control_buf);
-            if enc.push_control(&control).is_ok() {
-                fan_out(
-                    enc.as_bytes(),
-                    topic_id,
-                    &mut self.endpoint,
-                    &mut self.send,
-                    &self.subscribers,
-                    &self.metrics,
-                );
-            }
+                &mut self.endpoint,
+                &mut self.send,
+                &self.subscribers,
+                &self.metrics,
+            );
         }
     }
 
@@ -738,17 +814,19 @@ impl BridgeActor {
                 .chain(self.compat_exports.iter().map(|(p, _)| p.stats()))
                 .chain(self.compat_imports.iter().map(|p| p.stats())),
         );
-        for (export, gauge) in self.exports.iter().zip(&self.subscriber_gauges) {
-            gauge.set(self.subscribers.subscribers(export.topic_id()).count() as u64);
+        let topics = self.exports.iter().map(|e| e.topic_id());
+        let topics = topics.chain(self.directs.iter().map(|d| d.topic_id));
+        for (topic_id, gauge) in topics.zip(&self.subscriber_gauges) {
+            gauge.set(self.subscribers.subscribers(topic_id).count() as u64);
         }
     }
 }
 
-fn find_import<'a>(
-    imports: &'a mut [Box<dyn ImportPort>],
+fn find_import(
+    imports: &mut [Box<dyn ImportPort>],
     src: SocketAddr,
     topic_id: u64,
-) -> Option<&'a mut Box<dyn ImportPort>> {
+) -> Option<&mut Box<dyn ImportPort>> {
     imports
         .iter_mut()
         .find(|i| i.topic_id() == topic_id && i.publisher() == src)

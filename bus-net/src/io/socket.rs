@@ -152,6 +152,19 @@ impl UdpEndpoint {
         self.socket.connect(peer)
     }
 
+    /// A second endpoint on the same socket (same port), with counters of its own: lets a
+    /// publishing actor send from its own thread while the bridge receives.
+    ///
+    /// # Errors
+    /// Duplicating the file descriptor failed.
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(UdpEndpoint {
+            socket: self.socket.try_clone()?,
+            local: self.local,
+            stats: IoStats::default(),
+        })
+    }
+
     /// The bound address (with the port the system chose for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local

@@ -1,0 +1,164 @@
+//! Direct export: a topic sent from the publishing actor's own thread, skipping the hop
+//! through the bridge's ring and thread. The lowest latency the bridge offers.
+//!
+//! The bridge still owns the topic's control plane: it answers subscriptions, renews and
+//! expires subscribers, and sends heartbeats. What it shares with the [`DirectSender`] is the
+//! list of subscriber addresses (a [`Latest`](llbus::Latest) slot the bridge writes only when
+//! the list changes, a new `Arc<[SocketAddr]>` each time) and the last sequence number sent (an
+//! atomic the sender stores after each send). Sending allocates nothing and takes no lock.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use llbus::{LatestReader, LatestWriter, Message};
+use serde::Serialize;
+
+use crate::{realtime_ns, BatchEncoder, DataMeta, EncodeError, IoStats, SendBatch, UdpEndpoint};
+
+/// What the bridge and a direct sender share about one topic.
+#[derive(Debug, Default)]
+pub(crate) struct DirectShared {
+    pub(crate) last_seq: AtomicU64,
+}
+
+/// The bridge's end of a direct topic.
+pub(crate) struct DirectPort {
+    pub(crate) topic: &'static str,
+    pub(crate) topic_id: u64,
+    pub(crate) fingerprint: u64,
+    pub(crate) shared: Arc<DirectShared>,
+    pub(crate) subscribers: LatestWriter<Arc<[SocketAddr]>>,
+}
+
+/// Why a direct send did not happen.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DirectError {
+    /// The message was refused: too large for a datagram, or not encodable.
+    Refused(EncodeError),
+    /// The socket failed for good (closed, invalid): nothing more can be sent.
+    Socket(std::io::Error),
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirectError::Refused(e) => write!(f, "message refused: {e}"),
+            DirectError::Socket(e) => write!(f, "the direct sender's socket failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DirectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DirectError::Refused(e) => Some(e),
+            DirectError::Socket(e) => Some(e),
+        }
+    }
+}
+
+/// Sends one topic from the caller's thread. Made by [`Bridge::direct`](super::Bridge::direct);
+/// move it into the publishing actor. `Send`, not `Clone` (it owns the topic's sequence).
+pub struct DirectSender<T> {
+    endpoint: UdpEndpoint,
+    batch: SendBatch,
+    buf: Vec<u8>,
+    session: u64,
+    seq: u64,
+    shared: Arc<DirectShared>,
+    updates: LatestReader<Arc<[SocketAddr]>>,
+    subscribers: Arc<[SocketAddr]>,
+    _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T> std::fmt::Debug for DirectSender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectSender")
+            .field("topic", &std::any::type_name::<T>())
+            .field("subscribers", &self.subscribers.len())
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Message + Serialize> DirectSender<T> {
+    pub(crate) fn new(
+        endpoint: UdpEndpoint,
+        max_datagram: usize,
+        batch: usize,
+        session: u64,
+    ) -> (Self, DirectPort) {
+        let shared = Arc::new(DirectShared::default());
+        let (writer, reader) = llbus::Latest::new();
+        let sender = DirectSender {
+            endpoint,
+            batch: SendBatch::new(batch),
+            buf: vec![0; max_datagram],
+            session,
+            seq: 0,
+            shared: Arc::clone(&shared),
+            updates: reader,
+            subscribers: Arc::from(Vec::new()),
+            _t: std::marker::PhantomData,
+        };
+        let port = DirectPort {
+            topic: T::TOPIC,
+            topic_id: T::TOPIC_ID,
+            fingerprint: T::FINGERPRINT,
+            shared,
+            subscribers: writer,
+        };
+        (sender, port)
+    }
+
+    /// Encodes `msg` into one datagram and sends it to every current subscriber, now, from this
+    /// thread. Returns how many subscribers the kernel took it for (a full send buffer drops
+    /// and counts, in [`DirectSender::stats`]). Allocates nothing.
+    ///
+    /// # Errors
+    /// [`DirectError::Refused`] if the message cannot fit in a datagram (or cannot be
+    /// encoded): it is refused here, at publish, and nothing is sent.
+    /// [`DirectError::Socket`] if the socket failed for good.
+    pub fn send(&mut self, msg: &T) -> Result<usize, DirectError> {
+        self.refresh();
+        if self.subscribers.is_empty() {
+            return Ok(0);
+        }
+        let mut enc = BatchEncoder::new(&mut self.buf);
+        let meta = DataMeta {
+            topic_id: T::TOPIC_ID,
+            fingerprint: T::FINGERPRINT,
+            session: self.session,
+            seq: self.seq + 1,
+            timestamp_ns: realtime_ns(),
+        };
+        enc.push_data(meta, msg).map_err(DirectError::Refused)?;
+        self.seq += 1;
+        self.shared.last_seq.store(self.seq, Ordering::Release);
+        let bytes = enc.as_bytes();
+        let datagrams = self.subscribers.iter().map(|&addr| (bytes, addr));
+        self.endpoint
+            .send_batch(&mut self.batch, datagrams)
+            .map_err(DirectError::Socket)
+    }
+
+    /// How many subscribers the topic has now (takes the bridge's latest list).
+    pub fn subscribers(&mut self) -> usize {
+        self.refresh();
+        self.subscribers.len()
+    }
+
+    #[inline]
+    fn refresh(&mut self) {
+        if let Some(update) = self.updates.read() {
+            self.subscribers = update;
+        }
+    }
+
+    /// The socket counters of this sender (datagrams sent, dropped for a full buffer, ...).
+    pub fn stats(&self) -> &IoStats {
+        self.endpoint.stats()
+    }
+}
