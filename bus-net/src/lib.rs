@@ -2,8 +2,7 @@
 //! over UDP, in llbus's own ll-udp v1 dialect or the original ll-udp-pubsub v0.1 format, byte
 //! for byte.
 //!
-//! This change brings the two lower layers; **the bridge actor that joins them to the bus
-//! (exports, imports, the subscription timers) comes in a later change.**
+//! Three layers, bottom up:
 //!
 //! - The **protocol** layer is pure: frame layouts, batch encoding into a caller's buffer,
 //!   validating zero-copy decoding, control frames, the compat format, the sequence tracker and
@@ -11,6 +10,16 @@
 //!   The wire format is specified, with test vectors, in `docs/PROTOCOL.md`.
 //! - The **io** layer is a non-blocking UDP socket ([`UdpEndpoint`]) with batched send and
 //!   receive: `sendmmsg`/`recvmmsg` on Linux, `send_to`/`recv_from` loops elsewhere.
+//! - The **bridge** ([`Bridge`]) joins them to the bus as an actor of its own:
+//!   `Bridge::bind(addr)?.export::<Quote>().import::<Order>(peer)`, then `bus.add(bridge)`.
+//!   Exported topics are read from their rings and sent in batched datagrams to every
+//!   subscriber; imported topics are checked (fingerprint, sequence), decoded once and published
+//!   on the local bus without ever waiting on it (a full ring drops and counts). Subscriptions
+//!   are renewed every second and expire after 60 s; heartbeats every 100 ms carry the last
+//!   sequence number. Its figures (datagrams, messages and bytes in and out; lost, duplicate,
+//!   reordered; drops by reason; subscribers per topic) are named metrics of its actor in the
+//!   bus's report. [`Bridge::direct`] sends a topic from the publishing actor's own thread
+//!   instead, skipping the ring. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
 //!
 //! # Contract
 //!
