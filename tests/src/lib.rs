@@ -14,7 +14,24 @@ pub struct CountingAlloc {
     allocations: AtomicU64,
 }
 
+std::thread_local! {
+    /// Allocations made by the current thread; const-initialised, so reading it never allocates.
+    static THREAD_ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_thread() {
+    // `try_with`: a thread being torn down has no slot any more; it is simply not counted.
+    let _ = THREAD_ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
 impl CountingAlloc {
+    /// Allocations and reallocations made so far by the calling thread only: immune to what
+    /// the test harness's own threads do meanwhile (such as its "running over 60 seconds"
+    /// notice).
+    pub fn thread_allocations(&self) -> u64 {
+        THREAD_ALLOCATIONS.try_with(|c| c.get()).unwrap_or(0)
+    }
+
     /// A counter at zero.
     pub const fn new() -> Self {
         CountingAlloc {
@@ -39,6 +56,7 @@ impl Default for CountingAlloc {
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         self.allocations.fetch_add(1, Ordering::Relaxed);
+        count_thread();
         // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
@@ -50,12 +68,14 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         self.allocations.fetch_add(1, Ordering::Relaxed);
+        count_thread();
         // SAFETY: forwarded unchanged.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         self.allocations.fetch_add(1, Ordering::Relaxed);
+        count_thread();
         // SAFETY: forwarded unchanged; `ptr` came from `System` through this allocator.
         unsafe { System.realloc(ptr, layout, new_size) }
     }

@@ -29,6 +29,8 @@ pub(crate) struct NetMetrics {
     pub(crate) icmp_errors: Metric,
     pub(crate) send_dropped: Metric,
     drops: Vec<Metric>,
+    /// Datagrams from an address family the socket does not understand.
+    bad_address: Metric,
 }
 
 impl NetMetrics {
@@ -55,6 +57,7 @@ impl NetMetrics {
                 .iter()
                 .map(|r| setup.metric(&format!("drop.{}", r.name())))
                 .collect(),
+            bad_address: setup.metric("drop.bad_address"),
         }
     }
 
@@ -63,6 +66,23 @@ impl NetMetrics {
     pub(crate) fn drop(&self, reason: DropReason) {
         if let Some(m) = self.drops.get(reason.index()) {
             m.add(1);
+        }
+    }
+
+    /// Counts the datagrams a receive dropped at the socket (larger than the maximum datagram
+    /// size, or from an address family it does not understand), from its counters before and
+    /// after the receive.
+    #[inline]
+    pub(crate) fn count_io_drops(&self, before: &IoStats, after: &IoStats) {
+        let too_large = after.recv_too_large - before.recv_too_large;
+        if too_large > 0 {
+            if let Some(m) = self.drops.get(DropReason::TooLarge.index()) {
+                m.add(too_large);
+            }
+        }
+        let bad_address = after.recv_bad_address - before.recv_bad_address;
+        if bad_address > 0 {
+            self.bad_address.add(bad_address);
         }
     }
 

@@ -411,8 +411,9 @@ pub struct BridgeActor {
     compat_imports: Vec<Box<dyn CompatImportPort>>,
     directs: Vec<DirectPort>,
     subscribers: SubscriberTable<SocketAddr>,
-    /// Whether each import's refusal was reported already (report once, not every second).
-    refusals_reported: Vec<bool>,
+    /// Whether each import was refused. A refusal is final: the import stops renewing (and
+    /// its error was reported once).
+    refused: Vec<bool>,
     metrics: NetMetrics,
     subscriber_gauges: Vec<llbus::Metric>,
     status: BridgeStatus,
@@ -476,7 +477,7 @@ impl BridgeActor {
             send: SendBatch::new(config.batch),
             buf: vec![0; config.max_datagram],
             control_buf: vec![0; 256],
-            refusals_reported: vec![false; imports.len()],
+            refused: vec![false; imports.len()],
             subscribers: SubscriberTable::new(timeout, capacity),
             metrics: NetMetrics::register(setup),
             subscriber_gauges,
@@ -526,10 +527,12 @@ impl BridgeActor {
     }
 
     fn receive_from(&mut self, recv: &mut RecvBatch, ctx: &mut Context<'_>) -> usize {
+        let before = *self.endpoint.stats();
         let n = match self.endpoint.recv_batch(recv) {
             Ok(n) => n,
             Err(e) => fatal_socket_error("receive", &self.endpoint, &e),
         };
+        self.metrics.count_io_drops(&before, self.endpoint.stats());
         let now_ns = self.now_ns(ctx.now());
         for (bytes, src) in recv.iter().take(n) {
             self.metrics.datagrams_in.add(1);
@@ -544,7 +547,8 @@ impl BridgeActor {
             // A datagram is one kind of traffic in practice; handle frame by frame.
             for frame in frames {
                 let result = if frame.header.kind == Kind::Data {
-                    deliver(&mut self.imports, &self.metrics, &frame, src, ctx)
+                    let exported = self.exported(frame.header.topic_id).is_some();
+                    deliver(&mut self.imports, exported, &self.metrics, &frame, src, ctx)
                 } else {
                     match Control::from_frame(&frame) {
                         Ok(control) => {
@@ -636,8 +640,8 @@ impl BridgeActor {
                     return;
                 };
                 self.metrics.refused.add(1);
-                if !self.refusals_reported[i] {
-                    self.refusals_reported[i] = true;
+                if !self.refused[i] {
+                    self.refused[i] = true;
                     let topic = self.imports[i].topic();
                     self.status.report(format!(
                         "import of topic '{topic}' from {src} refused: {refusal}"
@@ -698,10 +702,12 @@ impl BridgeActor {
             return 0;
         };
         for (port, table) in &mut self.compat_exports {
+            let before = *port.stats();
             let n = match port.endpoint().recv_batch(recv) {
                 Ok(n) => n,
                 Err(e) => fatal_socket_error("receive", port.endpoint(), &e),
             };
+            self.metrics.count_io_drops(&before, port.stats());
             for (bytes, src) in recv.iter().take(n) {
                 self.metrics.datagrams_in.add(1);
                 self.metrics.bytes_in.add(bytes.len() as u64);
@@ -720,10 +726,12 @@ impl BridgeActor {
             work += n;
         }
         for port in &mut self.compat_imports {
+            let before = *port.stats();
             let n = match port.endpoint().recv_batch(recv) {
                 Ok(n) => n,
                 Err(e) => fatal_socket_error("receive", port.endpoint(), &e),
             };
+            self.metrics.count_io_drops(&before, port.stats());
             for (bytes, src) in recv.iter().take(n) {
                 self.metrics.datagrams_in.add(1);
                 self.metrics.bytes_in.add(bytes.len() as u64);
@@ -745,6 +753,9 @@ impl BridgeActor {
     /// Sends `Subscribe` for every import (v1 and compat).
     fn renew(&mut self) {
         for i in 0..self.imports.len() {
+            if self.refused[i] {
+                continue;
+            }
             let import = &self.imports[i];
             let control = Control::Subscribe {
                 topic_id: import.topic_id(),
@@ -832,9 +843,11 @@ fn find_import(
         .find(|i| i.topic_id() == topic_id && i.publisher() == src)
 }
 
-/// Hands a data frame to the import it belongs to.
+/// Hands a data frame to the import it belongs to. A frame of a topic this bridge knows (it
+/// imports it from someone else, or exports it) from the wrong sender is `UnknownSender`.
 fn deliver(
     imports: &mut [Box<dyn ImportPort>],
+    exported: bool,
     metrics: &NetMetrics,
     frame: &crate::Frame<'_>,
     src: SocketAddr,
@@ -846,7 +859,9 @@ fn deliver(
         .position(|i| i.topic_id() == topic_id && i.publisher() == src);
     match found {
         Some(i) => imports[i].deliver(frame, ctx, metrics),
-        None if imports.iter().any(|i| i.topic_id() == topic_id) => Err(DropReason::UnknownSender),
+        None if exported || imports.iter().any(|i| i.topic_id() == topic_id) => {
+            Err(DropReason::UnknownSender)
+        }
         None => Err(DropReason::UnknownTopic),
     }
 }
@@ -900,6 +915,9 @@ impl Actor for BridgeActor {
 
     fn on_stop(&mut self, _ctx: &mut Context<'_>) {
         for i in 0..self.imports.len() {
+            if self.refused[i] {
+                continue;
+            }
             let import = &self.imports[i];
             let control = Control::Unsubscribe {
                 topic_id: import.topic_id(),
