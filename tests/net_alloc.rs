@@ -1,0 +1,172 @@
+//! Zero allocation per message on send and receive in the steady state: two buses joined by
+//! bridges over loopback exchange a tick-paced stream, and a counting global allocator sees no
+//! allocation while at least 200k messages (20k on a slow machine) cross, timers included
+//! (heartbeats every 100 ms, renewals and expiry every second, metric refreshes).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llbus::{Actor, Bus, Context, Message, Out, Setup};
+use llbus_net::Bridge;
+use serde::{Deserialize, Serialize};
+use tests::CountingAlloc;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "net.alloc.quote")]
+struct Quote {
+    n: u64,
+    px: f64,
+    qty: u32,
+}
+
+/// Publishes `per_tick` quotes every tick once `ready`.
+struct Feed {
+    out: Out<Quote>,
+    n: u64,
+    per_tick: u64,
+    ready: Arc<AtomicBool>,
+}
+
+impl Actor for Feed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        if !self.ready.load(Ordering::Acquire) {
+            return;
+        }
+        for _ in 0..self.per_tick {
+            self.n += 1;
+            let q = Quote {
+                n: self.n,
+                px: 100.0 + self.n as f64,
+                qty: 1,
+            };
+            ctx.publish(self.out, q);
+        }
+    }
+}
+
+struct Sink {
+    count: Arc<AtomicU64>,
+}
+
+impl Actor for Sink {
+    type In = Quote;
+    fn on_message(&mut self, q: Quote, _ctx: &mut Context<'_>) {
+        assert!(q.n > 0);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn metric(r: &llbus::Report, actor: &str, name: &str) -> u64 {
+    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
+}
+
+/// Waits (sleeping, allocating nothing) until `count` reaches `at_least` and `min` has passed,
+/// or `limit` passes.
+fn wait_until(count: &AtomicU64, at_least: u64, min: Duration, limit: Duration) -> u64 {
+    let start = Instant::now();
+    loop {
+        let n = count.load(Ordering::Relaxed);
+        if (n >= at_least && start.elapsed() >= min) || start.elapsed() >= limit {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn messages_cross_bridges_without_allocating() {
+    let publisher = Bridge::bind(loopback()).unwrap().name("pub");
+    let subscriber = Bridge::bind(loopback())
+        .unwrap()
+        .name("sub")
+        .import::<Quote>(publisher.local_addr());
+    let ready = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+
+    let mut a = Bus::builder();
+    let r = Arc::clone(&ready);
+    a.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+        per_tick: 20,
+        ready: Arc::clone(&r),
+    })
+    .tick_every(Duration::from_micros(200))
+    .publishes::<Quote>();
+    a.add(publisher.export::<Quote>());
+
+    let mut b = Bus::builder();
+    let c = Arc::clone(&count);
+    b.actor("sink", move |_: &mut Setup<'_>| Sink {
+        count: Arc::clone(&c),
+    })
+    .subscribes::<Quote>();
+    b.add(subscriber);
+
+    let a = a.start().expect("bus a starts");
+    let b = b.start().expect("bus b starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&a.report(), "pub", "subscribers.net.alloc.quote") != 1 {
+        assert!(Instant::now() < deadline, "no subscription");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    ready.store(true, Ordering::Release);
+
+    // Warm-up: every thread has run its loop many times and every timer (1 s) has fired twice.
+    let warmed = wait_until(
+        &count,
+        20_000,
+        Duration::from_millis(2100),
+        Duration::from_secs(60),
+    );
+    assert!(
+        warmed >= 20_000,
+        "only {warmed} messages crossed in a minute"
+    );
+
+    let before = ALLOC.allocations();
+    let from = count.load(Ordering::Relaxed);
+    let started = Instant::now();
+    // At least 2.5 s, so that every timer fires inside the window too.
+    let to = wait_until(
+        &count,
+        from + 200_000,
+        Duration::from_millis(2500),
+        Duration::from_secs(30),
+    );
+    let elapsed = started.elapsed();
+    let after = ALLOC.allocations();
+
+    a.stop();
+    b.stop();
+    let ra = a.join().expect("bus a stops cleanly");
+    let rb = b.join().expect("bus b stops cleanly");
+    println!("{ra}\n{rb}");
+    let crossed = to - from;
+    println!(
+        "{crossed} messages crossed in {elapsed:?}; {} allocations",
+        after - before
+    );
+    assert!(
+        crossed >= 20_000,
+        "only {crossed} messages crossed in {elapsed:?}"
+    );
+    assert_eq!(
+        after - before,
+        0,
+        "allocations while {crossed} messages crossed in {elapsed:?}"
+    );
+    assert!(metric(&rb, "sub", "messages_in") >= to);
+}
