@@ -269,7 +269,6 @@ fn fingerprint_mismatch_is_refused_and_reported_naming_topic_and_both_fingerprin
 /// `Refusal` as an error and stops renewing that topic."
 #[test]
 #[cfg_attr(miri, ignore)]
-#[ignore = "bug: a refused import keeps renewing (BridgeActor::renew ignores refusals)"]
 fn a_refused_import_stops_renewing() {
     let m = start_mismatch();
     wait_for("the refusal", 10, || {
@@ -723,7 +722,6 @@ fn an_oversized_datagram_is_dropped_whole_and_harmless() {
 /// which no metric of the bridge shows: it must appear in the report, under `drop.too_large`.
 #[test]
 #[cfg_attr(miri, ignore)]
-#[ignore = "bug: an oversized datagram is counted only in IoStats::recv_too_large, which no metric shows"]
 fn an_oversized_datagram_is_counted() {
     let (ra, rb, _) = send_oversized();
     assert_eq!(drop_count(&rb, "sub", DropReason::TooLarge), 1);
@@ -735,7 +733,6 @@ fn an_oversized_datagram_is_counted() {
 /// did not subscribe to ...)". A data frame of a topic the publisher *exports* is the latter.
 #[test]
 #[cfg_attr(miri, ignore)]
-#[ignore = "bug: a data frame of an exported (not imported) topic is counted as unknown_topic"]
 fn data_for_an_exported_topic_sent_to_its_publisher_is_an_unknown_sender() {
     let raw = raw_socket();
     let g = start_garbage(raw.local_addr().unwrap());
