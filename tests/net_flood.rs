@@ -5,7 +5,7 @@
 //!
 //! The flood size is `LLBUS_FLOOD` datagrams (default 1,000,000; CI uses the default).
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
