@@ -334,6 +334,13 @@ pub const DEFAULT_RATE_LIMIT: RateLimit = RateLimit {
     burst: 40,
 };
 
+impl Default for RateLimit {
+    /// [`DEFAULT_RATE_LIMIT`].
+    fn default() -> Self {
+        DEFAULT_RATE_LIMIT
+    }
+}
+
 /// The default number of source addresses a [`RateLimiter`] tracks at once.
 pub const DEFAULT_RATE_LIMIT_SOURCES: usize = 4096;
 
@@ -660,6 +667,6 @@ mod tests {
         }
         assert!(big.tracked() <= DEFAULT_RATE_LIMIT_SOURCES);
         assert_eq!(big.sources(), DEFAULT_RATE_LIMIT_SOURCES);
-        assert_eq!(big.limit(), DEFAULT_RATE_LIMIT);
+        assert_eq!(big.limit(), RateLimit::default());
     }
 }
