@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use libfuzzer_sys::fuzz_target;
 use llbus_net::{
-    parse_datagram, Allowlist, Control, CookieJar, Frames, FrameMac, RateLimiter,
+    parse_datagram, Allowlist, Control, CookieJar, FrameMac, Frames, RateLimiter,
     DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM, MAC_TAG_LEN,
 };
 
@@ -56,7 +56,10 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(len) = mac.seal(&mut buf, data.len()) {
             if parse_datagram(data, DEFAULT_MAX_DATAGRAM).is_ok() && len <= DEFAULT_MAX_DATAGRAM {
                 let frames = mac.open(&buf[..len], DEFAULT_MAX_DATAGRAM);
-                assert!(frames.is_ok(), "sealed valid datagram did not open: {frames:?}");
+                assert!(
+                    frames.is_ok(),
+                    "sealed valid datagram did not open: {frames:?}"
+                );
                 if let Ok(frames) = frames {
                     controls(frames, &mut jar, from);
                 }

@@ -47,7 +47,10 @@ fuzz_target!(|data: &[u8]| {
                 let _ = decode_payload::<Vec<Vec<u8>>>(frame.payload);
             }
         }
-        assert_eq!(seen, n, "frame count changed between validation and iteration");
+        assert_eq!(
+            seen, n,
+            "frame count changed between validation and iteration"
+        );
     }
     // Payload decoding on raw bytes too, where the header would have stopped it.
     let _ = decode_payload::<Order>(data);
