@@ -32,6 +32,13 @@
 //! renewing and expiring subscribers, and batched socket send and receive allocate nothing per
 //! message (checked by a counting-allocator test, `tests/alloc.rs`). Nothing here locks.
 //!
+//! **Hardening primitives** (see `SECURITY.md`): stateless address-proving cookies
+//! ([`CookieJar`]), the optional pre-shared-key MAC ([`FrameMac`]), the subscriber allowlist
+//! ([`Allowlist`], loopback only by default), the per-source control rate limit
+//! ([`RateLimiter`]) and the per-topic subscriber cap ([`SubscriberTable::with_topic_cap`]).
+//! Building an [`Allowlist`] or a [`RateLimiter`] allocates, once; issuing and verifying
+//! cookies, sealing and opening datagrams, and allowlist and rate-limit checks allocate nothing.
+//!
 //! **What is dropped and counted, never an error or a panic.** Every malformed datagram
 //! (truncated, wrong magic or version, unknown or reserved kind, unsupported flags, absurd
 //! lengths, undecodable payload, too large, ...) is dropped whole and counted under one
@@ -106,19 +113,27 @@ mod protocol;
 
 pub use protocol::compat::{decode_compat_packet, encode_compat_packet, CompatControl};
 pub use protocol::control::{Control, Refusal, RefuseReason, REFUSE_PAYLOAD_LEN};
+pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
 pub use protocol::encode::{check_fits, payload_size, BatchEncoder, DataMeta, EncodeError};
 pub use protocol::header::{
     Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAGIC, MAX_DATAGRAM_LIMIT, VERSION,
 };
+pub use protocol::limits::{
+    Allowlist, Cidr, CidrError, RateLimit, RateLimiter, DEFAULT_RATE_LIMIT,
+    DEFAULT_RATE_LIMIT_SOURCES,
+};
+pub use protocol::mac::{FrameMac, SealError, MAC_TAG_LEN};
 pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
-pub use protocol::subscribers::{Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBER_TIMEOUT};
+pub use protocol::subscribers::{
+    Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
+};
 pub use protocol::PAYLOAD_DECODE_LIMIT;
 
 mod bridge;
 mod io;
 pub use bridge::{Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender};
 pub use io::{
-    new_session_id, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
-    MAX_BATCH,
+    new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,
+    UdpEndpoint, MAX_BATCH,
 };

@@ -1,7 +1,8 @@
 //! Zero allocation per message in the steady state: a counting global allocator (per thread,
 //! so the test harness's own threads do not interfere) around encode of a batch, decode
 //! iteration, payload decode, control frames, sequence tracking, the subscriber table, the
-//! compat format, and batched socket send and receive over loopback, each after a warm-up.
+//! compat format, cookie issue and verify, MAC seal and open, allowlist and rate-limit checks,
+//! and batched socket send and receive over loopback, each after a warm-up.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -9,9 +10,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use llbus_net::{
-    decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, BatchEncoder,
-    Control, DataMeta, DropCounts, EncodeError, LatePolicy, RecvBatch, SendBatch, SeqTracker,
-    SocketConfig, SubscriberTable, UdpEndpoint, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT,
+    decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, Allowlist,
+    BatchEncoder, Control, CookieJar, DataMeta, DropCounts, EncodeError, FrameMac, LatePolicy,
+    RateLimiter, RecvBatch, SendBatch, SeqTracker, SocketConfig, SubscriberTable, UdpEndpoint,
+    DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -193,6 +195,73 @@ fn protocol_steady_state_allocates_nothing() {
     assert_eq!(allocs, 0, "protocol hot path allocated");
     assert!(tracker.counts().duplicates > 0);
     assert!(drops.total() > 0);
+}
+
+#[test]
+fn hardening_checks_allocate_nothing() {
+    // Construction allocates (the allowlist's vector, the limiter's table); checks do not.
+    let mut jar = CookieJar::new([3; 32], DEFAULT_COOKIE_WINDOW);
+    let mac = FrameMac::new(&[4; 32]);
+    let data_plain = FrameMac::new(&[4; 32]).control_only();
+    let allow: Allowlist = "10.0.0.0/8, fd00::/8".parse().unwrap();
+    let mut limiter = RateLimiter::default();
+    let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let addrs: Vec<SocketAddr> = (0..64u16)
+        .map(|p| SocketAddr::from(([10, 0, (p >> 8) as u8, p as u8], 9000 + p)))
+        .collect();
+    const W: u64 = 30_000_000_000;
+
+    let mut round = |i: u64| {
+        let now = i * W / 7; // crosses windows: rotation must not allocate either
+        let mut proven = 0;
+        for &a in &addrs {
+            let c = jar.issue(a, now);
+            proven += usize::from(jar.verify(a, &c, now + W / 2));
+            proven += usize::from(allow.contains(a.ip()));
+            proven += usize::from(limiter.allow(a.ip(), now));
+        }
+        let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - MAC_TAG_LEN]);
+        enc.push_control(&Control::Subscribe {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            cookie: Some(jar.issue(addrs[0], now)),
+        })
+        .unwrap();
+        enc.push_data(
+            meta(i),
+            &Quote {
+                px: 1,
+                qty: 2,
+                side: true,
+            },
+        )
+        .unwrap();
+        let len = enc.len();
+        let must = data_plain.must_seal(&buf[..len]);
+        let sealed = mac.seal(&mut buf, len).unwrap();
+        let frames = mac
+            .open(&buf[..sealed], DEFAULT_MAX_DATAGRAM)
+            .unwrap()
+            .count();
+        // A corrupted copy is refused, without allocating for it.
+        buf[10] ^= 1;
+        let refused = mac.open(&buf[..sealed], DEFAULT_MAX_DATAGRAM).is_err();
+        (proven, must, frames, refused)
+    };
+
+    for i in 0..3 {
+        round(i);
+    }
+    let (allocs, ()) = allocations_in(|| {
+        for i in 3..300 {
+            let (proven, must, frames, refused) = round(i);
+            assert!(proven >= 2 * addrs.len());
+            assert!(must && refused);
+            assert_eq!(frames, 2);
+        }
+    });
+    assert_eq!(allocs, 0, "hardening checks allocated");
 }
 
 #[test]

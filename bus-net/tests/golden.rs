@@ -4,8 +4,8 @@
 
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, BatchEncoder,
-    CompatControl, Control, DataMeta, Flags, Header, Kind, Refusal, RefuseReason,
-    DEFAULT_MAX_DATAGRAM,
+    CompatControl, Control, Cookie, DataMeta, Flags, FrameMac, Header, Kind, Refusal, RefuseReason,
+    DEFAULT_MAX_DATAGRAM, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +23,35 @@ const FP: u64 = 0x0102_0304_0506_0708;
 const SESSION: u64 = 0xa1a2_a3a4_a5a6_a7a8;
 const SUB_SESSION: u64 = 0xb1b2_b3b4_b5b6_b7b8;
 const TS: i64 = 1_700_000_000_000_000_000;
+/// The example cookie: bytes `c0` to `cf`.
+const COOKIE: Cookie = Cookie([
+    0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7, 0xc8, 0xc9, 0xca, 0xcb, 0xcc, 0xcd, 0xce, 0xcf,
+]);
+
+/// The example pre-shared key: bytes `00` to `1f`.
+fn psk() -> [u8; 32] {
+    core::array::from_fn(|i| i as u8)
+}
+
+fn heartbeat() -> Control {
+    Control::Heartbeat {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SESSION,
+        last_seq: 2,
+        timestamp_ns: TS,
+    }
+}
+
+/// The heartbeat, sealed with the example key.
+fn sealed_heartbeat() -> Vec<u8> {
+    let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - MAC_TAG_LEN]);
+    enc.push_control(&heartbeat()).unwrap();
+    let len = enc.len();
+    let len = FrameMac::new(&psk()).seal(&mut buf, len).unwrap();
+    buf[..len].to_vec()
+}
 
 fn meta(seq: u64) -> DataMeta {
     DataMeta {
@@ -61,6 +90,31 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SUB_SESSION,
+                    cookie: None,
+                };
+                e.push_control(&c).unwrap()
+            }),
+        ),
+        (
+            "v1-cookie-challenge",
+            encode(|e| {
+                let c = Control::CookieChallenge {
+                    topic_id: TOPIC,
+                    fingerprint: FP,
+                    session: SESSION,
+                    cookie: COOKIE,
+                };
+                e.push_control(&c).unwrap()
+            }),
+        ),
+        (
+            "v1-subscribe-cookie",
+            encode(|e| {
+                let c = Control::Subscribe {
+                    topic_id: TOPIC,
+                    fingerprint: FP,
+                    session: SUB_SESSION,
+                    cookie: Some(COOKIE),
                 };
                 e.push_control(&c).unwrap()
             }),
@@ -73,6 +127,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     fingerprint: FP,
                     session: SESSION,
                     last_seq: 41,
+                    cookie: COOKIE,
                 };
                 e.push_control(&c).unwrap()
             }),
@@ -97,23 +152,16 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SUB_SESSION,
+                    cookie: Some(COOKIE),
                 };
                 e.push_control(&c).unwrap()
             }),
         ),
         (
             "v1-heartbeat",
-            encode(|e| {
-                let c = Control::Heartbeat {
-                    topic_id: TOPIC,
-                    fingerprint: FP,
-                    session: SESSION,
-                    last_seq: 2,
-                    timestamp_ns: TS,
-                };
-                e.push_control(&c).unwrap()
-            }),
+            encode(|e| e.push_control(&heartbeat()).unwrap()),
         ),
+        ("v1-heartbeat-mac", sealed_heartbeat()),
     ]
 }
 
@@ -241,7 +289,26 @@ fn v1_control_decodes() {
         Control::Subscribe {
             topic_id: TOPIC,
             fingerprint: FP,
-            session: SUB_SESSION
+            session: SUB_SESSION,
+            cookie: None,
+        }
+    );
+    assert_eq!(
+        one("v1-cookie-challenge"),
+        Control::CookieChallenge {
+            topic_id: TOPIC,
+            fingerprint: FP,
+            session: SESSION,
+            cookie: COOKIE,
+        }
+    );
+    assert_eq!(
+        one("v1-subscribe-cookie"),
+        Control::Subscribe {
+            topic_id: TOPIC,
+            fingerprint: FP,
+            session: SUB_SESSION,
+            cookie: Some(COOKIE),
         }
     );
     assert_eq!(
@@ -250,7 +317,8 @@ fn v1_control_decodes() {
             topic_id: TOPIC,
             fingerprint: FP,
             session: SESSION,
-            last_seq: 41
+            last_seq: 41,
+            cookie: COOKIE,
         }
     );
     assert_eq!(
@@ -258,9 +326,28 @@ fn v1_control_decodes() {
         Control::Unsubscribe {
             topic_id: TOPIC,
             fingerprint: FP,
-            session: SUB_SESSION
+            session: SUB_SESSION,
+            cookie: Some(COOKIE),
         }
     );
+    // Every answer to a subscribe is exactly as long as the subscribe: no amplification.
+    let hello = doc_bytes("v1-subscribe").len();
+    for answer in [
+        "v1-cookie-challenge",
+        "v1-subscribe-ack",
+        "v1-refuse-mismatch",
+    ] {
+        assert_eq!(doc_bytes(answer).len(), hello, "{answer}");
+    }
+    // The sealed heartbeat opens with the key, and only with it.
+    let sealed = doc_bytes("v1-heartbeat-mac");
+    let mut frames = FrameMac::new(&psk())
+        .open(&sealed, DEFAULT_MAX_DATAGRAM)
+        .unwrap();
+    let frame = frames.next().unwrap();
+    assert!(frame.header.flags.mac());
+    assert_eq!(Control::from_frame(&frame), Ok(heartbeat()));
+    assert!(parse_datagram(&sealed, DEFAULT_MAX_DATAGRAM).is_err());
     assert_eq!(
         one("v1-heartbeat"),
         Control::Heartbeat {

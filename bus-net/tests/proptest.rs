@@ -1,13 +1,16 @@
 //! Property tests: arbitrary bytes into every decoder never panic, and arbitrary messages,
 //! headers and control frames survive a round trip in both dialects. Sequence tracking is
-//! checked against a set-based model.
+//! checked against a set-based model; cookies, the MAC, the allowlist and the rate limiter
+//! against their definitions.
 
 use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use llbus_net::{
-    decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, BatchEncoder,
-    CompatControl, Control, DataMeta, EncodeError, Flags, Header, Kind, LatePolicy, Refusal,
-    RefuseReason, SeqTracker, HEADER_LEN, MAX_DATAGRAM_LIMIT,
+    decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, Allowlist,
+    BatchEncoder, Cidr, CompatControl, Control, Cookie, CookieJar, DataMeta, EncodeError, Flags,
+    FrameMac, Header, Kind, LatePolicy, RateLimit, RateLimiter, Refusal, RefuseReason, SeqTracker,
+    DEFAULT_COOKIE_WINDOW, HEADER_LEN, MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -59,27 +62,46 @@ fn meta() -> impl Strategy<Value = DataMeta> {
         )
 }
 
+fn cookie() -> impl Strategy<Value = Cookie> {
+    any::<[u8; 16]>().prop_map(Cookie)
+}
+
 fn control() -> impl Strategy<Value = Control> {
     let ids = (any::<u64>(), any::<u64>(), any::<u64>());
     prop_oneof![
-        ids.prop_map(|(topic_id, fingerprint, session)| Control::Subscribe {
-            topic_id,
-            fingerprint,
-            session
+        (ids, prop::option::of(cookie())).prop_map(|((topic_id, fingerprint, session), cookie)| {
+            Control::Subscribe {
+                topic_id,
+                fingerprint,
+                session,
+                cookie,
+            }
         }),
-        ids.prop_map(|(topic_id, fingerprint, session)| Control::Unsubscribe {
-            topic_id,
-            fingerprint,
-            session
+        (ids, prop::option::of(cookie())).prop_map(|((topic_id, fingerprint, session), cookie)| {
+            Control::Unsubscribe {
+                topic_id,
+                fingerprint,
+                session,
+                cookie,
+            }
         }),
-        (ids, any::<u64>()).prop_map(|((topic_id, fingerprint, session), last_seq)| {
-            Control::SubscribeAck {
+        (ids, cookie()).prop_map(|((topic_id, fingerprint, session), cookie)| {
+            Control::CookieChallenge {
+                topic_id,
+                fingerprint,
+                session,
+                cookie,
+            }
+        }),
+        (ids, any::<u64>(), cookie()).prop_map(
+            |((topic_id, fingerprint, session), last_seq, cookie)| Control::SubscribeAck {
                 topic_id,
                 fingerprint,
                 session,
                 last_seq,
+                cookie,
             }
-        }),
+        ),
         (ids, any::<u64>(), any::<i64>()).prop_map(
             |((topic_id, fingerprint, session), last_seq, timestamp_ns)| Control::Heartbeat {
                 topic_id,
@@ -89,11 +111,12 @@ fn control() -> impl Strategy<Value = Control> {
                 timestamp_ns
             }
         ),
-        (ids, any::<u64>(), 0..3usize).prop_map(|((topic_id, requested, session), offered, r)| {
+        (ids, any::<u64>(), 0..4usize).prop_map(|((topic_id, requested, session), offered, r)| {
             let reason = [
                 RefuseReason::UnknownTopic,
                 RefuseReason::FingerprintMismatch,
                 RefuseReason::TableFull,
+                RefuseReason::TopicFull,
             ][r];
             Control::Refuse(Refusal {
                 topic_id,
@@ -106,15 +129,41 @@ fn control() -> impl Strategy<Value = Control> {
     ]
 }
 
+fn socket_addr() -> impl Strategy<Value = SocketAddr> {
+    prop_oneof![
+        (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| SocketAddr::from((ip, port))),
+        (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, port)| SocketAddr::from((ip, port))),
+    ]
+}
+
 /// Runs every decoder over `bytes`; only panics would fail.
 fn decode_everything(bytes: &[u8]) {
+    let from: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+    let mut jar = CookieJar::new([1; 32], DEFAULT_COOKIE_WINDOW);
+    for mac in [
+        FrameMac::new(&[2; 32]),
+        FrameMac::new(&[2; 32]).control_only(),
+    ] {
+        if let Ok(frames) = mac.open(bytes, MAX_DATAGRAM_LIMIT) {
+            for frame in frames {
+                let _ = Control::from_frame(&frame);
+                let _ = decode_payload::<Msg>(frame.payload);
+            }
+        }
+    }
     for max in [1472, MAX_DATAGRAM_LIMIT] {
         if let Ok(frames) = parse_datagram(bytes, max) {
             let n = frames.remaining();
             let mut seen = 0;
             for frame in frames {
                 seen += 1;
-                let _ = Control::from_frame(&frame);
+                if let Ok(Control::Subscribe {
+                    cookie: Some(c), ..
+                }) = Control::from_frame(&frame)
+                {
+                    // A cookie out of thin air does not verify (2^-128 chance of a false pass).
+                    assert!(!jar.verify(from, &c, 0));
+                }
                 let _ = decode_payload::<Msg>(frame.payload);
                 let _ = decode_payload::<String>(frame.payload);
                 let _ = decode_payload::<Vec<Vec<u64>>>(frame.payload);
@@ -132,6 +181,9 @@ fn decode_everything(bytes: &[u8]) {
     if let Some(head) = bytes.first_chunk::<HEADER_LEN>() {
         let _ = Header::read(head);
     }
+    let text = String::from_utf8_lossy(bytes);
+    let _ = text.parse::<Allowlist>();
+    let _ = text.parse::<Cidr>();
 }
 
 proptest! {
@@ -295,5 +347,100 @@ proptest! {
         prop_assert_eq!(c.received, c.delivered + c.duplicates + c.late_dropped + c.stale);
         prop_assert_eq!(c.delivered, delivered.len() as u64);
         prop_assert_eq!(c.session_changes, 0);
+    }
+
+    /// A cookie verifies for the address it was issued to, in its window and the next, and for
+    /// no other address.
+    #[test]
+    fn cookies_prove_one_address(
+        secret in any::<[u8; 32]>(),
+        a in socket_addr(),
+        b in socket_addr(),
+        t in 0u64..1u64 << 62,
+        later in 0u64..60_000_000_000,
+    ) {
+        let mut jar = CookieJar::new(secret, DEFAULT_COOKIE_WINDOW);
+        let w = DEFAULT_COOKIE_WINDOW.as_nanos() as u64;
+        let c = jar.issue(a, t);
+        let then = t + later;
+        let same = a.port() == b.port() && a.ip().to_canonical() == b.ip().to_canonical();
+        prop_assert!(jar.verify(a, &c, t));
+        prop_assert_eq!(jar.verify(b, &c, t), same);
+        prop_assert_eq!(jar.verify(a, &c, then), then / w <= t / w + 1);
+    }
+
+    /// A sealed datagram opens with its key; any single bit flipped, or another key, does not.
+    #[test]
+    fn mac_round_trip_and_flips(
+        psk in any::<[u8; 32]>(),
+        msgs in prop::collection::vec((meta(), msg()), 1..5),
+        controls in prop::collection::vec(control(), 0..3),
+        flip in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let mac = FrameMac::new(&psk);
+        let mut buf = vec![0u8; 1472];
+        let mut enc = BatchEncoder::new(&mut buf[..1472 - MAC_TAG_LEN]);
+        for (m, v) in &msgs {
+            let _ = enc.push_data(*m, v);
+        }
+        for c in &controls {
+            let _ = enc.push_control(c);
+        }
+        let (len, frames) = (enc.len(), enc.frames());
+        prop_assume!(frames > 0);
+        let sealed = mac.seal(&mut buf, len).unwrap();
+        let opened = mac.open(&buf[..sealed], 1472).unwrap();
+        prop_assert_eq!(opened.count(), frames);
+        let mut bad = buf[..sealed].to_vec();
+        let i = flip.index(bad.len());
+        bad[i] ^= 1 << bit;
+        prop_assert!(mac.open(&bad, 1472).is_err());
+        let mut other = psk;
+        other[0] ^= 1;
+        prop_assert!(FrameMac::new(&other).open(&buf[..sealed], 1472).is_err());
+    }
+
+    /// CIDR matching against the definition: the first `prefix` bits are equal.
+    #[test]
+    fn cidr_matches_its_definition(net in any::<u32>(), prefix in 0u8..=32, ip in any::<u32>(),
+                                   net6 in any::<u128>(), prefix6 in 0u8..=128, ip6 in any::<u128>()) {
+        let bits = |x: u32, n: u8| if n == 0 { 0 } else { x >> (32 - u32::from(n)) };
+        let masked = if prefix == 0 { 0 } else { net & (u32::MAX << (32 - u32::from(prefix))) };
+        let c = Cidr::new(IpAddr::V4(Ipv4Addr::from(masked)), prefix).unwrap();
+        prop_assert_eq!(c.contains(IpAddr::V4(Ipv4Addr::from(ip))), bits(ip, prefix) == bits(masked, prefix));
+        prop_assert_eq!(c.to_string().parse::<Cidr>().unwrap(), c);
+        let bits6 = |x: u128, n: u8| if n == 0 { 0 } else { x >> (128 - u32::from(n)) };
+        let masked6 = if prefix6 == 0 { 0 } else { net6 & (u128::MAX << (128 - u32::from(prefix6))) };
+        let c6 = Cidr::new(IpAddr::V6(Ipv6Addr::from(masked6)), prefix6).unwrap();
+        prop_assert_eq!(c6.contains(IpAddr::V6(Ipv6Addr::from(ip6))), bits6(ip6, prefix6) == bits6(masked6, prefix6));
+        prop_assert_eq!(c6.to_string().parse::<Cidr>().unwrap(), c6);
+    }
+
+    /// One source never gets more than `burst + rate * elapsed` messages through, and a source
+    /// that keeps to the rate is never refused.
+    #[test]
+    fn rate_limiter_bound(
+        per_second in 1u32..1000,
+        burst in 1u32..100,
+        gaps in prop::collection::vec(0u64..200_000_000, 1..300),
+    ) {
+        let mut l = RateLimiter::new(RateLimit { per_second, burst }, 8);
+        let ip: IpAddr = "203.0.113.9".parse().unwrap();
+        let mut now = 0u64;
+        let mut allowed = 0u64;
+        for g in gaps {
+            now += g;
+            if l.allow(ip, now) {
+                allowed += 1;
+            }
+            let bound = u128::from(burst) + u128::from(now) * u128::from(per_second) / 1_000_000_000;
+            prop_assert!(u128::from(allowed) <= bound, "{} > {}", allowed, bound);
+        }
+        let mut polite = RateLimiter::new(RateLimit { per_second, burst }, 8);
+        let step = 1_000_000_000 / u64::from(per_second) + 1;
+        for i in 0..50 {
+            prop_assert!(polite.allow(ip, i * step));
+        }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! - [`socket`]: [`UdpEndpoint`], creation and options (`socket2`), the error policy, counters.
 //! - [`batch`]: [`RecvBatch`] and [`SendBatch`], the preallocated buffers of a batch.
-//! - [`start`]: the session id of a start and the `CLOCK_REALTIME` send timestamp.
+//! - [`start`]: the session id of a start, the `CLOCK_REALTIME` send timestamp, and cookie
+//!   secrets from the operating system's random source.
 //! - `linux`: `recvmmsg`/`sendmmsg`, one system call per batch (Linux only; all of the crate's
 //!   `unsafe` is here).
 //! - `portable`: the same batches as loops of `recv_from`/`send_to`, everywhere else.
@@ -27,7 +28,7 @@ pub(crate) mod start;
 
 pub use batch::{RecvBatch, SendBatch, MAX_BATCH};
 pub use socket::{IoStats, SocketConfig, UdpEndpoint};
-pub use start::{new_session_id, realtime_ns};
+pub use start::{new_session_id, random_secret, realtime_ns};
 
 #[cfg(test)]
 mod tests {

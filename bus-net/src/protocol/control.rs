@@ -1,15 +1,18 @@
-//! Control frames: subscribe, acknowledge, refuse, unsubscribe and heartbeat.
+//! Control frames: subscribe, cookie challenge, acknowledge, refuse, unsubscribe and heartbeat.
 //!
 //! Each control frame names one topic, so a subscriber asking for several topics sends a batch
 //! of `Subscribe` frames in one datagram and the publisher answers with a batch of
-//! `SubscribeAck` / `Refuse` frames. All but `Refuse` have an empty payload: the header's topic
-//! id, fingerprint, session and sequence fields carry everything. The subscription state
-//! machine is in `docs/PROTOCOL.md`.
+//! `CookieChallenge` / `SubscribeAck` / `Refuse` frames. The header's topic id, fingerprint,
+//! session and sequence fields carry everything but a cookie or a refuse reason.
 //!
-//! Room for the hardening issue: kinds `0x20..=0x3f` and flags bits 0 (cookie) and 1 (MAC) are
-//! reserved ([`Kind::RESERVED_CHALLENGE`], [`Flags::RESERVED_COOKIE`], ...). A version 1
-//! receiver drops them, counted, so they can be introduced without ambiguity.
+//! Address-proving handshake (`docs/PROTOCOL.md`, "Address-proving handshake"): `Subscribe`,
+//! `Unsubscribe`, `CookieChallenge` and `SubscribeAck` all have a 16-byte payload. A subscribe
+//! without a cookie carries 16 zero bytes of padding instead, so that the challenge it may
+//! cause is no larger than itself; with [`Flags::COOKIE`] the payload is the cookie. Every
+//! answer to a subscribe (challenge, acknowledgement, refusal) is exactly as long as the
+//! subscribe: the publisher can never be used to amplify traffic.
 
+use super::cookie::{Cookie, COOKIE_LEN};
 use super::decode::{DropReason, Frame};
 use super::encode::{BatchEncoder, EncodeError};
 use super::header::{Flags, Header, Kind};
@@ -28,6 +31,8 @@ pub enum RefuseReason {
     FingerprintMismatch = 2,
     /// The publisher's subscriber table is full.
     TableFull = 3,
+    /// The topic has as many subscribers as the publisher allows per topic.
+    TopicFull = 4,
 }
 
 impl RefuseReason {
@@ -40,6 +45,7 @@ impl RefuseReason {
             1 => Ok(RefuseReason::UnknownTopic),
             2 => Ok(RefuseReason::FingerprintMismatch),
             3 => Ok(RefuseReason::TableFull),
+            4 => Ok(RefuseReason::TopicFull),
             _ => Err(DropReason::BadControl),
         }
     }
@@ -94,6 +100,11 @@ impl core::fmt::Display for Refusal {
                 "publisher refused topic {topic:#018x}: its subscriber table is full; raise its \
                  capacity or subscribe fewer hosts"
             ),
+            RefuseReason::TopicFull => write!(
+                f,
+                "publisher refused topic {topic:#018x}: the topic has as many subscribers as it \
+                 allows; raise its per-topic cap or subscribe fewer hosts"
+            ),
         }
     }
 }
@@ -112,6 +123,21 @@ pub enum Control {
         fingerprint: u64,
         /// The subscriber's session id.
         session: u64,
+        /// The latest cookie the publisher gave this subscriber ([`Flags::COOKIE`]), or `None`
+        /// for a first request (16 zero bytes of padding on the wire).
+        cookie: Option<Cookie>,
+    },
+    /// Publisher to subscriber: the answer to a `Subscribe` without a valid cookie. Send the
+    /// `Subscribe` again with this cookie.
+    CookieChallenge {
+        /// The topic id, echoed from the `Subscribe`.
+        topic_id: u64,
+        /// The fingerprint, echoed from the `Subscribe`.
+        fingerprint: u64,
+        /// The publisher's session id.
+        session: u64,
+        /// The cookie for the subscriber's address.
+        cookie: Cookie,
     },
     /// Publisher to subscriber: the subscription is accepted (or renewed).
     SubscribeAck {
@@ -123,10 +149,14 @@ pub enum Control {
         session: u64,
         /// The last sequence number the publisher sent on the topic (0 if none).
         last_seq: u64,
+        /// A fresh cookie: the subscriber uses it in its next renewals (and `Unsubscribe`), so
+        /// an active subscription never sees its cookie expire.
+        cookie: Cookie,
     },
     /// Publisher to subscriber: the subscription is refused.
     Refuse(Refusal),
-    /// Subscriber to publisher: stop sending `topic_id` (graceful stop).
+    /// Subscriber to publisher: stop sending `topic_id` (graceful stop). Honoured only with a
+    /// valid cookie, so nobody can unsubscribe someone else.
     Unsubscribe {
         /// The topic id.
         topic_id: u64,
@@ -134,6 +164,8 @@ pub enum Control {
         fingerprint: u64,
         /// The subscriber's session id.
         session: u64,
+        /// The latest cookie the publisher gave this subscriber.
+        cookie: Option<Cookie>,
     },
     /// Publisher to subscriber: the last sequence number sent on a topic, so that loss at the
     /// end of a burst is noticed.
@@ -151,12 +183,31 @@ pub enum Control {
     },
 }
 
+/// The 16-byte payload of a cookie-carrying frame.
+fn cookie_payload(frame: &Frame<'_>) -> Result<[u8; COOKIE_LEN], DropReason> {
+    frame.payload.try_into().map_err(|_| DropReason::BadLength)
+}
+
+/// The optional cookie of a `Subscribe` or `Unsubscribe`: the payload with [`Flags::COOKIE`],
+/// else 16 bytes of zero padding (anything else is [`DropReason::BadControl`]).
+fn optional_cookie(frame: &Frame<'_>) -> Result<Option<Cookie>, DropReason> {
+    let bytes = cookie_payload(frame)?;
+    if frame.header.flags.cookie() {
+        Ok(Some(Cookie(bytes)))
+    } else if bytes == [0; COOKIE_LEN] {
+        Ok(None)
+    } else {
+        Err(DropReason::BadControl)
+    }
+}
+
 impl Control {
     /// The control message of a frame from [`parse_datagram`](super::decode::parse_datagram).
     ///
     /// # Errors
-    /// [`DropReason::BadControl`] for a data frame or an unknown refuse reason;
-    /// [`DropReason::BadLength`] for a payload of the wrong length.
+    /// [`DropReason::BadControl`] for a data frame, an unknown refuse reason, or non-zero
+    /// padding in a subscribe without a cookie; [`DropReason::BadLength`] for a payload of the
+    /// wrong length.
     pub fn from_frame(frame: &Frame<'_>) -> Result<Control, DropReason> {
         let h = &frame.header;
         if Some(frame.payload.len()) != h.kind.fixed_payload_len() {
@@ -172,17 +223,26 @@ impl Control {
                 topic_id: h.topic_id,
                 fingerprint: h.fingerprint,
                 session: h.session,
+                cookie: optional_cookie(frame)?,
             },
             Kind::Unsubscribe => Control::Unsubscribe {
                 topic_id: h.topic_id,
                 fingerprint: h.fingerprint,
                 session: h.session,
+                cookie: optional_cookie(frame)?,
+            },
+            Kind::CookieChallenge => Control::CookieChallenge {
+                topic_id: h.topic_id,
+                fingerprint: h.fingerprint,
+                session: h.session,
+                cookie: Cookie(cookie_payload(frame)?),
             },
             Kind::SubscribeAck => Control::SubscribeAck {
                 topic_id: h.topic_id,
                 fingerprint: h.fingerprint,
                 session: h.session,
                 last_seq: h.seq,
+                cookie: Cookie(cookie_payload(frame)?),
             },
             Kind::Heartbeat => Control::Heartbeat {
                 topic_id: h.topic_id,
@@ -212,6 +272,23 @@ impl Control {
     }
 }
 
+impl BatchEncoder<'_> {
+    /// A `Subscribe` or `Unsubscribe`: the cookie with [`Flags::COOKIE`], or zero padding.
+    fn push_optional_cookie(
+        &mut self,
+        mut header: Header,
+        cookie: Option<Cookie>,
+    ) -> Result<(), EncodeError> {
+        match cookie {
+            Some(c) => {
+                header.flags = Flags(Flags::COOKIE);
+                self.push_raw(header, &c.0)
+            }
+            None => self.push_raw(header, &[0; COOKIE_LEN]),
+        }
+    }
+}
+
 /// A control frame's header: everything but the payload length.
 const fn control_header(kind: Kind, topic_id: u64, fingerprint: u64, session: u64) -> Header {
     Header {
@@ -238,27 +315,39 @@ impl BatchEncoder<'_> {
                 topic_id,
                 fingerprint,
                 session,
-            } => self.push_raw(
+                cookie,
+            } => self.push_optional_cookie(
                 control_header(Kind::Subscribe, topic_id, fingerprint, session),
-                &[],
+                cookie,
             ),
             Control::Unsubscribe {
                 topic_id,
                 fingerprint,
                 session,
-            } => self.push_raw(
+                cookie,
+            } => self.push_optional_cookie(
                 control_header(Kind::Unsubscribe, topic_id, fingerprint, session),
-                &[],
+                cookie,
+            ),
+            Control::CookieChallenge {
+                topic_id,
+                fingerprint,
+                session,
+                cookie,
+            } => self.push_raw(
+                control_header(Kind::CookieChallenge, topic_id, fingerprint, session),
+                &cookie.0,
             ),
             Control::SubscribeAck {
                 topic_id,
                 fingerprint,
                 session,
                 last_seq,
+                cookie,
             } => {
                 let mut h = control_header(Kind::SubscribeAck, topic_id, fingerprint, session);
                 h.seq = last_seq;
-                self.push_raw(h, &[])
+                self.push_raw(h, &cookie.0)
             }
             Control::Heartbeat {
                 topic_id,
@@ -334,7 +423,11 @@ mod tests {
             RefuseReason::check(5, None),
             Err(RefuseReason::UnknownTopic)
         );
-        for reason in [RefuseReason::UnknownTopic, RefuseReason::TableFull] {
+        for reason in [
+            RefuseReason::UnknownTopic,
+            RefuseReason::TableFull,
+            RefuseReason::TopicFull,
+        ] {
             let r = Refusal {
                 topic_id: 0xab,
                 requested: 1,
@@ -346,6 +439,70 @@ mod tests {
                 .to_string()
                 .starts_with("publisher refused topic 0x00000000000000ab: "));
         }
+    }
+
+    fn one(control: Control) -> Vec<u8> {
+        let mut buf = [0u8; 128];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_control(&control).unwrap();
+        enc.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn handshake_frames_are_as_long_as_the_subscribe() {
+        let cookie = Some(Cookie([0xc5; COOKIE_LEN]));
+        let hello = one(Control::Subscribe {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            cookie: None,
+        });
+        let answers = [
+            Control::CookieChallenge {
+                topic_id: 1,
+                fingerprint: 2,
+                session: 4,
+                cookie: Cookie([9; 16]),
+            },
+            Control::SubscribeAck {
+                topic_id: 1,
+                fingerprint: 2,
+                session: 4,
+                last_seq: 5,
+                cookie: Cookie([9; 16]),
+            },
+            Control::Refuse(Refusal {
+                topic_id: 1,
+                requested: 2,
+                offered: 0,
+                session: 4,
+                reason: RefuseReason::TopicFull,
+            }),
+        ];
+        for answer in answers {
+            let bytes = one(answer);
+            assert_eq!(bytes.len(), hello.len(), "{answer:?}");
+            assert_eq!(control_of(&bytes), Ok(answer));
+        }
+        assert_eq!(hello.len(), 64);
+        assert_eq!(hello[5], 0);
+        assert_eq!(&hello[48..], &[0; 16]);
+        let proven = Control::Unsubscribe {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            cookie,
+        };
+        let bytes = one(proven);
+        assert_eq!(bytes[5], Flags::COOKIE);
+        assert_eq!(control_of(&bytes), Ok(proven));
+        // Padding must be zero; the cookie flag is only for subscribe and unsubscribe.
+        let mut bad = hello.clone();
+        bad[63] = 1;
+        assert_eq!(control_of(&bad), Err(DropReason::BadControl));
+        let mut bad = one(answers[0]);
+        bad[5] = Flags::COOKIE;
+        assert_eq!(control_of(&bad), Err(DropReason::UnsupportedFlags));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::header::{Header, HEADER_LEN};
+use super::header::{Header, Kind, HEADER_LEN};
 
 /// Why a received datagram (or one message of it) was dropped. Each has a counter in
 /// [`DropCounts`]; the bridge and the io layer count, they never fail on these.
@@ -25,9 +25,10 @@ pub enum DropReason {
     BadVersion,
     /// A frame kind that no version defines.
     UnknownKind,
-    /// A frame kind reserved for the hardening issue (cookie challenge, MAC).
+    /// A frame kind reserved for authentication extensions (`0x21..=0x3f`).
     ReservedKind,
-    /// A frame with a flag this version does not understand (the reserved cookie or MAC bits).
+    /// A frame with a flag this version does not understand, or the cookie flag on a kind that
+    /// carries no cookie.
     UnsupportedFlags,
     /// A payload length that runs past the end of the datagram, or is wrong for the kind.
     BadLength,
@@ -47,11 +48,23 @@ pub enum DropReason {
     UnknownSender,
     /// A subscribe that would exceed the subscriber table's capacity.
     TableFull,
+    /// With a pre-shared key: a datagram whose tag is missing or wrong, or a control frame in
+    /// a datagram without a tag. Without one: a datagram that carries a tag (the MAC flag).
+    BadMac,
+    /// A `Subscribe` or `Unsubscribe` whose cookie does not prove the sender's address (forged,
+    /// for another address, or older than two cookie windows), or an `Unsubscribe` without one.
+    BadCookie,
+    /// A control message over its source address's rate limit.
+    RateLimited,
+    /// A control message from an address outside the export's allowlist.
+    NotAllowed,
+    /// A subscribe that would exceed the per-topic subscriber cap.
+    TopicFull,
 }
 
 impl DropReason {
     /// How many reasons there are: the length of [`DropCounts`]'s array.
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 19;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Truncated,
@@ -68,6 +81,11 @@ impl DropReason {
         DropReason::FingerprintMismatch,
         DropReason::UnknownSender,
         DropReason::TableFull,
+        DropReason::BadMac,
+        DropReason::BadCookie,
+        DropReason::RateLimited,
+        DropReason::NotAllowed,
+        DropReason::TopicFull,
     ];
 
     /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
@@ -92,6 +110,11 @@ impl DropReason {
             DropReason::FingerprintMismatch => "fingerprint_mismatch",
             DropReason::UnknownSender => "unknown_sender",
             DropReason::TableFull => "table_full",
+            DropReason::BadMac => "bad_mac",
+            DropReason::BadCookie => "bad_cookie",
+            DropReason::RateLimited => "rate_limited",
+            DropReason::NotAllowed => "not_allowed",
+            DropReason::TopicFull => "topic_full",
         }
     }
 }
@@ -103,7 +126,7 @@ impl core::fmt::Display for DropReason {
             DropReason::BadMagic => "bad magic: not an ll-udp v1 frame",
             DropReason::BadVersion => "unsupported ll-udp protocol version",
             DropReason::UnknownKind => "unknown frame kind",
-            DropReason::ReservedKind => "frame kind reserved for authentication, not supported",
+            DropReason::ReservedKind => "frame kind reserved for authentication extensions",
             DropReason::UnsupportedFlags => "frame flags not supported by this version",
             DropReason::BadLength => {
                 "payload length runs past the datagram or is wrong for its kind"
@@ -115,6 +138,11 @@ impl core::fmt::Display for DropReason {
             DropReason::FingerprintMismatch => "schema fingerprint differs from the local type's",
             DropReason::UnknownSender => "frame from an unexpected address",
             DropReason::TableFull => "subscriber table full",
+            DropReason::BadMac => "message authentication tag missing, wrong or unexpected",
+            DropReason::BadCookie => "address-proving cookie missing, forged or expired",
+            DropReason::RateLimited => "control message over its source's rate limit",
+            DropReason::NotAllowed => "source address outside the allowlist",
+            DropReason::TopicFull => "per-topic subscriber cap reached",
         })
     }
 }
@@ -202,18 +230,53 @@ fn split_frame(bytes: &[u8]) -> Result<(Frame<'_>, &[u8]), DropReason> {
     Ok((Frame { header, payload }, rest))
 }
 
+/// What a datagram's frames must say about the MAC, checked while validating them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Auth {
+    /// No pre-shared key here, or none expected: no frame may carry `Flags::MAC`.
+    Plain,
+    /// The tag was verified and stripped: every frame must carry `Flags::MAC`.
+    Sealed,
+    /// A key is configured but this datagram has no tag (data MAC off): only data frames,
+    /// none carrying `Flags::MAC`.
+    PlainDataOnly,
+}
+
+impl Auth {
+    /// Whether `header` is acceptable under this rule.
+    #[inline]
+    fn admits(self, header: &Header) -> bool {
+        match self {
+            Auth::Plain => !header.flags.mac(),
+            Auth::Sealed => header.flags.mac(),
+            Auth::PlainDataOnly => !header.flags.mac() && header.kind == Kind::Data,
+        }
+    }
+}
+
 /// Validates a received ll-udp v1 datagram and returns its frames.
 ///
 /// Every frame header is checked before this returns, so iterating the result cannot fail: a
 /// datagram is dropped whole or delivered whole (payload decoding aside). `max_datagram` is the
-/// configured maximum datagram size.
+/// configured maximum datagram size. This is the receive path without a pre-shared key; with
+/// one, use [`FrameMac::open`](super::mac::FrameMac::open) instead.
 ///
 /// # Errors
 /// The [`DropReason`] of the first fault: [`DropReason::TooLarge`] if `datagram` is longer than
 /// `max_datagram`; [`DropReason::Truncated`] if it is empty or ends inside a frame header; the
 /// header's own faults ([`Header::read`]); [`DropReason::BadLength`] for a payload length that
-/// runs past the end or is wrong for its kind.
+/// runs past the end or is wrong for its kind; [`DropReason::BadMac`] for a frame that says the
+/// datagram carries a MAC tag (a peer configured with a pre-shared key this side lacks).
 pub fn parse_datagram(datagram: &[u8], max_datagram: usize) -> Result<Frames<'_>, DropReason> {
+    parse_with(datagram, max_datagram, Auth::Plain)
+}
+
+/// [`parse_datagram`] with a MAC rule for the frames.
+pub(crate) fn parse_with(
+    datagram: &[u8],
+    max_datagram: usize,
+    auth: Auth,
+) -> Result<Frames<'_>, DropReason> {
     if datagram.len() > max_datagram {
         return Err(DropReason::TooLarge);
     }
@@ -223,7 +286,10 @@ pub fn parse_datagram(datagram: &[u8], max_datagram: usize) -> Result<Frames<'_>
     let mut rest = datagram;
     let mut count = 0usize;
     while !rest.is_empty() {
-        let (_, next) = split_frame(rest)?;
+        let (frame, next) = split_frame(rest)?;
+        if !auth.admits(&frame.header) {
+            return Err(DropReason::BadMac);
+        }
         rest = next;
         count += 1;
     }
@@ -303,6 +369,7 @@ mod tests {
             topic_id: 1,
             fingerprint: 2,
             session: 9,
+            cookie: None,
         })
         .unwrap();
         enc.as_bytes().to_vec()
@@ -341,13 +408,15 @@ mod tests {
         assert_eq!(with(3, 2), DropReason::BadVersion);
         assert_eq!(with(4, 0), DropReason::UnknownKind);
         assert_eq!(with(4, 0x7f), DropReason::UnknownKind);
-        assert_eq!(with(4, 0x20), DropReason::ReservedKind);
+        assert_eq!(with(4, 0x21), DropReason::ReservedKind);
         assert_eq!(with(4, 0x30), DropReason::ReservedKind);
+        // The cookie flag on a data frame; the MAC flag without a key.
         assert_eq!(with(5, 0x01), DropReason::UnsupportedFlags);
+        assert_eq!(with(5, 0x02), DropReason::BadMac);
         assert_eq!(with(5, 0x80), DropReason::UnsupportedFlags);
         // Payload length past the end.
         assert_eq!(with(7, 0xff), DropReason::BadLength);
-        // A subscribe (third frame, at 52 + 58) with a non-zero payload length.
+        // A subscribe (third frame, at 52 + 58) with a payload length other than 16.
         assert_eq!(with(52 + 58 + 6, 1), DropReason::BadLength);
         // A fault in the last frame drops the whole datagram: nothing half delivered.
         assert_eq!(with(52 + 58, b'X'), DropReason::BadMagic);

@@ -32,8 +32,8 @@ pub const DEFAULT_MAX_DATAGRAM: usize = 1472;
 /// The largest UDP payload over IPv4; no configured maximum may exceed it.
 pub const MAX_DATAGRAM_LIMIT: usize = 65_507;
 
-/// What a frame is. Unknown values are dropped as [`DropReason::UnknownKind`]; values
-/// reserved for the hardening issue as [`DropReason::ReservedKind`].
+/// What a frame is. Unknown values are dropped as [`DropReason::UnknownKind`]; values still
+/// reserved (`0x21..=0x3f`) as [`DropReason::ReservedKind`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Kind {
@@ -41,29 +41,36 @@ pub enum Kind {
     Data = 0x01,
     /// Publisher to subscriber: the last sequence number sent on a topic (payload empty).
     Heartbeat = 0x02,
-    /// Subscriber to publisher: subscribe to, or renew, one topic (payload empty).
+    /// Subscriber to publisher: subscribe to, or renew, one topic (16-byte payload: zero
+    /// padding, or the address-proving cookie with [`Flags::COOKIE`]).
     Subscribe = 0x10,
-    /// Publisher to subscriber: the subscription to one topic is accepted (payload empty).
+    /// Publisher to subscriber: the subscription to one topic is accepted (16-byte payload: a
+    /// fresh cookie for the next renewals).
     SubscribeAck = 0x11,
     /// Publisher to subscriber: the subscription to one topic is refused (16-byte payload).
     Refuse = 0x12,
-    /// Subscriber to publisher: stop sending one topic (payload empty).
+    /// Subscriber to publisher: stop sending one topic (16-byte payload, as `Subscribe`).
     Unsubscribe = 0x13,
+    /// Publisher to subscriber: prove your address by sending `Subscribe` again with this
+    /// cookie (16-byte payload). The answer to a `Subscribe` without a valid cookie.
+    CookieChallenge = 0x20,
 }
 
 impl Kind {
-    /// Reserved for the hardening issue: the publisher's address-proving cookie challenge.
+    /// The wire value of [`Kind::CookieChallenge`] (was reserved for it; kept for old callers).
     pub const RESERVED_CHALLENGE: u8 = 0x20;
-    /// Reserved for the hardening issue: the subscriber's echo of a cookie challenge.
+    /// Still reserved: the design echoes a cookie in `Subscribe` ([`Flags::COOKIE`]) instead
+    /// of a kind of its own.
     pub const RESERVED_CHALLENGE_ECHO: u8 = 0x21;
-    /// Reserved for the hardening issue: a message authentication code trailer frame.
+    /// Still reserved: the MAC is a 16-byte tag after the last frame ([`Flags::MAC`]), not a
+    /// frame of its own.
     pub const RESERVED_MAC: u8 = 0x30;
 
     /// The kind of wire value `value`.
     ///
     /// # Errors
-    /// [`DropReason::ReservedKind`] for `0x20..=0x3f` (the hardening issue's range),
-    /// [`DropReason::UnknownKind`] for anything else that is not a [`Kind`].
+    /// [`DropReason::ReservedKind`] for `0x21..=0x3f` (reserved for authentication
+    /// extensions), [`DropReason::UnknownKind`] for anything else that is not a [`Kind`].
     pub const fn from_u8(value: u8) -> Result<Kind, DropReason> {
         match value {
             0x01 => Ok(Kind::Data),
@@ -72,7 +79,8 @@ impl Kind {
             0x11 => Ok(Kind::SubscribeAck),
             0x12 => Ok(Kind::Refuse),
             0x13 => Ok(Kind::Unsubscribe),
-            0x20..=0x3f => Err(DropReason::ReservedKind),
+            0x20 => Ok(Kind::CookieChallenge),
+            0x21..=0x3f => Err(DropReason::ReservedKind),
             _ => Err(DropReason::UnknownKind),
         }
     }
@@ -82,26 +90,49 @@ impl Kind {
         match self {
             Kind::Data => None,
             Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
-            Kind::Heartbeat | Kind::Subscribe | Kind::SubscribeAck | Kind::Unsubscribe => Some(0),
+            Kind::Subscribe | Kind::Unsubscribe | Kind::SubscribeAck | Kind::CookieChallenge => {
+                Some(super::cookie::COOKIE_LEN)
+            }
+            Kind::Heartbeat => Some(0),
         }
     }
 }
 
-/// The flags byte of a frame. No flag is defined in version 1; bits 0 and 1 are reserved for
-/// the hardening issue and every other bit is reserved. A frame with any flag set is dropped
-/// as [`DropReason::UnsupportedFlags`] until a version that understands it.
+/// The flags byte of a frame.
+///
+/// - bit 0, [`Flags::COOKIE`]: the payload of a `Subscribe` or `Unsubscribe` is the
+///   address-proving cookie (see `cookie`); without it the payload is zero padding. Set on any
+///   other kind, the frame is dropped as [`DropReason::UnsupportedFlags`].
+/// - bit 1, [`Flags::MAC`]: the datagram ends with a 16-byte pre-shared-key tag after its last
+///   frame (see `mac`). Set on every frame of such a datagram.
+/// - bits 2..7: reserved; a frame with any of them set is dropped as
+///   [`DropReason::UnsupportedFlags`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Flags(pub u8);
 
 impl Flags {
     /// No flags.
     pub const NONE: Flags = Flags(0);
-    /// Reserved (hardening issue): the payload starts with an address-proving cookie.
-    pub const RESERVED_COOKIE: u8 = 0x01;
-    /// Reserved (hardening issue): the datagram ends with a MAC trailer frame.
-    pub const RESERVED_MAC: u8 = 0x02;
-    /// The flags this version understands: none.
-    pub const SUPPORTED: u8 = 0x00;
+    /// The payload of a `Subscribe` or `Unsubscribe` is an address-proving cookie.
+    pub const COOKIE: u8 = 0x01;
+    /// The datagram ends with a MAC tag (pre-shared key).
+    pub const MAC: u8 = 0x02;
+    /// Old name of [`Flags::COOKIE`].
+    pub const RESERVED_COOKIE: u8 = Flags::COOKIE;
+    /// Old name of [`Flags::MAC`].
+    pub const RESERVED_MAC: u8 = Flags::MAC;
+    /// The flags this version understands.
+    pub const SUPPORTED: u8 = Flags::COOKIE | Flags::MAC;
+
+    /// Whether the cookie bit is set.
+    pub const fn cookie(self) -> bool {
+        self.0 & Flags::COOKIE != 0
+    }
+
+    /// Whether the MAC bit is set.
+    pub const fn mac(self) -> bool {
+        self.0 & Flags::MAC != 0
+    }
 }
 
 /// One frame's header, decoded. See the module docs for the byte layout.
@@ -109,7 +140,7 @@ impl Flags {
 pub struct Header {
     /// What the frame is.
     pub kind: Kind,
-    /// Flags; [`Flags::NONE`] in version 1.
+    /// Flags ([`Flags::COOKIE`], [`Flags::MAC`]).
     pub flags: Flags,
     /// The number of payload bytes after the header.
     pub payload_len: u16,
@@ -140,7 +171,8 @@ impl Header {
     }
 
     /// Reads a header from the first [`HEADER_LEN`] bytes of a frame, checking magic, version,
-    /// kind and flags (not the payload length, which needs the rest of the datagram).
+    /// kind and flags (not the payload length, which needs the rest of the datagram). Whether
+    /// a MAC flag is expected is the caller's business (`parse_datagram`, `FrameMac::open`).
     ///
     /// # Errors
     /// [`DropReason::BadMagic`], [`DropReason::BadVersion`], [`DropReason::UnknownKind`],
@@ -154,7 +186,9 @@ impl Header {
             return Err(DropReason::BadVersion);
         }
         let kind = Kind::from_u8(kind)?;
-        if flags & !Flags::SUPPORTED != 0 {
+        if flags & !Flags::SUPPORTED != 0
+            || (flags & Flags::COOKIE != 0 && !matches!(kind, Kind::Subscribe | Kind::Unsubscribe))
+        {
             return Err(DropReason::UnsupportedFlags);
         }
         Ok(Header {

@@ -8,17 +8,23 @@
 //! - [`encode`]: packing one or more frames into a caller's datagram buffer, without allocating.
 //! - [`decode`]: validating a received datagram and iterating its frames zero-copy; why a
 //!   datagram is dropped ([`DropReason`]) and counters for it.
-//! - [`control`]: the control frames (subscribe, acknowledge, refuse, unsubscribe, heartbeat)
-//!   and the reasons a subscription is refused.
+//! - [`control`]: the control frames (subscribe, cookie challenge, acknowledge, refuse,
+//!   unsubscribe, heartbeat) and the reasons a subscription is refused.
+//! - [`cookie`]: stateless address-proving cookies (keyed BLAKE3 over address and time window).
+//! - [`mac`]: the optional pre-shared-key MAC tag after a datagram's last frame.
+//! - [`limits`]: the allowlist of subscriber networks and the per-source rate limiter.
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
 
 pub(crate) mod compat;
 pub(crate) mod control;
+pub(crate) mod cookie;
 pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod header;
+pub(crate) mod limits;
+pub(crate) mod mac;
 pub(crate) mod seq;
 pub(crate) mod subscribers;
 

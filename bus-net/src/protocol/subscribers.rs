@@ -16,6 +16,11 @@ use super::decode::DropReason;
 /// How long a subscription lasts without renewal, unless configured otherwise.
 pub const DEFAULT_SUBSCRIBER_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How many addresses may subscribe to one topic, unless configured otherwise
+/// ([`SubscriberTable::with_topic_cap`]): fan-out is one send per subscriber, so the cap bounds
+/// what one message can cost the publisher.
+pub const DEFAULT_SUBSCRIBERS_PER_TOPIC: usize = 64;
+
 /// One subscription of one address to one topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Subscriber<A> {
@@ -43,28 +48,45 @@ pub enum Renewal {
 /// The subscriber table. See the module docs.
 #[derive(Clone, Debug)]
 pub struct SubscriberTable<A> {
-    /// Invariant: `entries.len() <= capacity`, and no two entries share (addr, topic_id).
+    /// Invariant: `entries.len() <= capacity`, no two entries share (addr, topic_id), and no
+    /// topic has more than `topic_cap` entries.
     entries: Vec<Subscriber<A>>,
     capacity: usize,
+    topic_cap: usize,
     timeout_ns: u64,
 }
 
 impl<A: Copy + PartialEq> SubscriberTable<A> {
-    /// An empty table holding at most `capacity` entries, expiring them `timeout` after their
-    /// last renewal. Allocates nothing until the first insert.
+    /// An empty table holding at most `capacity` entries, at most
+    /// [`DEFAULT_SUBSCRIBERS_PER_TOPIC`] per topic, expiring them `timeout` after their last
+    /// renewal. Allocates nothing until the first insert.
     pub fn new(timeout: Duration, capacity: usize) -> Self {
         SubscriberTable {
             entries: Vec::new(),
             capacity,
+            topic_cap: DEFAULT_SUBSCRIBERS_PER_TOPIC,
             timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         }
+    }
+
+    /// The same table with at most `cap` subscribers per topic.
+    pub fn with_topic_cap(mut self, cap: usize) -> Self {
+        self.topic_cap = cap;
+        self
+    }
+
+    /// The most subscribers one topic may have.
+    pub fn topic_cap(&self) -> usize {
+        self.topic_cap
     }
 
     /// Adds or renews the subscription of `addr` to `topic_id` at time `now_ns`.
     ///
     /// # Errors
     /// [`DropReason::TableFull`] if it is new and the table holds `capacity` entries already
-    /// (answer with a `Refuse` of reason `TableFull`).
+    /// (answer with a `Refuse` of reason `TableFull`); [`DropReason::TopicFull`] if it is new
+    /// and the topic has its cap of subscribers (answer with reason `TopicFull`). A renewal
+    /// always succeeds.
     pub fn renew(
         &mut self,
         addr: A,
@@ -88,6 +110,9 @@ impl<A: Copy + PartialEq> SubscriberTable<A> {
         }
         if self.entries.len() >= self.capacity {
             return Err(DropReason::TableFull);
+        }
+        if self.subscribers(topic_id).count() >= self.topic_cap {
+            return Err(DropReason::TopicFull);
         }
         self.entries.push(Subscriber {
             addr,
@@ -210,5 +235,25 @@ mod tests {
         let mut subs: Vec<_> = t.subscribers(1).collect();
         subs.sort();
         assert_eq!(subs, ['b', 'c']);
+    }
+
+    #[test]
+    fn per_topic_cap() {
+        let t = SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 10);
+        assert_eq!(t.topic_cap(), DEFAULT_SUBSCRIBERS_PER_TOPIC);
+        let mut t = t.with_topic_cap(2);
+        assert_eq!(t.renew(1u8, 7, 0, 0), Ok(Renewal::New));
+        assert_eq!(t.renew(2u8, 7, 0, 0), Ok(Renewal::New));
+        assert_eq!(t.renew(3u8, 7, 0, 0), Err(DropReason::TopicFull));
+        // Other topics are not affected; renewals of the capped topic still work.
+        assert_eq!(t.renew(3u8, 8, 0, 0), Ok(Renewal::New));
+        assert_eq!(t.renew(2u8, 7, 0, 1), Ok(Renewal::Renewed));
+        // The table-wide capacity is checked first.
+        let mut full = SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 1).with_topic_cap(1);
+        full.renew(1u8, 7, 0, 0).unwrap();
+        assert_eq!(full.renew(2u8, 7, 0, 0), Err(DropReason::TableFull));
+        // Room again after an unsubscribe.
+        assert!(t.remove(1, 7));
+        assert_eq!(t.renew(3u8, 7, 0, 2), Ok(Renewal::New));
     }
 }
