@@ -219,6 +219,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
             topic_id: 1,
             fingerprint: 2,
             session: 3,
+            cookie: None,
         })
         .unwrap();
         enc.len()

@@ -301,18 +301,44 @@ fn a_subscription_that_is_not_renewed_expires() {
     let a = a.start().expect("bus a starts");
     let gauge = || metric(&a.report(), "pub", "subscribers.net.proto.tick");
 
-    // One Subscribe, never renewed: a subscriber that died without unsubscribing.
+    // One subscription, never renewed: a subscriber that died without unsubscribing. It
+    // proves its address first: the publisher answers an unproven Subscribe with a cookie
+    // challenge no larger than the request, and sends it nothing else.
     let raw = raw_socket();
-    let mut buf = [0u8; 256];
-    let mut enc = BatchEncoder::new(&mut buf);
-    enc.push_control(&Control::Subscribe {
-        topic_id: Tick::TOPIC_ID,
-        fingerprint: Tick::FINGERPRINT,
-        session: 0xdead,
-    })
-    .unwrap();
+    let subscribe = |cookie| {
+        let mut buf = [0u8; 256];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_control(&Control::Subscribe {
+            topic_id: Tick::TOPIC_ID,
+            fingerprint: Tick::FINGERPRINT,
+            session: 0xdead,
+            cookie,
+        })
+        .unwrap();
+        enc.as_bytes().to_vec()
+    };
+    let request = subscribe(None);
+    raw.send_to(&request, addr).unwrap();
+    let challenge = drain(&raw, Duration::from_millis(300));
+    assert_eq!(
+        challenge.len(),
+        1,
+        "one challenge and nothing else before the proof"
+    );
+    assert!(
+        challenge[0].len() <= request.len(),
+        "the challenge amplifies"
+    );
+    let frame = parse_datagram(&challenge[0], DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    let cookie = match Control::from_frame(&frame).unwrap() {
+        Control::CookieChallenge { cookie, .. } => cookie,
+        other => panic!("expected a cookie challenge, got {other:?}"),
+    };
     let subscribed_at = Instant::now();
-    raw.send_to(enc.as_bytes(), addr).unwrap();
+    raw.send_to(&subscribe(Some(cookie)), addr).unwrap();
 
     // Acknowledged, then fed data and heartbeats.
     let got = drain(&raw, Duration::from_millis(500));
@@ -565,14 +591,14 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
             UnknownKind,
         ),
         (
-            "reserved kind (cookie challenge)",
-            raw_frame(&ok, 1, 0x20, 0, 0, q, qfp, 1, &[]),
+            "reserved kind (0x21)",
+            raw_frame(&ok, 1, 0x21, 0, 0, q, qfp, 1, &[]),
             ReservedKind,
             ReservedKind,
         ),
         (
-            "reserved flag (cookie)",
-            raw_frame(&ok, 1, 0x10, 0x01, 0, q, qfp, 0, &[]),
+            "reserved flag (bit 2)",
+            raw_frame(&ok, 1, 0x10, 0x04, 0, q, qfp, 0, &[]),
             UnsupportedFlags,
             UnsupportedFlags,
         ),
@@ -658,10 +684,20 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
     let rb = stop(g.b, "subscriber");
     assert_eq!(actual(&rb, "sub"), expected("sub"));
     assert_eq!(actual(&ra, "pub"), expected("pub"));
-    // Every kind at the subscriber once; the publisher sees three as unknown topics.
+    // Every kind at the subscriber once; the publisher sees three as unknown topics. The
+    // admission reasons (MAC, cookie, rate, allowlist, caps) have tests of their own.
+    let elsewhere = [
+        TooLarge,
+        TableFull,
+        BadMac,
+        BadCookie,
+        RateLimited,
+        NotAllowed,
+        TopicFull,
+    ];
     assert!(expected("sub")
         .iter()
-        .all(|&(r, n)| n == u64::from(![TooLarge, TableFull].contains(&r))));
+        .all(|&(r, n)| n == u64::from(!elsewhere.contains(&r))));
     let ns: Vec<u64> = g.quotes.lock().unwrap().iter().map(|q| q.n).collect();
     assert!(ns.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(metric(&rb, "sub", "duplicates"), 0);

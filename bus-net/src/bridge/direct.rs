@@ -14,7 +14,10 @@ use std::sync::Arc;
 use llbus::{LatestReader, LatestWriter, Message};
 use serde::Serialize;
 
-use crate::{realtime_ns, BatchEncoder, DataMeta, EncodeError, IoStats, SendBatch, UdpEndpoint};
+use crate::{
+    realtime_ns, BatchEncoder, DataMeta, EncodeError, FrameMac, IoStats, SendBatch, UdpEndpoint,
+    MAC_TAG_LEN,
+};
 
 /// What the bridge and a direct sender share about one topic.
 #[derive(Debug, Default)]
@@ -70,6 +73,7 @@ pub struct DirectSender<T> {
     shared: Arc<DirectShared>,
     updates: LatestReader<Arc<[SocketAddr]>>,
     subscribers: Arc<[SocketAddr]>,
+    mac: Option<FrameMac>,
     _t: std::marker::PhantomData<fn(T)>,
 }
 
@@ -89,6 +93,7 @@ impl<T: Message + Serialize> DirectSender<T> {
         max_datagram: usize,
         batch: usize,
         session: u64,
+        mac: Option<FrameMac>,
     ) -> (Self, DirectPort) {
         let shared = Arc::new(DirectShared::default());
         let (writer, reader) = llbus::Latest::new();
@@ -101,6 +106,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             shared: Arc::clone(&shared),
             updates: reader,
             subscribers: Arc::from(Vec::new()),
+            mac,
             _t: std::marker::PhantomData,
         };
         let port = DirectPort {
@@ -126,7 +132,8 @@ impl<T: Message + Serialize> DirectSender<T> {
         if self.subscribers.is_empty() {
             return Ok(0);
         }
-        let mut enc = BatchEncoder::new(&mut self.buf);
+        let room = self.buf.len() - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
+        let mut enc = BatchEncoder::new(&mut self.buf[..room]);
         let meta = DataMeta {
             topic_id: T::TOPIC_ID,
             fingerprint: T::FINGERPRINT,
@@ -137,7 +144,13 @@ impl<T: Message + Serialize> DirectSender<T> {
         enc.push_data(meta, msg).map_err(DirectError::Refused)?;
         self.seq += 1;
         self.shared.last_seq.store(self.seq, Ordering::Release);
-        let bytes = enc.as_bytes();
+        let mut len = enc.len();
+        if let Some(mac) = self.mac.as_ref().filter(|m| m.seals_data()) {
+            len = mac
+                .seal(&mut self.buf, len)
+                .map_err(|_| DirectError::Socket(std::io::Error::other("sealing failed")))?;
+        }
+        let bytes = &self.buf[..len];
         let datagrams = self.subscribers.iter().map(|&addr| (bytes, addr));
         self.endpoint
             .send_batch(&mut self.batch, datagrams)

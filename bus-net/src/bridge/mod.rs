@@ -31,10 +31,11 @@ use self::ports::{
     Export, ExportPort, Import, ImportPort, SendSide,
 };
 use crate::{
-    new_session_id, parse_datagram, BatchEncoder, CompatControl, Control, DropReason, Kind,
-    LatePolicy, LossCounts, RecvBatch, Refusal, RefuseReason, SendBatch, SocketConfig,
-    SubscriberTable, UdpEndpoint, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT,
-    MAX_DATAGRAM_LIMIT,
+    new_session_id, parse_datagram, random_secret, Allowlist, BatchEncoder, CompatControl, Control,
+    Cookie, CookieJar, DropReason, FrameMac, Kind, LatePolicy, LossCounts, RateLimit, RateLimiter,
+    RecvBatch, Refusal, RefuseReason, SendBatch, SocketConfig, SubscriberTable, UdpEndpoint,
+    DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM, DEFAULT_RATE_LIMIT, DEFAULT_RATE_LIMIT_SOURCES,
+    DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
 };
 
 /// Messages taken from one ring per poll of an export.
@@ -60,6 +61,23 @@ pub struct BridgeConfig {
     pub batch: usize,
     /// Socket buffer sizes.
     pub socket: SocketConfig,
+    /// Which addresses may subscribe to this bridge's exports (v1 and compat). Default:
+    /// loopback only; name your subscribers' networks (`"10.0.0.0/8".parse()?`) to serve them.
+    pub allow: Allowlist,
+    /// Control messages per second (and burst) accepted per source address before it has
+    /// proved its address (default 20/s, burst 40).
+    pub rate_limit: RateLimit,
+    /// How many sources the rate limiter tracks at once (default 4096).
+    pub rate_limit_sources: usize,
+    /// Subscribers one topic serves at most (default 64).
+    pub subscribers_per_topic: usize,
+    /// How long an address-proving cookie stays valid: one to two windows (default 30 s).
+    pub cookie_window: Duration,
+    /// A pre-shared key: control datagrams carry a MAC and those without a valid one are
+    /// dropped (`drop.bad_mac`). Off by default. Both sides need the same key.
+    pub psk: Option<[u8; 32]>,
+    /// With a key: seal data datagrams too (default), or only control.
+    pub mac_data: bool,
 }
 
 impl Default for BridgeConfig {
@@ -73,6 +91,13 @@ impl Default for BridgeConfig {
             late: LatePolicy::Deliver,
             batch: 32,
             socket: SocketConfig::default(),
+            allow: Allowlist::loopback(),
+            rate_limit: DEFAULT_RATE_LIMIT,
+            rate_limit_sources: DEFAULT_RATE_LIMIT_SOURCES,
+            subscribers_per_topic: DEFAULT_SUBSCRIBERS_PER_TOPIC,
+            cookie_window: DEFAULT_COOKIE_WINDOW,
+            psk: None,
+            mac_data: true,
         }
     }
 }
@@ -240,9 +265,24 @@ impl Bridge {
             self.config.max_datagram,
             self.config.batch,
             self.session,
+            mac_of(&self.config),
         );
         self.directs.push(port);
         Ok(sender)
+    }
+
+    /// Lets the addresses of `allow` subscribe (replacing the default: loopback only).
+    pub fn allow(mut self, allow: Allowlist) -> Self {
+        self.config.allow = allow;
+        self
+    }
+
+    /// Sets a pre-shared key (see [`BridgeConfig::psk`]); `mac_data` also seals data. Call it
+    /// before [`direct`](Self::direct), whose sender seals with the same key.
+    pub fn psk(mut self, key: [u8; 32], mac_data: bool) -> Self {
+        self.config.psk = Some(key);
+        self.config.mac_data = mac_data;
+        self
     }
 
     /// Names the bridge's actor (default `bridge-PORT`).
@@ -405,6 +445,16 @@ pub struct BridgeActor {
     buf: Vec<u8>,
     /// One control reply being built.
     control_buf: Vec<u8>,
+    /// Where a datagram is copied to be sealed, when a pre-shared key is set.
+    seal_buf: Vec<u8>,
+    mac: Option<FrameMac>,
+    jar: CookieJar,
+    limiter: RateLimiter,
+    /// The latest cookie each import's publisher gave us, echoed in every Subscribe.
+    import_cookies: Vec<Option<Cookie>>,
+    /// When each import last answered a challenge: at most once per renewal period.
+    challenge_answered: Vec<Option<Instant>>,
+    next_reseed: Instant,
     exports: Vec<Box<dyn ExportPort>>,
     imports: Vec<Box<dyn ImportPort>>,
     compat_exports: Vec<(Box<dyn CompatExportPort>, SubscriberTable<SocketAddr>)>,
@@ -462,7 +512,9 @@ impl BridgeActor {
             .into_iter()
             .map(|e| {
                 let port = (e.make)(setup, e.endpoint);
-                (port, SubscriberTable::new(timeout, capacity))
+                let table = SubscriberTable::new(timeout, capacity)
+                    .with_topic_cap(config.subscribers_per_topic);
+                (port, table)
             })
             .collect();
         let compat_imports = compat_imports
@@ -470,7 +522,27 @@ impl BridgeActor {
             .map(|i| (i.make)(setup, i.endpoint, i.publisher))
             .collect();
         let now = Instant::now();
+        let jar = match random_secret() {
+            Ok(secret) => CookieJar::new(secret, config.cookie_window),
+            // The OS random source is (almost) never missing; the bridge must not stop for it,
+            // so it seeds from what it has (the session id, itself random) and says so.
+            Err(e) => {
+                log::error!(
+                    "no OS randomness for the cookie secret ({e}); seeding from the session id"
+                );
+                let mut secret = [0u8; 32];
+                secret[..8].copy_from_slice(&session.to_le_bytes());
+                CookieJar::new(secret, config.cookie_window)
+            }
+        };
         BridgeActor {
+            seal_buf: vec![0; config.max_datagram],
+            mac: mac_of(&config),
+            jar,
+            limiter: RateLimiter::new(config.rate_limit, config.rate_limit_sources),
+            import_cookies: vec![None; imports.len()],
+            challenge_answered: vec![None; imports.len()],
+            next_reseed: now + config.cookie_window,
             session,
             directs,
             recv: Some(RecvBatch::new(config.batch, config.max_datagram)),
@@ -478,7 +550,8 @@ impl BridgeActor {
             buf: vec![0; config.max_datagram],
             control_buf: vec![0; 256],
             refused: vec![false; imports.len()],
-            subscribers: SubscriberTable::new(timeout, capacity),
+            subscribers: SubscriberTable::new(timeout, capacity)
+                .with_topic_cap(config.subscribers_per_topic),
             metrics: NetMetrics::register(setup),
             subscriber_gauges,
             exports,
@@ -501,14 +574,22 @@ impl BridgeActor {
 
     /// Sends one control frame to `dest` from the v1 socket.
     fn send_control(&mut self, control: &Control, dest: SocketAddr) {
-        let mut enc = BatchEncoder::new(&mut self.control_buf);
+        let room = self.control_buf.len() - MAC_TAG_LEN;
+        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
         if enc.push_control(control).is_err() {
             return; // A control frame always fits in 256 bytes; nothing to send otherwise.
         }
-        match self.endpoint.send_to(enc.as_bytes(), dest) {
+        let mut len = enc.len();
+        if let Some(mac) = &self.mac {
+            match mac.seal(&mut self.control_buf, len) {
+                Ok(sealed) => len = sealed,
+                Err(_) => return, // Cannot happen: room was kept and the frame is whole.
+            }
+        }
+        match self.endpoint.send_to(&self.control_buf[..len], dest) {
             Ok(true) => {
                 self.metrics.datagrams_out.add(1);
-                self.metrics.bytes_out.add(enc.as_bytes().len() as u64);
+                self.metrics.bytes_out.add(len as u64);
             }
             Ok(false) => {}
             Err(e) => fatal_socket_error("send", &self.endpoint, &e),
@@ -537,7 +618,11 @@ impl BridgeActor {
         for (bytes, src) in recv.iter().take(n) {
             self.metrics.datagrams_in.add(1);
             self.metrics.bytes_in.add(bytes.len() as u64);
-            let frames = match parse_datagram(bytes, self.config.max_datagram) {
+            let parsed = match &self.mac {
+                Some(mac) => mac.open(bytes, self.config.max_datagram),
+                None => parse_datagram(bytes, self.config.max_datagram),
+            };
+            let frames = match parsed {
                 Ok(frames) => frames,
                 Err(reason) => {
                     self.metrics.drop(reason);
@@ -572,7 +657,28 @@ impl BridgeActor {
                 topic_id,
                 fingerprint,
                 session,
+                cookie,
             } => {
+                if !self.config.allow.contains(src.ip()) {
+                    self.metrics.drop(DropReason::NotAllowed);
+                    return;
+                }
+                if !self.proven(src, cookie, now_ns) {
+                    // Unproven address: the only answer is a challenge, no larger than the
+                    // request, and rate-limited per source.
+                    if !self.limiter.allow(src.ip(), now_ns) {
+                        self.metrics.drop(DropReason::RateLimited);
+                        return;
+                    }
+                    let challenge = Control::CookieChallenge {
+                        topic_id,
+                        fingerprint,
+                        session: self.session,
+                        cookie: self.jar.issue(src, now_ns),
+                    };
+                    self.send_control(&challenge, src);
+                    return;
+                }
                 let exported = self.exported(topic_id);
                 let refuse = |reason, offered| {
                     Control::Refuse(Refusal {
@@ -599,8 +705,10 @@ impl BridgeActor {
                                     fingerprint: offered,
                                     session: self.session,
                                     last_seq,
+                                    cookie: self.jar.issue(src, now_ns),
                                 }
                             }
+                            Err(DropReason::TopicFull) => refuse(RefuseReason::TopicFull, offered),
                             Err(_) => refuse(RefuseReason::TableFull, offered),
                         }
                     }
@@ -610,18 +718,64 @@ impl BridgeActor {
                 }
                 self.send_control(&reply, src);
             }
-            Control::Unsubscribe { topic_id, .. } => {
+            Control::Unsubscribe {
+                topic_id, cookie, ..
+            } => {
+                // Only the subscriber itself may end its subscription: it proves its address.
+                if !self.proven(src, cookie, now_ns) {
+                    return;
+                }
                 if self.subscribers.remove(src, topic_id) {
                     self.refresh_direct(topic_id);
                 }
+            }
+            Control::CookieChallenge {
+                topic_id, cookie, ..
+            } => {
+                let Some(i) = self
+                    .imports
+                    .iter()
+                    .position(|im| im.publisher() == src && im.topic_id() == topic_id)
+                else {
+                    // Only publishers we subscribe to may challenge us.
+                    self.metrics.drop(DropReason::UnknownSender);
+                    return;
+                };
+                let now = self.epoch + Duration::from_nanos(now_ns);
+                let recently = self.challenge_answered[i]
+                    .is_some_and(|t| now.duration_since(t) < self.config.renew_every);
+                if recently || self.refused[i] {
+                    self.metrics.drop(DropReason::RateLimited);
+                    return;
+                }
+                self.challenge_answered[i] = Some(now);
+                self.import_cookies[i] = Some(cookie);
+                let answer = Control::Subscribe {
+                    topic_id,
+                    fingerprint: self.imports[i].fingerprint(),
+                    session: self.session,
+                    cookie: Some(cookie),
+                };
+                self.send_control(&answer, src);
             }
             Control::SubscribeAck {
                 topic_id,
                 session,
                 last_seq,
+                cookie,
                 ..
-            }
-            | Control::Heartbeat {
+            } => match self
+                .imports
+                .iter()
+                .position(|im| im.publisher() == src && im.topic_id() == topic_id)
+            {
+                Some(i) => {
+                    self.import_cookies[i] = Some(cookie);
+                    self.imports[i].last_seq(session, last_seq);
+                }
+                None => self.metrics.drop(DropReason::UnknownSender),
+            },
+            Control::Heartbeat {
                 topic_id,
                 session,
                 last_seq,
@@ -651,6 +805,18 @@ impl BridgeActor {
         }
     }
 
+    /// Whether `cookie` proves that `src` receives what we send it. A wrong cookie is counted.
+    fn proven(&mut self, src: SocketAddr, cookie: Option<Cookie>, now_ns: u64) -> bool {
+        match cookie {
+            Some(c) if self.jar.verify(src, &c, now_ns) => true,
+            Some(_) => {
+                self.metrics.drop(DropReason::BadCookie);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// The fingerprint and last sequence number of an exported topic (ring-fed or direct).
     fn exported(&self, topic_id: u64) -> Option<(u64, u64)> {
         let ring = self.exports.iter().find(|e| e.topic_id() == topic_id);
@@ -677,13 +843,15 @@ impl BridgeActor {
     /// Pumps every export. Returns messages taken.
     fn pump(&mut self) -> usize {
         let mut work = 0;
+        let room = self.buf.len() - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
         let mut side = SendSide {
             endpoint: &mut self.endpoint,
             batch: &mut self.send,
-            buf: &mut self.buf,
+            buf: &mut self.buf[..room],
             subscribers: &self.subscribers,
             session: self.session,
             metrics: &self.metrics,
+            seal: self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
         };
         for export in &mut self.exports {
             work += export.pump(&mut side, BUDGET);
@@ -711,6 +879,14 @@ impl BridgeActor {
             for (bytes, src) in recv.iter().take(n) {
                 self.metrics.datagrams_in.add(1);
                 self.metrics.bytes_in.add(bytes.len() as u64);
+                if !self.config.allow.contains(src.ip()) {
+                    self.metrics.drop(DropReason::NotAllowed);
+                    continue;
+                }
+                if !self.limiter.allow(src.ip(), now_ns) {
+                    self.metrics.drop(DropReason::RateLimited);
+                    continue;
+                }
                 match CompatControl::decode(bytes) {
                     Ok(CompatControl::Subscribe) => {
                         if table.renew(src, 0, 0, now_ns).is_err() {
@@ -761,6 +937,7 @@ impl BridgeActor {
                 topic_id: import.topic_id(),
                 fingerprint: import.fingerprint(),
                 session: self.session,
+                cookie: self.import_cookies[i],
             };
             let dest = import.publisher();
             self.send_control(&control, dest);
@@ -800,7 +977,8 @@ impl BridgeActor {
             last_seq,
             timestamp_ns,
         };
-        let mut enc = BatchEncoder::new(&mut self.control_buf);
+        let room = self.control_buf.len() - MAC_TAG_LEN;
+        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
         if enc.push_control(&control).is_ok() {
             fan_out(
                 enc.as_bytes(),
@@ -809,6 +987,7 @@ impl BridgeActor {
                 &mut self.send,
                 &self.subscribers,
                 &self.metrics,
+                self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
             );
         }
     }
@@ -831,6 +1010,18 @@ impl BridgeActor {
             gauge.set(self.subscribers.subscribers(topic_id).count() as u64);
         }
     }
+}
+
+/// The MAC of a configuration with a pre-shared key.
+fn mac_of(config: &BridgeConfig) -> Option<FrameMac> {
+    config.psk.as_ref().map(|key| {
+        let mac = FrameMac::new(key);
+        if config.mac_data {
+            mac
+        } else {
+            mac.control_only()
+        }
+    })
 }
 
 fn find_import(
@@ -897,13 +1088,26 @@ impl Actor for BridgeActor {
         if now >= self.next_expire {
             self.next_expire = now + Duration::from_secs(1);
             let now_ns = self.now_ns(now);
-            self.subscribers.expire(now_ns, |s| {
+            let expired = self.subscribers.expire(now_ns, |s| {
                 log::info!(
                     "subscriber {} of topic {:#018x} expired",
                     s.addr,
                     s.topic_id
                 );
             });
+            if expired > 0 {
+                for i in 0..self.directs.len() {
+                    let topic_id = self.directs[i].topic_id;
+                    self.refresh_direct(topic_id);
+                }
+            }
+            if now >= self.next_reseed {
+                self.next_reseed = now + self.config.cookie_window;
+                match random_secret() {
+                    Ok(entropy) => self.jar.reseed(entropy),
+                    Err(e) => log::warn!("no OS randomness to reseed the cookie secret: {e}"),
+                }
+            }
             for (_, table) in &mut self.compat_exports {
                 table.expire(now_ns, |s| {
                     log::info!("compat subscriber {} expired", s.addr)
@@ -919,10 +1123,14 @@ impl Actor for BridgeActor {
                 continue;
             }
             let import = &self.imports[i];
+            let Some(cookie) = self.import_cookies[i] else {
+                continue; // Never admitted: nothing to end.
+            };
             let control = Control::Unsubscribe {
                 topic_id: import.topic_id(),
                 fingerprint: import.fingerprint(),
                 session: self.session,
+                cookie: Some(cookie),
             };
             let dest = import.publisher();
             self.send_control(&control, dest);

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::metrics::NetMetrics;
 use crate::{
     decode_compat_packet, decode_payload, encode_compat_packet, realtime_ns, BatchEncoder,
-    DataMeta, DropReason, EncodeError, Frame, IoStats, LatePolicy, LossCounts, SendBatch,
+    DataMeta, DropReason, EncodeError, Frame, FrameMac, IoStats, LatePolicy, LossCounts, SendBatch,
     SeqTracker, SubscriberTable, UdpEndpoint, Verdict,
 };
 
@@ -23,9 +23,12 @@ pub(crate) struct SendSide<'a> {
     pub(crate) subscribers: &'a SubscriberTable<SocketAddr>,
     pub(crate) session: u64,
     pub(crate) metrics: &'a NetMetrics,
+    /// With a pre-shared key: the MAC and a buffer to seal a copy of each datagram in.
+    pub(crate) seal: Option<(&'a FrameMac, &'a mut [u8])>,
 }
 
-/// Sends one datagram to every subscriber of `topic`, counting what happens.
+/// Sends one datagram to every subscriber of `topic`, counting what happens. With `seal`, a
+/// copy is sealed with the MAC first (if the MAC covers it).
 pub(crate) fn fan_out(
     bytes: &[u8],
     topic: u64,
@@ -33,7 +36,18 @@ pub(crate) fn fan_out(
     batch: &mut SendBatch,
     subscribers: &SubscriberTable<SocketAddr>,
     metrics: &NetMetrics,
+    seal: Option<(&FrameMac, &mut [u8])>,
 ) {
+    let bytes = match seal {
+        Some((mac, buf)) if mac.must_seal(bytes) && buf.len() >= bytes.len() => {
+            buf[..bytes.len()].copy_from_slice(bytes);
+            match mac.seal(buf, bytes.len()) {
+                Ok(len) => &buf[..len],
+                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
+            }
+        }
+        _ => bytes,
+    };
     let datagrams = subscribers.subscribers(topic).map(|addr| (bytes, addr));
     match endpoint.send_batch(batch, datagrams) {
         Ok(sent) => {
@@ -111,6 +125,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             subscribers,
             session,
             metrics,
+            seal,
         } = out;
         let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some();
         let mut enc = BatchEncoder::new(buf);
@@ -130,6 +145,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             };
             let pushed = match enc.push_data(meta, &msg) {
                 Err(EncodeError::Full { .. }) => {
+                    let seal = seal.as_mut().map(|(m, b)| (*m, &mut **b));
                     fan_out(
                         enc.as_bytes(),
                         T::TOPIC_ID,
@@ -137,6 +153,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                         batch,
                         subscribers,
                         metrics,
+                        seal,
                     );
                     enc.clear();
                     enc.push_data(meta, &msg)
@@ -152,6 +169,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             }
         });
         if !enc.is_empty() {
+            let seal = seal.as_mut().map(|(m, b)| (*m, &mut **b));
             fan_out(
                 enc.as_bytes(),
                 T::TOPIC_ID,
@@ -159,6 +177,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                 batch,
                 subscribers,
                 metrics,
+                seal,
             );
         }
         taken
@@ -303,8 +322,9 @@ impl<T: Message + Serialize> CompatExportPort for CompatExport<T> {
             match encode_compat_packet(buf, T::TOPIC_ID, &msg, realtime_ns()) {
                 Ok(n) => {
                     metrics.messages_out.add(1);
-                    // In compat mode the one topic of the socket has id 0 in the table.
-                    fan_out(&buf[..n], 0, endpoint, batch, subscribers, metrics);
+                    // In compat mode the one topic of the socket has id 0 in the table; the
+                    // format has no room for a MAC.
+                    fan_out(&buf[..n], 0, endpoint, batch, subscribers, metrics, None);
                 }
                 Err(e) => refused(metrics, logged, T::TOPIC, &e),
             }

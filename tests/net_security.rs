@@ -1,0 +1,302 @@
+//! The bridge's control plane under hostile input: the allowlist, the address-proving cookie
+//! handshake (no data and no larger reply to an unproven address; a cookie does not work from
+//! another address), the per-source rate limit, the per-topic subscriber cap, and the
+//! pre-shared-key MAC.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llbus::{Actor, Bus, Context, Message, Out, Report, RunningBus, Setup};
+use llbus_net::{
+    parse_datagram, Allowlist, BatchEncoder, Bridge, BridgeConfig, Control, Cookie, Kind,
+    RateLimit, DEFAULT_MAX_DATAGRAM,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "sec.tick")]
+struct Tick {
+    n: u64,
+}
+
+struct Feed {
+    out: Out<Tick>,
+    n: u64,
+}
+
+impl Actor for Feed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        self.n += 1;
+        ctx.publish(self.out, Tick { n: self.n });
+    }
+}
+
+struct Sink {
+    got: Arc<AtomicU64>,
+}
+
+impl Actor for Sink {
+    type In = Tick;
+    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
+        self.got.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn metric(r: &Report, actor: &str, name: &str) -> u64 {
+    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
+}
+
+fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A publisher bus exporting `Tick` every millisecond through a bridge made with `config`.
+fn publisher(config: BridgeConfig) -> (RunningBus, SocketAddr) {
+    let bridge = Bridge::bind_with(loopback(), config).unwrap().name("pub");
+    let addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(1))
+    .publishes::<Tick>();
+    bus.add(bridge.export::<Tick>());
+    (bus.start().unwrap(), addr)
+}
+
+/// A subscriber bus importing `Tick` from `publisher` through a bridge made with `config`.
+fn subscriber(
+    config: BridgeConfig,
+    publisher: SocketAddr,
+    name: &str,
+) -> (RunningBus, Arc<AtomicU64>, llbus_net::BridgeStatus) {
+    let bridge = Bridge::bind_with(loopback(), config)
+        .unwrap()
+        .name(name)
+        .import::<Tick>(publisher);
+    let status = bridge.status();
+    let got = Arc::new(AtomicU64::new(0));
+    let mut bus = Bus::builder();
+    let g = Arc::clone(&got);
+    bus.actor(&format!("{name}-sink"), move |_: &mut Setup<'_>| Sink {
+        got: Arc::clone(&g),
+    })
+    .subscribes::<Tick>();
+    bus.add(bridge);
+    (bus.start().unwrap(), got, status)
+}
+
+fn raw_socket() -> UdpSocket {
+    let s = UdpSocket::bind(loopback()).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    s
+}
+
+/// Everything `raw` receives for `window`.
+fn drain(raw: &UdpSocket, window: Duration) -> Vec<Vec<u8>> {
+    let until = Instant::now() + window;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    while Instant::now() < until {
+        if let Ok(n) = raw.recv(&mut buf) {
+            got.push(buf[..n].to_vec());
+        }
+    }
+    got
+}
+
+fn subscribe(cookie: Option<Cookie>) -> Vec<u8> {
+    let mut buf = [0u8; 256];
+    let mut enc = BatchEncoder::new(&mut buf);
+    enc.push_control(&Control::Subscribe {
+        topic_id: Tick::TOPIC_ID,
+        fingerprint: Tick::FINGERPRINT,
+        session: 7,
+        cookie,
+    })
+    .unwrap();
+    enc.as_bytes().to_vec()
+}
+
+fn kinds(datagrams: &[Vec<u8>]) -> Vec<Kind> {
+    datagrams
+        .iter()
+        .flat_map(|d| parse_datagram(d, DEFAULT_MAX_DATAGRAM).unwrap())
+        .map(|f| f.header.kind)
+        .collect()
+}
+
+fn challenge_cookie(datagram: &[u8]) -> Cookie {
+    let frame = parse_datagram(datagram, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    match Control::from_frame(&frame).unwrap() {
+        Control::CookieChallenge { cookie, .. } => cookie,
+        other => panic!("expected a challenge, got {other:?}"),
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn an_address_outside_the_allowlist_gets_no_answer_at_all() {
+    let config = BridgeConfig {
+        allow: Allowlist::parse(["10.0.0.0/8"]).unwrap(),
+        ..BridgeConfig::default()
+    };
+    let (bus, addr) = publisher(config);
+    let raw = raw_socket();
+    for _ in 0..5 {
+        raw.send_to(&subscribe(None), addr).unwrap();
+    }
+    assert!(drain(&raw, Duration::from_millis(500)).is_empty());
+    wait_for("the refusals counted", 5, || {
+        metric(&bus.report(), "pub", "drop.not_allowed") == 5
+    });
+    bus.stop();
+    bus.join().unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn an_unproven_address_gets_one_small_challenge_and_no_data_and_a_cookie_is_bound_to_its_address() {
+    let (bus, addr) = publisher(BridgeConfig::default());
+    let victim = raw_socket();
+    let request = subscribe(None);
+    victim.send_to(&request, addr).unwrap();
+    let got = drain(&victim, Duration::from_millis(300));
+    assert_eq!(
+        kinds(&got),
+        [Kind::CookieChallenge],
+        "only a challenge before the proof"
+    );
+    assert!(
+        got[0].len() <= request.len(),
+        "no reply is larger than its request"
+    );
+    let cookie = challenge_cookie(&got[0]);
+
+    // The cookie is worthless from another address: refused as a bad cookie, and that address
+    // too only gets a challenge.
+    let thief = raw_socket();
+    thief.send_to(&subscribe(Some(cookie)), addr).unwrap();
+    let stolen = drain(&thief, Duration::from_millis(300));
+    assert_eq!(kinds(&stolen), [Kind::CookieChallenge]);
+    wait_for("the bad cookie counted", 5, || {
+        metric(&bus.report(), "pub", "drop.bad_cookie") == 1
+    });
+
+    // Echoed from its own address, it admits the subscriber: an ack, then data.
+    victim.send_to(&subscribe(Some(cookie)), addr).unwrap();
+    let admitted = kinds(&drain(&victim, Duration::from_millis(300)));
+    assert_eq!(admitted.first(), Some(&Kind::SubscribeAck), "{admitted:?}");
+    assert!(admitted.contains(&Kind::Data));
+    // And the thief never received data.
+    assert!(!kinds(&drain(&thief, Duration::from_millis(100))).contains(&Kind::Data));
+    bus.stop();
+    bus.join().unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn unproven_control_messages_are_rate_limited_per_source() {
+    let config = BridgeConfig {
+        rate_limit: RateLimit {
+            per_second: 10,
+            burst: 5,
+        },
+        ..BridgeConfig::default()
+    };
+    let (bus, addr) = publisher(config);
+    let raw = raw_socket();
+    let started = Instant::now();
+    for _ in 0..100 {
+        raw.send_to(&subscribe(None), addr).unwrap();
+    }
+    let answered = drain(&raw, Duration::from_millis(300)).len() as u64;
+    let elapsed = started.elapsed().as_secs_f64();
+    // At most the burst plus what the rate refilled meanwhile (generously rounded up).
+    let allowed = 5 + (10.0 * elapsed).ceil() as u64 + 1;
+    assert!(
+        answered >= 5 && answered <= allowed,
+        "answered {answered}, allowed {allowed}"
+    );
+    wait_for("every unanswered request counted", 5, || {
+        let r = bus.report();
+        metric(&r, "pub", "drop.rate_limited") == 100 - answered
+    });
+    bus.stop();
+    bus.join().unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
+    let config = BridgeConfig {
+        subscribers_per_topic: 1,
+        ..BridgeConfig::default()
+    };
+    let (pub_bus, addr) = publisher(config);
+    let (first, first_got, _) = subscriber(BridgeConfig::default(), addr, "first");
+    wait_for("the first subscriber fed", 10, || {
+        first_got.load(Ordering::Relaxed) > 10
+    });
+    let (second, second_got, second_status) = subscriber(BridgeConfig::default(), addr, "second");
+    wait_for("the second subscriber refused", 10, || {
+        !second_status.errors().is_empty()
+    });
+    let errors = second_status.errors();
+    assert!(errors[0].contains("sec.tick"), "{errors:?}");
+    assert_eq!(second_got.load(Ordering::Relaxed), 0);
+    for bus in [second, first, pub_bus] {
+        bus.stop();
+        bus.join().unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_pre_shared_key_admits_its_holders_and_drops_everyone_else() {
+    let key = [42u8; 32];
+    let with_key = BridgeConfig {
+        psk: Some(key),
+        ..BridgeConfig::default()
+    };
+    let (pub_bus, addr) = publisher(with_key.clone());
+    // Same key: traffic flows.
+    let (good, good_got, _) = subscriber(with_key, addr, "keyed");
+    wait_for("the keyed subscriber fed", 10, || {
+        good_got.load(Ordering::Relaxed) > 20
+    });
+    // Wrong key: everything it sends is dropped as a bad MAC, and it receives nothing usable.
+    let wrong = BridgeConfig {
+        psk: Some([7u8; 32]),
+        ..BridgeConfig::default()
+    };
+    let (bad, bad_got, _) = subscriber(wrong, addr, "wrongkey");
+    // No key: same.
+    let (none, none_got, _) = subscriber(BridgeConfig::default(), addr, "nokey");
+    wait_for("the strangers' datagrams dropped", 10, || {
+        metric(&pub_bus.report(), "pub", "drop.bad_mac") >= 4
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(bad_got.load(Ordering::Relaxed), 0);
+    assert_eq!(none_got.load(Ordering::Relaxed), 0);
+    for bus in [none, bad, good, pub_bus] {
+        bus.stop();
+        bus.join().unwrap();
+    }
+}
