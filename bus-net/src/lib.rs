@@ -20,6 +20,9 @@
 //!   reordered; drops by reason; subscribers per topic) are named metrics of its actor in the
 //!   bus's report. [`Bridge::direct`] sends a topic from the publishing actor's own thread
 //!   instead, skipping the ring. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
+//!   On a shared network it admits only subscribers that proved their address with a cookie,
+//!   from its allowlist (loopback by default), rate-limits unproven control traffic, caps
+//!   subscribers per topic, and can require a pre-shared-key MAC: see `SECURITY.md`.
 //!
 //! # Contract
 //!
