@@ -202,13 +202,7 @@ where
             return;
         };
         self.state = State::Alive;
-        let mut ctx = Context {
-            actor: &self.name,
-            outputs: &mut self.outputs,
-            idle: &mut *env.idle,
-            now: env.now,
-            control: env.control,
-        };
+        let mut ctx = context(&self.name, &mut self.outputs, env);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx))) {
             self.failed(panic_message(&*payload), env.control);
         }
@@ -230,13 +224,7 @@ where
         };
         let running = env.phase == RUNNING;
         let tick_due = running && self.tick.is_some() && env.now >= self.next_tick;
-        let mut ctx = Context {
-            actor: &self.name,
-            outputs: &mut self.outputs,
-            idle: &mut *env.idle,
-            now: env.now,
-            control: env.control,
-        };
+        let mut ctx = context(&self.name, &mut self.outputs, env);
         let counters = &self.counters;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let handled = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
@@ -285,13 +273,7 @@ where
         let Some(actor) = self.actor.as_mut() else {
             return;
         };
-        let mut ctx = Context {
-            actor: &self.name,
-            outputs: &mut self.outputs,
-            idle: &mut *env.idle,
-            now: env.now,
-            control: env.control,
-        };
+        let mut ctx = context(&self.name, &mut self.outputs, env);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx))) {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);
@@ -304,6 +286,21 @@ where
             (Some(_), State::Alive) => Some(self.next_tick),
             _ => None,
         }
+    }
+}
+
+/// The context of one hook call of the actor called `name`.
+fn context<'a>(
+    name: &'a str,
+    outputs: &'a mut [Box<dyn AnyOutput>],
+    env: &'a mut Env<'_>,
+) -> Context<'a> {
+    Context {
+        actor: name,
+        outputs,
+        idle: &mut *env.idle,
+        now: env.now,
+        control: env.control,
     }
 }
 

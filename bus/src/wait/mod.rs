@@ -178,25 +178,7 @@ impl IdleStrategy for Park {
     }
 }
 
-impl<S: IdleStrategy + ?Sized> IdleStrategy for &mut S {
-    fn idle(&mut self, work_count: usize) {
-        (**self).idle(work_count)
-    }
-    fn idle_until(&mut self, work_count: usize, deadline: Instant) {
-        (**self).idle_until(work_count, deadline)
-    }
-    fn reset(&mut self) {
-        (**self).reset()
-    }
-    fn doorbell(&self) -> Option<std::sync::Arc<Doorbell>> {
-        (**self).doorbell()
-    }
-    fn is_busy_spin(&self) -> bool {
-        (**self).is_busy_spin()
-    }
-}
-
-impl IdleStrategy for Box<dyn IdleStrategy> {
+impl<S: IdleStrategy + ?Sized> IdleStrategy for Box<S> {
     fn idle(&mut self, work_count: usize) {
         (**self).idle(work_count)
     }
