@@ -16,6 +16,8 @@
 //!   ll-udp-pubsub's own subscriber examples can receive it.
 //! - `--wait-subscriber`: start counting only once the first subscription request arrives (the
 //!   tests use it so that no message is published into the void).
+//! - `--subscriber-timeout-s S`: forget a subscriber not heard from for `S` seconds (default
+//!   60; subscribers renew every second, and one that stops cleanly unsubscribes at once).
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup};
-use llbus_net::{realtime_ns, Bridge};
+use llbus_net::{realtime_ns, Bridge, BridgeConfig};
 use serde::{Deserialize, Serialize};
 
 /// The counter in llbus's own format (ll-udp v1).
@@ -126,6 +128,7 @@ struct Args {
     count: Option<u64>,
     compat: bool,
     wait_subscriber: bool,
+    subscriber_timeout: Option<Duration>,
     idle: Idle,
 }
 
@@ -133,7 +136,7 @@ fn usage(problem: &str) -> ! {
     eprintln!("publisher: {problem}");
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
-         [--wait-subscriber] [--idle spin|backoff|park]"
+         [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park]"
     );
     std::process::exit(2);
 }
@@ -153,6 +156,7 @@ fn parse_args() -> Args {
         count: None,
         compat: false,
         wait_subscriber: false,
+        subscriber_timeout: None,
         idle: Idle::Backoff,
     };
     let mut args = std::env::args().skip(1);
@@ -166,6 +170,12 @@ fn parse_args() -> Args {
                 _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
             },
             "--wait-subscriber" => a.wait_subscriber = true,
+            "--subscriber-timeout-s" => {
+                let s: f64 = value(&arg, args.next());
+                a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
+                    usage("--subscriber-timeout-s takes a number of seconds >= 0")
+                }));
+            }
             "--idle" => {
                 a.idle = match args.next().as_deref() {
                     Some("spin") => Idle::BusySpin,
@@ -200,13 +210,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .clamp(Duration::from_micros(10), Duration::from_millis(1));
 
     let mut bus = Bus::builder();
+    let mut config = BridgeConfig::default();
+    if let Some(timeout) = args.subscriber_timeout {
+        config.subscriber_timeout = timeout;
+    }
     let bridge = if args.compat {
         // The v1 socket is unused in compat mode: bind it to any port of the same address.
-        Bridge::bind(SocketAddr::new(args.bind.ip(), 0))?
+        Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
             .export_compat::<Count>(args.bind)?
     } else {
-        Bridge::bind(args.bind)?.name("bridge").export::<Counter>()
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export::<Counter>()
     };
     bus.add(bridge).idle(args.idle);
     let feed_shared = Arc::clone(&shared);

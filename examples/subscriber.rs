@@ -17,9 +17,10 @@
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
-//! invalid=.. publisher_restarts=.. first=.. highest=.. p50_us=.. p99_us=.. p999_us=.. max_us=..`
-//! (`first` and `highest` are the counter values that opened and lead the current run of the
-//! publisher; the latency fields are `na` in compat mode).
+//! invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. p50_us=.. p99_us=..
+//! p999_us=.. max_us=..` (`first` and `highest` are the counter values that opened and lead the
+//! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
+//! sink because its ring was full; the latency fields are `na` in compat mode).
 //!
 //! One-way latency compares the publisher's `CLOCK_REALTIME` with this host's, so across two
 //! hosts it is only as good as their clock synchronisation.
@@ -355,6 +356,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     let invalid = invalid(&report);
+    let topic = if args.compat {
+        Count::TOPIC
+    } else {
+        Counter::TOPIC
+    };
+    let ring_dropped = report
+        .edge(topic, "bridge", "sink")
+        .map_or(0, |e| e.dropped);
     let h = &summary.latency_ns;
     let us = |q: f64| -> String {
         if h.is_empty() {
@@ -390,7 +399,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!(
         "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} \
-         invalid={invalid} publisher_restarts={restarts} first={} highest={} p50_us={} \
+         invalid={invalid} publisher_restarts={restarts} first={} highest={} \
+         ring_dropped={ring_dropped} p50_us={} \
          p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
