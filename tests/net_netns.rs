@@ -64,8 +64,8 @@ fn prerequisites() -> bool {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Messages the publisher sends in every case, and how fast.
-const COUNT: u64 = 15_000;
-const RATE: u64 = 5_000;
+const COUNT: u64 = 10_000;
+const RATE: u64 = 2_500;
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;
 
@@ -82,9 +82,12 @@ fn run_case(name: &str, shape: Netem) -> Fields {
         .unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     let pub_addr = SocketAddr::from((hosts.addr(Side::A), PUB_PORT));
     let sub_addr = SocketAddr::from((hosts.addr(Side::B), SUB_PORT));
-    // The subscriber stops a little short of the deliveries to expect, so that it finishes
-    // while the publisher is still sending whatever the loss draws.
-    let want = (COUNT as f64 * (1.0 - shape.loss_pct / 100.0) * 0.93) as u64;
+    // The subscriber stops short of the deliveries to expect, so that it finishes while the
+    // publisher is still sending whatever the loss draws. The margin is wide: on a busy machine
+    // the tun wire (a thread of this process) adds loss of its own when it falls behind, and a
+    // publisher that fell behind sends several messages per datagram, so one lost datagram
+    // loses several messages.
+    let want = (COUNT as f64 * (1.0 - shape.loss_pct / 100.0) * 0.85) as u64;
 
     let mut publ = Command::new(pub_bin);
     publ.args([
@@ -142,7 +145,7 @@ fn run_case(name: &str, shape: Netem) -> Fields {
     loud!(
         "net_netns report [{name}] link={} published={} sent={} subscriber window={}..={} \
          received={received} lost={lost} delivered={:.2}% duplicates={} reordered={} invalid={} \
-         one-way latency p50={}us p99={}us p99.9={}us max={}us",
+         datagrams out={} in={} one-way latency p50={}us p99={}us p99.9={}us max={}us",
         hosts.link(),
         p.u64("published"),
         p.u64("messages_out"),
@@ -152,6 +155,8 @@ fn run_case(name: &str, shape: Netem) -> Fields {
         r.u64("duplicates"),
         r.u64("reordered"),
         r.u64("invalid"),
+        p.u64("datagrams_out"),
+        r.u64("datagrams_in"),
         r.u64("p50_us"),
         r.u64("p99_us"),
         r.u64("p999_us"),
@@ -210,7 +215,7 @@ fn counter_under_1pct_loss() {
         ..Netem::default()
     };
     let r = run_case("loss 1%", shape);
-    check_loss("loss 1%", &r, 0.3..=2.5);
+    check_loss("loss 1%", &r, 0.3..=3.0);
     assert_eq!(r.u64("duplicates"), 0, "[loss 1%] {r}");
 }
 
@@ -225,7 +230,7 @@ fn counter_under_5pct_loss() {
         ..Netem::default()
     };
     let r = run_case("loss 5%", shape);
-    check_loss("loss 5%", &r, 3.0..=8.0);
+    check_loss("loss 5%", &r, 2.5..=10.0);
     assert_eq!(r.u64("duplicates"), 0, "[loss 5%] {r}");
 }
 
@@ -240,7 +245,7 @@ fn counter_under_20pct_loss() {
         ..Netem::default()
     };
     let r = run_case("loss 20%", shape);
-    check_loss("loss 20%", &r, 16.0..=25.0);
+    check_loss("loss 20%", &r, 15.0..=27.0);
     assert_eq!(r.u64("duplicates"), 0, "[loss 20%] {r}");
 }
 
@@ -259,7 +264,7 @@ fn counter_under_loss_duplication_reorder_and_delay() {
         ..Netem::default()
     };
     let r = run_case(name, shape);
-    check_loss(name, &r, 3.0..=8.0);
+    check_loss(name, &r, 2.5..=10.0);
     assert!(r.u64("duplicates") > 0, "[{name}] no duplicates: {r}");
     assert!(r.u64("reordered") > 0, "[{name}] nothing reordered: {r}");
     // 90% of the datagrams wait the 1 ms delay, so the median must show it.
