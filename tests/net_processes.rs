@@ -223,3 +223,55 @@ fn a_subscriber_that_disappears_is_expired() {
     );
     publ.kill();
 }
+
+/// The same topic name as the examples' counter, with another shape: its fingerprint differs.
+#[derive(llbus::Message, serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[message(topic = "demo.counter")]
+struct NotTheCounter {
+    n: f64,
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_refused_subscription_fails_the_subscriber_with_the_reason() {
+    use llbus::{Actor, Bus, Context, Out, Setup};
+
+    /// Publishes nothing; only declares the topic so the bridge can export it.
+    struct Silent {
+        _out: Out<NotTheCounter>,
+    }
+    impl Actor for Silent {
+        type In = ();
+        fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    }
+
+    let bridge = llbus_net::Bridge::bind("127.0.0.1:0")
+        .expect("bind loopback")
+        .name("wrong-shape")
+        .export::<NotTheCounter>();
+    let pub_port = bridge.local_addr().port();
+    let mut bus = Bus::builder();
+    bus.actor("silent", |s: &mut Setup<'_>| Silent { _out: s.output() })
+        .publishes::<NotTheCounter>();
+    bus.add(bridge).idle(llbus::Idle::Park);
+    let running = bus.start().expect("the bus starts");
+
+    let sub = subscriber(
+        free_udp_port(),
+        pub_port,
+        &["--count", "10", "--timeout-s", "20"],
+    );
+    let (status, out, err) = sub.finish(Duration::from_secs(30));
+    running.stop();
+    running.join().expect("the bus stops");
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "the subscriber should exit 3 on a refusal:\n{out}\n{err}"
+    );
+    assert!(
+        err.contains("refused") && err.contains("demo.counter"),
+        "the reason should name the refusal and the topic:\n{err}"
+    );
+    println!("{err}");
+}
