@@ -17,7 +17,7 @@
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
-//! invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=.. p50_us=..
+//! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=.. p50_us=..
 //! p99_us=.. p999_us=.. max_us=..` (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
 //! sink because its ring was full; the latency fields are `na` in compat mode).
@@ -117,11 +117,13 @@ impl<T: Message + Clone> Actor for Sink<T> {
             let _ = self.latency_ns.record(one_way as u64);
         }
         let seq = n.saturating_add(1);
-        // A counter far below the window means the publisher started counting again.
+        // A counter that falls back below the window *and* below half its highest means the
+        // publisher started counting again; one merely far behind (a datagram reordered by more
+        // than the window) is stale, and the tracker says so.
         if self
             .tracker
             .position()
-            .is_some_and(|(_, highest)| seq.saturating_add(WINDOW) < highest)
+            .is_some_and(|(_, highest)| seq.saturating_add(WINDOW) < highest && seq < highest / 2)
         {
             self.session += 1;
             self.first = None;
@@ -350,14 +352,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("the sink never stopped")?;
     // v1 carries sequence numbers and sessions: the bridge's figures. Compat carries neither:
     // the sink's, from the counter values.
-    let (lost, duplicates, reordered, restarts) = if args.compat {
+    let (lost, duplicates, reordered, stale, restarts) = if args.compat {
         let c = &summary.by_counter;
-        (c.lost, c.duplicates, c.reordered, c.session_changes)
+        (
+            c.lost,
+            c.duplicates,
+            c.reordered,
+            c.stale,
+            c.session_changes,
+        )
     } else {
         (
             metric(&report, "lost"),
             metric(&report, "duplicates"),
             metric(&report, "reordered"),
+            metric(&report, "stale"),
             metric(&report, "publisher_restarts"),
         )
     };
@@ -386,7 +395,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opt = |v: Option<u64>| v.map_or("na".to_string(), |v| v.to_string());
     println!(
         "received {} messages: lost {lost}, duplicates {duplicates}, reordered {reordered}, \
-         invalid datagrams {invalid}, publisher restarts {restarts}",
+         stale {stale}, invalid datagrams {invalid}, publisher restarts {restarts}",
         summary.received
     );
     if h.is_empty() {
@@ -404,7 +413,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("bridge error: {e}");
     }
     println!(
-        "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} \
+        "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} stale={stale} \
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
          ring_dropped={ring_dropped} datagrams_in={} p50_us={} \
          p99_us={} p999_us={} max_us={max_us}",
