@@ -1,0 +1,342 @@
+//! A counter published over UDP: a feed actor publishes a counter topic at a fixed rate and a
+//! network bridge serves it to remote subscribers (run `subscriber` to receive it). Prints a line
+//! a second (published, subscribers) and the bus's report at the end.
+//!
+//! ```text
+//! cargo run --release --example publisher -- --bind ADDR [--rate MSGS_PER_S] [--count N] [--compat ll-udp]
+//! ```
+//!
+//! - `--bind ADDR`: where the bridge listens for subscriptions (default `127.0.0.1:7000`,
+//!   loopback).
+//! - `--rate MSGS_PER_S`: messages a second (default 1000; `0` = as fast as the bus takes them).
+//! - `--count N`: stop after `N` messages and a one-second grace period in which heartbeats tell
+//!   subscribers the last sequence number (default: unlimited, until Ctrl-C).
+//! - `--compat ll-udp`: serve an `i64` counter in the ll-udp-pubsub v0.1 format instead (16-byte
+//!   datagrams, `data` then `sent_ts`; `--bind` is then that format's socket), so that
+//!   ll-udp-pubsub's own subscriber examples can receive it.
+//! - `--wait-subscriber`: start counting only once the first subscription request arrives (the
+//!   tests use it so that no message is published into the void).
+//! - `--subscriber-timeout-s S`: forget a subscriber not heard from for `S` seconds (default
+//!   60; subscribers renew every second, and one that stops cleanly unsubscribes at once).
+//! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
+//!
+//! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
+//! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup};
+use llbus_net::{realtime_ns, Bridge, BridgeConfig};
+use serde::{Deserialize, Serialize};
+
+/// The counter in llbus's own format (ll-udp v1).
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "demo.counter")]
+struct Counter {
+    n: u64,
+    sent_ns: i64,
+}
+
+/// The counter in the ll-udp-pubsub v0.1 format: exactly a bincode `i64` on the wire
+/// (`transparent`, so serde sees the `i64` itself, not a one-field struct).
+#[derive(Message, Serialize, Deserialize, Clone, Copy, Debug)]
+#[message(topic = "demo.count")]
+#[serde(transparent)]
+struct Count(i64);
+
+/// Messages published in one tick at most (a catch-up after the thread was descheduled).
+const BURST: u64 = 1024;
+/// How long the bridge keeps running after the last message: ten heartbeats.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// Set by the SIGINT/SIGTERM handler.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+fn catch_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic, which
+        // is async-signal-safe; `signal` has no other precondition.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+/// What the feed shares with `main`.
+#[derive(Default)]
+struct Shared {
+    /// Set by `main` once the feed may start (at once, or at the first subscription request).
+    go: AtomicBool,
+    /// Messages published so far.
+    published: AtomicU64,
+    /// Set once `--count` messages are published.
+    done: AtomicBool,
+}
+
+/// Publishes `make(n, now)` for n = 0, 1, 2, ... at `rate` a second, up to `count`.
+struct Feed<T> {
+    out: Out<T>,
+    make: fn(u64, i64) -> T,
+    rate: u64,
+    count: Option<u64>,
+    sent: u64,
+    started: Option<Instant>,
+    shared: Arc<Shared>,
+}
+
+impl<T: Message + Clone> Actor for Feed<T> {
+    type In = ();
+
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        if !self.shared.go.load(Ordering::Acquire) || self.shared.done.load(Ordering::Relaxed) {
+            return;
+        }
+        let started = *self.started.get_or_insert(ctx.now());
+        let due = if self.rate == 0 {
+            self.sent + BURST
+        } else {
+            let elapsed = ctx.now().saturating_duration_since(started).as_nanos();
+            // The first message goes at once, then one every 1/rate seconds.
+            u64::try_from(elapsed * u128::from(self.rate) / 1_000_000_000).unwrap_or(u64::MAX) + 1
+        };
+        let mut target = due.min(self.sent + BURST);
+        if let Some(count) = self.count {
+            target = target.min(count);
+        }
+        while self.sent < target {
+            let msg = (self.make)(self.sent, realtime_ns());
+            ctx.publish(self.out, msg);
+            self.sent += 1;
+        }
+        self.shared.published.store(self.sent, Ordering::Relaxed);
+        if self.count == Some(self.sent) {
+            self.shared.done.store(true, Ordering::Release);
+        }
+    }
+}
+
+struct Args {
+    bind: SocketAddr,
+    rate: u64,
+    count: Option<u64>,
+    compat: bool,
+    wait_subscriber: bool,
+    subscriber_timeout: Option<Duration>,
+    idle: Idle,
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!("publisher: {problem}");
+    eprintln!(
+        "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
+         [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park]"
+    );
+    std::process::exit(2);
+}
+
+fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
+    match v.as_deref().map(str::parse) {
+        Some(Ok(v)) => v,
+        Some(Err(_)) => usage(&format!("{flag}: cannot parse {:?}", v.unwrap_or_default())),
+        None => usage(&format!("{flag} needs a value")),
+    }
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        bind: "127.0.0.1:7000".parse().expect("a valid literal address"),
+        rate: 1000,
+        count: None,
+        compat: false,
+        wait_subscriber: false,
+        subscriber_timeout: None,
+        idle: Idle::Backoff,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bind" => a.bind = value(&arg, args.next()),
+            "--rate" => a.rate = value(&arg, args.next()),
+            "--count" => a.count = Some(value(&arg, args.next())),
+            "--compat" => match args.next().as_deref() {
+                Some("ll-udp") => a.compat = true,
+                _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
+            },
+            "--wait-subscriber" => a.wait_subscriber = true,
+            "--subscriber-timeout-s" => {
+                let s: f64 = value(&arg, args.next());
+                a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
+                    usage("--subscriber-timeout-s takes a number of seconds >= 0")
+                }));
+            }
+            "--idle" => {
+                a.idle = match args.next().as_deref() {
+                    Some("spin") => Idle::BusySpin,
+                    Some("backoff") => Idle::Backoff,
+                    Some("park") => Idle::Park,
+                    _ => usage("--idle takes spin, backoff or park"),
+                }
+            }
+            "-h" | "--help" => usage("help"),
+            other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    a
+}
+
+fn metric(report: &llbus::Report, name: &str) -> u64 {
+    report
+        .actor("bridge")
+        .and_then(|a| a.metric(name))
+        .unwrap_or(0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args();
+    catch_signals();
+
+    let shared = Arc::new(Shared::default());
+    shared.go.store(!args.wait_subscriber, Ordering::Release);
+    // Ticks at the message interval, but no faster than 10 us and no slower than 1 ms (as fast
+    // as possible, `--rate 0`, is the fastest).
+    let tick = Duration::from_nanos(1_000_000_000u64.checked_div(args.rate).unwrap_or(0))
+        .clamp(Duration::from_micros(10), Duration::from_millis(1));
+
+    let mut bus = Bus::builder();
+    let mut config = BridgeConfig::default();
+    if let Some(timeout) = args.subscriber_timeout {
+        config.subscriber_timeout = timeout;
+    }
+    let bridge = if args.compat {
+        // The v1 socket is unused in compat mode: bind it to any port of the same address.
+        Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
+            .name("bridge")
+            .export_compat::<Count>(args.bind)?
+    } else {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export::<Counter>()
+    };
+    bus.add(bridge).idle(args.idle);
+    let feed_shared = Arc::clone(&shared);
+    let (rate, count) = (args.rate, args.count);
+    if args.compat {
+        bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+            out: s.output(),
+            make: |n, _| Count(n as i64),
+            rate,
+            count,
+            sent: 0,
+            started: None,
+            shared: Arc::clone(&feed_shared),
+        })
+        .tick_every(tick)
+        .idle(args.idle)
+        .publishes::<Count>();
+    } else {
+        bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+            out: s.output(),
+            make: |n, sent_ns| Counter { n, sent_ns },
+            rate,
+            count,
+            sent: 0,
+            started: None,
+            shared: Arc::clone(&feed_shared),
+        })
+        .tick_every(tick)
+        .idle(args.idle)
+        .publishes::<Counter>();
+    }
+
+    let (format, topic) = if args.compat {
+        ("ll-udp-pubsub v0.1 (i64 counter)", Count::TOPIC)
+    } else {
+        ("ll-udp v1", Counter::TOPIC)
+    };
+    let rate = match args.rate {
+        0 => "as fast as possible".to_string(),
+        r => format!("{r}/s"),
+    };
+    let count = args
+        .count
+        .map_or("unlimited".to_string(), |c| c.to_string());
+    println!(
+        "publisher: topic '{topic}' in {format} on {}, rate {rate}, count {count}",
+        args.bind
+    );
+    let running = bus.start()?;
+
+    let subscribers = format!("subscribers.{}", Counter::TOPIC);
+    let mut next_line = Instant::now() + Duration::from_secs(1);
+    let mut done_at: Option<Instant> = None;
+    let mut last_published = 0;
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        let now = Instant::now();
+        if !shared.go.load(Ordering::Relaxed) && metric(&running.report(), "datagrams_in") > 0 {
+            println!("publisher: first subscription request arrived; counting");
+            shared.go.store(true, Ordering::Release);
+        }
+        if now >= next_line {
+            next_line += Duration::from_secs(1);
+            let r = running.report();
+            let published = shared.published.load(Ordering::Relaxed);
+            // The compat format has no subscriber gauge: its subscribers only ever send
+            // `Subscribe` datagrams, so count those instead.
+            let who = if args.compat {
+                format!("subscribe datagrams {}", metric(&r, "datagrams_in"))
+            } else {
+                format!("subscribers {}", metric(&r, &subscribers))
+            };
+            println!(
+                "published {published} (+{}), sent {}, {who}, no subscriber {}",
+                published - last_published,
+                metric(&r, "messages_out"),
+                metric(&r, "no_subscriber"),
+            );
+            last_published = published;
+        }
+        if done_at.is_none() && shared.done.load(Ordering::Acquire) {
+            done_at = Some(now);
+        }
+        if done_at.is_some_and(|t| now - t >= GRACE) || INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    running.stop();
+    let report = running.join()?;
+    println!("\n{report}");
+    println!(
+        "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} send_dropped={}",
+        shared.published.load(Ordering::Relaxed),
+        metric(&report, "messages_out"),
+        metric(&report, "datagrams_out"),
+        metric(&report, "no_subscriber"),
+        metric(&report, "too_large"),
+        metric(&report, "send_dropped"),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compat payload is exactly a bincode `i64`: a datagram is 16 bytes, `data` then
+    /// `sent_ts`, as ll-udp-pubsub's own `Packet<i64>`.
+    #[test]
+    fn compat_count_is_sixteen_bytes_on_the_wire() {
+        let mut buf = [0u8; 1472];
+        let n = llbus_net::encode_compat_packet(&mut buf, Count::TOPIC_ID, &Count(-2), 7).unwrap();
+        assert_eq!(n, 16);
+        assert_eq!(buf[..8], (-2i64).to_le_bytes());
+        assert_eq!(buf[8..16], 7i64.to_le_bytes());
+    }
+}

@@ -1,0 +1,433 @@
+//! Receives the `publisher` example's counter over UDP through a network bridge and prints what
+//! arrived: messages received, gaps (lost), duplicates, reordered, invalid datagrams, publisher
+//! restarts and one-way latency percentiles. Exits 0 once it has `--count` messages; exits 1 on
+//! timeout and 3 if the publisher refuses the subscription, with the reason on stderr.
+//!
+//! ```text
+//! cargo run --release --example subscriber -- --bind ADDR --publisher ADDR [--count N] [--timeout-s S] [--compat ll-udp]
+//! ```
+//!
+//! - `--bind ADDR`: this bridge's socket (default `127.0.0.1:7001`, loopback).
+//! - `--publisher ADDR`: the publisher's bridge (default `127.0.0.1:7000`).
+//! - `--count N`: messages to receive before exiting (default 1000).
+//! - `--timeout-s S`: give up after `S` seconds (default 10).
+//! - `--compat ll-udp`: subscribe in the ll-udp-pubsub v0.1 format to an `i64` counter. That
+//!   format has no sequence numbers and the bridge does not pass its `sent_ts` on, so gaps,
+//!   duplicates and reordering are inferred from the counter values, and no latency is shown.
+//! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
+//!
+//! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
+//! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=.. p50_us=..
+//! p99_us=.. p999_us=.. max_us=..` (`first` and `highest` are the counter values that opened and lead the
+//! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
+//! sink because its ring was full; the latency fields are `na` in compat mode).
+//!
+//! One-way latency compares the publisher's `CLOCK_REALTIME` with this host's, so across two
+//! hosts it is only as good as their clock synchronisation.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use llbus::{Actor, Bus, Context, Idle, Message};
+use llbus_net::{realtime_ns, Bridge, LatePolicy, LossCounts, SeqTracker, WINDOW};
+use serde::{Deserialize, Serialize};
+
+/// The counter in llbus's own format (ll-udp v1); must match the publisher's definition (the
+/// fingerprint check refuses the subscription otherwise).
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "demo.counter")]
+struct Counter {
+    n: u64,
+    sent_ns: i64,
+}
+
+/// The counter in the ll-udp-pubsub v0.1 format: a bare bincode `i64`.
+#[derive(Message, Serialize, Deserialize, Clone, Copy, Debug)]
+#[message(topic = "demo.count")]
+#[serde(transparent)]
+struct Count(i64);
+
+/// What the sink saw, handed to `main` when the bus stops.
+struct Summary {
+    received: u64,
+    /// Gaps, duplicates and reordering by counter value (the only source in compat mode).
+    by_counter: LossCounts,
+    /// The counter value that opened the current run of the publisher, and the highest since.
+    first: Option<u64>,
+    highest: Option<u64>,
+    latency_ns: Histogram<u64>,
+}
+
+/// What the sink shares with `main` while it runs.
+struct Shared {
+    received: AtomicU64,
+    done: AtomicBool,
+    summary: Mutex<Option<Summary>>,
+}
+
+/// Counts what arrives, tracks the counter values and records one-way latency.
+struct Sink<T> {
+    /// The counter value and, when the format carries it, the publisher's send time.
+    read: fn(&T) -> (u64, Option<i64>),
+    count: u64,
+    /// Drop duplicate and stale copies. Only the compat format lets those through the bridge
+    /// (v1 imports drop them by sequence number), so only compat mode asks for it.
+    dedup: bool,
+    received: u64,
+    /// Counter values as sequence numbers (value + 1), one "session" per run of the publisher.
+    tracker: SeqTracker,
+    session: u64,
+    first: Option<u64>,
+    latency_ns: Histogram<u64>,
+    shared: Arc<Shared>,
+}
+
+impl<T> Sink<T> {
+    fn new(
+        read: fn(&T) -> (u64, Option<i64>),
+        count: u64,
+        dedup: bool,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Sink {
+            read,
+            count,
+            dedup,
+            received: 0,
+            tracker: SeqTracker::new(LatePolicy::Deliver),
+            session: 1,
+            first: None,
+            latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .expect("static histogram bounds are valid"),
+            shared,
+        }
+    }
+}
+
+impl<T: Message + Clone> Actor for Sink<T> {
+    type In = T;
+
+    fn on_message(&mut self, msg: T, ctx: &mut Context<'_>) {
+        let (n, sent_ns) = (self.read)(&msg);
+        if let Some(sent_ns) = sent_ns {
+            let one_way = realtime_ns().saturating_sub(sent_ns).max(1);
+            let _ = self.latency_ns.record(one_way as u64);
+        }
+        let seq = n.saturating_add(1);
+        // A counter that falls back below the window *and* below half its highest means the
+        // publisher started counting again; one merely far behind (a datagram reordered by more
+        // than the window) is stale, and the tracker says so.
+        if self
+            .tracker
+            .position()
+            .is_some_and(|(_, highest)| seq.saturating_add(WINDOW) < highest && seq < highest / 2)
+        {
+            self.session += 1;
+            self.first = None;
+        }
+        let verdict = self.tracker.observe(self.session, seq);
+        if self.dedup && !verdict.is_deliver() {
+            return;
+        }
+        self.first.get_or_insert(n);
+        self.received += 1;
+        self.shared.received.store(self.received, Ordering::Relaxed);
+        if self.received == self.count {
+            self.shared.done.store(true, Ordering::Release);
+            ctx.request_stop();
+        }
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Context<'_>) {
+        let summary = Summary {
+            received: self.received,
+            by_counter: *self.tracker.counts(),
+            first: self.first,
+            highest: self.tracker.position().map(|(_, h)| h - 1),
+            latency_ns: self.latency_ns.clone(),
+        };
+        *self
+            .shared
+            .summary
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(summary);
+    }
+}
+
+struct Args {
+    bind: SocketAddr,
+    publisher: SocketAddr,
+    count: u64,
+    timeout: Duration,
+    compat: bool,
+    idle: Idle,
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!("subscriber: {problem}");
+    eprintln!(
+        "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
+         [--compat ll-udp] [--idle spin|backoff|park]"
+    );
+    std::process::exit(2);
+}
+
+fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
+    match v.as_deref().map(str::parse) {
+        Some(Ok(v)) => v,
+        Some(Err(_)) => usage(&format!("{flag}: cannot parse {:?}", v.unwrap_or_default())),
+        None => usage(&format!("{flag} needs a value")),
+    }
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        bind: "127.0.0.1:7001".parse().expect("a valid literal address"),
+        publisher: "127.0.0.1:7000".parse().expect("a valid literal address"),
+        count: 1000,
+        timeout: Duration::from_secs(10),
+        compat: false,
+        idle: Idle::Backoff,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bind" => a.bind = value(&arg, args.next()),
+            "--publisher" => a.publisher = value(&arg, args.next()),
+            "--count" => a.count = value(&arg, args.next()),
+            "--timeout-s" => {
+                let s: f64 = value(&arg, args.next());
+                a.timeout = Duration::try_from_secs_f64(s)
+                    .unwrap_or_else(|_| usage("--timeout-s takes a number of seconds >= 0"));
+            }
+            "--compat" => match args.next().as_deref() {
+                Some("ll-udp") => a.compat = true,
+                _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
+            },
+            "--idle" => {
+                a.idle = match args.next().as_deref() {
+                    Some("spin") => Idle::BusySpin,
+                    Some("backoff") => Idle::Backoff,
+                    Some("park") => Idle::Park,
+                    _ => usage("--idle takes spin, backoff or park"),
+                }
+            }
+            "-h" | "--help" => usage("help"),
+            other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    if a.count == 0 {
+        usage("--count must be at least 1");
+    }
+    a
+}
+
+fn metric(report: &llbus::Report, name: &str) -> u64 {
+    report
+        .actor("bridge")
+        .and_then(|a| a.metric(name))
+        .unwrap_or(0)
+}
+
+/// Datagrams the bridge dropped as malformed or unexpected: the sum of its `drop.*` figures.
+fn invalid(report: &llbus::Report) -> u64 {
+    report
+        .actor("bridge")
+        .map(|a| {
+            a.metrics
+                .iter()
+                .filter(|(name, _)| name.starts_with("drop."))
+                .map(|(_, v)| v)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args();
+    let shared = Arc::new(Shared {
+        received: AtomicU64::new(0),
+        done: AtomicBool::new(false),
+        summary: Mutex::new(None),
+    });
+
+    let mut bus = Bus::builder();
+    let bridge = if args.compat {
+        // The compat import has a socket of its own at `--bind`; the v1 socket is unused.
+        Bridge::bind(SocketAddr::new(args.bind.ip(), 0))?
+            .name("bridge")
+            .import_compat::<Count>(args.bind, args.publisher)?
+    } else {
+        Bridge::bind(args.bind)?
+            .name("bridge")
+            .import::<Counter>(args.publisher)
+    };
+    let status = bridge.status();
+    bus.add(bridge).idle(args.idle);
+    let (count, sink_shared) = (args.count, Arc::clone(&shared));
+    // The bridge never waits for the sink: a message that finds the sink's ring full is dropped
+    // (and counted as `ring_dropped`). A deep ring (about 13 s at 5000/s) rides out a sink
+    // thread descheduled on a busy machine.
+    const SINK_RING: usize = 1 << 16;
+    if args.compat {
+        let read: fn(&Count) -> (u64, Option<i64>) = |c| (c.0 as u64, None);
+        bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
+            Sink::new(read, count, true, Arc::clone(&sink_shared))
+        })
+        .idle(args.idle)
+        .default_capacity(SINK_RING)
+        .subscribes::<Count>();
+    } else {
+        let read: fn(&Counter) -> (u64, Option<i64>) = |c| (c.n, Some(c.sent_ns));
+        bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
+            Sink::new(read, count, false, Arc::clone(&sink_shared))
+        })
+        .idle(args.idle)
+        .default_capacity(SINK_RING)
+        .subscribes::<Counter>();
+    }
+
+    let format = if args.compat {
+        "ll-udp-pubsub v0.1 (i64 counter)"
+    } else {
+        "ll-udp v1"
+    };
+    println!(
+        "subscriber: {format} on {}, publisher {}, waiting for {} messages (timeout {:?})",
+        args.bind, args.publisher, args.count, args.timeout
+    );
+    let running = bus.start()?;
+
+    let started = Instant::now();
+    let mut next_line = started + Duration::from_secs(1);
+    let outcome = loop {
+        std::thread::sleep(Duration::from_millis(1));
+        let now = Instant::now();
+        if shared.done.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        let errors = status.errors();
+        if !errors.is_empty() {
+            break Err((3, format!("the bridge reported: {}", errors.join("; "))));
+        }
+        if now - started >= args.timeout {
+            break Err((
+                1,
+                format!(
+                    "timed out after {:?} with {} of {} messages from {}: is the publisher \
+                     running there, in the same format (--compat)?",
+                    args.timeout,
+                    shared.received.load(Ordering::Relaxed),
+                    args.count,
+                    args.publisher
+                ),
+            ));
+        }
+        if now >= next_line {
+            next_line += Duration::from_secs(1);
+            let r = running.report();
+            println!(
+                "received {}, datagrams {}, lost {}, duplicates {}, reordered {}, invalid {}",
+                shared.received.load(Ordering::Relaxed),
+                metric(&r, "datagrams_in"),
+                metric(&r, "lost"),
+                metric(&r, "duplicates"),
+                metric(&r, "reordered"),
+                invalid(&r),
+            );
+        }
+    };
+    running.stop();
+    let report = running.join()?;
+    println!("\n{report}");
+
+    let summary = shared
+        .summary
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .ok_or("the sink never stopped")?;
+    // v1 carries sequence numbers and sessions: the bridge's figures. Compat carries neither:
+    // the sink's, from the counter values.
+    let (lost, duplicates, reordered, stale, restarts) = if args.compat {
+        let c = &summary.by_counter;
+        (
+            c.lost,
+            c.duplicates,
+            c.reordered,
+            c.stale,
+            c.session_changes,
+        )
+    } else {
+        (
+            metric(&report, "lost"),
+            metric(&report, "duplicates"),
+            metric(&report, "reordered"),
+            metric(&report, "stale"),
+            metric(&report, "publisher_restarts"),
+        )
+    };
+    let invalid = invalid(&report);
+    let topic = if args.compat {
+        Count::TOPIC
+    } else {
+        Counter::TOPIC
+    };
+    let ring_dropped = report
+        .edge(topic, "bridge", "sink")
+        .map_or(0, |e| e.dropped);
+    let h = &summary.latency_ns;
+    let us = |q: f64| -> String {
+        if h.is_empty() {
+            "na".into()
+        } else {
+            (h.value_at_quantile(q) / 1000).to_string()
+        }
+    };
+    let max_us = if h.is_empty() {
+        "na".into()
+    } else {
+        (h.max() / 1000).to_string()
+    };
+    let opt = |v: Option<u64>| v.map_or("na".to_string(), |v| v.to_string());
+    println!(
+        "received {} messages: lost {lost}, duplicates {duplicates}, reordered {reordered}, \
+         stale {stale}, invalid datagrams {invalid}, publisher restarts {restarts}",
+        summary.received
+    );
+    if h.is_empty() {
+        println!("one-way latency: not available (the compat import does not pass sent_ts on)");
+    } else {
+        println!(
+            "one-way latency over {} messages: p50 {} us, p99 {} us, p99.9 {} us, max {max_us} us",
+            h.len(),
+            us(0.50),
+            us(0.99),
+            us(0.999),
+        );
+    }
+    for e in status.errors() {
+        println!("bridge error: {e}");
+    }
+    println!(
+        "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} stale={stale} \
+         invalid={invalid} publisher_restarts={restarts} first={} highest={} \
+         ring_dropped={ring_dropped} datagrams_in={} p50_us={} \
+         p99_us={} p999_us={} max_us={max_us}",
+        summary.received,
+        opt(summary.first),
+        opt(summary.highest),
+        metric(&report, "datagrams_in"),
+        us(0.50),
+        us(0.99),
+        us(0.999),
+    );
+    if let Err((code, why)) = outcome {
+        eprintln!("subscriber: {why}");
+        std::process::exit(code);
+    }
+    Ok(())
+}
