@@ -14,6 +14,8 @@
 //! - `--compat ll-udp`: serve an `i64` counter in the ll-udp-pubsub v0.1 format instead (16-byte
 //!   datagrams, `data` then `sent_ts`; `--bind` is then that format's socket), so that
 //!   ll-udp-pubsub's own subscriber examples can receive it.
+//! - `--allow CIDRS`: the networks that may subscribe, comma-separated (default loopback only:
+//!   `127.0.0.0/8,::1/128`); for example `--allow 10.0.0.0/8` to serve a LAN.
 //! - `--wait-subscriber`: start counting only once the first subscription request arrives (the
 //!   tests use it so that no message is published into the void).
 //! - `--subscriber-timeout-s S`: forget a subscriber not heard from for `S` seconds (default
@@ -130,13 +132,14 @@ struct Args {
     wait_subscriber: bool,
     subscriber_timeout: Option<Duration>,
     idle: Idle,
+    allow: Option<llbus_net::Allowlist>,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("publisher: {problem}");
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
-         [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park]"
+         [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park]"
     );
     std::process::exit(2);
 }
@@ -158,6 +161,7 @@ fn parse_args() -> Args {
         wait_subscriber: false,
         subscriber_timeout: None,
         idle: Idle::Backoff,
+        allow: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -169,6 +173,13 @@ fn parse_args() -> Args {
                 Some("ll-udp") => a.compat = true,
                 _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
             },
+            "--allow" => {
+                let text: String = value(&arg, args.next());
+                match text.parse::<llbus_net::Allowlist>() {
+                    Ok(allow) => a.allow = Some(allow),
+                    Err(e) => usage(&format!("--allow: {e}")),
+                }
+            }
             "--wait-subscriber" => a.wait_subscriber = true,
             "--subscriber-timeout-s" => {
                 let s: f64 = value(&arg, args.next());
@@ -213,6 +224,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = BridgeConfig::default();
     if let Some(timeout) = args.subscriber_timeout {
         config.subscriber_timeout = timeout;
+    }
+    if let Some(allow) = &args.allow {
+        config.allow = allow.clone();
     }
     let bridge = if args.compat {
         // The v1 socket is unused in compat mode: bind it to any port of the same address.

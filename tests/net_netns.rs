@@ -107,6 +107,9 @@ fn run_case_in(name: &str, shape: Netem, compat: bool) -> Fields {
         "--wait-subscriber",
         "--idle",
         "park",
+        // The subscriber is on the other namespace's address, outside the loopback default.
+        "--allow",
+        "10.213.0.0/16",
     ]);
     if compat {
         publ.args(["--compat", "ll-udp"]);

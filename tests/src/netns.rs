@@ -951,7 +951,14 @@ fn wire_loop(fds: [OwnedFd; 2], shapes: &Mutex<[Netem; 2]>, stop: &AtomicBool) {
         }
         let wait_ms = held
             .peek()
-            .map(|h| h.due.saturating_duration_since(now).as_millis() as i32)
+            // Rounded up: a packet due in under a millisecond must not make this a busy loop
+            // (it then leaves up to 1 ms late, which the delay emulation tolerates).
+            .map(|h| {
+                h.due
+                    .saturating_duration_since(now)
+                    .as_micros()
+                    .div_ceil(1000) as i32
+            })
             .unwrap_or(20)
             .clamp(0, 20);
         let mut pfds = [
