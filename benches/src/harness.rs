@@ -39,7 +39,13 @@ SUITES:
             (p50/p99/p99.9/max) and one-way throughput (single item and batch)
             for the llbus ring, rtrb, crossbeam, std mpsc, disruptor and the
             cache-line floor
-    bus     round trip through the bus against the bare ring (not written yet)
+    bus     the bus against its bare ring (impls llbus-bus, llbus-ring): round
+            trip between two actors on two pinned busy-spinning threads
+            (rtt_p50, rtt_p99, rtt_p999, rtt_max), and messages/s per
+            subscriber of one publisher fanning out to 1 and to 3 subscriber
+            actors (throughput_fanout1, throughput_fanout3); the ring's
+            throughput_fanout1 is a plain one-item-at-a-time stream, for
+            reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
     udp     UDP loopback round trip (not written yet)
     all     every suite above, in turn (the default)
 
@@ -233,6 +239,12 @@ impl Pinning {
             reason,
             failed_later: AtomicBool::new(false),
         }
+    }
+
+    /// Whether threads are pinned: suites that place their own threads (a bus's) pin them to
+    /// [`CORES`] only then.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Pinning switched off, for tests.
