@@ -30,15 +30,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup, DEFAULT_CAPACITY};
 
 use crate::drive::{round_trip, stream, Failure, RttOutcome, RttPlan, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, human, latency_histogram, print_figures, render_targets, run_rounds, secs, Args,
-    Bound, Collector, Percentiles, Pinning, Target,
+    clock_cost_ns, human, print_figures, render_targets, run_rounds, secs, Args, Bound, Collector,
+    Percentiles, Pinning, Target,
 };
-use crate::onbus::{place, place_group, stop_and_join, DRAIN_LIMIT};
+use crate::onbus::{place, place_group, stop_and_join, Counter, Echo, Pinger, DRAIN_LIMIT};
 
 /// Suite name in the output.
 const SUITE: &str = "bus";
@@ -73,6 +72,24 @@ struct Pong(u64);
 #[derive(Message, Clone, Copy, Debug)]
 #[message(topic = "bench.bus.seq")]
 struct Seq(u64);
+
+impl Counter for Ping {
+    fn with(n: u64) -> Self {
+        Ping(n)
+    }
+    fn n(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Counter for Pong {
+    fn with(n: u64) -> Self {
+        Pong(n)
+    }
+    fn n(&self) -> u64 {
+        self.0
+    }
+}
 
 /// Sizes for one run of the suite.
 #[derive(Debug, Clone, Copy)]
@@ -180,10 +197,10 @@ pub fn run(args: &Args, pinning: &Pinning) {
     );
 }
 
-const RTT_CASES: [&str; 4] = ["rtt_p50", "rtt_p99", "rtt_p999", "rtt_max"];
+pub const RTT_CASES: [&str; 4] = ["rtt_p50", "rtt_p99", "rtt_p999", "rtt_max"];
 
 /// Records a round trip's percentiles, or its failure.
-fn record_rtt(name: &'static str, result: Result<RttOutcome, String>, out: &mut Collector) {
+pub fn record_rtt(name: &'static str, result: Result<RttOutcome, String>, out: &mut Collector) {
     match result {
         Ok(o) if o.histogram.is_empty() => out.note(name, "rtt_p50", "ns", "no samples"),
         Ok(o) => {
@@ -216,97 +233,6 @@ fn bus_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     record_rtt(BUS, bus_round_trip(pinning, plan.rtt), out);
 }
 
-/// What the pinger hands back when it is done.
-type RttResult = Result<RttOutcome, Failure>;
-
-/// Sends `Ping(n)`, times the `Pong(n)` that answers it, and sends the next; see the module
-/// docs. Mirrors `drive::round_trip`'s loop: warm-up (at most a tenth of the time cap), then
-/// samples until the count or the time cap.
-struct Pinger {
-    out: Out<Ping>,
-    plan: RttPlan,
-    /// The counter of the ping in flight.
-    n: u64,
-    warming: bool,
-    warm_end: Instant,
-    recorded: u64,
-    soft_end: Instant,
-    t0: Instant,
-    histogram: Option<Histogram<u64>>,
-    result: mpsc::Sender<RttResult>,
-}
-
-impl Pinger {
-    fn send_next(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        self.t0 = Instant::now();
-        ctx.publish(self.out, Ping(self.n));
-    }
-
-    fn finish(&mut self, result: RttResult, ctx: &mut Context<'_>) {
-        let _ = self.result.send(result);
-        ctx.request_stop();
-    }
-}
-
-impl Actor for Pinger {
-    type In = Pong;
-
-    fn on_start(&mut self, ctx: &mut Context<'_>) {
-        let now = Instant::now();
-        self.warm_end = now + self.plan.soft_cap / 10;
-        self.warming = self.plan.warmup > 0;
-        self.soft_end = now + self.plan.soft_cap;
-        self.send_next(ctx);
-    }
-
-    fn on_message(&mut self, Pong(v): Pong, ctx: &mut Context<'_>) {
-        let t1 = Instant::now();
-        if self.histogram.is_none() {
-            return; // Done already; the bus is stopping.
-        }
-        if v != self.n {
-            self.histogram = None;
-            let corrupt = Failure::Corrupt {
-                side: "ping actor",
-                expected: self.n,
-                got: v,
-            };
-            return self.finish(Err(corrupt), ctx);
-        }
-        if self.warming {
-            if self.n >= self.plan.warmup || t1 >= self.warm_end {
-                self.warming = false;
-                self.soft_end = t1 + self.plan.soft_cap;
-            }
-        } else if let Some(h) = self.histogram.as_mut() {
-            h.saturating_record(t1.saturating_duration_since(self.t0).as_nanos() as u64);
-            self.recorded += 1;
-            let capped = t1 >= self.soft_end && self.recorded < self.plan.samples;
-            if self.recorded >= self.plan.samples || capped {
-                if let Some(histogram) = self.histogram.take() {
-                    self.finish(Ok(RttOutcome { histogram, capped }), ctx);
-                }
-                return;
-            }
-        }
-        self.send_next(ctx);
-    }
-}
-
-/// Answers every `Ping(n)` with `Pong(n)`.
-struct Echo {
-    out: Out<Pong>,
-}
-
-impl Actor for Echo {
-    type In = Ping;
-
-    fn on_message(&mut self, Ping(v): Ping, ctx: &mut Context<'_>) {
-        ctx.publish(self.out, Pong(v));
-    }
-}
-
 /// One bus round trip measurement: a fresh bus with `ping` on core 0 and `echo` on core 1.
 fn bus_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
     let (tx, rx) = mpsc::channel();
@@ -314,26 +240,16 @@ fn bus_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String
     bus.stop_timeout(DRAIN_LIMIT);
     let ping = bus
         .actor("ping", move |s: &mut Setup<'_>| {
-            let now = Instant::now();
-            Pinger {
-                out: s.output(),
-                plan,
-                n: 0,
-                warming: true,
-                warm_end: now,
-                recorded: 0,
-                soft_end: now,
-                t0: now,
-                histogram: Some(latency_histogram()),
-                result: tx.clone(),
-            }
+            Pinger::<Ping, Pong>::new(s.output(), plan, None, tx.clone())
         })
         .idle(Idle::BusySpin)
         .subscribes::<Pong>()
         .publishes::<Ping>();
     place(ping, pinning, 0);
     let echo = bus
-        .actor("echo", |s: &mut Setup<'_>| Echo { out: s.output() })
+        .actor("echo", |s: &mut Setup<'_>| {
+            Echo::<Ping, Pong>::new(s.output())
+        })
         .idle(Idle::BusySpin)
         .subscribes::<Ping>()
         .publishes::<Pong>();

@@ -46,7 +46,17 @@ SUITES:
             actors (throughput_fanout1, throughput_fanout3); the ring's
             throughput_fanout1 is a plain one-item-at-a-time stream, for
             reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
-    udp     UDP loopback round trip (not written yet)
+    udp     UDP over loopback (impls llbus, raw-spin, raw-blocking, and
+            llbus-mac, the place of the optional MAC, not measured yet):
+            round trip of 32-byte messages (rtt_p50, rtt_p99, rtt_p999,
+            rtt_max) through two bridges on two buses, against raw
+            non-blocking (spinning) and blocking UDP sockets; and llbus
+            messages/s delivered from bridge A to bridge B with batching
+            (throughput_batch) and with one message per datagram
+            (throughput_single), each with the loss in % (loss_batch,
+            loss_single) and the messages per datagram sent
+            (msgs_per_datagram_batch, msgs_per_datagram_single). Targets:
+            rtt p50 llbus - raw-spin <= +1000 ns; batch / single >= 5
     all     every suite above, in turn (the default)
 
 OPTIONS:
@@ -830,10 +840,13 @@ fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Formats a value for the table: ns as whole numbers, msgs/s in millions.
+/// Formats a value for the table: ns as whole numbers, msgs/s in millions, percentages and
+/// averages with decimals.
 fn table_cell(value: f64, unit: &str) -> String {
     match unit {
         "msgs/s" => format!("{:.2}", value / 1e6),
+        "%" => format!("{value:.2}"),
+        "msgs" => format!("{value:.1}"),
         _ => format!("{value:.0}"),
     }
 }

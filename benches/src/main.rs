@@ -1,6 +1,6 @@
 //! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|all]`.
 //!
-//! Each suite is one module (`ring`, `bus`, and later `udp`) built on the shared pieces in
+//! Each suite is one module (`ring`, `bus`, `udp`) built on the shared pieces in
 //! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
 //! throughput loops) and `onbus` (running a bus with deadlines). See `--help` for the options, and each module's docs for what it
 //! measures and how.
@@ -10,6 +10,7 @@ mod drive;
 mod harness;
 mod onbus;
 mod ring;
+mod udp;
 
 use harness::{Args, Command, Pinning, Suite, USAGE};
 
@@ -33,6 +34,6 @@ fn main() {
         bus::run(&args, &pinning);
     }
     if args.suite.includes(Suite::Udp) {
-        eprintln!("udp: suite not written yet; skipped");
+        udp::run(&args, &pinning);
     }
 }
