@@ -53,14 +53,14 @@ use std::time::{Duration, Instant};
 use llbus::{
     Actor, Backpressure, Bus, Context, Idle, Inputs, Message, Out, Report, RunningBus, Setup,
 };
-use llbus_net::{Bridge, BridgeConfig, HEADER_LEN};
+use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 
 use crate::bus::record_rtt;
 use crate::drive::{round_trip, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
-    human, print_figures, render_targets, run_rounds, secs, Args, Bound, Collector, Pinning, Spin,
-    Stuck, Target,
+    human, median, print_figures, render_targets, run_rounds, secs, Args, Bound, Collector,
+    Pinning, Spin, Stuck, Target,
 };
 use crate::onbus::{
     metric, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
@@ -192,6 +192,10 @@ const PHASES: usize = 3;
 pub fn run(args: &Args, pinning: &Pinning) {
     let plan = Plan::new(args);
     let started = Instant::now();
+    let empty = match empty_receive_ns() {
+        Ok((raw, batch)) => (format!("{raw:.0} ns"), format!("{batch:.0} ns")),
+        Err(e) => (format!("? ({e})"), "?".to_string()),
+    };
     human(
         args,
         &format!(
@@ -200,7 +204,9 @@ pub fn run(args: &Args, pinning: &Pinning) {
              plan: {} rounds; per round and impl: {} round trips (+{} warm-up) of {}-byte \
              messages; up to {} messages per throughput case; time caps {} per round trip \
              case, {} per throughput case\n\
-             (ll-udp-pubsub claims 1-2 us over raw UDP)\n",
+             an empty non-blocking receive costs {} (recv, as raw-spin polls) and {} \
+             (the bridge's recvmmsg of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
+             raw UDP\n",
             pinning.describe(),
             plan.rounds,
             plan.rtt.samples,
@@ -209,6 +215,9 @@ pub fn run(args: &Args, pinning: &Pinning) {
             plan.items,
             secs(plan.rtt.soft_cap),
             secs(plan.stream_cap),
+            empty.0,
+            empty.1,
+            BridgeConfig::default().batch,
         ),
     );
     let mut out = Collector::new(SUITE, args.verbose);
@@ -275,6 +284,36 @@ fn mac_case(phase: usize, _pinning: &Pinning, _plan: &Plan, out: &mut Collector)
 
 // ---------------------------------------------------------------------------------------------
 // Raw UDP.
+
+/// The cost of one receive on an empty non-blocking socket, in ns (median of several batches):
+/// a plain `recv` (what `raw-spin` polls with) and the bridge's batched receive
+/// (`UdpEndpoint::recv_batch`, `recvmmsg` on Linux). The spinning loops pay one per turn.
+fn empty_receive_ns() -> io::Result<(f64, f64)> {
+    let socket = UdpSocket::bind(loopback())?;
+    socket.set_nonblocking(true)?;
+    let mut endpoint = UdpEndpoint::bind(loopback(), &SocketConfig::default())?;
+    let config = BridgeConfig::default();
+    let mut batch = RecvBatch::new(config.batch, config.max_datagram);
+    let mut buf = [0u8; PAYLOAD];
+    let n = 2_000u32;
+    let (mut raw, mut batched) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let start = Instant::now();
+        for _ in 0..n {
+            let _ = std::hint::black_box(socket.recv(&mut buf));
+        }
+        raw.push(start.elapsed().as_nanos() as f64 / f64::from(n));
+        let start = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(endpoint.recv_batch(&mut batch)?);
+        }
+        batched.push(start.elapsed().as_nanos() as f64 / f64::from(n));
+    }
+    Ok((
+        median(&raw).unwrap_or(f64::NAN),
+        median(&batched).unwrap_or(f64::NAN),
+    ))
+}
 
 /// One end of a connected loopback UDP socket, sending and receiving 32-byte datagrams whose
 /// first 8 bytes are the counter (little-endian).
