@@ -489,3 +489,41 @@ fn fanout(
         capped,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtt_plan(samples: u64) -> RttPlan {
+        RttPlan {
+            warmup: 10,
+            samples,
+            soft_cap: Duration::from_secs(5),
+            hard_cap: Duration::from_secs(20),
+        }
+    }
+
+    #[test]
+    fn bus_round_trip_records_every_sample() {
+        let pinning = Pinning::disabled("test");
+        let o = bus_round_trip(&pinning, rtt_plan(200)).expect("round trip");
+        assert_eq!(o.histogram.len(), 200);
+        assert!(!o.capped);
+    }
+
+    #[test]
+    fn fanout_delivers_everything_to_every_subscriber() {
+        let pinning = Pinning::disabled("test");
+        let plan = StreamPlan {
+            items: 5_000,
+            batch: None,
+            soft_cap: Duration::from_secs(5),
+            hard_cap: Duration::from_secs(20),
+        };
+        for subscribers in [1, 3] {
+            let o = fanout(subscribers, &pinning, plan).expect("fan-out");
+            assert_eq!(o.items, 5_000);
+            assert!(o.per_sec > 0.0 && !o.capped);
+        }
+    }
+}

@@ -798,3 +798,64 @@ fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<Throughput
         capped: feed.capped.load(Ordering::Relaxed),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtt_plan(samples: u64) -> RttPlan {
+        RttPlan {
+            warmup: 10,
+            samples,
+            soft_cap: Duration::from_secs(5),
+            hard_cap: Duration::from_secs(20),
+        }
+    }
+
+    #[test]
+    fn raw_round_trips_spinning_and_blocking() {
+        let pinning = Pinning::disabled("test");
+        for blocking in [false, true] {
+            let o = raw_round_trip(blocking, &pinning, rtt_plan(100)).expect("round trip");
+            assert_eq!(o.histogram.len(), 100);
+        }
+    }
+
+    #[test]
+    fn bridges_round_trip_and_stream() {
+        let pinning = Pinning::disabled("test");
+        let o = llbus_round_trip(&pinning, rtt_plan(100), &BridgeConfig::default())
+            .expect("round trip through the bridges");
+        assert_eq!(o.histogram.len(), 100);
+        let args = Args {
+            suite: crate::harness::Suite::Udp,
+            json: false,
+            rounds: Some(1),
+            quick: true,
+            verbose: false,
+        };
+        let plan = Plan {
+            items: 2_000,
+            stream_cap: Duration::from_secs(5),
+            ..Plan::new(&args)
+        };
+        for single in [false, true] {
+            let o = throughput(single, &pinning, &plan).expect("throughput");
+            assert!(o.received > 0 && o.per_sec > 0.0, "{o:?}");
+            let per_datagram = o.msgs_per_datagram;
+            if single {
+                // One per data datagram; the few control datagrams pull the mean a little lower.
+                assert!((0.9..=1.0).contains(&per_datagram), "{o:?}");
+            } else {
+                assert!(per_datagram > 1.0, "{o:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_frame_is_header_and_payload() {
+        assert_eq!(ONE_FRAME, 80);
+        let payload = llbus_net::payload_size(Data::TOPIC_ID, &Data::with(u64::MAX)).unwrap();
+        assert_eq!(payload, PAYLOAD);
+    }
+}
