@@ -125,8 +125,9 @@ pub type RttResult = Result<RttOutcome, Failure>;
 /// counter sent. The histogram is allocated when the actor is made (in its factory).
 ///
 /// It starts in `on_start`, or, given a `go` flag, in the first `poll` after the flag is set
-/// (once the network subscriptions exist). With no answer [`LOST_AFTER`] after a ping, it
-/// gives up (a datagram was lost).
+/// (once the network subscriptions exist). Given a `go` flag (over the network), it also gives
+/// up when no answer came [`LOST_AFTER`] after a ping (a datagram was lost); within one bus
+/// nothing can be lost, and the measuring thread's hard cap bounds a stuck run.
 pub struct Pinger<P, Q> {
     out: Out<P>,
     plan: RttPlan,
@@ -145,8 +146,8 @@ pub struct Pinger<P, Q> {
     _answer: PhantomData<fn(Q)>,
 }
 
-/// How long the pinger waits for an answer before it gives up.
-pub const LOST_AFTER: Duration = Duration::from_secs(1);
+/// How long the pinger waits for an answer over the network before it gives up.
+pub const LOST_AFTER: Duration = Duration::from_secs(3);
 
 impl<P: Counter, Q: Counter> Pinger<P, Q> {
     /// A pinger publishing on `out`; see the type's docs.
@@ -212,11 +213,12 @@ impl<P: Counter, Q: Counter> Actor for Pinger<P, Q> {
                 self.begin(ctx);
                 return 1;
             }
-        } else if self.histogram.is_some()
+        } else if self.go.is_some()
+            && self.histogram.is_some()
             && ctx.now().saturating_duration_since(self.t0) > LOST_AFTER
         {
             let lost =
-                Failure::Stuck("ping actor: no answer 1 s after its ping (a datagram lost?)");
+                Failure::Stuck("ping actor: no answer 3 s after its ping (a datagram lost?)");
             self.finish(Err(lost), ctx);
         }
         0

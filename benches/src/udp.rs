@@ -89,6 +89,10 @@ pub const PER_POLL: u64 = 256;
 const SINK_CAPACITY: usize = 8192;
 const SINK_BUDGET: usize = 4096;
 
+/// After the publisher's last message, how long the sink may go without receiving anything
+/// before the rest counts as lost.
+const SETTLE: Duration = Duration::from_millis(200);
+
 /// How long the subscriptions may take to show in the bridges' gauges (refreshed every
 /// second).
 const SUBSCRIBE_LIMIT: Duration = Duration::from_secs(5);
@@ -735,15 +739,19 @@ fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<Throughput
                 secs(plan.hard_cap)
             ));
         }
-        // Then until nothing more arrives for 20 ms.
+        // Then until everything arrived, or nothing more arrived for SETTLE (what UDP lost).
+        let published = feed.published.load(Ordering::Relaxed);
         let mut seen = sink.received.load(Ordering::Acquire);
+        let mut moved = Instant::now();
         loop {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(2));
             let now = sink.received.load(Ordering::Acquire);
-            if now == seen || Instant::now() >= deadline {
+            if now != seen {
+                (seen, moved) = (now, Instant::now());
+            }
+            if now >= published || moved.elapsed() >= SETTLE || Instant::now() >= deadline {
                 return Ok(());
             }
-            seen = now;
         }
     });
     let (report_a, report_b) = stop_both(ra, rb)?;
@@ -812,12 +820,18 @@ mod tests {
         }
     }
 
+    /// Every sample, or fewer with the time cap's flag (a loaded machine).
+    fn complete_or_capped(o: &RttOutcome, samples: u64) -> bool {
+        let n = o.histogram.len();
+        n > 0 && (n == samples || o.capped)
+    }
+
     #[test]
     fn raw_round_trips_spinning_and_blocking() {
         let pinning = Pinning::disabled("test");
         for blocking in [false, true] {
             let o = raw_round_trip(blocking, &pinning, rtt_plan(100)).expect("round trip");
-            assert_eq!(o.histogram.len(), 100);
+            assert!(complete_or_capped(&o, 100));
         }
     }
 
@@ -826,7 +840,7 @@ mod tests {
         let pinning = Pinning::disabled("test");
         let o = llbus_round_trip(&pinning, rtt_plan(100), &BridgeConfig::default())
             .expect("round trip through the bridges");
-        assert_eq!(o.histogram.len(), 100);
+        assert!(complete_or_capped(&o, 100));
         let args = Args {
             suite: crate::harness::Suite::Udp,
             json: false,
