@@ -732,7 +732,9 @@ fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<Throughput
                 secs(plan.hard_cap)
             ));
         }
-        // Then until everything arrived, or nothing more arrived for SETTLE (what UDP lost).
+        // Then until everything arrived, or nothing more arrived for SETTLE after something
+        // did (what UDP lost). Nothing at all yet means bridge B's thread has not run (a
+        // starved core on a shared VM): wait for it, up to the hard cap.
         let published = feed.published.load(Ordering::Relaxed);
         let mut seen = sink.received.load(Ordering::Acquire);
         let mut moved = Instant::now();
@@ -742,7 +744,8 @@ fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<Throughput
             if now != seen {
                 (seen, moved) = (now, Instant::now());
             }
-            if now >= published || moved.elapsed() >= SETTLE || Instant::now() >= deadline {
+            let settled = now > 0 && moved.elapsed() >= SETTLE;
+            if now >= published || settled || Instant::now() >= deadline {
                 return Ok(());
             }
         }
@@ -777,8 +780,22 @@ fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<Throughput
         ));
     }
     if received == 0 {
+        let nonzero = |r: &Report, actor: &str| {
+            r.actor(actor)
+                .map(|a| {
+                    a.metrics
+                        .iter()
+                        .filter(|(_, v)| *v > 0)
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
         return Err(format!(
-            "nothing arrived at bridge B ({arrived} messages in, {sent} sent)"
+            "nothing arrived at the sink within the hard cap: was bridge B's thread starved? ({arrived} messages in at bridge B, {sent} sent by bridge A; A: {}; B: {})",
+            nonzero(&report_a, "bridge-a"),
+            nonzero(&report_b, "bridge-b")
         ));
     }
     let secs = last.saturating_duration_since(t0).as_secs_f64();
