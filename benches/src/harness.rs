@@ -39,8 +39,24 @@ SUITES:
             (p50/p99/p99.9/max) and one-way throughput (single item and batch)
             for the llbus ring, rtrb, crossbeam, std mpsc, disruptor and the
             cache-line floor
-    bus     round trip through the bus against the bare ring (not written yet)
-    udp     UDP loopback round trip (not written yet)
+    bus     the bus against its bare ring (impls llbus-bus, llbus-ring): round
+            trip between two actors on two pinned busy-spinning threads
+            (rtt_p50, rtt_p99, rtt_p999, rtt_max), and messages/s per
+            subscriber of one publisher fanning out to 1 and to 3 subscriber
+            actors (throughput_fanout1, throughput_fanout3); the ring's
+            throughput_fanout1 is a plain one-item-at-a-time stream, for
+            reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
+    udp     UDP over loopback (impls llbus, raw-spin, raw-blocking, and
+            llbus-mac, the place of the optional MAC, not measured yet):
+            round trip of 32-byte messages (rtt_p50, rtt_p99, rtt_p999,
+            rtt_max) through two bridges on two buses, against raw
+            non-blocking (spinning) and blocking UDP sockets; and llbus
+            messages/s delivered from bridge A to bridge B with batching
+            (throughput_batch) and with one message per datagram
+            (throughput_single), each with the loss in % (loss_batch,
+            loss_single) and the messages per datagram sent
+            (msgs_per_datagram_batch, msgs_per_datagram_single). Targets:
+            rtt p50 llbus - raw-spin <= +1000 ns; batch / single >= 5
     all     every suite above, in turn (the default)
 
 OPTIONS:
@@ -233,6 +249,12 @@ impl Pinning {
             reason,
             failed_later: AtomicBool::new(false),
         }
+    }
+
+    /// Whether threads are pinned: suites that place their own threads (a bus's) pin them to
+    /// [`CORES`] only then.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Pinning switched off, for tests.
@@ -659,6 +681,21 @@ impl Collector {
     /// The median over rounds of `num / den`, each pair taken from the same round: steadier
     /// than a ratio of medians when the machine's speed shifts from round to round.
     pub fn paired_ratio(&self, num: (&str, &str), den: (&str, &str)) -> Option<f64> {
+        self.paired(num, den, |n, d| (d > 0.0).then_some(n / d))
+    }
+
+    /// The median over rounds of `num - den`, each pair taken from the same round.
+    pub fn paired_difference(&self, num: (&str, &str), den: (&str, &str)) -> Option<f64> {
+        self.paired(num, den, |n, d| Some(n - d))
+    }
+
+    /// The median over rounds of `combine(num, den)`, each pair taken from the same round.
+    fn paired(
+        &self,
+        num: (&str, &str),
+        den: (&str, &str),
+        combine: impl Fn(f64, f64) -> Option<f64>,
+    ) -> Option<f64> {
         let values = |(imp, case): (&str, &str)| {
             self.entries
                 .iter()
@@ -666,15 +703,97 @@ impl Collector {
                 .map(|e| e.values.as_slice())
         };
         let (num, den) = (values(num)?, values(den)?);
-        let ratios: Vec<f64> = num
+        let combined: Vec<f64> = num
             .iter()
             .filter_map(|&(r, n)| {
                 let &(_, d) = den.iter().find(|&&(rd, _)| rd == r)?;
-                (d > 0.0).then_some(n / d)
+                combine(n, d)
             })
             .collect();
-        median(&ratios)
+        median(&combined)
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Targets.
+
+/// How a [`Target`] compares its two figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bound {
+    /// `num / den <= limit`.
+    RatioAtMost(f64),
+    /// `num / den >= limit`.
+    RatioAtLeast(f64),
+    /// `num - den <= limit`, in the figures' unit.
+    ExcessAtMost(f64, &'static str),
+}
+
+/// One of an issue's targets: figure `num` compared with figure `den` of the same run.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// What is compared, for the output.
+    pub what: &'static str,
+    /// (implementation, case) of the figure compared.
+    pub num: (&'static str, &'static str),
+    /// (implementation, case) of the figure it is compared with.
+    pub den: (&'static str, &'static str),
+    /// The comparison and its limit.
+    pub bound: Bound,
+}
+
+/// The targets checked against `figures`, one line each: the value from the medians, and the
+/// median of the values of each round (steadier when the machine's speed shifts between
+/// rounds); the verdict goes by the latter when both exist.
+pub fn render_targets(targets: &[Target], figures: &[Figure], out: &Collector) -> String {
+    let mut s =
+        String::from("targets (within this run: from the medians | median of per-round values):\n");
+    for t in targets {
+        let num = find(figures, t.num.0, t.num.1);
+        let den = find(figures, t.den.0, t.den.1);
+        let (of_medians, paired) = match t.bound {
+            Bound::RatioAtMost(_) | Bound::RatioAtLeast(_) => (
+                match (num, den) {
+                    (Some(n), Some(d)) if d > 0.0 => Some(n / d),
+                    _ => None,
+                },
+                out.paired_ratio(t.num, t.den),
+            ),
+            Bound::ExcessAtMost(..) => (
+                num.zip(den).map(|(n, d)| n - d),
+                out.paired_difference(t.num, t.den),
+            ),
+        };
+        let (show, limit_text, met): (fn(f64) -> String, String, bool) = match t.bound {
+            Bound::RatioAtMost(l) => (
+                |r| format!("{r:.3}"),
+                format!("<= {l:.2}"),
+                paired.or(of_medians).is_some_and(|r| r <= l),
+            ),
+            Bound::RatioAtLeast(l) => (
+                |r| format!("{r:.3}"),
+                format!(">= {l:.2}"),
+                paired.or(of_medians).is_some_and(|r| r >= l),
+            ),
+            Bound::ExcessAtMost(l, unit) => (
+                |d| format!("{d:+.0}"),
+                format!("<= +{l:.0} {unit}"),
+                paired.or(of_medians).is_some_and(|d| d <= l),
+            ),
+        };
+        let show = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), show);
+        let verdict = match (paired.or(of_medians), met) {
+            (None, _) => "figure missing",
+            (Some(_), true) => "met",
+            (Some(_), false) => "MISSED",
+        };
+        s.push_str(&format!(
+            "  {:<38} {:>6} | {:>6}  (target {limit_text})  {verdict}\n",
+            t.what,
+            show(of_medians),
+            show(paired),
+        ));
+    }
+    s
 }
 
 /// Looks up the value of `case` for `implementation`.
@@ -721,10 +840,13 @@ fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Formats a value for the table: ns as whole numbers, msgs/s in millions.
+/// Formats a value for the table: ns as whole numbers, msgs/s in millions, percentages and
+/// averages with decimals.
 fn table_cell(value: f64, unit: &str) -> String {
     match unit {
         "msgs/s" => format!("{:.2}", value / 1e6),
+        "%" => format!("{value:.2}"),
+        "msgs" => format!("{value:.1}"),
         _ => format!("{value:.0}"),
     }
 }
@@ -1027,6 +1149,59 @@ mod tests {
             table.contains("[2] std-mpsc throughput_batch: no batch API"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn targets_ratios_and_excess() {
+        let mut c = Collector::new("udp", false);
+        for (round, (a, b)) in [(5000.0, 4500.0), (6000.0, 4000.0), (5200.0, 5000.0)]
+            .into_iter()
+            .enumerate()
+        {
+            c.round = round;
+            c.add("llbus", "rtt_p50", "ns", a);
+            c.add("raw", "rtt_p50", "ns", b);
+        }
+        // Per-round differences 500, 2000, 200: median 500; of the medians 5200 - 4500 = 700.
+        assert_eq!(
+            c.paired_difference(("llbus", "rtt_p50"), ("raw", "rtt_p50")),
+            Some(500.0)
+        );
+        let figs = c.figures();
+        let t = |bound| Target {
+            what: "x",
+            num: ("llbus", "rtt_p50"),
+            den: ("raw", "rtt_p50"),
+            bound,
+        };
+        let text = render_targets(
+            &[
+                t(Bound::ExcessAtMost(1000.0, "ns")),
+                t(Bound::ExcessAtMost(100.0, "ns")),
+                t(Bound::RatioAtMost(1.10)),
+                t(Bound::RatioAtLeast(5.0)),
+            ],
+            &figs,
+            &c,
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].contains("+700 |   +500  (target <= +1000 ns)  met"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with("MISSED"), "{text}");
+        assert!(lines[3].contains("(target <= 1.10)  MISSED"), "{text}");
+        assert!(lines[4].contains("(target >= 5.00)  MISSED"), "{text}");
+        let missing = render_targets(
+            &[Target {
+                num: ("nobody", "rtt_p50"),
+                ..t(Bound::RatioAtMost(1.0))
+            }],
+            &figs,
+            &c,
+        );
+        assert!(missing.contains("n/a |    n/a"), "{missing}");
+        assert!(missing.trim_end().ends_with("figure missing"), "{missing}");
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|all]`.
 //!
-//! Each suite is one module (`ring`, and later `bus` and `udp`) built on the shared pieces in
-//! `harness` (arguments, pinning, rounds, statistics, output) and `drive` (the round-trip and
-//! throughput loops). See `--help` for the options, and each module's docs for what it
+//! Each suite is one module (`ring`, `bus`, `udp`) built on the shared pieces in
+//! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
+//! throughput loops) and `onbus` (running a bus with deadlines). See `--help` for the options, and each module's docs for what it
 //! measures and how.
 
+mod bus;
 mod drive;
 mod harness;
+mod onbus;
 mod ring;
+mod udp;
 
 use harness::{Args, Command, Pinning, Suite, USAGE};
 
@@ -27,9 +30,10 @@ fn main() {
     if args.suite.includes(Suite::Ring) {
         ring::run(&args, &pinning);
     }
-    for (suite, name) in [(Suite::Bus, "bus"), (Suite::Udp, "udp")] {
-        if args.suite.includes(suite) {
-            eprintln!("{name}: suite not written yet; skipped");
-        }
+    if args.suite.includes(Suite::Bus) {
+        bus::run(&args, &pinning);
+    }
+    if args.suite.includes(Suite::Udp) {
+        udp::run(&args, &pinning);
     }
 }

@@ -34,8 +34,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, clock_step_ns, find, human, print_figures, run_rounds, secs, Args, Collector,
-    Figure, Percentiles, Pinning, Spin, Stuck,
+    clock_cost_ns, clock_step_ns, find, human, print_figures, render_targets, run_rounds, secs,
+    Args, Bound, Collector, Percentiles, Pinning, Spin, Stuck, Target,
 };
 
 /// Slots in every queue.
@@ -244,7 +244,7 @@ pub fn run(args: &Args, pinning: &Pinning) {
     );
     let figures = out.figures();
     print_figures(args, &figures);
-    human(args, &targets(&figures, &out));
+    human(args, &render_targets(&TARGETS, &figures, &out));
     if let Some(floor) = find(&figures, "floor", "rtt_p50").filter(|f| *f > 0.0) {
         human(
             args,
@@ -263,85 +263,39 @@ pub fn run(args: &Args, pinning: &Pinning) {
     );
 }
 
-/// One of the targets: `num` / `den` compared with `limit`.
-struct Target {
-    what: &'static str,
-    num: (&'static str, &'static str),
-    den: (&'static str, &'static str),
-    at_most: bool,
-    limit: f64,
-}
-
 /// The targets, as ratios of figures of this run.
 const TARGETS: [Target; 5] = [
     Target {
         what: "rtt p50 llbus / floor",
         num: ("llbus", "rtt_p50"),
         den: ("floor", "rtt_p50"),
-        at_most: true,
-        limit: 1.05,
+        bound: Bound::RatioAtMost(1.05),
     },
     Target {
         what: "rtt p50 llbus / rtrb",
         num: ("llbus", "rtt_p50"),
         den: ("rtrb", "rtt_p50"),
-        at_most: true,
-        limit: 1.0,
+        bound: Bound::RatioAtMost(1.0),
     },
     Target {
         what: "rtt p99.9 llbus / rtrb",
         num: ("llbus", "rtt_p999"),
         den: ("rtrb", "rtt_p999"),
-        at_most: true,
-        limit: 1.0,
+        bound: Bound::RatioAtMost(1.0),
     },
     Target {
         what: "throughput single llbus / rtrb",
         num: ("llbus", "throughput_single"),
         den: ("rtrb", "throughput_single"),
-        at_most: false,
-        limit: 1.0,
+        bound: Bound::RatioAtLeast(1.0),
     },
     Target {
         what: "throughput batch llbus / rtrb single",
         num: ("llbus", "throughput_batch"),
         den: ("rtrb", "throughput_single"),
-        at_most: false,
-        limit: 1.5,
+        bound: Bound::RatioAtLeast(1.5),
     },
 ];
-
-/// The targets checked against `figures`, one line each: the ratio of the medians, and the
-/// median of the ratios of each round (steadier when the machine's speed shifts between
-/// rounds); the verdict goes by the latter when both exist.
-fn targets(figures: &[Figure], out: &Collector) -> String {
-    let mut s = String::from(
-        "targets (ratios within this run: of medians | median of per-round ratios):\n",
-    );
-    for t in &TARGETS {
-        let op = if t.at_most { "<=" } else { ">=" };
-        let (what, limit) = (t.what, t.limit);
-        let num = find(figures, t.num.0, t.num.1);
-        let den = find(figures, t.den.0, t.den.1);
-        let of_medians = match (num, den) {
-            (Some(n), Some(d)) if d > 0.0 => Some(n / d),
-            _ => None,
-        };
-        let paired = out.paired_ratio(t.num, t.den);
-        let show = |r: Option<f64>| r.map_or_else(|| "n/a".to_string(), |r| format!("{r:.3}"));
-        let verdict = match paired.or(of_medians) {
-            Some(r) if (t.at_most && r <= limit) || (!t.at_most && r >= limit) => "met",
-            Some(_) => "MISSED",
-            None => "figure missing",
-        };
-        s.push_str(&format!(
-            "  {what:<38} {:>6} | {:>6}  (target {op} {limit:.2})  {verdict}\n",
-            show(of_medians),
-            show(paired),
-        ));
-    }
-    s
-}
 
 // ---------------------------------------------------------------------------------------------
 // Adapters. Spinning waits call `spin.tick()` after each failed attempt.

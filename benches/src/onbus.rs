@@ -1,0 +1,287 @@
+//! Running an llbus bus inside a measurement, bounded in time: the `bus` and `udp` suites build
+//! a fresh bus (or two) per measurement, wait for their actors' results with a deadline, then
+//! stop and join them with a deadline too.
+//!
+//! A bus that does not stop is an error, never a hang: [`stop_and_join`] joins on a helper
+//! thread and, if the bus is still running [`STOP_LIMIT`] after it was asked to stop, prints
+//! why and ends the process (its threads would still spin on the benchmark cores, so no later
+//! figure of the run could be trusted).
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use llbus::{Actor, ActorBuilder, Context, GroupBuilder, Message, Out, Report, RunningBus};
+
+use crate::drive::{Failure, RttOutcome, RttPlan};
+use crate::harness::{latency_histogram, secs, Pinning, CORES};
+
+/// How long a bus may take to stop once asked, before the run gives up on it.
+pub const STOP_LIMIT: Duration = Duration::from_secs(15);
+
+/// How long each bus may take to drain on a graceful stop (`BusBuilder::stop_timeout`).
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// Exit status when a bus does not stop.
+const EXIT_BUS_HUNG: i32 = 3;
+
+/// Asks `running` to stop and joins it, waiting at most [`STOP_LIMIT`].
+///
+/// # Errors
+///
+/// The bus's own error (an actor panicked), as text.
+pub fn stop_and_join(running: RunningBus, what: &str) -> Result<Report, String> {
+    running.stop();
+    let (tx, rx) = mpsc::channel();
+    let joiner = std::thread::Builder::new()
+        .name("bench-join".into())
+        .spawn(move || {
+            let _ = tx.send(running.join());
+        })
+        .map_err(|e| format!("{what}: cannot spawn a thread to join the bus: {e}"))?;
+    match rx.recv_timeout(STOP_LIMIT) {
+        Ok(result) => {
+            let _ = joiner.join();
+            result.map_err(|e| format!("{what}: the bus failed: {e}"))
+        }
+        Err(_) => {
+            eprintln!(
+                "FATAL: {what}: the bus did not stop within {} of being asked; its threads \
+                 still spin on the benchmark cores, so no later figure would be fair: exiting",
+                secs(STOP_LIMIT)
+            );
+            std::process::exit(EXIT_BUS_HUNG);
+        }
+    }
+}
+
+/// Polls `ready` every millisecond until it holds (`true`) or `deadline` passes (`false`).
+pub fn wait_until(deadline: Instant, mut ready: impl FnMut() -> bool) -> bool {
+    loop {
+        if ready() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Named metric `name` of actor `actor` in `report`, 0 if absent.
+pub fn metric(report: &Report, actor: &str, name: &str) -> u64 {
+    report
+        .actor(actor)
+        .and_then(|a| a.metric(name))
+        .unwrap_or(0)
+}
+
+/// Pins an actor's own thread to benchmark core `which` (0 or 1) when pinning is on.
+pub fn place<'b, A: Actor>(
+    builder: ActorBuilder<'b, A>,
+    pinning: &Pinning,
+    which: usize,
+) -> ActorBuilder<'b, A> {
+    if pinning.enabled() {
+        builder.on_core(CORES[which])
+    } else {
+        builder
+    }
+}
+
+/// Pins a group's thread to benchmark core `which` (0 or 1) when pinning is on.
+pub fn place_group<'b>(
+    builder: GroupBuilder<'b>,
+    pinning: &Pinning,
+    which: usize,
+) -> GroupBuilder<'b> {
+    if pinning.enabled() {
+        builder.on_core(CORES[which])
+    } else {
+        builder
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The round-trip actors, shared by the `bus` and `udp` suites.
+
+/// A message that carries a counter: what the round-trip actors bounce.
+pub trait Counter: Message + Clone {
+    /// The message carrying `n`.
+    fn with(n: u64) -> Self;
+    /// The counter it carries.
+    fn n(&self) -> u64;
+}
+
+/// What the pinger hands back when it is done.
+pub type RttResult = Result<RttOutcome, Failure>;
+
+/// Publishes `P(n)`, times the `Q(n)` that answers it, and publishes the next, like
+/// `examples/pingpong.rs`. Mirrors `drive::round_trip`'s loop: one `Instant::now()` before
+/// publishing and one when the answer is handled; warm-up (at most a tenth of the time cap)
+/// not recorded, then samples until the count or the time cap; the answer must carry the
+/// counter sent. The histogram is allocated when the actor is made (in its factory).
+///
+/// It starts in `on_start`, or, given a `go` flag, in the first `poll` after the flag is set
+/// (once the network subscriptions exist). Given a `go` flag (over the network), it also gives
+/// up when no answer came [`LOST_AFTER`] after a ping (a datagram was lost); within one bus
+/// nothing can be lost, and the measuring thread's hard cap bounds a stuck run.
+pub struct Pinger<P, Q> {
+    out: Out<P>,
+    plan: RttPlan,
+    go: Option<Arc<AtomicBool>>,
+    started: bool,
+    /// The counter of the ping in flight.
+    n: u64,
+    warming: bool,
+    warm_end: Instant,
+    recorded: u64,
+    soft_end: Instant,
+    t0: Instant,
+    /// `None` once the result is sent.
+    histogram: Option<Histogram<u64>>,
+    result: mpsc::Sender<RttResult>,
+    _answer: PhantomData<fn(Q)>,
+}
+
+/// How long the pinger waits for an answer over the network before it gives up.
+///
+/// Loopback does not lose a lone datagram; what this catches in practice is a starved thread:
+/// on the shared 2-vCPU VM a pinned thread was seen runnable but given no CPU for over a
+/// second. Long enough not to call that a loss, shorter than the hard cap.
+pub const LOST_AFTER: Duration = Duration::from_secs(10);
+
+impl<P: Counter, Q: Counter> Pinger<P, Q> {
+    /// A pinger publishing on `out`; see the type's docs.
+    pub fn new(
+        out: Out<P>,
+        plan: RttPlan,
+        go: Option<Arc<AtomicBool>>,
+        result: mpsc::Sender<RttResult>,
+    ) -> Self {
+        let now = Instant::now();
+        Self {
+            out,
+            plan,
+            go,
+            started: false,
+            n: 0,
+            warming: true,
+            warm_end: now,
+            recorded: 0,
+            soft_end: now,
+            t0: now,
+            histogram: Some(latency_histogram()),
+            result,
+            _answer: PhantomData,
+        }
+    }
+
+    fn begin(&mut self, ctx: &mut Context<'_>) {
+        self.started = true;
+        let now = Instant::now();
+        self.warm_end = now + self.plan.soft_cap / 10;
+        self.warming = self.plan.warmup > 0;
+        self.soft_end = now + self.plan.soft_cap;
+        self.send_next(ctx);
+    }
+
+    #[inline]
+    fn send_next(&mut self, ctx: &mut Context<'_>) {
+        self.n += 1;
+        self.t0 = Instant::now();
+        ctx.publish(self.out, P::with(self.n));
+    }
+
+    fn finish(&mut self, result: RttResult, ctx: &mut Context<'_>) {
+        self.histogram = None;
+        let _ = self.result.send(result);
+        ctx.request_stop();
+    }
+}
+
+impl<P: Counter, Q: Counter> Actor for Pinger<P, Q> {
+    type In = Q;
+
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        if self.go.is_none() {
+            self.begin(ctx);
+        }
+    }
+
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        if !self.started {
+            if self.go.as_ref().is_some_and(|g| g.load(Ordering::Acquire)) {
+                self.begin(ctx);
+                return 1;
+            }
+        } else if self.go.is_some()
+            && self.histogram.is_some()
+            && ctx.now().saturating_duration_since(self.t0) > LOST_AFTER
+        {
+            let lost =
+                Failure::Stuck("ping actor: no answer 10 s after its ping (a datagram lost?)");
+            self.finish(Err(lost), ctx);
+        }
+        0
+    }
+
+    fn on_message(&mut self, answer: Q, ctx: &mut Context<'_>) {
+        let t1 = Instant::now();
+        if self.histogram.is_none() {
+            return; // Done already; the bus is stopping.
+        }
+        let v = answer.n();
+        if v != self.n {
+            let corrupt = Failure::Corrupt {
+                side: "ping actor",
+                expected: self.n,
+                got: v,
+            };
+            return self.finish(Err(corrupt), ctx);
+        }
+        if self.warming {
+            if self.n >= self.plan.warmup || t1 >= self.warm_end {
+                self.warming = false;
+                self.soft_end = t1 + self.plan.soft_cap;
+            }
+        } else if let Some(h) = self.histogram.as_mut() {
+            h.saturating_record(t1.saturating_duration_since(self.t0).as_nanos() as u64);
+            self.recorded += 1;
+            let capped = t1 >= self.soft_end && self.recorded < self.plan.samples;
+            if self.recorded >= self.plan.samples || capped {
+                if let Some(histogram) = self.histogram.take() {
+                    self.finish(Ok(RttOutcome { histogram, capped }), ctx);
+                }
+                return;
+            }
+        }
+        self.send_next(ctx);
+    }
+}
+
+/// Answers every `P(n)` with `Q(n)`.
+pub struct Echo<P, Q> {
+    out: Out<Q>,
+    _ping: PhantomData<fn(P)>,
+}
+
+impl<P, Q> Echo<P, Q> {
+    /// An echo publishing on `out`.
+    pub fn new(out: Out<Q>) -> Self {
+        Self {
+            out,
+            _ping: PhantomData,
+        }
+    }
+}
+
+impl<P: Counter, Q: Counter> Actor for Echo<P, Q> {
+    type In = P;
+
+    fn on_message(&mut self, ping: P, ctx: &mut Context<'_>) {
+        ctx.publish(self.out, Q::with(ping.n()));
+    }
+}

@@ -1,0 +1,888 @@
+//! The `udp` suite: the network bridge over loopback against raw UDP loops.
+//!
+//! Everything runs over 127.0.0.1 with ephemeral ports, in one process, round after round
+//! (each round runs every implementation once per measurement, in rotating order; figures are
+//! medians over rounds).
+//!
+//! Round trip (`rtt_p50`, `rtt_p99`, `rtt_p999`, `rtt_max`, ns) of a 32-byte message carrying a
+//! counter, timed on the first side (one `Instant::now()` before sending, one after the echo
+//! came back) into an HDR histogram:
+//! - `raw-spin`: two threads pinned to cores 0 and 1 (the ring suite's driver,
+//!   `drive::round_trip`), each with a non-blocking `std::net::UdpSocket` connected to the
+//!   other (`send`/`recv`, the cheapest calls: the floor for the bridge), spinning on `recv`
+//!   and echoing 32-byte datagrams;
+//! - `raw-blocking`: the same with blocking sockets (the thread sleeps in `recv`);
+//! - `llbus`: two buses, each with a bridge: A exports `Ping` and imports `Pong` from B; B
+//!   imports `Ping` from A and exports `Pong`. A pinger actor on A and an echo actor on B, as
+//!   in `examples/pingpong.rs`. Each host is one thread: its bridge and its actor in a group
+//!   pinned to core 0 (A) or 1 (B) with `Idle::BusySpin`, so the bridges' busy polling is what
+//!   spins. The edges from an actor to its own thread's bridge are `DropNewest` (a `Block` edge
+//!   within one thread is refused by the bus; with one message in flight nothing is dropped,
+//!   which is checked). Timing starts once each bridge's `subscribers.<topic>` gauge shows the
+//!   other's subscription. A datagram on the wire is the 48-byte frame header and the 32-byte
+//!   payload.
+//! - `llbus-mac`: the place for the optional MAC's cost (the hardening issue): the `llbus`
+//!   round trip with the bridges' MAC switched on. Not implemented yet: the row says so. When
+//!   the MAC lands, [`mac_rtt_case`] runs [`llbus_round_trip`] with a `BridgeConfig` that turns
+//!   it on.
+//!
+//! Throughput of 32-byte messages from bus A through bridge A to bridge B (`llbus` only): a
+//! publisher actor in A's group publishes `0, 1, 2, ...` as fast as its thread allows for the
+//! time cap (0.3 s; at most 50 million messages), [`PER_POLL`] per `poll` (the bridge takes up
+//! to 256 per poll), and a sink actor in B's
+//! group takes its ring itself (`takes`, so it keeps up with whole `recvmmsg` batches) and
+//! counts. Delivered messages per second = messages the sink got / (time of the sink's last
+//! batch - time of the first publish). UDP drops under overload, so the loss is reported too
+//! (`loss_*`, % of the messages bridge A sent that bridge B did not receive: its
+//! `messages_out` against B's `messages_in`), and the average messages per datagram bridge A
+//! sent (`msgs_per_datagram_*`).
+//! - `throughput_batch`: default bridge settings: bridge A packs what is queued into datagrams
+//!   of up to 1472 bytes (18 frames of 80 bytes);
+//! - `throughput_single`: the same with bridge A's `max_datagram` set to 80 bytes, the 48-byte
+//!   header plus the 32-byte payload, so exactly one message fits in a datagram: one message
+//!   per datagram, everything else equal (B's settings are the defaults in both cases).
+//!
+//! Every bus run is bounded: subscriptions and results are awaited with deadlines, and a bus
+//! that does not stop ends the run with an error (see `onbus`).
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use llbus::{
+    Actor, Backpressure, Bus, Context, Idle, Inputs, Message, Out, Report, RunningBus, Setup,
+};
+use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
+use serde::{Deserialize, Serialize};
+
+use crate::bus::record_rtt;
+use crate::drive::{round_trip, Receiver, RttOutcome, RttPlan, Sender};
+use crate::harness::{
+    human, median, print_figures, render_targets, run_rounds, secs, Args, Bound, Collector,
+    Pinning, Spin, Stuck, Target,
+};
+use crate::onbus::{
+    metric, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
+};
+
+/// Suite name in the output.
+const SUITE: &str = "udp";
+
+/// `impl` names.
+const LLBUS: &str = "llbus";
+const RAW_SPIN: &str = "raw-spin";
+const RAW_BLOCKING: &str = "raw-blocking";
+const MAC: &str = "llbus-mac";
+
+/// Payload bytes of every message and raw datagram.
+pub const PAYLOAD: usize = 32;
+
+/// Bridge A's `max_datagram` in the single case: exactly one frame.
+pub const ONE_FRAME: usize = HEADER_LEN + PAYLOAD;
+
+/// Messages the throughput publisher publishes per `poll` (the bridge's export budget).
+pub const PER_POLL: u64 = 256;
+
+/// Ring capacity of the throughput sink's subscription, and what it takes per `poll`: more
+/// than a whole `recvmmsg` batch of full datagrams (32 x 18).
+const SINK_CAPACITY: usize = 8192;
+const SINK_BUDGET: usize = 4096;
+
+/// After the publisher's last message, how long the sink may go without receiving anything
+/// before the rest counts as lost.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// How long the subscriptions may take to show in the bridges' gauges (refreshed every
+/// second).
+const SUBSCRIBE_LIMIT: Duration = Duration::from_secs(5);
+
+/// A 32-byte message with a counter: `n` and 24 bytes of padding (bincode, fixed-width).
+macro_rules! counter_message {
+    ($name:ident, $topic:tt) => {
+        #[derive(Message, Serialize, Deserialize, Clone, Copy, Debug)]
+        #[message(topic = $topic)]
+        struct $name {
+            n: u64,
+            a: u64,
+            b: u64,
+            c: u64,
+        }
+
+        impl Counter for $name {
+            fn with(n: u64) -> Self {
+                Self {
+                    n,
+                    a: 0,
+                    b: 0,
+                    c: 0,
+                }
+            }
+            fn n(&self) -> u64 {
+                self.n
+            }
+        }
+    };
+}
+
+counter_message!(Ping, "bench.udp.ping");
+counter_message!(Pong, "bench.udp.pong");
+counter_message!(Data, "bench.udp.data");
+
+/// Sizes for one run of the suite.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    rounds: usize,
+    rtt: RttPlan,
+    items: u64,
+    stream_cap: Duration,
+    hard_cap: Duration,
+    budget: Duration,
+}
+
+impl Plan {
+    fn new(args: &Args) -> Self {
+        let hard_cap = Duration::from_secs(20);
+        let (rounds, warmup, samples, items, rtt_cap, stream_cap) = if args.quick {
+            (3, 200, 5_000, 200_000, 200, 100)
+        } else {
+            (7, 2_000, 50_000, 50_000_000, 700, 300)
+        };
+        Self {
+            rounds: args.rounds.unwrap_or(rounds),
+            rtt: RttPlan {
+                warmup,
+                samples,
+                soft_cap: Duration::from_millis(rtt_cap),
+                hard_cap,
+            },
+            items,
+            stream_cap: Duration::from_millis(stream_cap),
+            hard_cap,
+            budget: match args.rounds {
+                Some(_) => Duration::MAX,
+                None => Duration::from_secs(150),
+            },
+        }
+    }
+}
+
+/// The issue's targets.
+const TARGETS: [Target; 2] = [
+    Target {
+        what: "rtt p50 llbus - raw-spin",
+        num: (LLBUS, "rtt_p50"),
+        den: (RAW_SPIN, "rtt_p50"),
+        bound: Bound::ExcessAtMost(1000.0, "ns"),
+    },
+    Target {
+        what: "throughput llbus batch / single",
+        num: (LLBUS, "throughput_batch"),
+        den: (LLBUS, "throughput_single"),
+        bound: Bound::RatioAtLeast(5.0),
+    },
+];
+
+/// One implementation's part of a round: `(phase, pinning, plan, out)`.
+type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
+
+/// Every implementation, in table order.
+const CONTENDERS: &[CaseFn] = &[llbus_case, raw_spin_case, raw_blocking_case, mac_case];
+
+/// Measurements per round: round trip, batched throughput, one message per datagram.
+const PHASES: usize = 3;
+
+/// Runs the suite and prints its figures.
+pub fn run(args: &Args, pinning: &Pinning) {
+    let plan = Plan::new(args);
+    let started = Instant::now();
+    let empty = match empty_receive_ns() {
+        Ok((raw, batch)) => (format!("{raw:.0} ns"), format!("{batch:.0} ns")),
+        Err(e) => (format!("? ({e})"), "?".to_string()),
+    };
+    human(
+        args,
+        &format!(
+            "== udp: loopback round trip through the bridges against raw UDP; batching ==\n\
+             threads: {} (llbus: one group thread per bus, bridge and actor together)\n\
+             plan: {} rounds; per round and impl: {} round trips (+{} warm-up) of {}-byte \
+             messages, time cap {}; each throughput case publishes for {} (at most {} \
+             messages)\n\
+             an empty non-blocking receive costs {} (recv, as raw-spin polls) and {} \
+             (the bridge's recvmmsg of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
+             raw UDP\n",
+            pinning.describe(),
+            plan.rounds,
+            plan.rtt.samples,
+            plan.rtt.warmup,
+            PAYLOAD,
+            secs(plan.rtt.soft_cap),
+            secs(plan.stream_cap),
+            plan.items,
+            empty.0,
+            empty.1,
+            BridgeConfig::default().batch,
+        ),
+    );
+    let mut out = Collector::new(SUITE, args.verbose);
+    let rounds_done = run_rounds(
+        &mut out,
+        PHASES,
+        CONTENDERS.len(),
+        plan.rounds,
+        plan.budget,
+        |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
+    );
+    let figures = out.figures();
+    print_figures(args, &figures);
+    human(args, &render_targets(&TARGETS, &figures, &out));
+    human(
+        args,
+        &format!(
+            "udp: {rounds_done} rounds in {}; figures are medians over rounds\n\n",
+            secs(started.elapsed())
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases.
+
+fn llbus_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    match phase {
+        0 => record_rtt(
+            LLBUS,
+            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default()),
+            out,
+        ),
+        1 => throughput_case(false, pinning, plan, out),
+        _ => throughput_case(true, pinning, plan, out),
+    }
+}
+
+fn raw_spin_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(RAW_SPIN, raw_round_trip(false, pinning, plan.rtt), out);
+    }
+}
+
+fn raw_blocking_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(RAW_BLOCKING, raw_round_trip(true, pinning, plan.rtt), out);
+    }
+}
+
+/// The optional MAC's place (see the module docs): once the hardening issue adds it, run
+/// `llbus_round_trip(pinning, plan.rtt, &config_with_mac)` here and record it under [`MAC`]
+/// (and, if wanted, a throughput case with the MAC on).
+fn mac_case(phase: usize, _pinning: &Pinning, _plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        out.note(
+            MAC,
+            "rtt_p50",
+            "ns",
+            "not measured yet: the bridge's optional MAC is not implemented (hardening issue); this row is its place",
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw UDP.
+
+/// The cost of one receive on an empty non-blocking socket, in ns (median of several batches):
+/// a plain `recv` (what `raw-spin` polls with) and the bridge's batched receive
+/// (`UdpEndpoint::recv_batch`, `recvmmsg` on Linux). The spinning loops pay one per turn.
+fn empty_receive_ns() -> io::Result<(f64, f64)> {
+    let socket = UdpSocket::bind(loopback())?;
+    socket.set_nonblocking(true)?;
+    let mut endpoint = UdpEndpoint::bind(loopback(), &SocketConfig::default())?;
+    let config = BridgeConfig::default();
+    let mut batch = RecvBatch::new(config.batch, config.max_datagram);
+    let mut buf = [0u8; PAYLOAD];
+    let n = 2_000u32;
+    let (mut raw, mut batched) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let start = Instant::now();
+        for _ in 0..n {
+            let _ = std::hint::black_box(socket.recv(&mut buf));
+        }
+        raw.push(start.elapsed().as_nanos() as f64 / f64::from(n));
+        let start = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(endpoint.recv_batch(&mut batch)?);
+        }
+        batched.push(start.elapsed().as_nanos() as f64 / f64::from(n));
+    }
+    Ok((
+        median(&raw).unwrap_or(f64::NAN),
+        median(&batched).unwrap_or(f64::NAN),
+    ))
+}
+
+/// One end of a connected loopback UDP socket, sending and receiving 32-byte datagrams whose
+/// first 8 bytes are the counter (little-endian).
+#[derive(Debug)]
+struct RawUdp {
+    socket: UdpSocket,
+    blocking: bool,
+    buf: [u8; PAYLOAD],
+}
+
+impl Sender for RawUdp {
+    #[inline]
+    fn send(&mut self, v: u64, spin: &mut Spin) -> Result<(), Stuck> {
+        self.buf[..8].copy_from_slice(&v.to_le_bytes());
+        loop {
+            match self.socket.send(&self.buf) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => spin.tick()?,
+                Err(_) => return Err(Stuck),
+            }
+        }
+    }
+}
+
+impl Receiver for RawUdp {
+    #[inline]
+    fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
+        loop {
+            match self.socket.recv(&mut self.buf) {
+                Ok(n) if n >= 8 => {
+                    let mut v = [0u8; 8];
+                    v.copy_from_slice(&self.buf[..8]);
+                    return Ok(u64::from_le_bytes(v));
+                }
+                Ok(_) => {} // A runt: not ours.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Non-blocking: nothing yet. Blocking: the read timeout (the hard cap) passed.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !self.blocking => {
+                    spin.tick()?;
+                }
+                Err(_) => return Err(Stuck),
+            }
+        }
+    }
+}
+
+/// Two connected loopback sockets, as (ping side's (tx, rx), echo side's (rx, tx)).
+#[allow(clippy::type_complexity)]
+fn raw_pair(
+    blocking: bool,
+    hard_cap: Duration,
+) -> io::Result<((RawUdp, RawUdp), (RawUdp, RawUdp))> {
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let a = UdpSocket::bind(loopback)?;
+    let b = UdpSocket::bind(loopback)?;
+    a.connect(b.local_addr()?)?;
+    b.connect(a.local_addr()?)?;
+    for s in [&a, &b] {
+        if blocking {
+            // Bounds every blocking wait by the hard cap.
+            s.set_read_timeout(Some(hard_cap))?;
+        } else {
+            s.set_nonblocking(true)?;
+        }
+    }
+    let end = |socket| RawUdp {
+        socket,
+        blocking,
+        buf: [0; PAYLOAD],
+    };
+    Ok(((end(a.try_clone()?), end(a)), (end(b.try_clone()?), end(b))))
+}
+
+fn raw_round_trip(blocking: bool, pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
+    let (ping, echo) =
+        raw_pair(blocking, plan.hard_cap).map_err(|e| format!("cannot set up sockets: {e}"))?;
+    round_trip(pinning, ping, echo, plan).map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the bridges.
+
+fn loopback() -> SocketAddr {
+    ([127, 0, 0, 1], 0).into()
+}
+
+/// Starts a bus, with the error as text.
+fn start(bus: llbus::BusBuilder, what: &str) -> Result<RunningBus, String> {
+    bus.start()
+        .map_err(|e| format!("{what}: the bus did not start: {e}"))
+}
+
+/// Stops and joins both buses (B first: it is the one that subscribes), keeping the first
+/// error.
+fn stop_both(a: RunningBus, b: RunningBus) -> Result<(Report, Report), String> {
+    let rb = stop_and_join(b, "bus B");
+    let ra = stop_and_join(a, "bus A");
+    Ok((ra?, rb?))
+}
+
+/// Waits until the bridge `actor` of `bus` counts a subscriber of `topic` (the gauge is
+/// refreshed once a second).
+fn wait_subscribed(bus: &RunningBus, actor: &str, topic: &str) -> Result<(), String> {
+    let gauge = format!("subscribers.{topic}");
+    if wait_until(Instant::now() + SUBSCRIBE_LIMIT, || {
+        metric(&bus.report(), actor, &gauge) >= 1
+    }) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{actor} had no subscriber of '{topic}' after {}",
+            secs(SUBSCRIBE_LIMIT)
+        ))
+    }
+}
+
+/// One round trip measurement through two bridges on two fresh buses (see the module docs);
+/// `config` is both bridges' settings.
+fn llbus_round_trip(
+    pinning: &Pinning,
+    plan: RttPlan,
+    config: &BridgeConfig,
+) -> Result<RttOutcome, String> {
+    let bind = |name| {
+        Bridge::bind_with(loopback(), config.clone())
+            .map(|b| b.name(name))
+            .map_err(|e| format!("cannot bind a bridge: {e}"))
+    };
+    let (bridge_a, bridge_b) = (bind("bridge-a")?, bind("bridge-b")?);
+    let (addr_a, addr_b) = (bridge_a.local_addr(), bridge_b.local_addr());
+    let bridge_a = bridge_a.export::<Ping>().import::<Pong>(addr_b);
+    let bridge_b = bridge_b.import::<Ping>(addr_a).export::<Pong>();
+
+    let go = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let mut a = Bus::builder();
+    a.stop_timeout(DRAIN_LIMIT);
+    a.add(bridge_a)
+        .backpressure::<Ping>(Backpressure::DropNewest)
+        .group("host-a");
+    let g = Arc::clone(&go);
+    a.actor("ping", move |s: &mut Setup<'_>| {
+        Pinger::<Ping, Pong>::new(s.output(), plan, Some(Arc::clone(&g)), tx.clone())
+    })
+    .subscribes::<Pong>()
+    .publishes::<Ping>()
+    .group("host-a");
+    place_group(a.group("host-a").idle(Idle::BusySpin), pinning, 0);
+
+    let mut b = Bus::builder();
+    b.stop_timeout(DRAIN_LIMIT);
+    b.add(bridge_b)
+        .backpressure::<Pong>(Backpressure::DropNewest)
+        .group("host-b");
+    b.actor("echo", |s: &mut Setup<'_>| {
+        Echo::<Ping, Pong>::new(s.output())
+    })
+    .subscribes::<Ping>()
+    .publishes::<Pong>()
+    .group("host-b");
+    place_group(b.group("host-b").idle(Idle::BusySpin), pinning, 1);
+
+    let ra = start(a, "bus A")?;
+    let rb = match start(b, "bus B") {
+        Ok(rb) => rb,
+        Err(e) => {
+            stop_and_join(ra, "bus A")?;
+            return Err(e);
+        }
+    };
+    let ready = wait_subscribed(&ra, "bridge-a", Ping::TOPIC)
+        .and_then(|()| wait_subscribed(&rb, "bridge-b", Pong::TOPIC));
+    let got = match ready {
+        Ok(()) => {
+            go.store(true, Ordering::Release);
+            rx.recv_timeout(plan.hard_cap)
+                .map_err(|_| format!("no result within {} (stuck)", secs(plan.hard_cap)))
+        }
+        Err(e) => Err(e),
+    };
+    let (report_a, report_b) = stop_both(ra, rb)?;
+    let outcome = got?.map_err(|e| e.to_string())?;
+    // With one message in flight the DropNewest edges never fill; check it.
+    for (report, topic, from, to) in [
+        (&report_a, Ping::TOPIC, "ping", "bridge-a"),
+        (&report_b, Pong::TOPIC, "echo", "bridge-b"),
+    ] {
+        if let Some(e) = report.edge(topic, from, to).filter(|e| e.dropped > 0) {
+            return Err(format!("{from} -> {to} dropped {} messages", e.dropped));
+        }
+    }
+    Ok(outcome)
+}
+
+/// What the throughput publisher shares with the measuring thread.
+#[derive(Debug, Default)]
+struct FeedShared {
+    t0: OnceLock<Instant>,
+    /// Set once it has published its last message; then `published` holds.
+    done: AtomicBool,
+    published: AtomicU64,
+}
+
+/// Publishes `0, 1, ..` up to `items` (or until the time cap), [`PER_POLL`] per poll, once
+/// `go` is set.
+struct Feeder {
+    out: Out<Data>,
+    go: Arc<AtomicBool>,
+    next: u64,
+    items: u64,
+    soft_cap: Duration,
+    soft_end: Option<Instant>,
+    shared: Arc<FeedShared>,
+}
+
+impl Actor for Feeder {
+    type In = ();
+
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        if self.next >= self.items || !self.go.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let soft_end = match self.soft_end {
+            Some(t) => t,
+            None => {
+                let t0 = Instant::now();
+                let _ = self.shared.t0.set(t0);
+                *self.soft_end.insert(t0 + self.soft_cap)
+            }
+        };
+        let end = (self.next + PER_POLL).min(self.items);
+        for n in self.next..end {
+            ctx.publish(self.out, Data::with(n));
+        }
+        let n = (end - self.next) as usize;
+        self.next = end;
+        if self.next < self.items && ctx.now() >= soft_end {
+            self.items = self.next; // The time cap: stop here.
+        }
+        if self.next >= self.items {
+            self.shared.published.store(self.next, Ordering::Relaxed);
+            self.shared.done.store(true, Ordering::Release);
+        }
+        n
+    }
+}
+
+/// What the throughput sink shares with the measuring thread.
+#[derive(Debug)]
+struct SinkShared {
+    epoch: Instant,
+    received: AtomicU64,
+    /// When the last batch arrived, in ns since `epoch`.
+    last_ns: AtomicU64,
+    /// Messages that came with a counter not above the previous one (loopback should not
+    /// reorder or duplicate).
+    out_of_order: AtomicU64,
+}
+
+/// Takes its ring itself, a few thousand messages per poll, and counts.
+struct Sink {
+    inputs: Inputs<Data>,
+    next: u64,
+    received: u64,
+    out_of_order: u64,
+    shared: Arc<SinkShared>,
+}
+
+impl Actor for Sink {
+    type In = ();
+
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+
+    fn poll(&mut self, _ctx: &mut Context<'_>) -> usize {
+        let (next, bad) = (&mut self.next, &mut self.out_of_order);
+        let n = self.inputs.poll(SINK_BUDGET, |m| {
+            if m.n >= *next {
+                *next = m.n + 1;
+            } else {
+                *bad += 1;
+            }
+        });
+        if n > 0 {
+            self.received += n as u64;
+            let now = self.shared.epoch.elapsed().as_nanos() as u64;
+            self.shared.last_ns.store(now, Ordering::Relaxed);
+            self.shared
+                .out_of_order
+                .store(self.out_of_order, Ordering::Relaxed);
+            self.shared.received.store(self.received, Ordering::Release);
+        }
+        n
+    }
+}
+
+/// The outcome of one throughput measurement.
+#[derive(Debug)]
+struct ThroughputOutcome {
+    per_sec: f64,
+    loss_pct: f64,
+    msgs_per_datagram: f64,
+}
+
+fn throughput_case(single: bool, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    let (case, loss, fill) = if single {
+        (
+            "throughput_single",
+            "loss_single",
+            "msgs_per_datagram_single",
+        )
+    } else {
+        ("throughput_batch", "loss_batch", "msgs_per_datagram_batch")
+    };
+    match throughput(single, pinning, plan) {
+        Ok(o) => {
+            out.add(LLBUS, case, "msgs/s", o.per_sec);
+            out.add(LLBUS, loss, "%", o.loss_pct);
+            out.add(LLBUS, fill, "msgs", o.msgs_per_datagram);
+        }
+        Err(e) => {
+            eprintln!("ERROR: {LLBUS} {case}: {e}");
+            out.note(LLBUS, case, "msgs/s", format!("FAILED: {e}"));
+        }
+    }
+}
+
+/// One throughput measurement on two fresh buses; see the module docs.
+fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<ThroughputOutcome, String> {
+    let config_a = BridgeConfig {
+        max_datagram: if single {
+            ONE_FRAME
+        } else {
+            BridgeConfig::default().max_datagram
+        },
+        ..BridgeConfig::default()
+    };
+    let bridge_a = Bridge::bind_with(loopback(), config_a)
+        .map_err(|e| format!("cannot bind bridge A: {e}"))?
+        .name("bridge-a");
+    let bridge_b = Bridge::bind(loopback())
+        .map_err(|e| format!("cannot bind bridge B: {e}"))?
+        .name("bridge-b");
+    let addr_a = bridge_a.local_addr();
+    let bridge_a = bridge_a.export::<Data>();
+    let bridge_b = bridge_b.import::<Data>(addr_a);
+
+    let go = Arc::new(AtomicBool::new(false));
+    let feed = Arc::new(FeedShared::default());
+    let sink = Arc::new(SinkShared {
+        epoch: Instant::now(),
+        received: AtomicU64::new(0),
+        last_ns: AtomicU64::new(0),
+        out_of_order: AtomicU64::new(0),
+    });
+
+    let mut a = Bus::builder();
+    a.stop_timeout(DRAIN_LIMIT);
+    // Declared first: each round the bridge sends what the feeder published the round before
+    // (at most PER_POLL, within the bridge's budget), so its ring never overflows.
+    a.add(bridge_a)
+        .backpressure::<Data>(Backpressure::DropNewest)
+        .group("host-a");
+    let (g, f) = (Arc::clone(&go), Arc::clone(&feed));
+    let (items, soft_cap) = (plan.items, plan.stream_cap);
+    a.actor("feed", move |s: &mut Setup<'_>| Feeder {
+        out: s.output(),
+        go: Arc::clone(&g),
+        next: 0,
+        items,
+        soft_cap,
+        soft_end: None,
+        shared: Arc::clone(&f),
+    })
+    .publishes::<Data>()
+    .group("host-a");
+    place_group(a.group("host-a").idle(Idle::BusySpin), pinning, 0);
+
+    let mut b = Bus::builder();
+    b.stop_timeout(DRAIN_LIMIT);
+    b.add(bridge_b).group("host-b");
+    let k = Arc::clone(&sink);
+    b.actor("sink", move |s: &mut Setup<'_>| Sink {
+        inputs: s.inputs::<Data>(),
+        next: 0,
+        received: 0,
+        out_of_order: 0,
+        shared: Arc::clone(&k),
+    })
+    .takes::<Data>()
+    .capacity::<Data>(SINK_CAPACITY)
+    .group("host-b");
+    place_group(b.group("host-b").idle(Idle::BusySpin), pinning, 1);
+
+    let ra = start(a, "bus A")?;
+    let rb = match start(b, "bus B") {
+        Ok(rb) => rb,
+        Err(e) => {
+            stop_and_join(ra, "bus A")?;
+            return Err(e);
+        }
+    };
+    let run = wait_subscribed(&ra, "bridge-a", Data::TOPIC).and_then(|()| {
+        go.store(true, Ordering::Release);
+        let deadline = Instant::now() + plan.hard_cap;
+        if !wait_until(deadline, || feed.done.load(Ordering::Acquire)) {
+            return Err(format!(
+                "the publisher did not finish within {}",
+                secs(plan.hard_cap)
+            ));
+        }
+        // Then until everything arrived, or nothing more arrived for SETTLE after something
+        // did (what UDP lost). Nothing at all yet means bridge B's thread has not run (a
+        // starved core on a shared VM): wait for it, up to the hard cap.
+        let published = feed.published.load(Ordering::Relaxed);
+        let mut seen = sink.received.load(Ordering::Acquire);
+        let mut moved = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(2));
+            let now = sink.received.load(Ordering::Acquire);
+            if now != seen {
+                (seen, moved) = (now, Instant::now());
+            }
+            let settled = now > 0 && moved.elapsed() >= SETTLE;
+            if now >= published || settled || Instant::now() >= deadline {
+                return Ok(());
+            }
+        }
+    });
+    let (report_a, report_b) = stop_both(ra, rb)?;
+    run?;
+    let t0 = *feed.t0.get().ok_or("the publisher never started")?;
+    let received = sink.received.load(Ordering::Acquire);
+    let last = sink.epoch + Duration::from_nanos(sink.last_ns.load(Ordering::Relaxed));
+    let out_of_order = sink.out_of_order.load(Ordering::Relaxed);
+    if out_of_order > 0 {
+        return Err(format!(
+            "{out_of_order} messages arrived out of order or twice over loopback"
+        ));
+    }
+    if let Some(e) = report_a
+        .edge(Data::TOPIC, "feed", "bridge-a")
+        .filter(|e| e.dropped > 0)
+    {
+        return Err(format!(
+            "the publisher's ring to bridge A dropped {} messages",
+            e.dropped
+        ));
+    }
+    let sent = metric(&report_a, "bridge-a", "messages_out");
+    let datagrams = metric(&report_a, "bridge-a", "datagrams_out");
+    let arrived = metric(&report_b, "bridge-b", "messages_in");
+    let published = feed.published.load(Ordering::Relaxed);
+    if sent != published {
+        return Err(format!(
+            "bridge A sent {sent} of the {published} messages published"
+        ));
+    }
+    if received == 0 {
+        let nonzero = |r: &Report, actor: &str| {
+            r.actor(actor)
+                .map(|a| {
+                    a.metrics
+                        .iter()
+                        .filter(|(_, v)| *v > 0)
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        return Err(format!(
+            "nothing arrived at the sink within the hard cap: was bridge B's thread starved? ({arrived} messages in at bridge B, {sent} sent by bridge A; A: {}; B: {})",
+            nonzero(&report_a, "bridge-a"),
+            nonzero(&report_b, "bridge-b")
+        ));
+    }
+    let secs = last.saturating_duration_since(t0).as_secs_f64();
+    Ok(ThroughputOutcome {
+        per_sec: if secs > 0.0 {
+            received as f64 / secs
+        } else {
+            f64::NAN
+        },
+        loss_pct: if sent > 0 {
+            100.0 * sent.saturating_sub(arrived) as f64 / sent as f64
+        } else {
+            f64::NAN
+        },
+        // Data datagrams only: the few control datagrams (acks, heartbeats) are not worth
+        // subtracting at these counts.
+        msgs_per_datagram: if datagrams > 0 {
+            sent as f64 / datagrams as f64
+        } else {
+            f64::NAN
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtt_plan(samples: u64) -> RttPlan {
+        RttPlan {
+            warmup: 10,
+            samples,
+            soft_cap: Duration::from_secs(5),
+            hard_cap: Duration::from_secs(20),
+        }
+    }
+
+    /// Every sample, or fewer with the time cap's flag (a loaded machine).
+    fn complete_or_capped(o: &RttOutcome, samples: u64) -> bool {
+        let n = o.histogram.len();
+        n > 0 && (n == samples || o.capped)
+    }
+
+    #[test]
+    fn raw_round_trips_spinning_and_blocking() {
+        let pinning = Pinning::disabled("test");
+        for blocking in [false, true] {
+            let o = raw_round_trip(blocking, &pinning, rtt_plan(100)).expect("round trip");
+            assert!(complete_or_capped(&o, 100));
+        }
+    }
+
+    #[test]
+    fn bridges_round_trip_and_stream() {
+        let pinning = Pinning::disabled("test");
+        let o = llbus_round_trip(&pinning, rtt_plan(100), &BridgeConfig::default())
+            .expect("round trip through the bridges");
+        assert!(complete_or_capped(&o, 100));
+        let args = Args {
+            suite: crate::harness::Suite::Udp,
+            json: false,
+            rounds: Some(1),
+            quick: true,
+            verbose: false,
+        };
+        let plan = Plan {
+            items: 2_000,
+            stream_cap: Duration::from_secs(5),
+            ..Plan::new(&args)
+        };
+        for single in [false, true] {
+            let o = throughput(single, &pinning, &plan).expect("throughput");
+            assert!(o.per_sec > 0.0, "{o:?}");
+            let per_datagram = o.msgs_per_datagram;
+            if single {
+                // One per data datagram; the few control datagrams pull the mean a little lower.
+                assert!((0.9..=1.0).contains(&per_datagram), "{o:?}");
+            } else {
+                assert!(per_datagram > 1.0, "{o:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_frame_is_header_and_payload() {
+        assert_eq!(ONE_FRAME, 80);
+        let payload = llbus_net::payload_size(Data::TOPIC_ID, &Data::with(u64::MAX)).unwrap();
+        assert_eq!(payload, PAYLOAD);
+    }
+}
