@@ -838,6 +838,17 @@ impl BridgeActor {
             let list: Arc<[SocketAddr]> = self.subscribers.subscribers(topic_id).collect();
             d.subscribers.write(list);
         }
+        self.refresh_gauges();
+    }
+
+    /// Sets the subscribers-per-topic gauges (at once when the table changes, so that a test
+    /// or an operator waiting for a subscription sees it without waiting for the next second).
+    fn refresh_gauges(&self) {
+        let topics = self.exports.iter().map(|e| e.topic_id());
+        let topics = topics.chain(self.directs.iter().map(|d| d.topic_id));
+        for (topic_id, gauge) in topics.zip(&self.subscriber_gauges) {
+            gauge.set(self.subscribers.subscribers(topic_id).count() as u64);
+        }
     }
 
     /// Pumps every export. Returns messages taken.
@@ -1004,11 +1015,7 @@ impl BridgeActor {
                 .chain(self.compat_exports.iter().map(|(p, _)| p.stats()))
                 .chain(self.compat_imports.iter().map(|p| p.stats())),
         );
-        let topics = self.exports.iter().map(|e| e.topic_id());
-        let topics = topics.chain(self.directs.iter().map(|d| d.topic_id));
-        for (topic_id, gauge) in topics.zip(&self.subscriber_gauges) {
-            gauge.set(self.subscribers.subscribers(topic_id).count() as u64);
-        }
+        self.refresh_gauges();
     }
 }
 
@@ -1063,11 +1070,15 @@ impl Actor for BridgeActor {
     fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
 
     fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
-        let mut work = self.receive(ctx);
+        // Send first: what the bus queued since the last round (a reply, say) leaves before
+        // this round's receive system calls. NB: an empty `recvmmsg` costs ~0.5 us here (the
+        // `udp` benchmark), which receiving first added to every same-thread round trip.
+        let mut work = self.pump();
+        work += self.receive(ctx);
         if !self.compat_exports.is_empty() || !self.compat_imports.is_empty() {
             work += self.receive_compat(ctx);
         }
-        work + self.pump()
+        work
     }
 
     fn drain(&mut self, _ctx: &mut Context<'_>) -> usize {

@@ -129,7 +129,8 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
         } = out;
         let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some();
         let mut enc = BatchEncoder::new(buf);
-        let timestamp_ns = realtime_ns();
+        // Read once per pump, and only if there is something to stamp.
+        let mut timestamp_ns = None;
         let (seq, logged) = (&mut self.seq, &mut self.logged);
         let taken = self.inputs.poll(budget, |msg| {
             if !subscribed {
@@ -141,7 +142,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                 fingerprint: T::FINGERPRINT,
                 session: *session,
                 seq: *seq + 1,
-                timestamp_ns,
+                timestamp_ns: *timestamp_ns.get_or_insert_with(realtime_ns),
             };
             let pushed = match enc.push_data(meta, &msg) {
                 Err(EncodeError::Full { .. }) => {

@@ -134,7 +134,7 @@ pub struct Context<'a> {
     pub(crate) actor: &'a str,
     pub(crate) outputs: &'a mut [Box<dyn AnyOutput>],
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
-    pub(crate) now: Instant,
+    pub(crate) now: &'a std::cell::Cell<Option<Instant>>,
     pub(crate) control: &'a Control,
 }
 
@@ -194,9 +194,10 @@ impl Context<'_> {
         }
     }
 
-    /// The time the current round of this actor's thread began.
+    /// The time of the current round of this actor's thread: read from the clock the first
+    /// time it is asked for in a round (or by the runner, for ticks), then the same all round.
     pub fn now(&self) -> Instant {
-        self.now
+        super::runner::read_clock(self.now)
     }
 
     /// The actor's name.
