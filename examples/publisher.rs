@@ -294,8 +294,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     loop {
         std::thread::sleep(Duration::from_millis(1));
         let now = Instant::now();
-        if !shared.go.load(Ordering::Relaxed) && metric(&running.report(), "datagrams_in") > 0 {
-            println!("publisher: first subscription request arrived; counting");
+        // Start once a subscriber is admitted (v1: it proved its address with a cookie, which
+        // takes a round trip or, if the challenge is lost, a renewal period); in compat mode,
+        // which has no handshake, at its first Subscribe.
+        let r = running.report();
+        let subscribed = if args.compat {
+            metric(&r, "datagrams_in") > 0
+        } else {
+            metric(&r, &subscribers) > 0
+        };
+        if !shared.go.load(Ordering::Relaxed) && subscribed {
+            println!("publisher: a subscriber is admitted; counting");
             shared.go.store(true, Ordering::Release);
         }
         if now >= next_line {
