@@ -103,10 +103,21 @@ impl Rng {
 
 /// One bad datagram of kind `k` into `buf`; returns its length. Every kind is certain to be
 /// rejected: wrong magic or version, an impossible length, a reserved kind, a truncated header,
-/// a frame that lies about its payload length, a data frame of a topic nobody imports, or a
-/// data frame of the imported topic from a sender that is not its publisher.
-fn bad_datagram(k: u64, rng: &mut Rng, valid: &[u8], buf: &mut [u8; 2048]) -> usize {
-    match k % 8 {
+/// a frame that lies about its payload length, a data frame of a topic nobody imports, a data
+/// frame of the imported topic from a sender that is not its publisher, or a Subscribe with a
+/// replayed cookie (one issued to another address).
+fn bad_datagram(
+    k: u64,
+    rng: &mut Rng,
+    valid: &[u8],
+    replayed: &[u8],
+    buf: &mut [u8; 2048],
+) -> usize {
+    if k % 9 == 8 {
+        buf[..replayed.len()].copy_from_slice(replayed);
+        return replayed.len();
+    }
+    match k % 9 {
         // Random bytes of a random length (the magic is "LLU": a random prefix is not it).
         0 => {
             let len = 1 + rng.below(1400) as usize;
@@ -226,6 +237,41 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     };
     let valid = &valid[..valid_len];
 
+    // A cookie really issued by the publisher, to another address (a victim's), replayed from
+    // the attacker's socket: it must not verify there.
+    let replayed = {
+        let victim = std::net::UdpSocket::bind(loopback).unwrap();
+        victim
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let subscribe = |cookie| {
+            let mut buf = [0u8; 256];
+            let mut enc = BatchEncoder::new(&mut buf);
+            enc.push_control(&Control::Subscribe {
+                topic_id: Tick::TOPIC_ID,
+                fingerprint: Tick::FINGERPRINT,
+                session: 9,
+                cookie,
+            })
+            .unwrap();
+            enc.as_bytes().to_vec()
+        };
+        victim.send_to(&subscribe(None), pub_addr).unwrap();
+        let mut reply = [0u8; 256];
+        let n = victim
+            .recv(&mut reply)
+            .expect("a cookie challenge for the victim");
+        let frame = llbus_net::parse_datagram(&reply[..n], 1472)
+            .unwrap()
+            .next()
+            .unwrap();
+        let cookie = match Control::from_frame(&frame).unwrap() {
+            Control::CookieChallenge { cookie, .. } => cookie,
+            other => panic!("expected a challenge, got {other:?}"),
+        };
+        subscribe(Some(cookie))
+    };
+
     let before_rss = resident_kib();
     let report_a0 = running_a.report();
     let report_b0 = running_b.report();
@@ -243,7 +289,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     while i < flood {
         let n = 64.min(flood - i) as usize;
         for j in 0..n {
-            lens[j] = bad_datagram(i + j as u64, &mut rng, valid, &mut bufs[j]);
+            lens[j] = bad_datagram(i + j as u64, &mut rng, valid, &replayed, &mut bufs[j]);
         }
         // Alternate targets batch by batch: the publisher and the subscriber.
         let target = if (i / 64) % 2 == 0 {
@@ -330,6 +376,10 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     // The spoofed data frames at the subscriber are refused as coming from a stranger.
     assert!(metric(&report_b, "flood-sub", "drop.unknown_sender") > 0);
     assert!(metric(&report_a, "flood-pub", "drop.bad_magic") > 0);
+    // Replayed cookies never admit the attacker: counted, and the publisher's only subscriber
+    // is still the real one.
+    assert!(metric(&report_a, "flood-pub", "drop.bad_cookie") > 0);
+    assert_eq!(metric(&report_a, "flood-pub", "subscribers.flood.tick"), 1);
     assert!(
         after_rss < before_rss + 16 * 1024,
         "resident memory grew from {before_rss} KiB to {after_rss} KiB"

@@ -665,9 +665,13 @@ impl BridgeActor {
                 }
                 if !self.proven(src, cookie, now_ns) {
                     // Unproven address: the only answer is a challenge, no larger than the
-                    // request, and rate-limited per source.
+                    // request, and rate-limited per source. A datagram is counted under one
+                    // reason only: a bad cookie was counted already, so its refused challenge
+                    // is not counted again.
                     if !self.limiter.allow(src.ip(), now_ns) {
-                        self.metrics.drop(DropReason::RateLimited);
+                        if cookie.is_none() {
+                            self.metrics.drop(DropReason::RateLimited);
+                        }
                         return;
                     }
                     let challenge = Control::CookieChallenge {
