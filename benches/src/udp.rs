@@ -21,10 +21,9 @@
 //!   which is checked). Timing starts once each bridge's `subscribers.<topic>` gauge shows the
 //!   other's subscription. A datagram on the wire is the 48-byte frame header and the 32-byte
 //!   payload.
-//! - `llbus-mac`: the place for the optional MAC's cost (the hardening issue): the `llbus`
-//!   round trip with the bridges' MAC switched on. Not implemented yet: the row says so. When
-//!   the MAC lands, [`mac_rtt_case`] runs [`llbus_round_trip`] with a `BridgeConfig` that turns
-//!   it on.
+//! - `llbus-mac`: the optional pre-shared-key MAC's cost: the `llbus` round trip and batched
+//!   throughput with both bridges sealing control and data (`BridgeConfig::psk`, a keyed BLAKE3
+//!   tag of 16 bytes per datagram), beside `llbus` without it in the same run.
 //!
 //! Throughput of 32-byte messages from bus A through bridge A to bridge B (`llbus` only): a
 //! publisher actor in A's group publishes `0, 1, 2, ...` as fast as its thread allows for the
@@ -273,17 +272,30 @@ fn raw_blocking_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Col
     }
 }
 
-/// The optional MAC's place (see the module docs): once the hardening issue adds it, run
-/// `llbus_round_trip(pinning, plan.rtt, &config_with_mac)` here and record it under [`MAC`]
-/// (and, if wanted, a throughput case with the MAC on).
-fn mac_case(phase: usize, _pinning: &Pinning, _plan: &Plan, out: &mut Collector) {
-    if phase == 0 {
-        out.note(
-            MAC,
-            "rtt_p50",
-            "ns",
-            "not measured yet: the bridge's optional MAC is not implemented (hardening issue); this row is its place",
-        );
+/// The key both bridges share in the MAC case.
+const MAC_KEY: [u8; 32] = [0x5a; 32];
+
+/// The `llbus` round trip and batched throughput with the pre-shared-key MAC on.
+fn mac_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    match phase {
+        0 => {
+            let config = BridgeConfig {
+                psk: Some(MAC_KEY),
+                ..BridgeConfig::default()
+            };
+            record_rtt(MAC, llbus_round_trip(pinning, plan.rtt, &config), out);
+        }
+        1 => {}
+        _ => match throughput(false, true, pinning, plan) {
+            Ok(o) => {
+                out.add(MAC, "throughput_batch", "msgs/s", o.per_sec);
+                out.add(MAC, "loss_batch", "%", o.loss_pct);
+            }
+            Err(e) => {
+                eprintln!("ERROR: {MAC} throughput_batch: {e}");
+                out.note(MAC, "throughput_batch", "msgs/s", format!("FAILED: {e}"));
+            }
+        },
     }
 }
 
@@ -635,7 +647,7 @@ fn throughput_case(single: bool, pinning: &Pinning, plan: &Plan, out: &mut Colle
     } else {
         ("throughput_batch", "loss_batch", "msgs_per_datagram_batch")
     };
-    match throughput(single, pinning, plan) {
+    match throughput(single, false, pinning, plan) {
         Ok(o) => {
             out.add(LLBUS, case, "msgs/s", o.per_sec);
             out.add(LLBUS, loss, "%", o.loss_pct);
@@ -649,19 +661,30 @@ fn throughput_case(single: bool, pinning: &Pinning, plan: &Plan, out: &mut Colle
 }
 
 /// One throughput measurement on two fresh buses; see the module docs.
-fn throughput(single: bool, pinning: &Pinning, plan: &Plan) -> Result<ThroughputOutcome, String> {
+fn throughput(
+    single: bool,
+    mac: bool,
+    pinning: &Pinning,
+    plan: &Plan,
+) -> Result<ThroughputOutcome, String> {
+    let psk = mac.then_some(MAC_KEY);
     let config_a = BridgeConfig {
         max_datagram: if single {
             ONE_FRAME
         } else {
             BridgeConfig::default().max_datagram
         },
+        psk,
         ..BridgeConfig::default()
     };
     let bridge_a = Bridge::bind_with(loopback(), config_a)
         .map_err(|e| format!("cannot bind bridge A: {e}"))?
         .name("bridge-a");
-    let bridge_b = Bridge::bind(loopback())
+    let config_b = BridgeConfig {
+        psk,
+        ..BridgeConfig::default()
+    };
+    let bridge_b = Bridge::bind_with(loopback(), config_b)
         .map_err(|e| format!("cannot bind bridge B: {e}"))?
         .name("bridge-b");
     let addr_a = bridge_a.local_addr();
