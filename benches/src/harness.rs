@@ -47,7 +47,7 @@ SUITES:
             throughput_fanout1 is a plain one-item-at-a-time stream, for
             reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
     udp     UDP over loopback (impls llbus, raw-spin, raw-blocking, and
-            llbus-mac, the place of the optional MAC, not measured yet):
+            llbus-mac, the same with the pre-shared-key MAC on):
             round trip of 32-byte messages (rtt_p50, rtt_p99, rtt_p999,
             rtt_max) through two bridges on two buses, against raw
             non-blocking (spinning) and blocking UDP sockets; and llbus

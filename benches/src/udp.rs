@@ -890,7 +890,7 @@ mod tests {
             ..Plan::new(&args)
         };
         for single in [false, true] {
-            let o = throughput(single, &pinning, &plan).expect("throughput");
+            let o = throughput(single, false, &pinning, &plan).expect("throughput");
             assert!(o.per_sec > 0.0, "{o:?}");
             let per_datagram = o.msgs_per_datagram;
             if single {
