@@ -300,3 +300,66 @@ fn a_pre_shared_key_admits_its_holders_and_drops_everyone_else() {
         bus.join().unwrap();
     }
 }
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "sec.private")]
+struct Private {
+    n: u64,
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn each_export_can_have_its_own_allowlist() {
+    // "sec.tick" follows the bridge's allowlist (loopback); "sec.private" only 10.0.0.0/8.
+    let bridge = Bridge::bind(loopback())
+        .unwrap()
+        .name("pub")
+        .export::<Tick>()
+        .export_to::<Private>(Allowlist::parse(["10.0.0.0/8"]).unwrap());
+    let addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(1))
+    .publishes::<Tick>();
+    bus.actor("private", |_: &mut Setup<'_>| Silent)
+        .publishes::<Private>();
+    bus.add(bridge);
+    let bus = bus.start().unwrap();
+    let raw = raw_socket();
+    let private = {
+        let mut buf = [0u8; 256];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_control(&Control::Subscribe {
+            topic_id: Private::TOPIC_ID,
+            fingerprint: Private::FINGERPRINT,
+            session: 7,
+            cookie: None,
+        })
+        .unwrap();
+        enc.as_bytes().to_vec()
+    };
+    raw.send_to(&private, addr).unwrap();
+    assert!(
+        drain(&raw, Duration::from_millis(300)).is_empty(),
+        "not even a challenge"
+    );
+    raw.send_to(&subscribe(None), addr).unwrap();
+    assert_eq!(
+        kinds(&drain(&raw, Duration::from_millis(300))),
+        [Kind::CookieChallenge]
+    );
+    wait_for("the private refusal counted", 5, || {
+        metric(&bus.report(), "pub", "drop.not_allowed") == 1
+    });
+    bus.stop();
+    bus.join().unwrap();
+}
+
+struct Silent;
+impl Actor for Silent {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+}

@@ -130,6 +130,8 @@ impl BridgeStatus {
 type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor>;
 
 struct ExportDecl {
+    /// Who may subscribe to this export; `None` means the bridge's `allow`.
+    allow: Option<Allowlist>,
     declare: Declare,
     make: fn(&mut Setup<'_>) -> Box<dyn ExportPort>,
 }
@@ -304,9 +306,20 @@ impl Bridge {
     /// Serves topic `T` of the local bus to remote subscribers.
     pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
         self.exports.push(ExportDecl {
+            allow: None,
             declare: |b| b.takes::<T>(),
             make: Export::<T>::make,
         });
+        self
+    }
+
+    /// Serves topic `T` like [`export`](Self::export), but only to the networks of `allow`
+    /// (instead of the bridge's allowlist, [`BridgeConfig::allow`]).
+    pub fn export_to<T: Message + Serialize + Clone>(mut self, allow: Allowlist) -> Self {
+        self = self.export::<T>();
+        if let Some(decl) = self.exports.last_mut() {
+            decl.allow = Some(allow);
+        }
         self
     }
 
@@ -456,6 +469,8 @@ pub struct BridgeActor {
     challenge_answered: Vec<Option<Instant>>,
     next_reseed: Instant,
     exports: Vec<Box<dyn ExportPort>>,
+    /// Per export, its own allowlist if it has one (else the bridge's).
+    export_allow: Vec<Option<Allowlist>>,
     imports: Vec<Box<dyn ImportPort>>,
     compat_exports: Vec<(Box<dyn CompatExportPort>, SubscriberTable<SocketAddr>)>,
     compat_imports: Vec<Box<dyn CompatImportPort>>,
@@ -495,6 +510,8 @@ impl BridgeActor {
             session,
             status,
         } = parts;
+        let export_allow: Vec<Option<Allowlist>> =
+            exports.iter().map(|e| e.allow.clone()).collect();
         let exports: Vec<Box<dyn ExportPort>> = exports.iter().map(|e| (e.make)(setup)).collect();
         let subscriber_gauges = exports
             .iter()
@@ -544,6 +561,7 @@ impl BridgeActor {
             challenge_answered: vec![None; imports.len()],
             next_reseed: now + config.cookie_window,
             session,
+            export_allow,
             directs,
             recv: Some(RecvBatch::new(config.batch, config.max_datagram)),
             send: SendBatch::new(config.batch),
@@ -659,7 +677,7 @@ impl BridgeActor {
                 session,
                 cookie,
             } => {
-                if !self.config.allow.contains(src.ip()) {
+                if !self.allowed(topic_id, src) {
                     self.metrics.drop(DropReason::NotAllowed);
                     return;
                 }
@@ -807,6 +825,16 @@ impl BridgeActor {
                 }
             }
         }
+    }
+
+    /// Whether `src` may subscribe to `topic_id`: the export's own allowlist, or the bridge's.
+    fn allowed(&self, topic_id: u64, src: SocketAddr) -> bool {
+        let own = self
+            .exports
+            .iter()
+            .position(|e| e.topic_id() == topic_id)
+            .and_then(|i| self.export_allow.get(i)?.as_ref());
+        own.unwrap_or(&self.config.allow).contains(src.ip())
     }
 
     /// Whether `cookie` proves that `src` receives what we send it. A wrong cookie is counted.
