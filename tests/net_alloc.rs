@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
+use tests::metric;
 use tests::CountingAlloc;
 
 #[global_allocator]
@@ -65,10 +66,6 @@ impl Actor for Sink {
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-fn metric(r: &llbus::Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
 }
 
 /// Waits (sleeping, allocating nothing) until `count` reaches `at_least` and `min` has passed,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Report, RunningBus, Setup};
 use llbus_net::{Bridge, DropReason};
 use serde::{Deserialize, Serialize};
+use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(transparent)]
@@ -50,19 +51,6 @@ impl Actor for Collect {
     fn on_message(&mut self, c: Count, _ctx: &mut Context<'_>) {
         self.seen.lock().unwrap().push(c.0);
     }
-}
-
-/// Waits until `done` says yes, or fails after `secs` seconds with `what`.
-fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn metric(r: &Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
 }
 
 fn drop_count(r: &Report, actor: &str, reason: DropReason) -> u64 {

@@ -16,11 +16,12 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Report, Setup};
 use llbus_net::{parse_datagram, Bridge, BridgeConfig, Header, Kind, LatePolicy, HEADER_LEN};
 use serde::{Deserialize, Serialize};
+use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.fault.tick")]
@@ -227,19 +228,6 @@ impl Actor for Sink {
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-/// Waits until `done` says yes, or fails after `secs` seconds with `what`.
-fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn metric(r: &Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
 }
 
 /// Every drop reason of a bridge, summed.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use llbus::{Actor, Bus, Context, Message, Out, Report, Setup};
 use llbus_net::{BatchEncoder, Bridge, Control, DataMeta, SendBatch, SocketConfig, UdpEndpoint};
 use serde::{Deserialize, Serialize};
+use tests::metric;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
 #[message(topic = "flood.tick")]
@@ -43,10 +44,6 @@ impl Actor for Sink {
     fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
         self.got.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-fn metric(r: &Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
 }
 
 /// Every bad datagram the bridge counted: the sum of its `drop.*` metrics.

@@ -4,11 +4,12 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
+use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.quote")]
@@ -86,19 +87,6 @@ fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
-/// Polls `report` until `done` says yes, or fails after 30 s with `what`.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn metric(r: &llbus::Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
-}
-
 #[test]
 #[cfg_attr(miri, ignore)]
 fn topics_cross_between_two_buses_in_both_directions() {
@@ -152,19 +140,19 @@ fn topics_cross_between_two_buses_in_both_directions() {
         running_b.warnings()
     );
 
-    wait_for("b's subscription to reach a", || {
+    wait_for("b's subscription to reach a", 30, || {
         metric(&running_a.report(), "net-a", "subscribers.net.quote") == 1
     });
-    wait_for("a's subscription to reach b", || {
+    wait_for("a's subscription to reach b", 30, || {
         metric(&running_b.report(), "net-b", "subscribers.net.order") == 1
     });
     ready.store(1, Ordering::Release);
     // Every quote either arrives or is counted lost (heartbeats reveal a lost tail).
-    wait_for("every quote accounted for at b", || {
+    wait_for("every quote accounted for at b", 30, || {
         let r = running_b.report();
         metric(&r, "net-b", "messages_in") + metric(&r, "net-b", "lost") == COUNT
     });
-    wait_for("every order accounted for at a", || {
+    wait_for("every order accounted for at a", 30, || {
         let (ra, rb) = (running_a.report(), running_b.report());
         let sent = metric(&rb, "net-b", "messages_out");
         sent > 0 && metric(&ra, "net-a", "messages_in") + metric(&ra, "net-a", "lost") == sent
@@ -304,11 +292,11 @@ fn a_direct_sender_publishes_from_the_actors_own_thread() {
 
     let running_a = a.start().expect("a starts");
     let running_b = b.start().expect("b starts");
-    wait_for("every blob accounted for at b", || {
+    wait_for("every blob accounted for at b", 30, || {
         let r = running_b.report();
         metric(&r, "direct-b", "messages_in") + metric(&r, "direct-b", "lost") == COUNT
     });
-    wait_for("the oversize blob refused", || {
+    wait_for("the oversize blob refused", 30, || {
         refused.load(Ordering::Relaxed) == 1
     });
     running_a.stop();

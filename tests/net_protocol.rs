@@ -14,6 +14,7 @@ use llbus_net::{
     DEFAULT_MAX_DATAGRAM, HEADER_LEN,
 };
 use serde::{Deserialize, Serialize};
+use tests::{metric, wait_for};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -87,19 +88,6 @@ fn add_collect<T: Message + Clone>(bus: &mut BusBuilder, name: &str) -> Arc<Mute
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-/// Waits until `done` says yes, or fails after `secs` seconds with `what`.
-fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn metric(r: &Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
 }
 
 fn drop_count(r: &Report, actor: &str, reason: DropReason) -> u64 {

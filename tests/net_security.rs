@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Message, Out, Report, RunningBus, Setup};
+use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, Allowlist, BatchEncoder, Bridge, BridgeConfig, Control, Cookie, Kind,
     RateLimit, DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
+use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
 #[message(topic = "sec.tick")]
@@ -48,18 +49,6 @@ impl Actor for Sink {
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-fn metric(r: &Report, actor: &str, name: &str) -> u64 {
-    r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
-}
-
-fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A publisher bus exporting `Tick` every millisecond through a bridge made with `config`.

@@ -94,3 +94,24 @@ macro_rules! message {
         }
     };
 }
+
+/// A named metric of an actor in a bus report, or 0 if the actor or the metric is missing.
+pub fn metric(report: &llbus::Report, actor: &str, name: &str) -> u64 {
+    report
+        .actor(actor)
+        .and_then(|a| a.metric(name))
+        .unwrap_or(0)
+}
+
+/// Polls `done` every 10 ms until it says yes; panics naming `what` after `secs` seconds, so a
+/// test that waits always ends.
+pub fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
