@@ -159,17 +159,8 @@ impl Context<'_> {
     /// If `out` is not one of this actor's outputs (a handle taken by another actor).
     #[inline]
     pub fn publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
-        let output = self
-            .outputs
-            .get_mut(out.index)
-            .and_then(|o| o.as_any_mut().downcast_mut::<Output<M>>());
-        match output {
-            Some(output) => output.publish(msg, Some(&mut *self.idle)),
-            None => panic!(
-                "actor '{}' published on {:?}, which is not one of its outputs",
-                self.actor, out
-            ),
-        }
+        let (output, idle) = self.output(out);
+        output.publish(msg, Some(idle));
     }
 
     /// Publishes `msg` like [`publish`](Self::publish), but never waits: a subscriber whose
@@ -181,12 +172,21 @@ impl Context<'_> {
     /// If `out` is not one of this actor's outputs.
     #[inline]
     pub fn try_publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
+        self.output(out).0.publish(msg, None);
+    }
+
+    /// The typed output behind `out`, and this thread's idle strategy to wait with.
+    #[inline]
+    fn output<M: Message + Clone>(
+        &mut self,
+        out: Out<M>,
+    ) -> (&mut Output<M>, &mut (dyn IdleStrategy + 'static)) {
         let output = self
             .outputs
             .get_mut(out.index)
             .and_then(|o| o.as_any_mut().downcast_mut::<Output<M>>());
         match output {
-            Some(output) => output.publish(msg, None),
+            Some(output) => (output, &mut *self.idle),
             None => panic!(
                 "actor '{}' published on {:?}, which is not one of its outputs",
                 self.actor, out
