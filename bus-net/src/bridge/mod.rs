@@ -182,24 +182,17 @@ struct CompatImportDecl {
 /// ```
 pub struct Bridge {
     name: String,
-    endpoint: UdpEndpoint,
-    config: BridgeConfig,
-    exports: Vec<ExportDecl>,
-    imports: Vec<ImportDecl>,
-    compat_exports: Vec<CompatExportDecl>,
-    compat_imports: Vec<CompatImportDecl>,
-    directs: Vec<DirectPort>,
-    session: u64,
-    status: BridgeStatus,
+    /// Everything the bridge's actor will own, gathered as the bridge is configured.
+    parts: Parts,
 }
 
 impl std::fmt::Debug for Bridge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bridge")
             .field("name", &self.name)
-            .field("local_addr", &self.endpoint.local_addr())
-            .field("exports", &self.exports.len())
-            .field("imports", &self.imports.len())
+            .field("local_addr", &self.parts.endpoint.local_addr())
+            .field("exports", &self.parts.exports.len())
+            .field("imports", &self.parts.imports.len())
             .finish_non_exhaustive()
     }
 }
@@ -241,15 +234,17 @@ impl Bridge {
         let endpoint = UdpEndpoint::bind(resolve(addr)?, &config.socket)?;
         Ok(Bridge {
             name: format!("bridge-{}", endpoint.local_addr().port()),
-            endpoint,
-            config,
-            exports: Vec::new(),
-            imports: Vec::new(),
-            compat_exports: Vec::new(),
-            compat_imports: Vec::new(),
-            directs: Vec::new(),
-            session: new_session_id(),
-            status: BridgeStatus::default(),
+            parts: Parts {
+                endpoint,
+                config,
+                exports: Vec::new(),
+                imports: Vec::new(),
+                compat_exports: Vec::new(),
+                compat_imports: Vec::new(),
+                directs: Vec::new(),
+                session: new_session_id(),
+                status: BridgeStatus::default(),
+            },
         })
     }
 
@@ -261,29 +256,29 @@ impl Bridge {
     /// # Errors
     /// If the bridge's socket cannot be duplicated for the sender.
     pub fn direct<T: Message + Serialize>(&mut self) -> std::io::Result<DirectSender<T>> {
-        let endpoint = self.endpoint.try_clone()?;
+        let endpoint = self.parts.endpoint.try_clone()?;
         let (sender, port) = DirectSender::<T>::new(
             endpoint,
-            self.config.max_datagram,
-            self.config.batch,
-            self.session,
-            mac_of(&self.config),
+            self.parts.config.max_datagram,
+            self.parts.config.batch,
+            self.parts.session,
+            mac_of(&self.parts.config),
         );
-        self.directs.push(port);
+        self.parts.directs.push(port);
         Ok(sender)
     }
 
     /// Lets the addresses of `allow` subscribe (replacing the default: loopback only).
     pub fn allow(mut self, allow: Allowlist) -> Self {
-        self.config.allow = allow;
+        self.parts.config.allow = allow;
         self
     }
 
     /// Sets a pre-shared key (see [`BridgeConfig::psk`]); `mac_data` also seals data. Call it
     /// before [`direct`](Self::direct), whose sender seals with the same key.
     pub fn psk(mut self, key: [u8; 32], mac_data: bool) -> Self {
-        self.config.psk = Some(key);
-        self.config.mac_data = mac_data;
+        self.parts.config.psk = Some(key);
+        self.parts.config.mac_data = mac_data;
         self
     }
 
@@ -295,17 +290,17 @@ impl Bridge {
 
     /// The address the v1 socket is bound to (useful after binding port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.endpoint.local_addr()
+        self.parts.endpoint.local_addr()
     }
 
     /// A handle on the errors the bridge reports while it runs.
     pub fn status(&self) -> BridgeStatus {
-        self.status.clone()
+        self.parts.status.clone()
     }
 
     /// Serves topic `T` of the local bus to remote subscribers.
     pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
-        self.exports.push(ExportDecl {
+        self.parts.exports.push(ExportDecl {
             allow: None,
             declare: |b| b.takes::<T>(),
             make: Export::<T>::make,
@@ -317,7 +312,7 @@ impl Bridge {
     /// (instead of the bridge's allowlist, [`BridgeConfig::allow`]).
     pub fn export_to<T: Message + Serialize + Clone>(mut self, allow: Allowlist) -> Self {
         self = self.export::<T>();
-        if let Some(decl) = self.exports.last_mut() {
+        if let Some(decl) = self.parts.exports.last_mut() {
             decl.allow = Some(allow);
         }
         self
@@ -327,8 +322,8 @@ impl Bridge {
     /// arrives on the local bus.
     pub fn import<T: Message + DeserializeOwned + Clone>(mut self, publisher: SocketAddr) -> Self {
         let type_id = std::any::TypeId::of::<T>();
-        let declared = self.imports.iter().any(|i| i.type_id == type_id);
-        self.imports.push(ImportDecl {
+        let declared = self.parts.imports.iter().any(|i| i.type_id == type_id);
+        self.parts.imports.push(ImportDecl {
             type_id,
             declare: if declared {
                 |b| b
@@ -351,8 +346,8 @@ impl Bridge {
         mut self,
         bind: impl ToSocketAddrs,
     ) -> std::io::Result<Self> {
-        let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.config.socket)?;
-        self.compat_exports.push(CompatExportDecl {
+        let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.parts.config.socket)?;
+        self.parts.compat_exports.push(CompatExportDecl {
             declare: |b| b.takes::<T>(),
             endpoint,
             make: CompatExport::<T>::make,
@@ -371,8 +366,8 @@ impl Bridge {
         bind: impl ToSocketAddrs,
         publisher: SocketAddr,
     ) -> std::io::Result<Self> {
-        let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.config.socket)?;
-        self.compat_imports.push(CompatImportDecl {
+        let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.parts.config.socket)?;
+        self.parts.compat_imports.push(CompatImportDecl {
             declare: |b| b.publishes::<T>(),
             endpoint,
             publisher,
@@ -386,36 +381,16 @@ impl Component for Bridge {
     type Actor = BridgeActor;
 
     fn attach(self, bus: &mut BusBuilder) -> ActorBuilder<'_, BridgeActor> {
-        let Bridge {
-            name,
-            endpoint,
-            config,
-            exports,
-            imports,
-            compat_exports,
-            compat_imports,
-            directs,
-            session,
-            status,
-        } = self;
-        let declares: Vec<Declare> = exports
+        let Bridge { name, parts } = self;
+        let declares: Vec<Declare> = parts
+            .exports
             .iter()
             .map(|e| e.declare)
-            .chain(imports.iter().map(|i| i.declare))
-            .chain(compat_exports.iter().map(|e| e.declare))
-            .chain(compat_imports.iter().map(|i| i.declare))
+            .chain(parts.imports.iter().map(|i| i.declare))
+            .chain(parts.compat_exports.iter().map(|e| e.declare))
+            .chain(parts.compat_imports.iter().map(|i| i.declare))
             .collect();
-        let mut parts = Some(Parts {
-            endpoint,
-            config,
-            exports,
-            imports,
-            compat_exports,
-            compat_imports,
-            directs,
-            session,
-            status,
-        });
+        let mut parts = Some(parts);
         let tick = Duration::from_millis(1);
         let mut builder = bus
             .actor(&name, move |setup: &mut Setup<'_>| match parts.take() {
@@ -650,8 +625,16 @@ impl BridgeActor {
             // A datagram is one kind of traffic in practice; handle frame by frame.
             for frame in frames {
                 let result = if frame.header.kind == Kind::Data {
-                    let exported = self.exported(frame.header.topic_id).is_some();
-                    deliver(&mut self.imports, exported, &self.metrics, &frame, src, ctx)
+                    match deliver(&mut self.imports, &self.metrics, &frame, src, ctx) {
+                        // Only a frame no import takes pays for the export lookup: a topic we
+                        // export, sent to us by someone, is a stranger's, not an unknown topic.
+                        Err(DropReason::UnknownTopic)
+                            if self.exported(frame.header.topic_id).is_some() =>
+                        {
+                            Err(DropReason::UnknownSender)
+                        }
+                        other => other,
+                    }
                 } else {
                     match Control::from_frame(&frame) {
                         Ok(control) => {
@@ -1073,11 +1056,10 @@ fn find_import(
         .find(|i| i.topic_id() == topic_id && i.publisher() == src)
 }
 
-/// Hands a data frame to the import it belongs to. A frame of a topic this bridge knows (it
-/// imports it from someone else, or exports it) from the wrong sender is `UnknownSender`.
+/// Hands a data frame to the import it belongs to. A frame of a topic this bridge imports from
+/// someone else is `UnknownSender`; of a topic it does not import, `UnknownTopic`.
 fn deliver(
     imports: &mut [Box<dyn ImportPort>],
-    exported: bool,
     metrics: &NetMetrics,
     frame: &crate::Frame<'_>,
     src: SocketAddr,
@@ -1089,9 +1071,7 @@ fn deliver(
         .position(|i| i.topic_id() == topic_id && i.publisher() == src);
     match found {
         Some(i) => imports[i].deliver(frame, ctx, metrics),
-        None if exported || imports.iter().any(|i| i.topic_id() == topic_id) => {
-            Err(DropReason::UnknownSender)
-        }
+        None if imports.iter().any(|i| i.topic_id() == topic_id) => Err(DropReason::UnknownSender),
         None => Err(DropReason::UnknownTopic),
     }
 }
