@@ -115,3 +115,48 @@ pub fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Runs `f` on a thread of its own and returns its result; panics naming `what` if it has not
+/// finished after `secs` seconds (the thread is left behind), so a hang fails the test instead
+/// of hanging the test binary. A panic in `f` is passed on.
+pub fn bounded<T: Send + 'static>(
+    what: &str,
+    secs: u64,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name(format!("bounded: {what}"))
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("spawn the bounded test thread");
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(v) => {
+            let _ = handle.join();
+            v
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what} did not finish within {secs} s (hung)")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => panic!("{what} ended without a result"),
+        },
+    }
+}
+
+/// Asserts that every edge of `report` balances: `published == handled + panicked + dropped +
+/// conflated + lost + in_flight`, and that nothing is in flight (a report from `join`).
+pub fn assert_balanced(report: &llbus::Report) {
+    for e in &report.edges {
+        assert_eq!(
+            e.published,
+            e.handled + e.dropped + e.conflated + e.lost,
+            "edge {} -> {} on {} does not balance: {e:?}",
+            e.publisher,
+            e.subscriber,
+            e.topic
+        );
+    }
+}

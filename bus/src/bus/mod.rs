@@ -1,7 +1,10 @@
 //! The typed bus: actors declared once, wired with one SPSC ring per publisher-subscriber edge,
 //! run on pinned threads.
 //!
-//! - `builder`: declaring actors and topics, validation, `start()`, and the running bus.
+//! - `builder`: declaring actors, groups and their subscriptions (the public builder API).
+//! - `validate`: the pure check of a whole declaration, planning threads and edges.
+//! - `start`: making the rings, spawning and pinning threads, running the factories.
+//! - `stop`: the running bus and the stop protocol (`join`, drain, the stop timeout).
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
 //! - `edge`: the typed ends of each ring: fan-out on publish, fair polling on receive.
 //! - `runner`: one thread driving one actor or a group, with supervision.
@@ -16,15 +19,16 @@ mod edge;
 mod error;
 mod metrics;
 mod runner;
+mod start;
+mod stop;
+mod validate;
 
 pub use actor::{Actor, Context, Setup};
-pub use builder::{
-    ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, RunningBus, StopHandle,
-    DEFAULT_CAPACITY,
-};
+pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
 pub use metrics::{ActorReport, EdgeReport, Metric, Report};
+pub use stop::{RunningBus, StopHandle};
 
 /// What a publisher does when a subscriber's ring is full. Set per subscription.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

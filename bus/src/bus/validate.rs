@@ -1,0 +1,275 @@
+//! Checking a declaration as a whole and planning its threads and edges. Pure: it makes no
+//! ring and no thread, so every wiring mistake can be tested without running anything.
+
+use std::collections::HashMap;
+
+use super::builder::BusBuilder;
+use super::error::StartError;
+use super::{Backpressure, Idle, Supervision};
+use crate::message::TopicSpec;
+
+/// The result of validation: which thread each actor runs on, and every edge.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Thread names, in order; `thread_of[actor]` indexes this.
+    pub(crate) threads: Vec<String>,
+    pub(crate) thread_core: Vec<Option<usize>>,
+    pub(crate) thread_idle: Vec<Idle>,
+    pub(crate) thread_of: Vec<usize>,
+    /// (publisher, output index, subscriber, policy, capacity).
+    pub(crate) edges: Vec<PlannedEdge>,
+    pub(crate) warnings: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlannedEdge {
+    pub(crate) publisher: usize,
+    pub(crate) output: usize,
+    pub(crate) subscriber: usize,
+    pub(crate) policy: Backpressure,
+    pub(crate) capacity: usize,
+    /// A full ring can make the publisher wait (`Block`, and it did not promise `never_waits`).
+    pub(crate) can_wait: bool,
+}
+
+/// Checks a declaration and plans threads and edges. Pure: no rings, no threads.
+pub(super) fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
+    let actors = &bus.actors;
+    // Names.
+    let mut seen = HashMap::new();
+    for (i, a) in actors.iter().enumerate() {
+        if seen.insert(a.name.as_str(), i).is_some() {
+            return Err(StartError::DuplicateActor(a.name.clone()));
+        }
+        if let Some(e) = a.errors.first() {
+            return Err(StartError::Invalid(e.clone()));
+        }
+        if !a.subscribed {
+            return Err(StartError::NotSubscribed {
+                actor: a.name.clone(),
+                inbox: a.inbox_name,
+            });
+        }
+        if a.group.is_some() && (a.core.is_some() || a.idle.is_some()) {
+            return Err(StartError::Invalid(format!(
+                "actor '{}' is in group '{}': set its core and idle strategy on the group, with bus.group(\"{}\")",
+                a.name,
+                a.group.as_deref().unwrap_or_default(),
+                a.group.as_deref().unwrap_or_default()
+            )));
+        }
+        if !a.taken.is_empty() && a.supervision == Supervision::Restart {
+            return Err(StartError::Invalid(format!(
+                "actor '{}' takes its own rings (.takes::<..>()), so it cannot be restarted: use Supervision::Stop or Escalate",
+                a.name
+            )));
+        }
+        for (type_id, s) in &a.settings {
+            if !a
+                .inbox
+                .iter()
+                .chain(&a.taken)
+                .any(|t| t.type_id == *type_id)
+            {
+                return Err(StartError::Invalid(format!(
+                    "actor '{}' sets backpressure or capacity for a topic it does not receive",
+                    a.name
+                )));
+            }
+            if s.capacity == 0 {
+                return Err(StartError::Invalid(format!(
+                    "actor '{}' asks for a ring capacity of 0: use at least 1",
+                    a.name
+                )));
+            }
+        }
+        if a.default_capacity == 0 {
+            return Err(StartError::Invalid(format!(
+                "actor '{}' asks for a default ring capacity of 0: use at least 1",
+                a.name
+            )));
+        }
+    }
+    // Topic names: one type per name.
+    let mut by_name: HashMap<&str, TopicSpec> = HashMap::new();
+    for spec in actors.iter().flat_map(|a| {
+        a.outputs
+            .iter()
+            .map(|o| &o.spec)
+            .chain(a.inbox.iter())
+            .chain(a.taken.iter())
+    }) {
+        match by_name.get(spec.name) {
+            Some(other) if other.type_id != spec.type_id => {
+                return Err(StartError::TopicClash {
+                    topic: spec.name,
+                    first: other.type_name,
+                    second: spec.type_name,
+                })
+            }
+            _ => {
+                by_name.insert(spec.name, *spec);
+            }
+        }
+    }
+    // Threads.
+    let mut threads: Vec<String> = Vec::new();
+    let mut thread_core: Vec<Option<usize>> = Vec::new();
+    let mut thread_idle: Vec<Idle> = Vec::new();
+    let mut thread_of = Vec::with_capacity(actors.len());
+    let mut group_thread: HashMap<&str, usize> = HashMap::new();
+    for a in actors {
+        let t = match &a.group {
+            Some(g) => *group_thread.entry(g.as_str()).or_insert_with(|| {
+                let decl = bus.groups.get(g.as_str());
+                threads.push(g.clone());
+                thread_core.push(decl.and_then(|d| d.core));
+                thread_idle.push(decl.and_then(|d| d.idle).unwrap_or_default());
+                threads.len() - 1
+            }),
+            None => {
+                threads.push(a.name.clone());
+                thread_core.push(a.core);
+                thread_idle.push(a.idle.unwrap_or_default());
+                threads.len() - 1
+            }
+        };
+        thread_of.push(t);
+    }
+    for (t, core) in thread_core.iter().enumerate() {
+        if let Some(core) = *core {
+            if core >= online {
+                return Err(StartError::NoSuchCore {
+                    thread: threads[t].clone(),
+                    core,
+                    online,
+                });
+            }
+            let spins = |i: usize| thread_idle[i] == Idle::BusySpin;
+            if let Some(u) = (0..t).find(|&u| thread_core[u] == Some(core) && spins(u) && spins(t))
+            {
+                return Err(StartError::SharedBusyCore {
+                    core,
+                    first: threads[u].clone(),
+                    second: threads[t].clone(),
+                });
+            }
+        }
+    }
+    // Edges.
+    let mut edges = Vec::new();
+    let mut warnings = Vec::new();
+    for (s, sub) in actors.iter().enumerate() {
+        for topic in sub.inbox.iter().chain(&sub.taken) {
+            let setting = sub.settings.get(&topic.type_id).copied();
+            let policy = setting.map_or(Backpressure::Block, |x| x.policy);
+            let capacity = setting.map_or(sub.default_capacity, |x| x.capacity);
+            let mut found = false;
+            for (p, publisher) in actors.iter().enumerate() {
+                let Some(output) = publisher
+                    .outputs
+                    .iter()
+                    .position(|o| o.spec.type_id == topic.type_id)
+                else {
+                    continue;
+                };
+                found = true;
+                if policy == Backpressure::Block
+                    && !publisher.never_waits
+                    && thread_of[p] == thread_of[s]
+                {
+                    return Err(StartError::SameThreadBlock {
+                        topic: topic.name,
+                        publisher: publisher.name.clone(),
+                        subscriber: sub.name.clone(),
+                        thread: threads[thread_of[s]].clone(),
+                    });
+                }
+                edges.push(PlannedEdge {
+                    publisher: p,
+                    output,
+                    subscriber: s,
+                    policy,
+                    capacity,
+                    can_wait: policy == Backpressure::Block && !publisher.never_waits,
+                });
+            }
+            if !found {
+                return Err(StartError::NoPublisher {
+                    actor: sub.name.clone(),
+                    topic: topic.name,
+                });
+            }
+        }
+    }
+    for (p, publisher) in actors.iter().enumerate() {
+        for (o, out) in publisher.outputs.iter().enumerate() {
+            if !edges.iter().any(|e| e.publisher == p && e.output == o) {
+                warnings.push(format!(
+                    "actor '{}' publishes topic '{}' but no actor subscribes to it: its messages go nowhere",
+                    publisher.name, out.spec.name
+                ));
+            }
+        }
+    }
+    if let Some(cycle) = block_cycle(threads.len(), &thread_of, &edges) {
+        let names: Vec<&str> = cycle.iter().map(|&t| threads[t].as_str()).collect();
+        warnings.push(format!(
+            "Block subscriptions form a cycle through threads {}: if every ring on the cycle fills, they wait for each other forever; make one edge DropNewest or Latest unless the cycle carries a bounded number of messages (a ping-pong)",
+            names.join(" -> ")
+        ));
+    }
+    Ok(Plan {
+        threads,
+        thread_core,
+        thread_idle,
+        thread_of,
+        edges,
+        warnings,
+    })
+}
+
+/// A cycle of threads joined by `Block` edges (publisher thread -> subscriber thread), if any.
+fn block_cycle(threads: usize, thread_of: &[usize], edges: &[PlannedEdge]) -> Option<Vec<usize>> {
+    let mut next: Vec<Vec<usize>> = vec![Vec::new(); threads];
+    for e in edges.iter().filter(|e| e.can_wait) {
+        let (p, s) = (thread_of[e.publisher], thread_of[e.subscriber]);
+        if p != s && !next[p].contains(&s) {
+            next[p].push(s);
+        }
+    }
+    // Depth-first search, colouring threads 0 = new, 1 = on the path, 2 = done.
+    fn visit(
+        t: usize,
+        next: &[Vec<usize>],
+        colour: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        colour[t] = 1;
+        path.push(t);
+        for &u in &next[t] {
+            if colour[u] == 1 {
+                let from = path.iter().position(|&x| x == u).unwrap_or(0);
+                let mut cycle = path[from..].to_vec();
+                cycle.push(u);
+                return Some(cycle);
+            }
+            if colour[u] == 0 {
+                if let Some(c) = visit(u, next, colour, path) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        colour[t] = 2;
+        None
+    }
+    let mut colour = vec![0u8; threads];
+    (0..threads).find_map(|t| {
+        if colour[t] == 0 {
+            visit(t, &next, &mut colour, &mut Vec::new())
+        } else {
+            None
+        }
+    })
+}
