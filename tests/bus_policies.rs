@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Backpressure, Bus, BusError, Context, Out, Setup, Supervision};
+use llbus::{Actor, Backpressure, Bus, BusError, Context, Out, RestartLimit, Setup, Supervision};
 
 #[derive(Clone, Debug, PartialEq)]
 struct Num(u64);
@@ -111,6 +111,7 @@ fn block_waits_and_delivers_everything() {
         e.waited >= 1,
         "the publisher must have found the ring full: {e:?}"
     );
+    tests::assert_balanced(&report);
     assert_eq!(*f.seen.lock().unwrap(), (0..100).collect::<Vec<_>>());
 }
 
@@ -121,8 +122,10 @@ fn drop_newest_keeps_the_first_capacity_messages_and_counts_the_rest() {
     let e = report.edge("test.num", "burst", "recorder").unwrap();
     assert_eq!(
         (e.published, e.handled, e.dropped, e.waited, e.lost),
-        (8, 8, 92, 0, 0)
+        (100, 8, 92, 0, 0),
+        "every publish is counted: 8 handled, 92 dropped"
     );
+    tests::assert_balanced(&report);
     assert_eq!(*f.seen.lock().unwrap(), (0..8).collect::<Vec<_>>());
     assert!(f.done.load(Ordering::Relaxed));
 }
@@ -136,6 +139,7 @@ fn latest_delivers_only_the_final_value_and_counts_conflations() {
         (e.published, e.handled, e.conflated, e.dropped, e.lost),
         (100, 1, 99, 0, 0)
     );
+    tests::assert_balanced(&report);
     assert_eq!(*f.seen.lock().unwrap(), [99]);
 }
 
@@ -182,14 +186,22 @@ fn panicking_bus(
 #[test]
 fn restart_replaces_the_actor_on_the_same_rings() {
     let made = Arc::new(AtomicU64::new(0));
-    let (bus, f, healthy) = panicking_bus(Supervision::Restart, Arc::clone(&made));
+    let (bus, f, healthy) = panicking_bus(
+        Supervision::Restart(RestartLimit::default()),
+        Arc::clone(&made),
+    );
     let report = bus.start().unwrap().join().unwrap();
     assert_eq!(made.load(Ordering::Relaxed), 2, "made once, remade once");
     assert_eq!(*f.seen.lock().unwrap(), [0, 1, 2, 4, 5, 6, 7, 8, 9]);
     let a = report.actor("fragile").unwrap();
     assert_eq!((a.restarts, a.panics), (1, 1));
     let e = report.edge("test.num", "burst", "fragile").unwrap();
-    assert_eq!((e.published, e.handled, e.lost), (10, 10, 0));
+    assert_eq!(
+        (e.published, e.handled, e.panicked, e.lost),
+        (10, 9, 1, 0),
+        "3 panicked, the rest handled by the old or the new instance"
+    );
+    tests::assert_balanced(&report);
     assert_eq!(healthy.lock().unwrap().len(), 10);
 }
 
@@ -205,9 +217,9 @@ fn stop_ends_the_actor_counts_its_queue_as_lost_and_the_rest_runs_on() {
     let seen = f.seen.lock().unwrap().clone();
     assert_eq!(seen, [0, 1, 2]);
     let e = report.edge("test.num", "burst", "fragile").unwrap();
-    // 0..=3 were handled (3 by panicking); everything else was lost, queued or published late.
-    assert_eq!(e.handled, 4);
-    assert_eq!(e.handled + e.lost, 10, "{e:?}");
+    // 0..=2 were handled, 3 panicked; everything else was lost, queued or published late.
+    assert_eq!((e.handled, e.panicked, e.lost), (3, 1, 6), "{e:?}");
+    tests::assert_balanced(&report);
     assert_eq!(report.actor("fragile").unwrap().panics, 1);
     assert_eq!(*healthy.lock().unwrap(), (0..10).collect::<Vec<_>>());
     assert!(f.done.load(Ordering::Relaxed));

@@ -243,7 +243,7 @@ fn an_actor_that_takes_its_rings_cannot_be_restarted() {
     bus.actor("feed", feed).publishes::<Quote>();
     bus.actor("taker", |_: &mut Setup<'_>| Taker)
         .takes::<Quote>()
-        .supervision(llbus::Supervision::Restart);
+        .supervision(llbus::Supervision::Restart(llbus::RestartLimit::default()));
     let e = start_err(bus);
     assert!(
         matches!(&e, StartError::Invalid(m) if m.contains("cannot be restarted")),

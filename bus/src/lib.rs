@@ -16,7 +16,7 @@
 //! - **When a queue is full.** Per subscription ([`Backpressure`]): `Block` makes the publisher
 //!   wait with its thread's idle strategy (nothing lost), `DropNewest` drops the new message and
 //!   counts it, `Latest` keeps only the newest value and counts what it overwrote. On a bare ring,
-//!   [`Producer::try_push`] hands the value back in [`PushError::Full`].
+//!   [`Producer::try_push`] hands the value back in [`TryPushError::Full`].
 //! - **What is lost on a crash.** In-process the bus loses nothing on a graceful stop: every
 //!   message published before it is handled. A panicking actor is handled by its
 //!   [`Supervision`] policy: `Restart` keeps its rings, `Stop` counts what was queued for it as
@@ -82,16 +82,18 @@ mod wait;
 
 pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
-    EdgeReport, GroupBuilder, Idle, Inputs, Metric, Out, Report, RunningBus, Setup, StartError,
-    StopHandle, Supervision, Wiring, DEFAULT_CAPACITY,
+    EdgeReport, GroupBuilder, Idle, Inputs, Metric, Out, Report, RestartLimit, RunningBus, Setup,
+    StartError, StopHandle, Supervision, Wiring, DEFAULT_CAPACITY,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{
     Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
+    TryPushError,
 };
 pub use schema::*;
 pub use wait::{
-    online_cores, pin_to_core, Backoff, BusySpin, Doorbell, IdleStrategy, Park, PinError,
+    allowed_cores, online_cores, pin_to_core, run_on_cores, Backoff, BusySpin, Doorbell,
+    IdleStrategy, Park, PinError,
 };
 
 // The derives carry their own docs (topic rule, accepted shapes).

@@ -152,11 +152,16 @@ pub fn assert_balanced(report: &llbus::Report) {
     for e in &report.edges {
         assert_eq!(
             e.published,
-            e.handled + e.dropped + e.conflated + e.lost,
+            e.handled + e.panicked + e.dropped + e.conflated + e.lost + e.in_flight,
             "edge {} -> {} on {} does not balance: {e:?}",
             e.publisher,
             e.subscriber,
             e.topic
+        );
+        assert_eq!(
+            e.in_flight, 0,
+            "edge {} -> {} on {} has messages in flight after join: {e:?}",
+            e.publisher, e.subscriber, e.topic
         );
     }
 }

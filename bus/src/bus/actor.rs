@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::control::Control;
-use super::edge::{AnyOutput, Inputs, Out, Output, Wiring};
+use super::edge::{AnyOutput, Inputs, Out, Output, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
 use crate::message::{Inbox, Message};
 use crate::wait::IdleStrategy;
@@ -153,14 +153,18 @@ impl Context<'_> {
     /// Allocates nothing and takes no lock. What happens when a subscriber's ring is full
     /// depends on that subscription's backpressure: `Block` waits with this thread's idle
     /// strategy, `DropNewest` drops and counts, `Latest` overwrites and counts. A message for a
-    /// subscriber that has stopped is counted as lost.
+    /// subscriber that has stopped is counted as lost at once. A `Block` wait gives up, and
+    /// counts the message lost, if a stop runs past its drain phase (the stop timeout). An
+    /// actor declared `never_waits` never waits: its publishes to a full ring are dropped and
+    /// counted, as with [`try_publish`](Self::try_publish).
     ///
     /// # Panics
     /// If `out` is not one of this actor's outputs (a handle taken by another actor).
     #[inline]
     pub fn publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
+        let control = self.control;
         let (output, idle) = self.output(out);
-        output.publish(msg, Some(idle));
+        output.publish(msg, Some(&mut Wait { idle, control }));
     }
 
     /// Publishes `msg` like [`publish`](Self::publish), but never waits: a subscriber whose

@@ -26,6 +26,7 @@ pub const DEFAULT_CAPACITY: usize = 1024;
 pub(super) type EdgeMaker = fn(
     Backpressure,
     usize,
+    bool,
     Arc<EdgeCounters>,
     Option<Arc<dyn Notify>>,
     Option<Arc<dyn Notify>>,
@@ -34,11 +35,12 @@ pub(super) type EdgeMaker = fn(
 fn edge_maker<M: Message>(
     policy: Backpressure,
     capacity: usize,
+    may_wait: bool,
     counters: Arc<EdgeCounters>,
     wake_subscriber: Option<Arc<dyn Notify>>,
     wake_publisher: Option<Arc<dyn Notify>>,
 ) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) {
-    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, counters);
+    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, may_wait, counters);
     if let Some(n) = wake_subscriber {
         tx.notify_subscriber(n);
     }

@@ -4,19 +4,19 @@
 //! Phases only move forward: `Running` -> `Draining` (no more ticks or polls; inboxes drain) ->
 //! `Stopping` (each thread runs its actors' `on_stop` once, then keeps draining) -> `Exit`.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 
+use crate::sync::{lock, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::wait::Doorbell;
 
-pub(crate) const RUNNING: u8 = 0;
-pub(crate) const DRAINING: u8 = 1;
-pub(crate) const STOPPING: u8 = 2;
-pub(crate) const EXIT: u8 = 3;
+pub(crate) const RUNNING: usize = 0;
+pub(crate) const DRAINING: usize = 1;
+pub(crate) const STOPPING: usize = 2;
+pub(crate) const EXIT: usize = 3;
 
-pub(crate) const GO_WAIT: u8 = 0;
-pub(crate) const GO_RUN: u8 = 1;
-pub(crate) const GO_ABORT: u8 = 2;
+pub(crate) const GO_WAIT: usize = 0;
+pub(crate) const GO_RUN: usize = 1;
+pub(crate) const GO_ABORT: usize = 2;
 
 /// An escalated failure: the actor and its panic message.
 #[derive(Clone, Debug)]
@@ -27,9 +27,12 @@ pub(crate) struct Escalation {
 
 #[derive(Debug)]
 pub(crate) struct Control {
-    phase: AtomicU8,
-    go: AtomicU8,
+    phase: AtomicUsize,
+    go: AtomicUsize,
     stop_requested: AtomicBool,
+    /// Set when a stop runs past its drain phase: every `Block` wait gives up (its message is
+    /// counted lost), so that no thread waits on a ring that will never drain.
+    waits_over: AtomicBool,
     /// Wakes `join` when a stop is requested.
     stop_lock: Mutex<bool>,
     stop_bell: Condvar,
@@ -42,9 +45,10 @@ pub(crate) struct Control {
 impl Control {
     pub(crate) fn new(doorbells: Vec<Arc<Doorbell>>) -> Self {
         Control {
-            phase: AtomicU8::new(RUNNING),
-            go: AtomicU8::new(GO_WAIT),
+            phase: AtomicUsize::new(RUNNING),
+            go: AtomicUsize::new(GO_WAIT),
             stop_requested: AtomicBool::new(false),
+            waits_over: AtomicBool::new(false),
             stop_lock: Mutex::new(false),
             stop_bell: Condvar::new(),
             escalation: Mutex::new(None),
@@ -54,13 +58,37 @@ impl Control {
     }
 
     #[inline]
-    pub(crate) fn phase(&self) -> u8 {
+    pub(crate) fn phase(&self) -> usize {
         self.phase.load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_phase(&self, phase: u8) {
-        self.phase.fetch_max(phase, Ordering::AcqRel);
+    /// Moves the phase forward to `phase` (never back) and wakes every sleeping thread.
+    pub(crate) fn set_phase(&self, phase: usize) {
+        let mut current = self.phase.load(Ordering::Acquire);
+        while current < phase {
+            match self.phase.compare_exchange_weak(
+                current,
+                phase,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
         self.ring_all();
+    }
+
+    /// Calls every `Block` wait off, now and from now on, and wakes the waiters.
+    pub(crate) fn end_waits(&self) {
+        self.waits_over.store(true, Ordering::Release);
+        self.ring_all();
+    }
+
+    /// True once waits are called off.
+    #[inline]
+    pub(crate) fn waits_over(&self) -> bool {
+        self.waits_over.load(Ordering::Acquire)
     }
 
     pub(crate) fn ring_all(&self) {
@@ -69,20 +97,17 @@ impl Control {
         }
     }
 
-    pub(crate) fn go(&self) -> u8 {
+    pub(crate) fn go(&self) -> usize {
         self.go.load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_go(&self, go: u8) {
+    pub(crate) fn set_go(&self, go: usize) {
         self.go.store(go, Ordering::Release);
     }
 
     pub(crate) fn request_stop(&self) {
         if !self.stop_requested.swap(true, Ordering::AcqRel) {
-            let mut requested = self
-                .stop_lock
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut requested = lock(&self.stop_lock);
             *requested = true;
             drop(requested);
             self.stop_bell.notify_all();
@@ -95,24 +120,18 @@ impl Control {
 
     /// Blocks until a stop is requested.
     pub(crate) fn wait_for_stop_request(&self) {
-        let mut requested = self
-            .stop_lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut requested = lock(&self.stop_lock);
         while !*requested {
-            requested = self
-                .stop_bell
-                .wait(requested)
-                .unwrap_or_else(PoisonError::into_inner);
+            requested = match self.stop_bell.wait(requested) {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
         }
     }
 
     /// Records the first escalated failure and stops the bus.
     pub(crate) fn escalate(&self, actor: &str, message: &str) {
-        let mut slot = self
-            .escalation
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut slot = lock(&self.escalation);
         if slot.is_none() {
             *slot = Some(Escalation {
                 actor: actor.to_owned(),
@@ -124,9 +143,6 @@ impl Control {
     }
 
     pub(crate) fn escalation(&self) -> Option<Escalation> {
-        self.escalation
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.escalation).clone()
     }
 }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::control::Control;
 use super::metrics::EdgeCounters;
 use super::Backpressure;
 use crate::message::Message;
@@ -49,7 +50,9 @@ impl<M> std::fmt::Debug for Out<M> {
 pub(crate) enum OutEdge<M> {
     Ring {
         tx: Producer<M>,
-        policy: Backpressure,
+        /// A full ring makes the publisher wait: `Block`, and the publisher did not promise
+        /// `never_waits`. Otherwise a publish that finds it full is dropped and counted.
+        wait: bool,
         counters: Arc<EdgeCounters>,
     },
     Latest {
@@ -68,6 +71,13 @@ pub(crate) enum InEdge<M> {
         rx: LatestReader<M>,
         counters: Arc<EdgeCounters>,
     },
+}
+
+/// What a publish may wait with on a full `Block` ring: the thread's idle strategy, and the
+/// bus's control, whose stop protocol can call every wait off.
+pub(crate) struct Wait<'a> {
+    pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
+    pub(crate) control: &'a Control,
 }
 
 /// Everything an actor publishes on one topic: one edge per subscriber.
@@ -99,62 +109,68 @@ impl<M: Message + Clone> Output<M> {
         Box::new(Output::<M> { edges: Vec::new() })
     }
 
-    /// Publishes `msg` to every subscriber. Allocates nothing; waits only on a full `Block`
-    /// ring whose subscriber is still there, and only if `idle` is given (otherwise such a
-    /// message is dropped and counted, as `DropNewest` would).
+    /// Publishes `msg` to every subscriber. Allocates nothing; waits only on a full ring of an
+    /// edge that may wait, whose subscriber is still there, and only if `wait` is given and
+    /// the stop protocol has not called waits off (otherwise such a message is dropped and
+    /// counted, as `DropNewest` would, or counted lost once waits are off).
     #[inline]
-    pub(crate) fn publish(&mut self, msg: M, mut idle: Option<&mut (dyn IdleStrategy + 'static)>) {
+    pub(crate) fn publish(&mut self, msg: M, mut wait: Option<&mut Wait<'_>>) {
         let Some((last, rest)) = self.edges.split_last_mut() else {
             return;
         };
         for edge in rest {
-            edge.send(msg.clone(), idle.as_deref_mut());
+            edge.send(msg.clone(), wait.as_deref_mut());
         }
-        last.send(msg, idle);
+        last.send(msg, wait);
     }
 }
 
 impl<M> OutEdge<M> {
+    fn counters(&self) -> &EdgeCounters {
+        match self {
+            OutEdge::Ring { counters, .. } | OutEdge::Latest { counters, .. } => counters,
+        }
+    }
+
+    /// Offers `msg` to this edge; it is counted exactly once: sent, dropped or lost.
     #[inline]
-    fn send(&mut self, msg: M, idle: Option<&mut (dyn IdleStrategy + 'static)>) {
+    fn send(&mut self, msg: M, wait: Option<&mut Wait<'_>>) {
         match self {
             OutEdge::Ring {
                 tx,
-                policy,
+                wait: may_wait,
                 counters,
             } => {
                 let p = &counters.publisher;
-                let msg = match tx.try_push(msg) {
-                    Ok(()) => {
-                        p.sent.add(1);
-                        return;
-                    }
-                    Err(e) => e.into_inner(),
-                };
+                // NB: one load of a line that only changes when the subscriber goes (the `bus`
+                // suite's `bus` vs `ring` cases measure it); without it a publish into an
+                // abandoned ring would sit there uncounted.
                 if tx.is_abandoned() {
-                    p.lost.add(1);
+                    abandoned(counters);
                     return;
                 }
-                match (policy, idle) {
-                    (Backpressure::Block, Some(idle)) => {
-                        p.waited.add(1);
-                        match tx.push(msg, idle) {
-                            Ok(()) => p.sent.add(1),
-                            Err(_) => p.lost.add(1),
+                // Counted before the push, so that no reader sees it handled before it is sent.
+                p.sent.add(1);
+                match tx.try_push(msg) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        p.sent.sub(1);
+                        let msg = e.into_inner();
+                        match wait {
+                            Some(wait) if *may_wait => wait_and_push(tx, msg, p, wait),
+                            _ => p.dropped.add(1),
                         }
                     }
-                    _ => p.dropped.add(1),
                 }
             }
             OutEdge::Latest { tx, counters } => {
                 let p = &counters.publisher;
                 if tx.is_abandoned() {
-                    p.lost.add(1);
+                    abandoned(counters);
                     return;
                 }
-                let conflated = tx.write(msg);
                 p.sent.add(1);
-                if conflated {
+                if tx.write(msg) {
                     p.conflated.add(1);
                 }
             }
@@ -162,17 +178,82 @@ impl<M> OutEdge<M> {
     }
 }
 
-/// Counts one message as handled when dropped: after the handler returns, or while a panic in
-/// it unwinds, so that every message taken out of a ring is accounted for either way.
-struct HandledGuard<'a> {
+/// Counts a publish into an edge whose subscriber is gone as lost, and settles what a publish
+/// racing with the subscriber's going left in the ring (the subscriber had already counted
+/// what was queued): once the subscriber's end is dropped this publisher is the only writer of
+/// the edge's counters (its `Release` store of the ring's `closed` flag, which `is_abandoned`
+/// loaded with `Acquire`, comes after its last count), so nothing stays in flight.
+#[cold]
+fn abandoned(counters: &EdgeCounters) {
+    counters.publisher.lost.add(1);
+    let left = counters.snapshot().in_flight();
+    if left > 0 {
+        counters.subscriber.lost.add(left as u64);
+    }
+}
+
+/// Waits for room in a full `Block` ring, then pushes. Gives up, counting the message lost,
+/// when the subscriber goes or the stop protocol calls waits off (a stop past its drain
+/// phase), so that no wait outlives the bus.
+#[cold]
+fn wait_and_push<M>(
+    tx: &mut Producer<M>,
+    mut msg: M,
+    p: &super::metrics::PublisherCounters,
+    wait: &mut Wait<'_>,
+) {
+    p.waited.add(1);
+    loop {
+        // With `Park` the first idle round only arms the doorbell and the second sleeps, so
+        // these checks always run between arming and sleeping: a pop or `Control::end_waits`
+        // after them rings the bell.
+        if tx.is_abandoned() || wait.control.waits_over() {
+            p.lost.add(1);
+            wait.idle.reset();
+            return;
+        }
+        p.sent.add(1);
+        match tx.try_push(msg) {
+            Ok(()) => {
+                wait.idle.reset();
+                return;
+            }
+            Err(e) => {
+                p.sent.sub(1);
+                msg = e.into_inner();
+            }
+        }
+        wait.idle.idle(0);
+    }
+}
+
+impl<M> Drop for OutEdge<M> {
+    fn drop(&mut self) {
+        self.counters().end_dropped();
+    }
+}
+
+/// Counts one message as panicked if dropped, which happens only while a panic in its handler
+/// unwinds; a handler that returns forgets it and counts the message handled.
+struct PanicGuard<'a> {
     counters: &'a EdgeCounters,
 }
 
-impl Drop for HandledGuard<'_> {
-    #[inline(always)]
+impl Drop for PanicGuard<'_> {
+    #[cold]
     fn drop(&mut self) {
-        self.counters.subscriber.handled.add(1);
+        self.counters.subscriber.panicked.add(1);
     }
+}
+
+/// Hands `m` to `handler`, counting it handled when the handler returns and panicked if it
+/// unwinds.
+#[inline(always)]
+fn handle<M>(counters: &EdgeCounters, m: M, handler: &mut impl FnMut(M)) {
+    let guard = PanicGuard { counters };
+    handler(m);
+    std::mem::forget(guard);
+    counters.subscriber.handled.add(1);
 }
 
 /// The rings of one topic that feed one actor: one per publisher. Made by the wiring in
@@ -210,10 +291,7 @@ impl<M: Send + 'static> Inputs<M> {
             match edge {
                 InEdge::Ring { rx, counters } => {
                     let counters: &EdgeCounters = counters;
-                    let n = rx.pop_batch(budget, |m| {
-                        let _handled = HandledGuard { counters };
-                        handler(m);
-                    });
+                    let n = rx.pop_batch(budget, |m| handle(counters, m, &mut handler));
                     if n > 0 {
                         counters
                             .subscriber
@@ -224,9 +302,8 @@ impl<M: Send + 'static> Inputs<M> {
                 }
                 InEdge::Latest { rx, counters } => {
                     if let Some(m) = rx.read() {
-                        let _handled = HandledGuard { counters };
                         counters.subscriber.max_depth.raise_to(1);
-                        handler(m);
+                        handle(counters, m, &mut handler);
                         total += 1;
                     }
                 }
@@ -244,19 +321,24 @@ impl<M: Send + 'static> Inputs<M> {
     }
 }
 
-impl<M> Drop for Inputs<M> {
+impl<M> Drop for InEdge<M> {
     fn drop(&mut self) {
         // The subscriber is going for good: what is still queued will never be handled.
-        for edge in &self.edges {
-            match edge {
-                InEdge::Ring { rx, counters } => counters.subscriber.lost.add(rx.len() as u64),
-                InEdge::Latest { rx, counters } => {
-                    if rx.has_fresh() {
-                        counters.subscriber.lost.add(1);
-                    }
-                }
+        let counters = match self {
+            InEdge::Ring { rx, counters } => {
+                counters.subscriber.lost.add(rx.len() as u64);
+                counters
             }
-        }
+            InEdge::Latest { rx, counters } => {
+                if rx.has_fresh() {
+                    counters.subscriber.lost.add(1);
+                }
+                counters
+            }
+        };
+        counters.subscriber.gone.add(1);
+        counters.end_dropped();
+        // The ring half drops after this body: its publisher then sees the edge abandoned.
     }
 }
 
@@ -279,6 +361,7 @@ impl std::fmt::Debug for Wiring {
 pub(crate) fn make_edge<M: Message>(
     policy: Backpressure,
     capacity: usize,
+    may_wait: bool,
     counters: Arc<EdgeCounters>,
 ) -> (OutEdge<M>, InEdge<M>) {
     match policy {
@@ -297,7 +380,7 @@ pub(crate) fn make_edge<M: Message>(
             (
                 OutEdge::Ring {
                     tx,
-                    policy,
+                    wait: may_wait && policy == Backpressure::Block,
                     counters: Arc::clone(&counters),
                 },
                 InEdge::Ring { rx, counters },

@@ -34,6 +34,16 @@ pub enum StartError {
         /// The other type.
         second: &'static str,
     },
+    /// A core that exists but that this process may not use (outside its affinity mask, as set
+    /// by `taskset` or a cpuset).
+    CoreNotAllowed {
+        /// The actor or group asking for it.
+        thread: String,
+        /// The core.
+        core: usize,
+        /// The cores the process may use, read with `sched_getaffinity` in `start()`.
+        allowed: Vec<usize>,
+    },
     /// A core id that this machine does not have.
     NoSuchCore {
         /// The actor or group asking for it.
@@ -94,6 +104,7 @@ impl fmt::Display for StartError {
             StartError::NoPublisher { actor, topic } => write!(f, "actor '{actor}' subscribes to topic '{topic}', but no actor publishes it: add .publishes::<..>() to a publisher or drop the subscription"),
             StartError::NotSubscribed { actor, inbox } => write!(f, "actor '{actor}' receives {inbox} but its builder does not subscribe: add .subscribes::<{inbox}>()"),
             StartError::TopicClash { topic, first, second } => write!(f, "topic '{topic}' is claimed by two types, {first} and {second}: give one of them another topic name"),
+            StartError::CoreNotAllowed { thread, core, allowed } => write!(f, "'{thread}' asks for core {core}, but this process may only run on cores {allowed:?} (its affinity mask): pick one of those, or widen the mask"),
             StartError::NoSuchCore { thread, core, online } => write!(f, "'{thread}' asks for core {core}, but this machine has {online} online cores (0..{online})"),
             StartError::SharedBusyCore { core, first, second } => write!(f, "'{first}' and '{second}' both busy-spin on core {core} and would starve each other: move one, or give one the Backoff or Park idle strategy"),
             StartError::SameThreadBlock { topic, publisher, subscriber, thread } => write!(f, "'{publisher}' publishes '{topic}' to '{subscriber}' with Block backpressure, but both run on thread '{thread}': a full ring would deadlock; use Backpressure::DropNewest or Latest, or separate threads"),
@@ -137,15 +148,24 @@ pub enum BusError {
         /// The figures at the end.
         report: Box<Report>,
     },
+    /// Threads that had not exited when the stop timeout and its margin ran out (a handler or
+    /// hook that does not return). They are left running, detached; `join` does not wait.
+    Unresponsive {
+        /// The threads.
+        threads: Vec<String>,
+        /// The figures at the end (edges into or out of those threads may show messages in
+        /// flight).
+        report: Box<Report>,
+    },
 }
 
 impl BusError {
     /// The figures at the end.
     pub fn report(&self) -> &Report {
         match self {
-            BusError::ActorPanicked { report, .. } | BusError::ThreadPanicked { report, .. } => {
-                report
-            }
+            BusError::ActorPanicked { report, .. }
+            | BusError::ThreadPanicked { report, .. }
+            | BusError::Unresponsive { report, .. } => report,
         }
     }
 }
@@ -155,6 +175,7 @@ impl fmt::Display for BusError {
         match self {
             BusError::ActorPanicked { actor, message, .. } => write!(f, "actor '{actor}' panicked and its policy is Escalate, so the bus stopped: {message}"),
             BusError::ThreadPanicked { thread, message, .. } => write!(f, "bus thread '{thread}' panicked (please report this llbus bug): {message}"),
+            BusError::Unresponsive { threads, .. } => write!(f, "bus threads {threads:?} did not exit within the stop timeout (a handler or hook that does not return); they are left running"),
         }
     }
 }

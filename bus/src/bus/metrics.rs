@@ -9,7 +9,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// A counter with one writer: increments are a load and a store, not an atomic RMW.
 #[derive(Debug, Default)]
@@ -20,6 +20,14 @@ impl Counter {
     pub(crate) fn add(&self, n: u64) {
         let v = self.0.load(Ordering::Relaxed);
         self.0.store(v.wrapping_add(n), Ordering::Release);
+    }
+
+    /// Takes back an `add(n)` of this writer's (a message counted as sent before a push that
+    /// then found the ring full).
+    #[inline(always)]
+    pub(crate) fn sub(&self, n: u64) {
+        let v = self.0.load(Ordering::Relaxed);
+        self.0.store(v.wrapping_sub(n), Ordering::Release);
     }
 
     #[inline(always)]
@@ -35,6 +43,10 @@ impl Counter {
 }
 
 /// The publisher's side of an edge's counters.
+///
+/// Every publish on the edge is counted exactly once, in `sent`, `dropped` or `lost`. `sent`
+/// is counted *before* the value enters the ring (and taken back if the ring was full), so a
+/// reader that loads the subscriber's counters first never sees more handled than sent.
 #[derive(Debug, Default)]
 pub(crate) struct PublisherCounters {
     /// Messages put into the ring or slot. Writer: the publisher.
@@ -45,48 +57,145 @@ pub(crate) struct PublisherCounters {
     pub(crate) conflated: Counter,
     /// Publishes that found the ring full and had to wait (`Block`). Writer: the publisher.
     pub(crate) waited: Counter,
-    /// Messages published after the subscriber was gone. Writer: the publisher.
+    /// Messages published after the subscriber was gone, or given up by a `Block` wait at a
+    /// stop. Never put into the ring. Writer: the publisher.
     pub(crate) lost: Counter,
 }
 
 /// The subscriber's side of an edge's counters.
 #[derive(Debug, Default)]
 pub(crate) struct SubscriberCounters {
-    /// Messages handed to the handler (counted when it returns or panics). Writer: subscriber.
+    /// Messages whose handler returned. Writer: the subscriber.
     pub(crate) handled: Counter,
-    /// Messages still queued when the subscriber stopped for good. Writer: the subscriber.
+    /// Messages whose handler panicked. Writer: the subscriber.
+    pub(crate) panicked: Counter,
+    /// Messages that were in the ring or slot when the subscriber stopped for good, plus what
+    /// the last end of the edge to go found still unaccounted for (see
+    /// [`EdgeCounters::end_dropped`]). Writer: the subscriber, then the last end.
     pub(crate) lost: Counter,
     /// The highest queue depth the subscriber saw. Writer: the subscriber.
     pub(crate) max_depth: Counter,
+    /// 1 once the subscriber's end is gone: nothing more will be handled. Writer: subscriber.
+    pub(crate) gone: Counter,
 }
 
 /// Both sides of one edge's counters, each on its own cache lines.
-#[derive(Debug, Default)]
+///
+/// Invariant (the balance): `sent == handled + panicked + conflated + subscriber.lost +
+/// in_flight` with `in_flight >= 0` in every snapshot, and `in_flight == 0` once both ends are
+/// dropped.
+#[derive(Debug)]
 pub(crate) struct EdgeCounters {
     pub(crate) publisher: CachePadded<PublisherCounters>,
     pub(crate) subscriber: CachePadded<SubscriberCounters>,
+    /// Ends of the edge still alive (2, 1, 0): the one that takes it to 0 settles the edge.
+    ends: AtomicUsize,
+}
+
+impl Default for EdgeCounters {
+    fn default() -> Self {
+        EdgeCounters {
+            publisher: CachePadded::default(),
+            subscriber: CachePadded::default(),
+            ends: AtomicUsize::new(2),
+        }
+    }
+}
+
+/// One consistent reading of an edge's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct EdgeSnapshot {
+    pub(crate) sent: u64,
+    pub(crate) dropped: u64,
+    pub(crate) conflated: u64,
+    pub(crate) waited: u64,
+    pub(crate) publisher_lost: u64,
+    pub(crate) handled: u64,
+    pub(crate) panicked: u64,
+    pub(crate) subscriber_lost: u64,
+    pub(crate) max_depth: u64,
+    pub(crate) gone: bool,
+}
+
+impl EdgeSnapshot {
+    /// Every publish: what entered the ring, what was dropped, and what was lost at once.
+    pub(crate) fn published(&self) -> u64 {
+        self.sent + self.dropped + self.publisher_lost
+    }
+
+    /// Messages in the ring or slot, neither handled nor counted otherwise yet.
+    pub(crate) fn in_flight(&self) -> i128 {
+        i128::from(self.sent)
+            - i128::from(self.conflated)
+            - i128::from(self.handled)
+            - i128::from(self.panicked)
+            - i128::from(self.subscriber_lost)
+    }
 }
 
 impl EdgeCounters {
-    /// Messages accepted but neither handled, conflated nor counted lost: zero when the edge is
-    /// quiet. Negative values are transient (a handler finished before `sent` was stored).
-    pub(crate) fn in_flight(&self) -> i128 {
+    /// Reads every counter. The subscriber's side is read first and, on the publisher's,
+    /// `conflated` before `sent`: each subscriber count and each conflation of a message is
+    /// stored after that message's `sent` (Release stores, Acquire loads, and the ring's own
+    /// Release/Acquire pair in between), so the reading never shows a negative `in_flight`.
+    pub(crate) fn snapshot(&self) -> EdgeSnapshot {
         let s = &self.subscriber;
         let p = &self.publisher;
-        // Read the subscriber's side first: it trails the publisher's.
-        let done = i128::from(s.handled.get()) + i128::from(s.lost.get());
-        i128::from(p.sent.get()) - i128::from(p.conflated.get()) - done
+        let (gone, handled, panicked, subscriber_lost, max_depth) = (
+            s.gone.get() != 0,
+            s.handled.get(),
+            s.panicked.get(),
+            s.lost.get(),
+            s.max_depth.get(),
+        );
+        let (conflated, publisher_lost, dropped, waited) = (
+            p.conflated.get(),
+            p.lost.get(),
+            p.dropped.get(),
+            p.waited.get(),
+        );
+        let sent = p.sent.get();
+        let snap = EdgeSnapshot {
+            sent,
+            dropped,
+            conflated,
+            waited,
+            publisher_lost,
+            handled,
+            panicked,
+            subscriber_lost,
+            max_depth,
+            gone,
+        };
+        debug_assert!(snap.in_flight() >= 0, "negative in-flight: {snap:?}");
+        snap
     }
 
-    /// Every counter, for the stability check of the stop protocol.
-    pub(crate) fn raw(&self) -> [u64; 5] {
-        [
-            self.subscriber.handled.get(),
-            self.subscriber.lost.get(),
-            self.publisher.sent.get(),
-            self.publisher.conflated.get(),
-            self.publisher.lost.get(),
-        ]
+    /// Messages accepted but neither handled, conflated nor counted lost: zero when the edge is
+    /// quiet, and for good once the subscriber is gone.
+    pub(crate) fn in_flight(&self) -> i128 {
+        let snap = self.snapshot();
+        if snap.gone {
+            // Whatever a racing publish left in a ring nobody reads is settled when the
+            // publisher's end goes; it can no longer be handled, so the drain need not wait.
+            0
+        } else {
+            snap.in_flight()
+        }
+    }
+
+    /// Called by each end of the edge when it is dropped, after its own counting. The last end
+    /// to go (both are gone, so every counter is final) counts what is still unaccounted for
+    /// as lost: values a publisher pushed while its subscriber was leaving, between the
+    /// subscriber counting what was queued and the publisher seeing it gone.
+    pub(crate) fn end_dropped(&self) {
+        if self.ends.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let left = self.snapshot().in_flight();
+            debug_assert!(left >= 0);
+            if left > 0 {
+                self.subscriber.lost.add(left as u64);
+            }
+        }
     }
 }
 
@@ -132,28 +241,31 @@ impl ActorCounters {
 /// A named figure of an actor's own (datagrams sent, bytes received, a gauge of subscribers),
 /// registered in its factory with `Setup::metric` and shown in the bus's [`Report`].
 ///
-/// One thread writes it (the actor's); updates are a load and a `Release` store on a cache
-/// line of its own: no lock, no read-modify-write. Cloning shares the same figure.
+/// Updates are atomic read-modify-writes on a cache line of its own: no lock, and no
+/// increment is lost when clones are updated from several threads. Cloning shares the same
+/// figure.
 #[derive(Clone, Debug, Default)]
-pub struct Metric(std::sync::Arc<CachePadded<AtomicU64>>);
+pub struct Metric(std::sync::Arc<CachePadded<std::sync::atomic::AtomicU64>>);
 
 impl Metric {
-    /// Adds `n`. Only the actor's own thread may call it.
+    /// Adds `n` (wrapping). Safe from any thread: concurrent adds are never lost.
+    // NB: an uncontended `fetch_add` costs a few ns more than the load-and-store it replaces
+    // (which lost increments when a clone was updated from another thread); metrics count
+    // datagrams and events, not ring operations.
     #[inline]
     pub fn add(&self, n: u64) {
-        let v = self.0.load(Ordering::Relaxed);
-        self.0.store(v.wrapping_add(n), Ordering::Release);
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sets the value (for gauges).
     #[inline]
     pub fn set(&self, v: u64) {
-        self.0.store(v, Ordering::Release);
+        self.0.store(v, std::sync::atomic::Ordering::Release);
     }
 
     /// The current value.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.0.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -168,18 +280,27 @@ pub struct EdgeReport {
     pub subscriber: String,
     /// The subscription's backpressure policy.
     pub policy: crate::bus::Backpressure,
-    /// Messages put into the ring (or latest slot).
+    /// Every message published on this edge: `handled + panicked + dropped + conflated + lost
+    /// + in_flight`, exactly, in every report.
     pub published: u64,
-    /// Messages the subscriber's handler received.
+    /// Messages whose handler returned.
     pub handled: u64,
+    /// Messages whose handler panicked (each one is handled by the subscriber's supervision
+    /// policy, and not counted as handled).
+    pub panicked: u64,
     /// Messages refused because the ring was full (`DropNewest`).
     pub dropped: u64,
     /// Values overwritten before the subscriber read them (`Latest`).
     pub conflated: u64,
     /// Publishes that had to wait for room (`Block`).
     pub waited: u64,
-    /// Messages lost because the subscriber stopped (its `Stop` policy, or a stop timeout).
+    /// Messages lost: published after the subscriber was gone (its `Stop` policy, an
+    /// escalation), still queued when it went, or given up by a `Block` wait when a stop ran
+    /// past its drain phase (the stop timeout).
     pub lost: u64,
+    /// Messages in the ring or slot, not yet handled. Always 0 in the report `join` returns
+    /// (unless `join` reports a thread that did not exit).
+    pub in_flight: u64,
     /// The highest number of queued messages the subscriber saw.
     pub max_depth: u64,
 }
@@ -242,33 +363,37 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:<14} {:<12} {:<12} {:<10} {:>10} {:>10} {:>8} {:>9} {:>8} {:>6} {:>6}",
+            "{:<14} {:<12} {:<12} {:<10} {:>10} {:>10} {:>8} {:>8} {:>9} {:>8} {:>6} {:>9} {:>6}",
             "topic",
             "publisher",
             "subscriber",
             "policy",
             "published",
             "handled",
+            "panicked",
             "dropped",
             "conflated",
             "waited",
             "lost",
+            "in_flight",
             "depth"
         )?;
         for e in &self.edges {
             writeln!(
                 f,
-                "{:<14} {:<12} {:<12} {:<10} {:>10} {:>10} {:>8} {:>9} {:>8} {:>6} {:>6}",
+                "{:<14} {:<12} {:<12} {:<10} {:>10} {:>10} {:>8} {:>8} {:>9} {:>8} {:>6} {:>9} {:>6}",
                 e.topic,
                 e.publisher,
                 e.subscriber,
                 format!("{:?}", e.policy),
                 e.published,
                 e.handled,
+                e.panicked,
                 e.dropped,
                 e.conflated,
                 e.waited,
                 e.lost,
+                e.in_flight,
                 e.max_depth
             )?;
         }

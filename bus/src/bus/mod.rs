@@ -44,17 +44,70 @@ pub enum Backpressure {
     Latest,
 }
 
-/// What happens when an actor's hook panics. Set per actor.
+/// What happens when an actor's hook (`on_start`, `on_message`, `poll`, `drain`, `on_tick`)
+/// or its factory panics, or its `Drop` does. Set per actor.
+///
+/// The message whose handler panicked is counted in its edge's `panicked` column, never as
+/// handled. Whatever the policy, the panic is counted in the actor's `panics`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Supervision {
-    /// A fresh actor from the factory takes over the same rings; its `on_start` runs.
-    Restart,
-    /// The actor ends; messages queued for it are counted as lost; the rest of the bus runs on.
+    /// A fresh actor from the factory takes over the same rings (what was queued for the old
+    /// one is handled by the new one), after a delay, and its `on_start` runs. At most
+    /// [`RestartLimit::max_restarts`] restarts within [`RestartLimit::within`]; the next
+    /// failure escalates, as [`Escalate`](Self::Escalate) would. A panic in the factory
+    /// counts toward the limit too; a factory that returns setup errors escalates at once.
+    Restart(RestartLimit),
+    /// The actor ends; messages queued for it, and published to it afterwards, are counted as
+    /// lost; the rest of the bus runs on.
     Stop,
-    /// The whole bus stops and `join` returns the error with the actor's name and the panic
-    /// message. The default.
+    /// The whole bus stops (gracefully, within its stop timeout) and `join` returns
+    /// [`BusError::ActorPanicked`] with the actor's name and the panic message. The default.
     #[default]
     Escalate,
+}
+
+/// How often [`Supervision::Restart`] may restart an actor, and how long it waits first.
+///
+/// Restarts are counted in windows of `within`, each starting at the first restart after the
+/// previous window ended; the `max_restarts + 1`-th failure within one window escalates. The
+/// n-th restart of a window waits `delay * 2^(n-1)` (capped at one second) before the factory
+/// runs; the actor's thread keeps serving its other actors meanwhile. Once the bus is stopping
+/// a restart runs at once, so that the new instance can drain its inbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RestartLimit {
+    /// Restarts allowed within one window.
+    pub max_restarts: u32,
+    /// The window's length.
+    pub within: std::time::Duration,
+    /// The wait before the first restart of a window (doubling for each further one).
+    pub delay: std::time::Duration,
+}
+
+impl RestartLimit {
+    /// At most `max_restarts` restarts within `within`, the first after 10 ms.
+    pub const fn new(max_restarts: u32, within: std::time::Duration) -> Self {
+        RestartLimit {
+            max_restarts,
+            within,
+            delay: std::time::Duration::from_millis(10),
+        }
+    }
+
+    /// Waits `delay` before the first restart of a window (doubling for each further one).
+    pub const fn with_delay(mut self, delay: std::time::Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The longest wait before a restart, however many came before.
+    pub(crate) const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+}
+
+impl Default for RestartLimit {
+    /// 3 restarts within 10 s, the first after 10 ms.
+    fn default() -> Self {
+        RestartLimit::new(3, std::time::Duration::from_secs(10))
+    }
 }
 
 /// How a bus thread waits when it has nothing to do. Set per thread (an actor's own, or a

@@ -3,8 +3,11 @@
 //! Each round, every live actor gets one turn: its inbox is polled with a budget per ring, then
 //! its `poll` hook, then its tick if due. The thread's idle strategy is told how much work the
 //! round did. An actor that always has work therefore still yields the thread to its group
-//! mates after each turn. Panics are caught per turn and handled by the actor's supervision
-//! policy.
+//! mates after each turn. Panics are caught per turn (and around every factory call and every
+//! drop of an actor) and handled by the actor's supervision policy. A panic anywhere else in a
+//! bus thread (a bug in llbus) is not lost either: the thread's guard stops the bus, marks the
+//! thread's stop hooks done so that the stop protocol does not wait for it, and `join` reports
+//! the thread.
 
 use std::any::TypeId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -18,7 +21,7 @@ use super::control::{Control, EXIT, GO_ABORT, GO_RUN, GO_WAIT, RUNNING, STOPPING
 use super::edge::{AnyOutput, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
-use super::Supervision;
+use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
 use crate::wait::IdleStrategy;
 
@@ -33,9 +36,13 @@ pub(crate) trait Slot: Send {
     fn start(&mut self, env: &mut Env<'_>);
     fn turn(&mut self, env: &mut Env<'_>) -> usize;
     fn stop(&mut self, env: &mut Env<'_>);
-    fn next_tick(&self) -> Option<Instant>;
-    /// Whether the actor has a tick interval at all.
-    fn ticks(&self) -> bool;
+    /// When the actor next needs a turn without any message: its next tick, or a restart
+    /// that waits out its delay.
+    fn next_deadline(&self) -> Option<Instant>;
+    /// Whether the actor can ever have such a deadline (it ticks, or it may be restarted).
+    fn has_deadlines(&self) -> bool;
+    /// Drops the actor instance, catching a panic in its `Drop`.
+    fn drop_actor(&mut self);
 }
 
 /// What a turn needs from its thread.
@@ -46,7 +53,7 @@ pub(crate) struct Env<'a> {
     /// needed. NB: reading it costs ~29 ns here (the `bus` benchmark's profile); a thread
     /// without ticks whose actors never ask pays nothing.
     pub(crate) now: std::cell::Cell<Option<Instant>>,
-    pub(crate) phase: u8,
+    pub(crate) phase: usize,
 }
 
 impl Env<'_> {
@@ -72,10 +79,46 @@ pub(crate) fn read_clock(cell: &std::cell::Cell<Option<Instant>>) -> Instant {
 
 enum State {
     Alive,
-    /// Needs a fresh instance from the factory before its next turn (`Restart`).
-    Restarting,
+    /// Needs a fresh instance from the factory, at `at` (`Restart`) or at once once the bus
+    /// is stopping.
+    Restarting {
+        at: Instant,
+    },
     /// Gone for good (`Stop`, `Escalate`).
     Dead,
+}
+
+/// Restarts counted against a [`RestartLimit`]: the current window and how many it holds.
+#[derive(Default)]
+struct RestartWindow {
+    start: Option<Instant>,
+    count: u32,
+}
+
+impl RestartWindow {
+    /// Counts a failure at `now`: `Some(delay)` before the restart, or `None` when the limit is
+    /// spent and the failure must escalate.
+    fn admit(&mut self, limit: &RestartLimit, now: Instant) -> Option<Duration> {
+        let fresh = match self.start {
+            Some(start) => now.saturating_duration_since(start) > limit.within,
+            None => true,
+        };
+        if fresh {
+            self.start = Some(now);
+            self.count = 0;
+        }
+        if self.count >= limit.max_restarts {
+            return None;
+        }
+        self.count += 1;
+        let doublings = (self.count - 1).min(20);
+        Some(
+            limit
+                .delay
+                .saturating_mul(1 << doublings)
+                .min(RestartLimit::MAX_DELAY),
+        )
+    }
 }
 
 pub(crate) struct ActorSlot<A: Actor, F> {
@@ -93,6 +136,7 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     tick: Option<Duration>,
     next_tick: Instant,
     state: State,
+    restarts: RestartWindow,
 }
 
 impl<A, F> ActorSlot<A, F>
@@ -126,7 +170,8 @@ where
             supervision,
             tick,
             next_tick: Instant::now(),
-            state: State::Restarting,
+            state: State::Restarting { at: Instant::now() },
+            restarts: RestartWindow::default(),
         }
     }
 
@@ -153,17 +198,33 @@ where
         }
     }
 
-    /// Handles a panic caught in a hook according to the supervision policy.
+    /// Handles a panic caught in a hook or the factory according to the supervision policy.
     fn failed(&mut self, message: String, control: &Control) {
         self.counters.panics.add(1);
-        self.actor = None;
+        self.drop_instance();
         match self.supervision {
-            Supervision::Restart => {
-                log::warn!(
-                    "actor '{}' panicked and will be restarted: {message}",
-                    self.name
-                );
-                self.state = State::Restarting;
+            Supervision::Restart(limit) => {
+                let now = Instant::now();
+                match self.restarts.admit(&limit, now) {
+                    Some(delay) => {
+                        log::warn!(
+                            "actor '{}' panicked and will be restarted in {delay:?}: {message}",
+                            self.name
+                        );
+                        self.state = State::Restarting {
+                            at: now.checked_add(delay).unwrap_or(now),
+                        };
+                    }
+                    None => {
+                        let message = format!(
+                            "restarted {} times within {:?}, then panicked again: {message}",
+                            limit.max_restarts, limit.within
+                        );
+                        log::error!("actor '{}' {message}; stopping the bus", self.name);
+                        self.retire();
+                        control.escalate(&self.name, &message);
+                    }
+                }
             }
             Supervision::Stop => {
                 log::error!("actor '{}' panicked and stops: {message}", self.name);
@@ -180,26 +241,44 @@ where
         }
     }
 
+    /// Drops the current instance, if any, catching (and counting) a panic in its `Drop`.
+    fn drop_instance(&mut self) {
+        if let Some(actor) = self.actor.take() {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(actor))) {
+                self.counters.panics.add(1);
+                log::error!(
+                    "actor '{}' panicked while being dropped: {}",
+                    self.name,
+                    panic_message(&*payload)
+                );
+            }
+        }
+    }
+
     /// Ends the actor for good: its inputs go (what is queued is counted lost; publishers see
     /// the rings abandoned) and its outputs go (subscribers see the rings abandoned).
     fn retire(&mut self) {
         self.state = State::Dead;
-        self.actor = None;
+        self.drop_instance();
         self.rx = None;
         self.outputs.clear();
     }
 
-    /// Makes a fresh instance after a panic (`Restart`) and runs its `on_start`. If the
-    /// factory itself fails now, the actor cannot go on: the failure escalates.
+    /// Makes a fresh instance after a panic (`Restart`) and runs its `on_start`. A factory that
+    /// panics counts toward the restart limit; one that reports setup errors cannot be fixed
+    /// by retrying, and escalates.
     fn revive(&mut self, env: &mut Env<'_>) {
+        self.counters.restarts.add(1);
         match self.make() {
             Ok(actor) => {
                 self.actor = Some(actor);
                 Slot::start(self, env);
             }
+            Err(StartError::FactoryPanicked { message, .. }) => {
+                self.failed(format!("(in its factory) {message}"), env.control);
+            }
             Err(e) => {
                 let message = e.to_string();
-                self.counters.panics.add(1);
                 log::error!(
                     "actor '{}' could not be remade; stopping the bus: {message}",
                     self.name
@@ -224,7 +303,9 @@ where
 
     fn start(&mut self, env: &mut Env<'_>) {
         if let Some(tick) = self.tick {
-            self.next_tick = env.now() + tick;
+            // Declared intervals are checked in `start()`; saturate all the same.
+            let now = env.now();
+            self.next_tick = now.checked_add(tick).unwrap_or(now);
         }
         let Some(actor) = self.actor.as_mut() else {
             return;
@@ -240,8 +321,10 @@ where
     fn turn(&mut self, env: &mut Env<'_>) -> usize {
         match self.state {
             State::Alive => {}
-            State::Restarting => {
-                self.counters.restarts.add(1);
+            State::Restarting { at } => {
+                if env.phase == RUNNING && env.now() < at {
+                    return 0;
+                }
                 self.revive(env);
                 return 1;
             }
@@ -278,12 +361,12 @@ where
             Ok(work) => {
                 if tick_due {
                     if let Some(interval) = self.tick {
-                        self.next_tick += interval;
                         let now = env.now();
-                        if self.next_tick < now {
+                        self.next_tick = match self.next_tick.checked_add(interval) {
+                            Some(next) if next >= now => next,
                             // Fell behind (a slow handler): skip missed ticks, keep the phase.
-                            self.next_tick = now + interval;
-                        }
+                            _ => now.checked_add(interval).unwrap_or(now),
+                        };
                     }
                 }
                 if work == 0 {
@@ -310,15 +393,20 @@ where
         }
     }
 
-    fn ticks(&self) -> bool {
-        self.tick.is_some()
+    fn has_deadlines(&self) -> bool {
+        self.tick.is_some() || matches!(self.supervision, Supervision::Restart(_))
     }
 
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_deadline(&self) -> Option<Instant> {
         match (self.tick, &self.state) {
+            (_, State::Restarting { at }) => Some(*at),
             (Some(_), State::Alive) => Some(self.next_tick),
             _ => None,
         }
+    }
+
+    fn drop_actor(&mut self) {
+        self.drop_instance();
     }
 }
 
@@ -344,19 +432,62 @@ pub(crate) type Ready = mpsc::Sender<Result<(), StartError>>;
 pub(crate) struct ThreadPlan {
     pub(crate) name: String,
     pub(crate) core: Option<usize>,
+    /// The cores an unpinned thread runs on: the process's allowed set, read in `start()`.
+    pub(crate) cpus: Vec<usize>,
     pub(crate) idle: Box<dyn IdleStrategy>,
     pub(crate) slots: Vec<Box<dyn Slot>>,
 }
 
+/// Stops the bus if its thread unwinds: a panic outside the per-turn `catch_unwind` (a bug
+/// in llbus) must reach `join`, not leave it waiting for a thread that is gone.
+struct ThreadGuard<'a> {
+    control: &'a Control,
+    name: &'a str,
+    /// Whether this thread has counted its stop hooks as done.
+    hooks_counted: bool,
+}
+
+impl Drop for ThreadGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            log::error!(
+                "bus thread '{}' panicked outside an actor's hooks; stopping the bus",
+                self.name
+            );
+            if !self.hooks_counted {
+                self.control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
+            }
+            self.control.request_stop();
+        }
+    }
+}
+
 /// The body of a bus thread.
 pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Ready) {
-    if let Some(core) = plan.core {
-        if let Err(error) = crate::wait::pin_to_core(core) {
-            let _ = ready.send(Err(StartError::Pin {
-                thread: plan.name.clone(),
-                error,
-            }));
-            return;
+    let name = plan.name.clone();
+    let mut guard = ThreadGuard {
+        control: &control,
+        name: &name,
+        hooks_counted: false,
+    };
+    match plan.core {
+        Some(core) => {
+            if let Err(error) = crate::wait::pin_to_core(core) {
+                let _ = ready.send(Err(StartError::Pin {
+                    thread: plan.name.clone(),
+                    error,
+                }));
+                return;
+            }
+        }
+        None => {
+            if let Err(error) = crate::wait::run_on_cores(&plan.cpus) {
+                log::warn!(
+                    "bus thread '{}' could not be set to run on cores {:?}: {error}",
+                    plan.name,
+                    plan.cpus
+                );
+            }
         }
     }
     for slot in &mut plan.slots {
@@ -396,9 +527,9 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
     for slot in &mut plan.slots {
         slot.start(&mut env);
     }
-    let mut stop_hooks_run = false;
-    // Whether any actor of this thread ticks: only then is the next tick looked for each round.
-    let ticking = plan.slots.iter().any(|s| s.ticks());
+    // Whether any actor of this thread has deadlines (ticks, delayed restarts): only then is
+    // the next one looked for each round.
+    let deadlines = plan.slots.iter().any(|s| s.has_deadlines());
     loop {
         env.phase = control.phase();
         env.now.set(None);
@@ -406,19 +537,19 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
         for slot in &mut plan.slots {
             work += slot.turn(&mut env);
         }
-        if env.phase >= STOPPING && !stop_hooks_run {
+        if env.phase >= STOPPING && !guard.hooks_counted {
             for slot in &mut plan.slots {
                 slot.stop(&mut env);
             }
-            stop_hooks_run = true;
+            guard.hooks_counted = true;
             control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
             work += 1;
         }
         if env.phase == EXIT {
             break;
         }
-        let deadline = if ticking {
-            plan.slots.iter().filter_map(|s| s.next_tick()).min()
+        let deadline = if deadlines {
+            plan.slots.iter().filter_map(|s| s.next_deadline()).min()
         } else {
             None
         };
@@ -427,5 +558,10 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
             None => env.idle.idle(work),
         }
     }
+    for slot in &mut plan.slots {
+        slot.drop_actor();
+    }
     // Dropping the slots drops their inputs (counting what is left as lost) and outputs.
+    drop(plan);
+    drop(guard);
 }

@@ -17,7 +17,10 @@ use super::Backpressure;
 use crate::ring::Notify;
 
 pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
-    let plan = validate(&bus, crate::wait::online_cores())?;
+    // The process's allowed cores, read once: pinned cores must be among them, and unpinned
+    // threads run on all of them (not on whatever core the caller of `start()` is pinned to).
+    let allowed = crate::wait::allowed_cores();
+    let plan = validate(&bus, &allowed, crate::wait::online_cores())?;
     for w in &plan.warnings {
         log::warn!("{w}");
     }
@@ -51,6 +54,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         let (tx, rx) = (out.make_edge)(
             e.policy,
             e.capacity,
+            e.can_wait,
             Arc::clone(&counters),
             wake_sub,
             wake_pub,
@@ -79,6 +83,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         .map(|((name, idle), core)| ThreadPlan {
             name: name.clone(),
             core: *core,
+            cpus: allowed.clone(),
             idle,
             slots: Vec::new(),
         })

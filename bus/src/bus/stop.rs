@@ -1,22 +1,166 @@
 //! The running bus and its stop protocol.
 //!
 //! A stop moves every thread through the phases of `control` (`Running` -> `Draining` ->
-//! `Stopping` -> `Exit`). `join` drives them: it waits until every edge is quiet, lets each
-//! thread run its actors' `on_stop`, waits until what those published is handled, and lets the
-//! threads exit.
+//! `Stopping` -> `Exit`), driven by [`drive_stop`] on the thread that calls `join`:
+//!
+//! 1. `Draining`: no more ticks or polls; every inbox drains. Wait until every edge is quiet
+//!    (nothing in flight, two sweeps with no counter moving), or until the stop timeout.
+//! 2. If the timeout passed, every `Block` wait is called off (`Control::end_waits`): a
+//!    publisher stuck on a full ring (a `Block` cycle) counts its message lost and goes on.
+//! 3. `Stopping`: each thread runs its actors' `on_stop` once; wait for all of them (a thread
+//!    that died counts as done through its guard), then for the edges to be quiet again.
+//! 4. `Exit`: waits are called off for good and the threads leave their loops.
+//!
+//! Every wait is bounded by one deadline, the stop timeout from the stop request; a step that
+//! starts after it gets [`STOP_GRACE`]; `join` gives the threads until the deadline plus
+//! [`STOP_MARGIN`] to exit and reports any that did not ([`BusError::Unresponsive`]).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::control::{Control, DRAINING, EXIT, STOPPING};
 use super::error::{panic_message, BusError};
-use super::metrics::{ActorReport, EdgeReport, Report};
+use super::metrics::{ActorReport, EdgeCounters, EdgeReport, EdgeSnapshot, Report};
 use super::start::{ActorInfo, EdgeInfo};
+use crate::sync::Ordering;
+
+/// How long a step of the stop that starts after the stop timeout may take (the `on_stop`
+/// hooks, the last drain).
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(100);
+
+/// How long after the stop timeout `join` waits for the threads to exit, at most.
+pub(crate) const STOP_MARGIN: Duration = Duration::from_millis(400);
+
+/// The pace and the clock of [`drive_stop`]: real time for a bus, a step count for the loom
+/// model.
+pub(crate) trait StopClock {
+    /// Waits a little before looking again (and wakes every sleeping thread).
+    fn pause(&mut self, control: &Control);
+    /// True once the drain phase's deadline (the stop timeout) has passed.
+    fn drain_over(&self) -> bool;
+    /// Starts a later step; `step_over` then says when it must give up.
+    fn begin_step(&mut self);
+    /// True once the current later step must give up.
+    fn step_over(&self) -> bool;
+}
+
+/// How a stop went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StopOutcome {
+    /// Every edge was quiet before the stop timeout: nothing was given up.
+    pub(crate) drained: bool,
+    /// Every thread ran its stop hooks in time.
+    pub(crate) hooks_done: bool,
+}
+
+/// Drives the stop protocol through every phase up to `Exit` (see the module docs). Returns
+/// without waiting for the threads to leave.
+pub(crate) fn drive_stop(
+    control: &Control,
+    edges: &[&EdgeCounters],
+    threads: usize,
+    clock: &mut impl StopClock,
+) -> StopOutcome {
+    control.set_phase(DRAINING);
+    let drained = quiesce(control, edges, clock, |c| c.drain_over());
+    if !drained {
+        log::warn!(
+            "the bus did not drain within its stop timeout; Block waits give up and what is left is counted as lost"
+        );
+        control.end_waits();
+    }
+    control.set_phase(STOPPING);
+    clock.begin_step();
+    let mut hooks_done = true;
+    while control.stop_hooks_done.load(Ordering::Acquire) < threads {
+        if clock.step_over() {
+            hooks_done = false;
+            log::warn!("not every bus thread ran its on_stop hooks in time");
+            break;
+        }
+        clock.pause(control);
+    }
+    clock.begin_step();
+    if !quiesce(control, edges, clock, |c| c.step_over()) {
+        control.end_waits();
+    }
+    control.set_phase(EXIT);
+    control.end_waits();
+    StopOutcome {
+        drained,
+        hooks_done,
+    }
+}
+
+/// Waits until every edge is quiet (nothing in flight) in two sweeps with no counter moving
+/// between them, or until `over` says time is up. Returns whether it got quiet.
+///
+/// A handler's publishes are counted before its own message counts as handled, so a message
+/// in the middle of a cascade always shows on some edge; and counters only grow, so two equal
+/// sweeps mean nothing moved between them.
+fn quiesce<C: StopClock>(
+    control: &Control,
+    edges: &[&EdgeCounters],
+    clock: &mut C,
+    over: impl Fn(&C) -> bool,
+) -> bool {
+    let sweep = || -> Option<Vec<EdgeSnapshot>> {
+        let mut all = Vec::with_capacity(edges.len());
+        for e in edges {
+            if e.in_flight() != 0 {
+                return None;
+            }
+            all.push(e.snapshot());
+        }
+        Some(all)
+    };
+    loop {
+        if let Some(first) = sweep() {
+            clock.pause(control);
+            if sweep().as_ref() == Some(&first) {
+                return true;
+            }
+        } else {
+            clock.pause(control);
+        }
+        if over(clock) {
+            return false;
+        }
+    }
+}
+
+/// Real time: the stop timeout from the stop request, then [`STOP_GRACE`] per later step.
+struct WallClock {
+    deadline: Instant,
+    step_deadline: Instant,
+}
+
+impl StopClock for WallClock {
+    fn pause(&mut self, control: &Control) {
+        std::thread::sleep(Duration::from_micros(200));
+        control.ring_all();
+    }
+
+    fn drain_over(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    fn begin_step(&mut self) {
+        let now = Instant::now();
+        self.step_deadline = self
+            .deadline
+            .max(now.checked_add(STOP_GRACE).unwrap_or(now));
+    }
+
+    fn step_over(&self) -> bool {
+        Instant::now() >= self.step_deadline
+    }
+}
 
 /// A started bus. Stop it with [`stop`](Self::stop) (or from an actor with
 /// `ctx.request_stop()`), then [`join`](Self::join) for the final figures. Dropping it stops and
-/// joins it.
+/// joins it (within the stop timeout, as `join` does).
+#[must_use = "a running bus stops when dropped: keep it, and stop and join it when done"]
 pub struct RunningBus {
     pub(super) control: Arc<Control>,
     pub(super) threads: Vec<(String, std::thread::JoinHandle<()>)>,
@@ -76,20 +220,22 @@ impl RunningBus {
                 .edges
                 .iter()
                 .map(|e| {
-                    let p = &e.counters.publisher;
-                    let s = &e.counters.subscriber;
+                    let snap = e.counters.snapshot();
                     EdgeReport {
                         topic: e.topic,
                         publisher: e.publisher.clone(),
                         subscriber: e.subscriber.clone(),
                         policy: e.policy,
-                        published: p.sent.get(),
-                        handled: s.handled.get(),
-                        dropped: p.dropped.get(),
-                        conflated: p.conflated.get(),
-                        waited: p.waited.get(),
-                        lost: p.lost.get() + s.lost.get(),
-                        max_depth: s.max_depth.get(),
+                        published: snap.published(),
+                        handled: snap.handled,
+                        panicked: snap.panicked,
+                        dropped: snap.dropped,
+                        conflated: snap.conflated,
+                        waited: snap.waited,
+                        lost: snap.publisher_lost + snap.subscriber_lost,
+                        // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
+                        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
+                        max_depth: snap.max_depth,
                     }
                 })
                 .collect(),
@@ -115,12 +261,17 @@ impl RunningBus {
     ///
     /// The stop drains: every message published before it (and every message those cause) is
     /// handled, then each actor's `on_stop` runs, then what they publish is handled, then the
-    /// threads exit. If draining takes longer than the stop timeout, what is left is counted as
-    /// lost.
+    /// threads exit. The whole stop takes at most the stop timeout
+    /// ([`BusBuilder::stop_timeout`](crate::BusBuilder::stop_timeout), default 10 s) plus a
+    /// margin of under a second: if draining takes longer, every `Block` wait gives up and what
+    /// is left is counted as lost. Every edge of the report balances (`published == handled +
+    /// panicked + dropped + conflated + lost + in_flight`) with nothing in flight.
     ///
     /// # Errors
-    /// [`BusError::ActorPanicked`] if an actor with the `Escalate` policy panicked (the first
-    /// one); [`BusError::ThreadPanicked`] if a bus thread itself failed.
+    /// [`BusError::ActorPanicked`] if an actor panicked and its policy escalated (the first
+    /// one); [`BusError::ThreadPanicked`] if a bus thread itself failed;
+    /// [`BusError::Unresponsive`] if a thread did not exit in time (a handler that never
+    /// returns): it is left running, and its edges may show messages in flight.
     pub fn join(mut self) -> Result<Report, BusError> {
         self.finish()
     }
@@ -128,27 +279,42 @@ impl RunningBus {
     fn finish(&mut self) -> Result<Report, BusError> {
         self.joined = true;
         self.control.wait_for_stop_request();
-        self.control.set_phase(DRAINING);
-        let deadline = Instant::now() + self.stop_timeout;
-        if !self.quiesce(deadline) {
-            log::warn!(
-                "the bus did not drain within {:?}; what is left is counted as lost",
-                self.stop_timeout
-            );
-        }
-        self.control.set_phase(STOPPING);
-        let threads = self.threads.len();
-        while self.control.stop_hooks_done.load(Ordering::Acquire) < threads
-            && Instant::now() < deadline + self.stop_timeout
-            && !self.threads.iter().any(|(_, h)| h.is_finished())
-        {
+        let now = Instant::now();
+        // `start()` refuses a stop timeout this far out; saturate all the same.
+        let deadline = now
+            .checked_add(self.stop_timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400));
+        let mut clock = WallClock {
+            deadline,
+            step_deadline: deadline,
+        };
+        let edges: Vec<&EdgeCounters> = self.edges.iter().map(|e| &*e.counters).collect();
+        drive_stop(&self.control, &edges, self.threads.len(), &mut clock);
+
+        // The threads leave their loops within a round; wait for them until the deadline and
+        // the margin, at most. One that is still busy (a handler that does not return) is left
+        // running and reported.
+        let after = Instant::now();
+        let hard_end = deadline.checked_add(STOP_MARGIN).unwrap_or(deadline);
+        let exit_by = after
+            .checked_add(STOP_GRACE)
+            .unwrap_or(after)
+            .max(deadline)
+            .min(hard_end);
+        while Instant::now() < exit_by && self.threads.iter().any(|(_, h)| !h.is_finished()) {
             std::thread::sleep(Duration::from_micros(200));
             self.control.ring_all();
         }
-        self.quiesce(Instant::now() + self.stop_timeout);
-        self.control.set_phase(EXIT);
         let mut thread_failure = None;
+        let mut unresponsive = Vec::new();
         for (name, handle) in std::mem::take(&mut self.threads) {
+            if !handle.is_finished() {
+                log::error!(
+                    "bus thread '{name}' did not exit within the stop timeout; it is left running"
+                );
+                unresponsive.push(name);
+                continue;
+            }
             if let Err(payload) = handle.join() {
                 thread_failure.get_or_insert((name, panic_message(&*payload)));
             }
@@ -161,47 +327,20 @@ impl RunningBus {
                 report: Box::new(report),
             });
         }
-        match self.control.escalation() {
-            Some(e) => Err(BusError::ActorPanicked {
+        if let Some(e) = self.control.escalation() {
+            return Err(BusError::ActorPanicked {
                 actor: e.actor,
                 message: e.message,
                 report: Box::new(report),
-            }),
-            None => Ok(report),
+            });
         }
-    }
-
-    /// Waits until every edge is quiet (nothing in flight) in two sweeps with no counter moving
-    /// between them, or until `deadline`. Returns whether it got quiet.
-    ///
-    /// A handler's publishes are counted before its own message counts as handled, so a message
-    /// in the middle of a cascade always shows on some edge; and counters only grow, so two equal
-    /// sweeps mean nothing moved between them.
-    fn quiesce(&self, deadline: Instant) -> bool {
-        let sweep = || -> Option<Vec<[u64; 5]>> {
-            let mut raw = Vec::with_capacity(self.edges.len());
-            for e in &self.edges {
-                if e.counters.in_flight() != 0 {
-                    return None;
-                }
-                raw.push(e.counters.raw());
-            }
-            Some(raw)
-        };
-        loop {
-            if let Some(first) = sweep() {
-                std::thread::sleep(Duration::from_micros(200));
-                if sweep().as_ref() == Some(&first) {
-                    return true;
-                }
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            self.control.ring_all();
+        if !unresponsive.is_empty() {
+            return Err(BusError::Unresponsive {
+                threads: unresponsive,
+                report: Box::new(report),
+            });
         }
+        Ok(report)
     }
 }
 

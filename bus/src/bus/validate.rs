@@ -2,6 +2,7 @@
 //! ring and no thread, so every wiring mistake can be tested without running anything.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::builder::BusBuilder;
 use super::error::StartError;
@@ -33,8 +34,18 @@ pub(crate) struct PlannedEdge {
 }
 
 /// Checks a declaration and plans threads and edges. Pure: no rings, no threads.
-pub(super) fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartError> {
+///
+/// `allowed` is the set of cores the process may run on (read once in `start()`), `online` how
+/// many the machine has.
+pub(super) fn validate(
+    bus: &BusBuilder,
+    allowed: &[usize],
+    online: usize,
+) -> Result<Plan, StartError> {
     let actors = &bus.actors;
+    if let Some(t) = bus.stop_timeout {
+        check_duration("the bus's stop timeout", t)?;
+    }
     // Names.
     let mut seen = HashMap::new();
     for (i, a) in actors.iter().enumerate() {
@@ -58,7 +69,26 @@ pub(super) fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartErr
                 a.group.as_deref().unwrap_or_default()
             )));
         }
-        if !a.taken.is_empty() && a.supervision == Supervision::Restart {
+        if let Some(tick) = a.tick {
+            if tick.is_zero() {
+                return Err(StartError::Invalid(format!(
+                    "actor '{}' asks for a tick every 0 s: use an interval of at least 1 ns, or no tick",
+                    a.name
+                )));
+            }
+            check_duration(&format!("the tick interval of actor '{}'", a.name), tick)?;
+        }
+        if let Supervision::Restart(limit) = a.supervision {
+            check_duration(
+                &format!("the restart window of actor '{}'", a.name),
+                limit.within,
+            )?;
+            check_duration(
+                &format!("the restart delay of actor '{}'", a.name),
+                limit.delay,
+            )?;
+        }
+        if !a.taken.is_empty() && matches!(a.supervision, Supervision::Restart(_)) {
             return Err(StartError::Invalid(format!(
                 "actor '{}' takes its own rings (.takes::<..>()), so it cannot be restarted: use Supervision::Stop or Escalate",
                 a.name
@@ -145,9 +175,28 @@ pub(super) fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartErr
                     online,
                 });
             }
-            let spins = |i: usize| thread_idle[i] == Idle::BusySpin;
-            if let Some(u) = (0..t).find(|&u| thread_core[u] == Some(core) && spins(u) && spins(t))
-            {
+            if !allowed.contains(&core) {
+                return Err(StartError::CoreNotAllowed {
+                    thread: threads[t].clone(),
+                    core,
+                    allowed: allowed.to_vec(),
+                });
+            }
+        }
+    }
+    // Busy spinners: two confined to one core starve each other. An unpinned thread runs on
+    // the process's allowed set, so with a single allowed core it is confined to that one.
+    let only_core = |t: usize| match (thread_core[t], allowed) {
+        (Some(core), _) => Some(core),
+        (None, [core]) => Some(*core),
+        (None, _) => None,
+    };
+    let spinners: Vec<usize> = (0..threads.len())
+        .filter(|&t| thread_idle[t] == Idle::BusySpin)
+        .collect();
+    for (i, &t) in spinners.iter().enumerate() {
+        if let Some(core) = only_core(t) {
+            if let Some(&u) = spinners[..i].iter().find(|&&u| only_core(u) == Some(core)) {
                 return Err(StartError::SharedBusyCore {
                     core,
                     first: threads[u].clone(),
@@ -156,9 +205,22 @@ pub(super) fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartErr
             }
         }
     }
+    let mut warnings = Vec::new();
+    if spinners.len() > allowed.len() {
+        warnings.push(format!(
+            "{} threads busy-spin ({}) but this process may only use {} cores {:?}: they will take turns on the cores and latency will suffer by orders of magnitude; give some the Backoff or Park idle strategy",
+            spinners.len(),
+            spinners
+                .iter()
+                .map(|&t| threads[t].as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            allowed.len(),
+            allowed
+        ));
+    }
     // Edges.
     let mut edges = Vec::new();
-    let mut warnings = Vec::new();
     for (s, sub) in actors.iter().enumerate() {
         for topic in sub.inbox.iter().chain(&sub.taken) {
             let setting = sub.settings.get(&topic.type_id).copied();
@@ -215,7 +277,7 @@ pub(super) fn validate(bus: &BusBuilder, online: usize) -> Result<Plan, StartErr
     if let Some(cycle) = block_cycle(threads.len(), &thread_of, &edges) {
         let names: Vec<&str> = cycle.iter().map(|&t| threads[t].as_str()).collect();
         warnings.push(format!(
-            "Block subscriptions form a cycle through threads {}: if every ring on the cycle fills, they wait for each other forever; make one edge DropNewest or Latest unless the cycle carries a bounded number of messages (a ping-pong)",
+            "Block subscriptions form a cycle through threads {}: if every ring on the cycle fills, they wait for each other until the bus stops (a stop then gives the waits up after its timeout, counting their messages lost); make one edge DropNewest or Latest unless the cycle carries a bounded number of messages (a ping-pong)",
             names.join(" -> ")
         ));
     }
@@ -272,4 +334,18 @@ fn block_cycle(threads: usize, thread_of: &[usize], edges: &[PlannedEdge]) -> Op
             None
         }
     })
+}
+
+/// The longest duration a declaration may give (a tick interval, the stop timeout, a restart
+/// window or delay): a year. Longer ones overflow the clock's arithmetic on some platforms.
+pub(super) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Refuses a duration longer than [`MAX_DURATION`], naming `what`.
+fn check_duration(what: &str, d: Duration) -> Result<(), StartError> {
+    if d > MAX_DURATION {
+        return Err(StartError::Invalid(format!(
+            "{what} is {d:?}, longer than the longest llbus accepts ({MAX_DURATION:?}): use a shorter one"
+        )));
+    }
+    Ok(())
 }

@@ -13,4 +13,4 @@ mod loom_models;
 mod tests;
 
 pub use latest::{Latest, LatestReader, LatestWriter};
-pub use spsc::{Consumer, Notify, PopError, Producer, PushError, Ring};
+pub use spsc::{Consumer, Notify, PopError, Producer, PushError, Ring, TryPushError};

@@ -102,7 +102,7 @@ impl<T> Drop for Shared<T> {
 /// - Every operation is wait-free: `try_push`, `try_pop` and the batch operations finish in a
 ///   bounded number of steps whatever the other side does. Blocking `push`/`pop` wait with an
 ///   idle strategy of your choice (see the `IdleStrategy` trait).
-/// - When the ring is full, `try_push` hands the value back ([`PushError::Full`]).
+/// - When the ring is full, `try_push` hands the value back ([`TryPushError::Full`]).
 /// - When one half is dropped the other can tell ([`Producer::is_abandoned`]); values left in the
 ///   ring are dropped exactly once, when the second half goes.
 ///
@@ -160,13 +160,50 @@ impl<T> Ring<T> {
     }
 }
 
-/// Why a push did not happen; the value is handed back.
+/// Why [`Producer::try_push`] did not push; the value is handed back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum TryPushError<T> {
+    /// The ring was full. (A ring whose consumer is gone still takes values while it has room;
+    /// check [`Producer::is_abandoned`] to tell.)
+    Full(T),
+}
+
+impl<T> TryPushError<T> {
+    /// The value that was not pushed.
+    pub fn into_inner(self) -> T {
+        match self {
+            TryPushError::Full(v) => v,
+        }
+    }
+}
+
+impl<T> fmt::Debug for TryPushError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryPushError::Full(_) => f.write_str("Full(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for TryPushError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryPushError::Full(_) => f.write_str(
+                "ring is full: pop from the consumer side, retry later, or use a larger capacity",
+            ),
+        }
+    }
+}
+
+impl<T> std::error::Error for TryPushError<T> {}
+
+/// Why a blocking push ([`Producer::push`], [`Producer::push_timeout`]) did not happen; the
+/// value is handed back.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum PushError<T> {
-    /// The ring was full (for a blocking push: still full when the timeout ran out).
+    /// The ring was still full when the timeout ran out.
     Full(T),
-    /// The consumer is gone and the ring is full, so the value can never be taken (blocking push
-    /// only; `try_push` reports `Full`).
+    /// The consumer is gone and the ring is full, so the value can never be taken.
     Abandoned(T),
 }
 
@@ -250,14 +287,17 @@ pub struct Consumer<T> {
 }
 
 impl<T> Producer<T> {
-    /// Pushes `value`, or hands it back in [`PushError::Full`] when the ring is full.
+    /// Pushes `value`, or hands it back in [`TryPushError::Full`] when the ring is full.
     ///
     /// Wait-free; allocates nothing. Pushing into a ring whose consumer is gone succeeds while
     /// there is room (the value is dropped with the ring).
+    ///
+    /// # Errors
+    /// [`TryPushError::Full`] with the value when the ring is full.
     #[inline]
-    pub fn try_push(&mut self, value: T) -> Result<(), PushError<T>> {
+    pub fn try_push(&mut self, value: T) -> Result<(), TryPushError<T>> {
         if self.free_slots() == 0 {
-            return Err(PushError::Full(value));
+            return Err(TryPushError::Full(value));
         }
         self.write(self.tail, value);
         self.commit(1);

@@ -17,7 +17,7 @@ mod pin;
 use std::time::{Duration, Instant};
 
 pub use doorbell::Doorbell;
-pub use pin::{online_cores, pin_to_core, PinError};
+pub use pin::{allowed_cores, online_cores, pin_to_core, run_on_cores, PinError};
 
 /// How a polling thread waits when a round of polling found nothing to do.
 pub trait IdleStrategy: Send {

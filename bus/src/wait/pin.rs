@@ -1,9 +1,11 @@
 //! Pinning the current thread to a core.
 //!
 //! `core_affinity::get_core_ids()` lists only the cores in the *calling thread's* mask, so once a
-//! thread is pinned, every thread it spawns sees a single core. We therefore validate core ids
-//! against the cores the machine has online (not the caller's mask), pin with an explicit
-//! `CoreId`, check the result, and read the mask back.
+//! thread is pinned, every thread it spawns sees a single core. We therefore read the
+//! *process's* allowed set ([`allowed_cores`]: the mask of its main thread, which `taskset` or a
+//! cpuset set for it) rather than the caller's, pin with an explicit `CoreId`, check the result,
+//! and read the mask back; and a thread that is not pinned is given the process's set
+//! ([`run_on_cores`]) instead of inheriting its spawner's pinned core.
 
 use std::fmt;
 
@@ -52,6 +54,67 @@ pub fn online_cores() -> usize {
         }
     }
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The cores this process may run on: the affinity mask of its main thread (on Linux,
+/// `sched_getaffinity` of the process id), which is what `taskset` or a cpuset gave it. Unlike
+/// the calling thread's own mask, it does not shrink when the caller pins itself. Elsewhere, or
+/// if the call fails, every online core.
+pub fn allowed_cores() -> Vec<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `cpu_set_t` is plain data, valid when zeroed.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `getpid` has no preconditions; `sched_getaffinity` writes at most
+        // `size_of::<cpu_set_t>()` bytes into `set`, which is that large.
+        let rc = unsafe {
+            libc::sched_getaffinity(
+                libc::getpid(),
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &mut set,
+            )
+        };
+        if rc == 0 {
+            let cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+                // SAFETY: `i` is below `CPU_SETSIZE`, the set's capacity.
+                .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+                .collect();
+            if !cores.is_empty() {
+                return cores;
+            }
+        }
+    }
+    (0..online_cores()).collect()
+}
+
+/// Lets the calling thread run on any of `cores` (undoing a pin it inherited). An empty list
+/// does nothing.
+///
+/// # Errors
+/// [`PinError::Refused`] (naming the first core) if the operating system refuses.
+pub fn run_on_cores(cores: &[usize]) -> Result<(), PinError> {
+    let Some(&first) = cores.first() else {
+        return Ok(());
+    };
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `cpu_set_t` is plain data, valid when zeroed.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &core in cores {
+            if core < libc::CPU_SETSIZE as usize {
+                // SAFETY: `core` is below `CPU_SETSIZE`, the set's capacity.
+                unsafe { libc::CPU_SET(core, &mut set) };
+            }
+        }
+        // SAFETY: pid 0 is the calling thread; `set` is a valid, initialised `cpu_set_t` of the
+        // size passed.
+        let rc =
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        if rc != 0 {
+            return Err(PinError::Refused { core: first });
+        }
+    }
+    Ok(())
 }
 
 /// Pins the calling thread to core `core` (an explicit id, as numbered by the OS).
