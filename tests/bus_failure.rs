@@ -3,9 +3,11 @@
 //! Every test runs its bus on a thread of its own with a deadline, so a hang fails the test
 //! instead of hanging the binary, and every report must balance on every edge.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use llbus::{Actor, Bus, Context, Out, Setup, Supervision};
+use llbus::{Actor, Bus, BusError, Context, Out, Setup, Supervision};
 use tests::bounded;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -86,4 +88,251 @@ fn a_stopped_worker_beside_a_fast_feed_balances_and_stops_promptly() {
     tests::assert_balanced(&report);
     // Nothing is left to drain, so the stop must not wait for its timeout (10 s by default).
     assert!(took < Duration::from_secs(5), "join took {took:?}");
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Ping(u64);
+tests::message!(Ping, "fail.ping");
+
+#[derive(Clone, Debug, PartialEq)]
+struct Pong(u64);
+tests::message!(Pong, "fail.pong");
+
+/// Answers every ping with two pongs: with its partner doing the same, the Block rings of the
+/// cycle fill and both threads wait on each other.
+struct Doubler<I, O> {
+    out: Out<O>,
+    first: bool,
+    make: fn(u64) -> O,
+    _i: std::marker::PhantomData<fn(I)>,
+}
+
+impl<I: llbus::Message + llbus::Inbox + Clone, O: llbus::Message + Clone> Actor for Doubler<I, O>
+where
+    I: Into<u64>,
+{
+    type In = I;
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        if self.first {
+            ctx.publish(self.out, (self.make)(0));
+        }
+    }
+    fn on_message(&mut self, msg: I, ctx: &mut Context<'_>) {
+        let n: u64 = msg.into();
+        ctx.publish(self.out, (self.make)(n + 1));
+        ctx.publish(self.out, (self.make)(n + 1));
+    }
+}
+
+impl From<Ping> for u64 {
+    fn from(p: Ping) -> u64 {
+        p.0
+    }
+}
+
+impl From<Pong> for u64 {
+    fn from(p: Pong) -> u64 {
+        p.0
+    }
+}
+
+/// A Block cycle across two threads that fills up: before the fix `join` (and the bus's
+/// `Drop`) hung forever. Now the stop gives the waits up at its timeout, counting them lost.
+#[test]
+fn a_full_block_cycle_across_threads_stops_within_the_timeout() {
+    for idle in [llbus::Idle::Backoff, llbus::Idle::Park] {
+        let (report, took) = bounded("a deadlocked Block cycle", 30, move || {
+            let mut bus = Bus::builder();
+            bus.stop_timeout(Duration::from_millis(300));
+            bus.actor("ping", |s: &mut Setup<'_>| Doubler::<Pong, Ping> {
+                out: s.output(),
+                first: true,
+                make: Ping,
+                _i: std::marker::PhantomData,
+            })
+            .publishes::<Ping>()
+            .subscribes::<Pong>()
+            .capacity::<Pong>(4)
+            .idle(idle);
+            bus.actor("pong", |s: &mut Setup<'_>| Doubler::<Ping, Pong> {
+                out: s.output(),
+                first: false,
+                make: Pong,
+                _i: std::marker::PhantomData,
+            })
+            .publishes::<Pong>()
+            .subscribes::<Ping>()
+            .capacity::<Ping>(4)
+            .idle(idle);
+            let running = bus
+                .start()
+                .expect("a Block cycle is allowed, with a warning");
+            assert!(
+                running.warnings().iter().any(|w| w.contains("cycle")),
+                "{:?}",
+                running.warnings()
+            );
+            // Let the cycle fill and deadlock.
+            tests::wait_for("the cycle to fill", 20, || {
+                let r = running.report();
+                r.edges.iter().all(|e| e.waited > 0)
+            });
+            running.stop();
+            let t0 = std::time::Instant::now();
+            let report = running
+                .join()
+                .expect("a stop that timed out is not an error");
+            (report, t0.elapsed())
+        });
+        tests::assert_balanced(&report);
+        assert!(
+            report.edges.iter().any(|e| e.lost > 0),
+            "the waits that were given up are counted lost: {report}"
+        );
+        // 300 ms of stop timeout plus the margin; generous for a loaded machine.
+        assert!(
+            took < Duration::from_secs(5),
+            "join took {took:?} ({idle:?})"
+        );
+    }
+}
+
+/// The same cycle, dropped without `stop`/`join`: `Drop for RunningBus` is bounded too.
+#[test]
+fn dropping_a_deadlocked_bus_returns() {
+    bounded("dropping a deadlocked bus", 30, || {
+        let mut bus = Bus::builder();
+        bus.stop_timeout(Duration::from_millis(200));
+        bus.actor("ping", |s: &mut Setup<'_>| Doubler::<Pong, Ping> {
+            out: s.output(),
+            first: true,
+            make: Ping,
+            _i: std::marker::PhantomData,
+        })
+        .publishes::<Ping>()
+        .subscribes::<Pong>()
+        .capacity::<Pong>(2);
+        bus.actor("pong", |s: &mut Setup<'_>| Doubler::<Ping, Pong> {
+            out: s.output(),
+            first: false,
+            make: Pong,
+            _i: std::marker::PhantomData,
+        })
+        .publishes::<Pong>()
+        .subscribes::<Ping>()
+        .capacity::<Ping>(2);
+        let running = bus.start().expect("starts");
+        tests::wait_for("the cycle to fill", 20, || {
+            running.report().edges.iter().all(|e| e.waited > 0)
+        });
+        drop(running);
+    });
+}
+
+/// A message whose `Drop` panics if it is the fourth one (id 3) and armed.
+#[derive(Clone, Debug)]
+struct Bomb {
+    id: u64,
+    armed: Arc<AtomicBool>,
+}
+tests::message!(Bomb, "fail.bomb");
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.id == 3 && self.armed.swap(false, Ordering::AcqRel) {
+            panic!("a message's Drop panicked");
+        }
+    }
+}
+
+/// Publishes bombs 0..4 in `on_start`, arms them, then panics (`Stop`): its end of the ring
+/// goes.
+struct Bomber {
+    out: Out<Bomb>,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Actor for Bomber {
+    type In = ();
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        for id in 0..4 {
+            let armed = Arc::clone(&self.armed);
+            ctx.publish(self.out, Bomb { id, armed });
+        }
+        self.armed.store(true, Ordering::Release);
+    }
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, _ctx: &mut Context<'_>) -> usize {
+        panic!("the bomber leaves");
+    }
+}
+
+impl Drop for Bomber {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::Release);
+    }
+}
+
+/// Waits for the bomber to be gone, then panics on its first message (`Stop`): retiring it
+/// drops the last end of the ring, and the bombs still in it, outside any `catch_unwind` of a
+/// hook.
+struct Victim {
+    bomber_dropped: Arc<AtomicBool>,
+}
+
+impl Actor for Victim {
+    type In = Bomb;
+    fn on_start(&mut self, _ctx: &mut Context<'_>) {
+        tests::wait_for("the bomber to go", 20, || {
+            self.bomber_dropped.load(Ordering::Acquire)
+        });
+        // Its rings go right after the instance.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    fn on_message(&mut self, b: Bomb, _ctx: &mut Context<'_>) {
+        panic!("the victim gives up on bomb {}", b.id);
+    }
+}
+
+/// A panic in a bus thread outside the per-turn `catch_unwind` (here: a message's `Drop` as
+/// the last end of its ring goes) must reach `join` although nobody asked the bus to stop.
+/// Before the fix the thread vanished and `join` waited forever.
+#[test]
+fn a_thread_that_panics_outside_a_hook_stops_the_bus() {
+    let result = bounded("join after a thread panic", 30, || {
+        let armed = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let mut bus = Bus::builder();
+        let (a, d) = (Arc::clone(&armed), Arc::clone(&dropped));
+        bus.actor("bomber", move |s: &mut Setup<'_>| Bomber {
+            out: s.output(),
+            armed: Arc::clone(&a),
+            dropped: Arc::clone(&d),
+        })
+        .publishes::<Bomb>()
+        .supervision(Supervision::Stop);
+        bus.actor("victim", move |_: &mut Setup<'_>| Victim {
+            bomber_dropped: Arc::clone(&dropped),
+        })
+        .subscribes::<Bomb>()
+        .supervision(Supervision::Stop);
+        let running = bus.start().expect("starts");
+        // Nobody calls stop(): the failure itself must end the bus.
+        running.join()
+    });
+    match result {
+        Err(BusError::ThreadPanicked {
+            thread,
+            message,
+            report,
+        }) => {
+            assert_eq!(thread, "victim");
+            assert!(message.contains("Drop panicked"), "{message}");
+            let e = report.edge("fail.bomb", "bomber", "victim").expect("edge");
+            assert_eq!((e.published, e.panicked, e.lost), (4, 1, 3), "{e:?}");
+            tests::assert_balanced(&report);
+        }
+        other => panic!("expected a thread panic, got {other:?}"),
+    }
 }
