@@ -14,13 +14,32 @@
 //!   publish path takes no lock. A lock is taken only to wake a thread that sleeps with the
 //!   [`Park`] strategy, and only when it has announced that it sleeps.
 //! - **When a queue is full.** Per subscription ([`Backpressure`]): `Block` makes the publisher
-//!   wait with its thread's idle strategy (nothing lost), `DropNewest` drops the new message and
-//!   counts it, `Latest` keeps only the newest value and counts what it overwrote. On a bare ring,
+//!   wait with its thread's idle strategy (nothing lost; but an actor declared
+//!   [`never_waits`](ActorBuilder::never_waits) never waits, and its message is counted
+//!   dropped), `DropNewest` drops the new message and counts it, `Latest` keeps only the newest
+//!   value and counts what it overwrote. On a bare ring,
 //!   [`Producer::try_push`] hands the value back in [`TryPushError::Full`].
 //! - **What is lost on a crash.** In-process the bus loses nothing on a graceful stop: every
-//!   message published before it is handled. A panicking actor is handled by its
-//!   [`Supervision`] policy: `Restart` keeps its rings, `Stop` counts what was queued for it as
-//!   lost, `Escalate` stops the bus. If the process dies, what is in the rings is gone.
+//!   message published before it is handled (unless the stop runs past its timeout, below). A
+//!   panicking actor is handled by its [`Supervision`] policy: `Restart` remakes it on the same
+//!   rings, after a delay, at most [`RestartLimit::max_restarts`] times per window (then it
+//!   escalates); `Stop` ends it and counts what was queued for it, and what is published to it
+//!   afterwards, as lost; `Escalate` stops the bus and [`RunningBus::join`] returns
+//!   [`BusError::ActorPanicked`]. A panic in any hook, the factory or the actor's `Drop` is
+//!   supervised; one anywhere else in a bus thread stops the bus and `join` returns
+//!   [`BusError::ThreadPanicked`]. If the process dies, what is in the rings is gone.
+//! - **Accounting.** Every edge balances, in every [`RunningBus::report`] and in the report of
+//!   `join`: `published == handled + panicked + dropped + conflated + lost + in_flight`
+//!   ([`EdgeReport`]), with `in_flight == 0` after `join`. A message whose handler panicked is
+//!   `panicked`, not handled; a publish to a subscriber that is gone is `lost` at once.
+//! - **Stopping is bounded.** `join` (and dropping a [`RunningBus`]) returns within the stop
+//!   timeout ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the
+//!   actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that
+//!   still does not exit (a handler that never returns) is left running and reported
+//!   ([`BusError::Unresponsive`]). Durations that would overflow are refused by `start()`.
+//! - **Where threads run.** `start()` reads the process's allowed cores once
+//!   ([`allowed_cores`]); [`ActorBuilder::on_core`] outside them is a [`StartError`], and
+//!   unpinned threads run on all of them, not on the core of whoever called `start()`.
 //!
 //! # Example
 //!

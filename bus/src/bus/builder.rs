@@ -200,8 +200,10 @@ impl BusBuilder {
         GroupBuilder { decl }
     }
 
-    /// How long a graceful stop may take to drain every ring before what is left is counted as
-    /// lost (default 10 s). Bounds the stop of a bus whose actors keep messages circulating.
+    /// How long a graceful stop may take (default 10 s), from the stop request: draining every
+    /// ring, the `on_stop` hooks and what they publish. Past it every `Block` wait gives up and
+    /// what is left is counted as lost; `join` returns within it plus under a second. A timeout
+    /// over a year is refused by `start()`.
     pub fn stop_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.stop_timeout = Some(timeout);
         self
@@ -247,7 +249,9 @@ impl<A: Actor> ActorBuilder<'_, A> {
         &mut self.bus.actors[self.index]
     }
 
-    /// Runs the actor on a thread of its own pinned to `core`.
+    /// Runs the actor on a thread of its own pinned to `core`, which must be one of the cores
+    /// the process may run on ([`allowed_cores`](crate::allowed_cores)); `start()` refuses
+    /// another, naming the allowed set.
     pub fn on_core(mut self, core: usize) -> Self {
         self.decl().core = Some(core);
         self
@@ -267,7 +271,8 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
-    /// Calls `on_tick` every `interval`.
+    /// Calls `on_tick` every `interval` (more than zero and at most a year: `start()` refuses
+    /// others).
     pub fn tick_every(mut self, interval: Duration) -> Self {
         self.decl().tick = Some(interval);
         self
@@ -311,9 +316,11 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
-    /// Promises that the actor publishes only with `Context::try_publish`, so it never waits on
-    /// a full ring: its `Block` edges cannot deadlock, and `start()` does not warn about cycles
-    /// through them or refuse them within one thread. The network bridge makes this promise.
+    /// Promises that the actor never waits on a full ring, and makes the bus keep it: its
+    /// `Context::publish` behaves as `Context::try_publish` (a message for a full `Block` ring
+    /// is dropped and counted). Its `Block` edges cannot deadlock, so `start()` does not warn
+    /// about cycles through them or refuse them within one thread. The network bridge makes
+    /// this promise.
     pub fn never_waits(mut self) -> Self {
         self.decl().never_waits = true;
         self

@@ -366,6 +366,44 @@ fn stress(n: u64, batch: bool, make_idle: fn() -> Park) {
     assert_eq!(rx.try_pop(), None, "items were duplicated");
 }
 
+/// The latest slot between two threads: the reader sees strictly increasing values, always
+/// ends with the last one, and every value is either read or counted as conflated by the
+/// writer. Bounded: the reader gives up (and fails) after a minute without the last value.
+#[test]
+fn stress_latest_between_two_threads() {
+    let n: u64 = if cfg!(miri) { 200 } else { 1_000_000 };
+    let (mut tx, mut rx) = Latest::new();
+    let writer = std::thread::spawn(move || {
+        let mut conflated = 0u64;
+        for i in 1..=n {
+            conflated += u64::from(tx.write(i));
+        }
+        conflated
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = 0;
+    let mut read = 0u64;
+    while last != n {
+        match rx.read() {
+            Some(v) => {
+                assert!(v > last, "went back from {last} to {v}");
+                last = v;
+                read += 1;
+            }
+            None => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the last value never came"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+    let conflated = writer.join().expect("writer panicked");
+    assert_eq!(rx.read(), None, "a value was read twice");
+    assert_eq!(read + conflated, n, "read {read}, conflated {conflated}");
+}
+
 fn stress_count() -> u64 {
     if cfg!(miri) {
         2_000
