@@ -37,7 +37,7 @@ pub(crate) struct Control {
     stop_lock: Mutex<bool>,
     stop_bell: Condvar,
     escalation: Mutex<Option<Escalation>>,
-    /// Threads that have run their actors' `on_stop` hooks.
+    /// Threads that have run their actors' `on_stop` hooks (or died: their guard counts them).
     pub(crate) stop_hooks_done: AtomicUsize,
     doorbells: Vec<Arc<Doorbell>>,
 }

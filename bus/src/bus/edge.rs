@@ -408,3 +408,19 @@ impl<M> InEdge<M> {
         }
     }
 }
+
+/// One edge of topic `M` between a publisher's output and a subscriber's inputs, for the loom
+/// models.
+#[cfg(all(test, loom))]
+pub(crate) fn single_edge<M: Message + Clone>(
+    policy: Backpressure,
+    capacity: usize,
+    counters: Arc<EdgeCounters>,
+    wake_publisher: Option<Arc<dyn crate::ring::Notify>>,
+) -> (Output<M>, Inputs<M>) {
+    let (tx, mut rx) = make_edge::<M>(policy, capacity, true, counters);
+    if let Some(n) = wake_publisher {
+        rx.notify_publisher(n);
+    }
+    (Output { edges: vec![tx] }, Inputs { edges: vec![rx] })
+}

@@ -424,3 +424,47 @@ impl fmt::Display for Report {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{EdgeCounters, Metric};
+
+    /// Clones of one metric updated from several threads lose no increment (the load-and-store
+    /// it replaced lost most of them).
+    #[test]
+    fn a_metric_updated_from_several_threads_loses_nothing() {
+        let metric = Metric::default();
+        let per_thread = if cfg!(miri) { 1_000 } else { 200_000 };
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let m = metric.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..per_thread {
+                        m.add(1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("adder panicked");
+        }
+        assert_eq!(metric.get(), 4 * per_thread);
+    }
+
+    /// The last end of an edge to go counts what is still unaccounted for as lost, once.
+    #[test]
+    fn the_last_end_settles_the_edge() {
+        let c = EdgeCounters::default();
+        c.publisher.sent.add(5);
+        c.subscriber.handled.add(2);
+        c.end_dropped();
+        assert_eq!(
+            c.snapshot().in_flight(),
+            3,
+            "one end left: nothing settled yet"
+        );
+        c.end_dropped();
+        let s = c.snapshot();
+        assert_eq!((s.in_flight(), s.subscriber_lost), (0, 3));
+    }
+}

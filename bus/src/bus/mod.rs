@@ -17,6 +17,8 @@ mod builder;
 mod control;
 mod edge;
 mod error;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod metrics;
 mod runner;
 mod start;

@@ -11,7 +11,6 @@
 
 use std::any::TypeId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +22,7 @@ use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
+use crate::sync::Ordering;
 use crate::wait::IdleStrategy;
 
 /// Messages taken from one ring in one turn: bounds a turn's length, so group mates and other
@@ -462,6 +462,25 @@ impl Drop for ThreadGuard<'_> {
     }
 }
 
+/// A thread's part of the stop protocol, after every actor's turn in a round: once the phase
+/// reaches `Stopping`, runs the stop hooks (`run_hooks`) once and counts them done. Returns the
+/// work that made (for the idle strategy) and whether the thread must leave its loop (`Exit`).
+pub(crate) fn end_of_round(
+    control: &Control,
+    phase: usize,
+    hooks_counted: &mut bool,
+    run_hooks: impl FnOnce(),
+) -> (usize, bool) {
+    let mut work = 0;
+    if phase >= STOPPING && !*hooks_counted {
+        run_hooks();
+        *hooks_counted = true;
+        control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
+        work = 1;
+    }
+    (work, phase == EXIT)
+}
+
 /// The body of a bus thread.
 pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Ready) {
     let name = plan.name.clone();
@@ -537,15 +556,14 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
         for slot in &mut plan.slots {
             work += slot.turn(&mut env);
         }
-        if env.phase >= STOPPING && !guard.hooks_counted {
+        let phase = env.phase;
+        let (more, exit) = end_of_round(&control, phase, &mut guard.hooks_counted, || {
             for slot in &mut plan.slots {
                 slot.stop(&mut env);
             }
-            guard.hooks_counted = true;
-            control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
-            work += 1;
-        }
-        if env.phase == EXIT {
+        });
+        work += more;
+        if exit {
             break;
         }
         let deadline = if deadlines {

@@ -1,0 +1,253 @@
+//! Loom models of the bus's stop protocol and of a publisher waiting on a full `Block` edge.
+//! They drive the real code: `Control` (through the `sync` shim), the edges and their
+//! counters, `drive_stop`, the runner's `end_of_round`, and the real `Park`. Only the runner's
+//! round loop is restated (four lines, beside `end_of_round`), and loom's clock is a step
+//! count. Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p llbus --release --lib loom`.
+
+use std::sync::Arc;
+
+use loom::thread;
+
+use super::control::{Control, EXIT};
+use super::edge::{single_edge, Inputs, Output, Wait};
+use super::metrics::EdgeCounters;
+use super::runner::end_of_round;
+use super::stop::{drive_stop, StopClock};
+use super::Backpressure;
+use crate::sync::{AtomicBool, Ordering};
+use crate::wait::{IdleStrategy, Park};
+
+#[derive(Clone, Debug, PartialEq)]
+struct T(u64);
+
+impl crate::Message for T {
+    const TOPIC: &'static str = "loom.t";
+    const TOPIC_ID: u64 = crate::topic_id("loom.t");
+    const FINGERPRINT: u64 = 1;
+}
+
+/// Yields to loom's scheduler when idle (a spin loop must, under loom).
+struct LoomYield;
+
+impl IdleStrategy for LoomYield {
+    fn idle(&mut self, work_count: usize) {
+        if work_count == 0 {
+            thread::yield_now();
+        }
+    }
+    fn reset(&mut self) {}
+}
+
+/// Loom's clock: the deadlines are either never reached or already passed.
+struct StepClock {
+    drain_gives_up: bool,
+}
+
+impl StopClock for StepClock {
+    fn pause(&mut self, control: &Control) {
+        control.ring_all();
+        thread::yield_now();
+    }
+    fn drain_over(&self) -> bool {
+        self.drain_gives_up
+    }
+    fn begin_step(&mut self) {}
+    fn step_over(&self) -> bool {
+        self.drain_gives_up
+    }
+}
+
+/// A subscriber thread's round loop, as `run_thread` has it: take the phase, poll the inbox,
+/// then `end_of_round`. Returns what it handled and whether its stop hook ran.
+fn subscriber_rounds(control: &Control, mut inputs: Inputs<T>) -> (Vec<u64>, bool) {
+    let mut got = Vec::new();
+    let mut hooks_counted = false;
+    let mut hook_ran = false;
+    loop {
+        let phase = control.phase();
+        let n = inputs.poll(64, |T(v)| got.push(v));
+        let (more, exit) = end_of_round(control, phase, &mut hooks_counted, || hook_ran = true);
+        if exit {
+            break;
+        }
+        if n + more == 0 {
+            thread::yield_now();
+        }
+    }
+    (got, hook_ran)
+}
+
+/// Publishes `values` then asks the bus to stop, as an actor's `ctx.request_stop()` would; its
+/// end of the edge stays until `Exit`, as a running publisher's does.
+fn publisher(
+    control: &Control,
+    mut out: Output<T>,
+    values: &[u64],
+    idle: &mut (dyn IdleStrategy + 'static),
+) {
+    for &v in values {
+        let idle = &mut *idle;
+        out.publish(T(v), Some(&mut Wait { idle, control }));
+    }
+    control.request_stop();
+    while control.phase() != EXIT {
+        thread::yield_now();
+    }
+}
+
+/// Asserts the balance of `counters` with both ends gone: every publish is handled, panicked,
+/// dropped, conflated or lost, and nothing is in flight.
+fn assert_settled(counters: &EdgeCounters, published: u64) {
+    let s = counters.snapshot();
+    assert_eq!(s.published(), published, "{s:?}");
+    assert_eq!(s.in_flight(), 0, "{s:?}");
+    assert_eq!(
+        s.published(),
+        s.handled + s.panicked + s.dropped + s.conflated + s.publisher_lost + s.subscriber_lost,
+        "{s:?}"
+    );
+}
+
+/// A graceful stop: a message published before the stop request is handled before the threads
+/// exit, the stop hook runs, and the edge balances with nothing in flight.
+#[test]
+fn loom_stop_drains_what_was_published_before_it() {
+    loom::model(|| {
+        let control = Arc::new(Control::new(Vec::new()));
+        let counters = Arc::new(EdgeCounters::default());
+        let (out, inputs) = single_edge::<T>(Backpressure::Block, 2, Arc::clone(&counters), None);
+        let c = Arc::clone(&control);
+        let sub = thread::spawn(move || subscriber_rounds(&c, inputs));
+        let c = Arc::clone(&control);
+        let publ = thread::spawn(move || publisher(&c, out, &[7], &mut LoomYield));
+        control.wait_for_stop_request();
+        let outcome = drive_stop(
+            &control,
+            &[&*counters],
+            1,
+            &mut StepClock {
+                drain_gives_up: false,
+            },
+        );
+        let (got, hook_ran) = sub.join().unwrap();
+        publ.join().unwrap();
+        assert!(outcome.drained && outcome.hooks_done);
+        assert_eq!(got, [7]);
+        assert!(hook_ran);
+        assert_settled(&counters, 1);
+    });
+}
+
+/// A stop whose drain gives up at once (its timeout passed): whatever interleaving, the
+/// threads exit, and every message is handled or counted lost.
+#[test]
+fn loom_stop_past_its_timeout_still_balances() {
+    loom::model(|| {
+        let control = Arc::new(Control::new(Vec::new()));
+        let counters = Arc::new(EdgeCounters::default());
+        let (out, inputs) = single_edge::<T>(Backpressure::Block, 1, Arc::clone(&counters), None);
+        let c = Arc::clone(&control);
+        let sub = thread::spawn(move || subscriber_rounds(&c, inputs));
+        let c = Arc::clone(&control);
+        let publ = thread::spawn(move || publisher(&c, out, &[1, 2], &mut LoomYield));
+        control.wait_for_stop_request();
+        drive_stop(
+            &control,
+            &[&*counters],
+            1,
+            &mut StepClock {
+                drain_gives_up: true,
+            },
+        );
+        let (got, _) = sub.join().unwrap();
+        publ.join().unwrap();
+        let s = counters.snapshot();
+        assert_eq!(s.handled, got.len() as u64);
+        assert_settled(&counters, 2);
+    });
+}
+
+/// A publisher that sleeps (the real `Park`) on a full `Block` edge is woken by the
+/// subscriber's pop: no wake-up is lost (loom would report the deadlock).
+#[test]
+fn loom_block_publisher_sleeping_on_a_full_ring_is_woken_by_a_pop() {
+    loom::model(|| {
+        let mut park = Park::new();
+        let bell = park.doorbell().expect("park has a doorbell");
+        let control = Arc::new(Control::new(vec![Arc::clone(&bell)]));
+        let counters = Arc::new(EdgeCounters::default());
+        let (out, mut inputs) = single_edge::<T>(
+            Backpressure::Block,
+            1,
+            Arc::clone(&counters),
+            Some(bell as Arc<dyn crate::ring::Notify>),
+        );
+        let c = Arc::clone(&control);
+        let publ = thread::spawn(move || {
+            let mut out = out;
+            for v in [1, 2] {
+                out.publish(
+                    T(v),
+                    Some(&mut Wait {
+                        idle: &mut park,
+                        control: &c,
+                    }),
+                );
+            }
+            out
+        });
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            if inputs.poll(1, |T(v)| got.push(v)) == 0 {
+                thread::yield_now();
+            }
+        }
+        let out = publ.join().unwrap();
+        assert_eq!(got, [1, 2]);
+        drop((out, inputs));
+        assert_settled(&counters, 2);
+    });
+}
+
+/// A publisher asleep on a full `Block` edge whose subscriber never reads gives up when the
+/// stop protocol calls waits off (`end_waits` rings its doorbell), counting the message lost.
+#[test]
+fn loom_block_publisher_asleep_gives_up_when_waits_end() {
+    loom::model(|| {
+        let mut park = Park::new();
+        let bell = park.doorbell().expect("park has a doorbell");
+        let control = Arc::new(Control::new(vec![Arc::clone(&bell)]));
+        let counters = Arc::new(EdgeCounters::default());
+        let (out, inputs) = single_edge::<T>(
+            Backpressure::Block,
+            1,
+            Arc::clone(&counters),
+            Some(bell as Arc<dyn crate::ring::Notify>),
+        );
+        let c = Arc::clone(&control);
+        let done = Arc::new(AtomicBool::new(false));
+        let d = Arc::clone(&done);
+        let publ = thread::spawn(move || {
+            let mut out = out;
+            for v in [1, 2] {
+                out.publish(
+                    T(v),
+                    Some(&mut Wait {
+                        idle: &mut park,
+                        control: &c,
+                    }),
+                );
+            }
+            d.store(true, Ordering::Release);
+            out
+        });
+        control.end_waits();
+        let out = publ.join().unwrap();
+        assert!(done.load(Ordering::Acquire));
+        let s = counters.snapshot();
+        assert_eq!((s.sent, s.publisher_lost), (1, 1), "{s:?}");
+        drop((out, inputs));
+        assert_settled(&counters, 2);
+    });
+}
