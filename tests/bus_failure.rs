@@ -336,3 +336,51 @@ fn a_thread_that_panics_outside_a_hook_stops_the_bus() {
         other => panic!("expected a thread panic, got {other:?}"),
     }
 }
+
+/// Its `on_stop` does not return for 5 s.
+struct Stuck;
+
+impl Actor for Stuck {
+    type In = Tick;
+    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {}
+    fn on_stop(&mut self, _ctx: &mut Context<'_>) {
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
+/// A hook that does not return cannot hold `join` past the stop timeout and its margin: the
+/// thread is left running and reported, and the report still balances.
+#[test]
+fn a_hook_that_does_not_return_is_reported_not_waited_for() {
+    let (result, took) = bounded("join with a stuck hook", 30, || {
+        let mut bus = Bus::builder();
+        bus.stop_timeout(Duration::from_millis(200));
+        bus.actor("feed", |s: &mut Setup<'_>| Feed {
+            out: s.output(),
+            next: 0,
+        })
+        .publishes::<Tick>()
+        .tick_every(Duration::from_millis(1));
+        bus.actor("stuck", |_: &mut Setup<'_>| Stuck)
+            .subscribes::<Tick>();
+        let running = bus.start().expect("starts");
+        std::thread::sleep(Duration::from_millis(50));
+        running.stop();
+        let t0 = std::time::Instant::now();
+        (running.join(), t0.elapsed())
+    });
+    match result {
+        Err(BusError::Unresponsive { threads, report }) => {
+            assert_eq!(threads, ["stuck"]);
+            let e = report.edge("fail.tick", "feed", "stuck").expect("edge");
+            assert_eq!(
+                e.published,
+                e.handled + e.panicked + e.dropped + e.conflated + e.lost + e.in_flight,
+                "{e:?}"
+            );
+        }
+        other => panic!("expected the stuck thread to be reported, got {other:?}"),
+    }
+    // 200 ms of timeout and under a second of margin; well before the hook's 5 s.
+    assert!(took < Duration::from_secs(4), "join took {took:?}");
+}
