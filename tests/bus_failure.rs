@@ -136,47 +136,53 @@ impl From<Pong> for u64 {
     }
 }
 
+/// Two actors on two threads that answer each message with two, joined by Block rings of
+/// `capacity`: once started, the cycle fills and both wait on each other. Returns the running
+/// bus once both edges have waited.
+fn deadlocked_cycle(capacity: usize, idle: llbus::Idle, timeout: Duration) -> llbus::RunningBus {
+    let mut bus = Bus::builder();
+    bus.stop_timeout(timeout);
+    bus.actor("ping", |s: &mut Setup<'_>| Doubler::<Pong, Ping> {
+        out: s.output(),
+        first: true,
+        make: Ping,
+        _i: std::marker::PhantomData,
+    })
+    .publishes::<Ping>()
+    .subscribes::<Pong>()
+    .capacity::<Pong>(capacity)
+    .idle(idle);
+    bus.actor("pong", |s: &mut Setup<'_>| Doubler::<Ping, Pong> {
+        out: s.output(),
+        first: false,
+        make: Pong,
+        _i: std::marker::PhantomData,
+    })
+    .publishes::<Pong>()
+    .subscribes::<Ping>()
+    .capacity::<Ping>(capacity)
+    .idle(idle);
+    let running = bus
+        .start()
+        .expect("a Block cycle is allowed, with a warning");
+    assert!(
+        running.warnings().iter().any(|w| w.contains("cycle")),
+        "{:?}",
+        running.warnings()
+    );
+    tests::wait_for("the cycle to fill", 20, || {
+        running.report().edges.iter().all(|e| e.waited > 0)
+    });
+    running
+}
+
 /// A Block cycle across two threads that fills up: before the fix `join` (and the bus's
 /// `Drop`) hung forever. Now the stop gives the waits up at its timeout, counting them lost.
 #[test]
 fn a_full_block_cycle_across_threads_stops_within_the_timeout() {
     for idle in [llbus::Idle::Backoff, llbus::Idle::Park] {
         let (report, took) = bounded("a deadlocked Block cycle", 30, move || {
-            let mut bus = Bus::builder();
-            bus.stop_timeout(Duration::from_millis(300));
-            bus.actor("ping", |s: &mut Setup<'_>| Doubler::<Pong, Ping> {
-                out: s.output(),
-                first: true,
-                make: Ping,
-                _i: std::marker::PhantomData,
-            })
-            .publishes::<Ping>()
-            .subscribes::<Pong>()
-            .capacity::<Pong>(4)
-            .idle(idle);
-            bus.actor("pong", |s: &mut Setup<'_>| Doubler::<Ping, Pong> {
-                out: s.output(),
-                first: false,
-                make: Pong,
-                _i: std::marker::PhantomData,
-            })
-            .publishes::<Pong>()
-            .subscribes::<Ping>()
-            .capacity::<Ping>(4)
-            .idle(idle);
-            let running = bus
-                .start()
-                .expect("a Block cycle is allowed, with a warning");
-            assert!(
-                running.warnings().iter().any(|w| w.contains("cycle")),
-                "{:?}",
-                running.warnings()
-            );
-            // Let the cycle fill and deadlock.
-            tests::wait_for("the cycle to fill", 20, || {
-                let r = running.report();
-                r.edges.iter().all(|e| e.waited > 0)
-            });
+            let running = deadlocked_cycle(4, idle, Duration::from_millis(300));
             running.stop();
             let t0 = std::time::Instant::now();
             let report = running
@@ -201,30 +207,7 @@ fn a_full_block_cycle_across_threads_stops_within_the_timeout() {
 #[test]
 fn dropping_a_deadlocked_bus_returns() {
     bounded("dropping a deadlocked bus", 30, || {
-        let mut bus = Bus::builder();
-        bus.stop_timeout(Duration::from_millis(200));
-        bus.actor("ping", |s: &mut Setup<'_>| Doubler::<Pong, Ping> {
-            out: s.output(),
-            first: true,
-            make: Ping,
-            _i: std::marker::PhantomData,
-        })
-        .publishes::<Ping>()
-        .subscribes::<Pong>()
-        .capacity::<Pong>(2);
-        bus.actor("pong", |s: &mut Setup<'_>| Doubler::<Ping, Pong> {
-            out: s.output(),
-            first: false,
-            make: Pong,
-            _i: std::marker::PhantomData,
-        })
-        .publishes::<Pong>()
-        .subscribes::<Ping>()
-        .capacity::<Ping>(2);
-        let running = bus.start().expect("starts");
-        tests::wait_for("the cycle to fill", 20, || {
-            running.report().edges.iter().all(|e| e.waited > 0)
-        });
+        let running = deadlocked_cycle(2, llbus::Idle::Backoff, Duration::from_millis(200));
         drop(running);
     });
 }

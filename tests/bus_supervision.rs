@@ -203,6 +203,25 @@ impl Actor for Eager {
     fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
 }
 
+/// A bus with an `Eager` publisher of `count` messages (promising `never_waits` if asked),
+/// and the flag it opens when done.
+fn eager_bus(count: u64, never_waits: bool) -> (llbus::BusBuilder, Arc<AtomicBool>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let mut bus = Bus::builder();
+    let d = Arc::clone(&done);
+    let eager = bus
+        .actor("eager", move |s: &mut Setup<'_>| Eager {
+            out: s.output(),
+            count,
+            done: Arc::clone(&d),
+        })
+        .publishes::<Num>();
+    if never_waits {
+        eager.never_waits();
+    }
+    (bus, done)
+}
+
 /// Does not read its inbox until `gate` opens.
 struct Gated {
     gate: Arc<AtomicBool>,
@@ -222,16 +241,7 @@ impl Actor for Gated {
 #[test]
 fn a_never_waits_actor_does_not_wait_on_a_full_block_edge() {
     let report = bounded("a never-waits publisher", 30, || {
-        let done = Arc::new(AtomicBool::new(false));
-        let mut bus = Bus::builder();
-        let d = Arc::clone(&done);
-        bus.actor("eager", move |s: &mut Setup<'_>| Eager {
-            out: s.output(),
-            count: 100,
-            done: Arc::clone(&d),
-        })
-        .publishes::<Num>()
-        .never_waits();
+        let (mut bus, done) = eager_bus(100, true);
         bus.actor("gated", move |_: &mut Setup<'_>| Gated {
             gate: Arc::clone(&done),
         })
@@ -272,15 +282,7 @@ impl Drop for Brittle {
 #[test]
 fn a_panicking_drop_is_contained_and_counted() {
     let report = bounded("a panicking Drop", 30, || {
-        let done = Arc::new(AtomicBool::new(false));
-        let mut bus = Bus::builder();
-        let d = Arc::clone(&done);
-        bus.actor("eager", move |s: &mut Setup<'_>| Eager {
-            out: s.output(),
-            count: 10,
-            done: Arc::clone(&d),
-        })
-        .publishes::<Num>();
+        let (mut bus, _done) = eager_bus(10, false);
         bus.actor("brittle", |_: &mut Setup<'_>| Brittle)
             .subscribes::<Num>()
             .supervision(Supervision::Restart(RestartLimit::default()));

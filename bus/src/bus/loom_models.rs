@@ -15,7 +15,6 @@ use super::metrics::EdgeCounters;
 use super::runner::end_of_round;
 use super::stop::{drive_stop, StopClock};
 use super::Backpressure;
-use crate::sync::{AtomicBool, Ordering};
 use crate::wait::{IdleStrategy, Park};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -168,35 +167,42 @@ fn loom_stop_past_its_timeout_still_balances() {
     });
 }
 
+/// A publisher thread with the real `Park`, whose doorbell the bus's control and the
+/// subscriber's pops ring, publishing 1 and 2 into a `Block` edge of capacity 1: the second
+/// publish finds the ring full unless the subscriber was quick.
+fn parked_publisher() -> (
+    Arc<Control>,
+    Arc<EdgeCounters>,
+    Inputs<T>,
+    thread::JoinHandle<Output<T>>,
+) {
+    let mut park = Park::new();
+    let bell = park.doorbell().expect("park has a doorbell");
+    let control = Arc::new(Control::new(vec![Arc::clone(&bell)]));
+    let counters = Arc::new(EdgeCounters::default());
+    let (mut out, inputs) = single_edge::<T>(
+        Backpressure::Block,
+        1,
+        Arc::clone(&counters),
+        Some(bell as Arc<dyn crate::ring::Notify>),
+    );
+    let c = Arc::clone(&control);
+    let publ = thread::spawn(move || {
+        for v in [1, 2] {
+            let idle = &mut park;
+            out.publish(T(v), Some(&mut Wait { idle, control: &c }));
+        }
+        out
+    });
+    (control, counters, inputs, publ)
+}
+
 /// A publisher that sleeps (the real `Park`) on a full `Block` edge is woken by the
 /// subscriber's pop: no wake-up is lost (loom would report the deadlock).
 #[test]
 fn loom_block_publisher_sleeping_on_a_full_ring_is_woken_by_a_pop() {
     loom::model(|| {
-        let mut park = Park::new();
-        let bell = park.doorbell().expect("park has a doorbell");
-        let control = Arc::new(Control::new(vec![Arc::clone(&bell)]));
-        let counters = Arc::new(EdgeCounters::default());
-        let (out, mut inputs) = single_edge::<T>(
-            Backpressure::Block,
-            1,
-            Arc::clone(&counters),
-            Some(bell as Arc<dyn crate::ring::Notify>),
-        );
-        let c = Arc::clone(&control);
-        let publ = thread::spawn(move || {
-            let mut out = out;
-            for v in [1, 2] {
-                out.publish(
-                    T(v),
-                    Some(&mut Wait {
-                        idle: &mut park,
-                        control: &c,
-                    }),
-                );
-            }
-            out
-        });
+        let (_control, counters, mut inputs, publ) = parked_publisher();
         let mut got = Vec::new();
         while got.len() < 2 {
             if inputs.poll(1, |T(v)| got.push(v)) == 0 {
@@ -215,36 +221,10 @@ fn loom_block_publisher_sleeping_on_a_full_ring_is_woken_by_a_pop() {
 #[test]
 fn loom_block_publisher_asleep_gives_up_when_waits_end() {
     loom::model(|| {
-        let mut park = Park::new();
-        let bell = park.doorbell().expect("park has a doorbell");
-        let control = Arc::new(Control::new(vec![Arc::clone(&bell)]));
-        let counters = Arc::new(EdgeCounters::default());
-        let (out, inputs) = single_edge::<T>(
-            Backpressure::Block,
-            1,
-            Arc::clone(&counters),
-            Some(bell as Arc<dyn crate::ring::Notify>),
-        );
-        let c = Arc::clone(&control);
-        let done = Arc::new(AtomicBool::new(false));
-        let d = Arc::clone(&done);
-        let publ = thread::spawn(move || {
-            let mut out = out;
-            for v in [1, 2] {
-                out.publish(
-                    T(v),
-                    Some(&mut Wait {
-                        idle: &mut park,
-                        control: &c,
-                    }),
-                );
-            }
-            d.store(true, Ordering::Release);
-            out
-        });
+        let (control, counters, inputs, publ) = parked_publisher();
         control.end_waits();
+        // A lost wake-up would leave the publisher asleep: loom reports the deadlock here.
         let out = publ.join().unwrap();
-        assert!(done.load(Ordering::Acquire));
         let s = counters.snapshot();
         assert_eq!((s.sent, s.publisher_lost), (1, 1), "{s:?}");
         drop((out, inputs));
