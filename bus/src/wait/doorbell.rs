@@ -48,7 +48,12 @@ impl Doorbell {
     /// Announces that the waiter is about to sleep. The waiter must poll its queues once more
     /// after this and before [`sleep`](Self::sleep).
     pub fn arm(&self) {
-        self.armed.store(true, Ordering::Relaxed);
+        // NB: a swap, not a store: in C11 either works (a ringer's claiming swap that read an
+        // earlier `false` is ordered before this in the location's modification order), but
+        // loom keeps modification order partial and, with a plain store, lets a later ringer
+        // read that claim's `false` instead of this `true`: a false lost wake-up in the model
+        // with two producers. The waiter's side is not hot (it is about to sleep).
+        self.armed.swap(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
 
