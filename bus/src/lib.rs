@@ -32,9 +32,9 @@
 //!   `join`: `published == handled + panicked + dropped + conflated + lost + in_flight`
 //!   ([`EdgeReport`]), with `in_flight == 0` after `join`. A message whose handler panicked is
 //!   `panicked`, not handled; a publish to a subscriber that is gone is `lost` at once.
-//! - **Stopping is bounded.** `join` (and dropping a [`RunningBus`]) returns within the stop
-//!   timeout ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the
-//!   actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that
+//! - **Stopping is bounded.** Once a stop is requested, `join` (and dropping a
+//!   [`RunningBus`], which requests one) returns within the stop timeout
+//!   ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that
 //!   still does not exit (a handler that never returns) is left running and reported
 //!   ([`BusError::Unresponsive`]). Durations that would overflow are refused by `start()`.
 //! - **Where threads run.** `start()` reads the process's allowed cores once
