@@ -229,7 +229,7 @@ impl<T> fmt::Display for PushError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PushError::Full(_) => f.write_str(
-                "ring is full: pop from the consumer side, retry later, or use a larger capacity",
+                "ring stayed full until the timeout ran out: the consumer is slow or stuck; wait longer or use a larger capacity",
             ),
             PushError::Abandoned(_) => {
                 f.write_str("ring is full and its consumer was dropped: nothing will ever pop it")
