@@ -367,3 +367,67 @@ fn a_hook_that_does_not_return_is_reported_not_waited_for() {
     // 200 ms of timeout and under a second of margin; well before the hook's 5 s.
     assert!(took < Duration::from_secs(4), "join took {took:?}");
 }
+
+/// Live snapshots balance too, while messages flow and subscribers fail: a fast feed into a
+/// `Block` worker, a `Latest` worker and a `DropNewest` worker, two of which panic (`Stop`).
+/// Every snapshot satisfies the equation with a non-negative `in_flight` (in debug builds a
+/// negative one trips an assertion inside the snapshot itself), and the final report has
+/// nothing in flight.
+#[test]
+fn live_snapshots_balance_while_subscribers_fail() {
+    let (snapshots, report) = bounded("live snapshots", 60, || {
+        let mut bus = Bus::builder();
+        bus.actor("feed", |s: &mut Setup<'_>| Feed {
+            out: s.output(),
+            next: 0,
+        })
+        .publishes::<Tick>()
+        .tick_every(Duration::from_micros(20));
+        for (name, policy, panic_at) in [
+            ("block", llbus::Backpressure::Block, 100),
+            ("latest", llbus::Backpressure::Latest, 20),
+            ("drop", llbus::Backpressure::DropNewest, u64::MAX),
+        ] {
+            bus.actor(name, move |_: &mut Setup<'_>| Fragile { seen: 0, panic_at })
+                .subscribes::<Tick>()
+                .backpressure::<Tick>(policy)
+                .capacity::<Tick>(16)
+                .supervision(Supervision::Stop);
+        }
+        let running = bus.start().expect("starts");
+        // Sample for at least 300 ms, and until both fragile workers have failed (a slow,
+        // loaded machine takes longer to get there; 30 s at most).
+        let t0 = std::time::Instant::now();
+        let mut snapshots = 0;
+        loop {
+            let live = running.report();
+            for e in &live.edges {
+                assert_eq!(
+                    e.published,
+                    e.handled + e.panicked + e.dropped + e.conflated + e.lost + e.in_flight,
+                    "{e:?}"
+                );
+            }
+            snapshots += 1;
+            let failed = live.edges.iter().filter(|e| e.panicked == 1).count();
+            let elapsed = t0.elapsed();
+            if (failed == 2 && elapsed > Duration::from_millis(300))
+                || elapsed > Duration::from_secs(30)
+            {
+                break;
+            }
+        }
+        running.stop();
+        (
+            snapshots,
+            running.join().expect("Stop does not fail the bus"),
+        )
+    });
+    assert!(snapshots > 10, "only {snapshots} snapshots");
+    tests::assert_balanced(&report);
+    for name in ["block", "latest"] {
+        let e = report.edge("fail.tick", "feed", name).expect("edge");
+        assert_eq!(e.panicked, 1, "{e:?}");
+        assert!(e.lost > 0, "{e:?}");
+    }
+}
