@@ -45,18 +45,24 @@ impl Actor for Fragile {
     }
 }
 
+/// A bus with a `feed` actor that publishes a `Tick` every `tick`.
+fn feed_bus(tick: Duration) -> llbus::BusBuilder {
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        next: 0,
+    })
+    .publishes::<Tick>()
+    .tick_every(tick);
+    bus
+}
+
 /// The first scenario: a 20 us feed into a `Stop` worker that panics on its 10th
 /// message; stop after 0.5 s. Before the fix: lost > published, and join sometimes took 20 s.
 #[test]
 fn a_stopped_worker_beside_a_fast_feed_balances_and_stops_promptly() {
     let (report, took) = bounded("stop and join", 30, || {
-        let mut bus = Bus::builder();
-        bus.actor("feed", |s: &mut Setup<'_>| Feed {
-            out: s.output(),
-            next: 0,
-        })
-        .publishes::<Tick>()
-        .tick_every(Duration::from_micros(20));
+        let mut bus = feed_bus(Duration::from_micros(20));
         bus.actor("worker", |_: &mut Setup<'_>| Fragile {
             seen: 0,
             panic_at: 10,
@@ -336,14 +342,8 @@ impl Actor for Stuck {
 #[test]
 fn a_hook_that_does_not_return_is_reported_not_waited_for() {
     let (result, took) = bounded("join with a stuck hook", 30, || {
-        let mut bus = Bus::builder();
+        let mut bus = feed_bus(Duration::from_millis(1));
         bus.stop_timeout(Duration::from_millis(200));
-        bus.actor("feed", |s: &mut Setup<'_>| Feed {
-            out: s.output(),
-            next: 0,
-        })
-        .publishes::<Tick>()
-        .tick_every(Duration::from_millis(1));
         bus.actor("stuck", |_: &mut Setup<'_>| Stuck)
             .subscribes::<Tick>();
         let running = bus.start().expect("starts");
@@ -376,13 +376,7 @@ fn a_hook_that_does_not_return_is_reported_not_waited_for() {
 #[test]
 fn live_snapshots_balance_while_subscribers_fail() {
     let (snapshots, report) = bounded("live snapshots", 60, || {
-        let mut bus = Bus::builder();
-        bus.actor("feed", |s: &mut Setup<'_>| Feed {
-            out: s.output(),
-            next: 0,
-        })
-        .publishes::<Tick>()
-        .tick_every(Duration::from_micros(20));
+        let mut bus = feed_bus(Duration::from_micros(20));
         for (name, policy, panic_at) in [
             ("block", llbus::Backpressure::Block, 100),
             ("latest", llbus::Backpressure::Latest, 20),
