@@ -65,9 +65,11 @@ SUITES:
 OPTIONS:
     --json         print one JSON object per figure on its own line on stdout;
                    the table and progress go to stderr
+    --markdown     print the tables as Markdown tables and the targets in a
+                   code block, ready to paste into README.md
     --rounds N     number of rounds (each runs every implementation once per
                    measurement, in a fresh random order); figures are medians over
-                   rounds, with their min and max [default: 7, and no new round
+                   rounds, with their min and max [default: 15, and no new round
                    starts after the suite's time budget, so `all` stays under 4
                    minutes]
     --seed N       seed of the rounds' random order [default: from the clock];
@@ -119,6 +121,8 @@ pub struct Args {
     pub suite: Suite,
     /// Print JSON lines instead of the table on stdout.
     pub json: bool,
+    /// Print the tables as Markdown.
+    pub markdown: bool,
     /// Number of rounds; `None` lets the suite choose.
     pub rounds: Option<usize>,
     /// Smaller sizes for a smoke test.
@@ -163,6 +167,7 @@ impl Args {
     {
         let mut suite = None;
         let mut json = false;
+        let mut markdown = false;
         let mut rounds = None;
         let mut quick = false;
         let mut verbose = false;
@@ -174,6 +179,7 @@ impl Args {
             match arg {
                 "-h" | "--help" => return Ok(Command::Help),
                 "--json" => json = true,
+                "--markdown" => markdown = true,
                 "--quick" => quick = true,
                 "-v" | "--verbose" => verbose = true,
                 "--rounds" => {
@@ -215,6 +221,7 @@ impl Args {
         Ok(Command::Run(Args {
             suite: suite.unwrap_or(Suite::All),
             json,
+            markdown,
             rounds,
             quick,
             verbose,
@@ -984,8 +991,9 @@ fn table_unit(unit: &str) -> &str {
 
 /// Renders `figures` as a table: one row per implementation, one column per case, each cell
 /// the median over rounds followed by the smallest and largest round's value in parentheses
-/// (`median (min..max)`), then one footnote per skipped or incomplete cell.
-pub fn render_table(figures: &[Figure]) -> String {
+/// (`median (min..max)`), then one footnote per skipped or incomplete cell. `markdown` makes
+/// it a Markdown table with the footnotes as a list.
+pub fn render_table(figures: &[Figure], markdown: bool) -> String {
     let mut impls: Vec<&str> = Vec::new();
     let mut cases: Vec<(&str, &str)> = Vec::new();
     for f in figures {
@@ -1040,33 +1048,51 @@ pub fn render_table(figures: &[Figure]) -> String {
     let head: Vec<&str> = std::iter::once("impl")
         .chain(header.iter().map(String::as_str))
         .collect();
-    push_row(&mut out, &head, &widths);
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    push_row(
+    let push = |out: &mut String, cells: &[&str]| push_row(out, cells, &widths, markdown);
+    push(&mut out, &head);
+    let rule: Vec<String> = widths
+        .iter()
+        .enumerate()
+        .map(|(i, w)| match (markdown, i) {
+            (false, _) => "-".repeat(*w),
+            (true, 0) => format!("{:-<w$}", ":"),
+            (true, _) => format!("{:->w$}", ":"),
+        })
+        .collect();
+    push(
         &mut out,
         &rule.iter().map(String::as_str).collect::<Vec<_>>(),
-        &widths,
     );
     for row in &rows {
-        push_row(
+        push(
             &mut out,
             &row.iter().map(String::as_str).collect::<Vec<_>>(),
-            &widths,
         );
     }
+    if markdown && !notes.is_empty() {
+        out.push('\n');
+    }
     for (i, note) in notes.iter().enumerate() {
-        let _ = writeln!(out, "[{}] {note}", i + 1);
+        let bullet = if markdown { "- " } else { "" };
+        let _ = writeln!(out, "{bullet}[{}] {note}", i + 1);
     }
     out
 }
 
-fn push_row(out: &mut String, cells: &[&str], widths: &[usize]) {
+fn push_row(out: &mut String, cells: &[&str], widths: &[usize], markdown: bool) {
+    let sep = if markdown { " | " } else { "  " };
+    if markdown {
+        out.push_str("| ");
+    }
     for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
         if i == 0 {
             let _ = write!(out, "{cell:<w$}");
         } else {
-            let _ = write!(out, "  {cell:>w$}");
+            let _ = write!(out, "{sep}{cell:>w$}");
         }
+    }
+    if markdown {
+        out.push_str(" |");
     }
     out.push('\n');
 }
@@ -1091,7 +1117,18 @@ pub fn print_figures(args: &Args, figures: &[Figure]) {
             println!("{line}");
         }
     }
-    human(args, &render_table(figures));
+    human(args, &render_table(figures, args.markdown));
+}
+
+/// Prints the targets checked against `figures` ([`render_targets`]), in a code block under
+/// `--markdown`.
+pub fn print_targets(args: &Args, targets: &[Target], figures: &[Figure], out: &Collector) {
+    let text = render_targets(targets, figures, out);
+    if args.markdown {
+        human(args, &format!("\n```text\n{text}```\n\n"));
+    } else {
+        human(args, &text);
+    }
 }
 
 /// A short duration, for the plan lines: `50ms`, `1.5s`.
@@ -1119,6 +1156,7 @@ mod tests {
             Ok(Command::Run(Args {
                 suite: Suite::All,
                 json: false,
+                markdown: false,
                 rounds: None,
                 quick: false,
                 verbose: false,
@@ -1132,11 +1170,22 @@ mod tests {
     fn parse_full_command_line() {
         assert_eq!(
             run(&[
-                "ring", "--json", "--rounds", "5", "--quick", "-v", "--seed", "42", "--plot", "out"
+                "ring",
+                "--json",
+                "--rounds",
+                "5",
+                "--quick",
+                "-v",
+                "--seed",
+                "42",
+                "--plot",
+                "out",
+                "--markdown"
             ]),
             Ok(Command::Run(Args {
                 suite: Suite::Ring,
                 json: true,
+                markdown: true,
                 rounds: Some(5),
                 quick: true,
                 verbose: true,
@@ -1327,7 +1376,19 @@ mod tests {
         // Histograms are merged over rounds, one per implementation that produced one.
         assert_eq!(c.histograms().len(), 1);
         assert_eq!(c.histograms()[0].1.len(), 6);
-        let table = render_table(&figs);
+        let table = render_table(&figs, false);
+        let md = render_table(&figs, true);
+        assert!(md.contains("| rtrb "), "{md}");
+        assert!(
+            md.lines()
+                .nth(1)
+                .is_some_and(|l| l.starts_with("| :--") && l.ends_with(": |")),
+            "{md}"
+        );
+        assert!(
+            md.contains("- [1] std-mpsc throughput_batch: no batch API"),
+            "{md}"
+        );
         assert!(table.contains("throughput_single (M msgs/s)"), "{table}");
         assert!(table.contains("20.00 (10.00..30.00)"), "{table}");
         assert!(table.contains("200 (200..200)"), "{table}");

@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::drive::{round_trip, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
-    human, median, print_figures, render_targets, run_rounds, secs, short, Args, Bound, Collector,
+    human, median, print_figures, print_targets, run_rounds, secs, short, Args, Bound, Collector,
     Pinning, Spin, Stuck, Target,
 };
 use crate::onbus::{
@@ -154,7 +154,7 @@ impl Plan {
         let (rounds, warmup, window) = if args.quick {
             (2, Duration::from_millis(5), Duration::from_millis(20))
         } else {
-            (7, WARMUP, WINDOW)
+            (15, WARMUP, WINDOW)
         };
         Self {
             rounds: args.rounds.unwrap_or(rounds),
@@ -168,7 +168,7 @@ impl Plan {
             hard_cap,
             budget: match args.rounds {
                 Some(_) => Duration::MAX,
-                None => Duration::from_secs(100),
+                None => Duration::from_secs(60),
             },
         }
     }
@@ -244,7 +244,7 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
     );
     let figures = out.figures();
     print_figures(args, &figures);
-    human(args, &render_targets(&TARGETS, &figures, &out));
+    print_targets(args, &TARGETS, &figures, &out);
     human(
         args,
         &format!(
@@ -877,6 +877,7 @@ mod tests {
         let args = Args {
             suite: crate::harness::Suite::Udp,
             json: false,
+            markdown: false,
             rounds: Some(1),
             quick: true,
             verbose: false,
