@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use hdrhistogram::Histogram;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -200,15 +201,7 @@ fn latency<DB: DrawingBackend>(
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 14))
-        .draw()
-        .map_err(e)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 fn throughput<DB: DrawingBackend>(
@@ -307,15 +300,25 @@ fn throughput<DB: DrawingBackend>(
             }))
             .map_err(e)?;
     }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
+}
+
+/// Both pictures' chart: a linear x axis, a log y axis.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, LogCoord<f64>>>;
+
+/// Draws the series' legend box at `position`.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font((FONT, 14))
         .draw()
-        .map_err(e)?;
-    Ok(())
+        .map_err(|e| e.to_string())
 }
 
 /// A rate in M msgs/s with three significant digits.
