@@ -438,8 +438,7 @@ fn park_sleeps_and_is_woken_by_the_producer() {
             let got = rx.pop_timeout(timeout, &mut idle);
             (got, started.elapsed())
         });
-        let head_start = if cfg!(miri) { 1 } else { 20 * attempt };
-        std::thread::sleep(Duration::from_millis(head_start));
+        std::thread::sleep(Duration::from_millis(20 * attempt));
         tx.try_push(42).unwrap();
         let (got, waited) = consumer.join().expect("consumer panicked");
         assert_eq!(got, Ok(42));
