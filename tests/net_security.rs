@@ -114,6 +114,7 @@ fn subscribe(cookie: Option<Cookie>) -> Vec<u8> {
         topic_id: Tick::TOPIC_ID,
         fingerprint: Tick::FINGERPRINT,
         session: 7,
+        nonce: 0x5eed,
         cookie,
     })
     .unwrap();
@@ -325,6 +326,7 @@ fn each_export_can_have_its_own_allowlist() {
             topic_id: Private::TOPIC_ID,
             fingerprint: Private::FINGERPRINT,
             session: 7,
+            nonce: 0x5eed,
             cookie: None,
         })
         .unwrap();

@@ -115,12 +115,15 @@
 mod protocol;
 
 pub use protocol::compat::{decode_compat_packet, encode_compat_packet, CompatControl};
-pub use protocol::control::{Control, Refusal, RefuseReason, REFUSE_PAYLOAD_LEN};
+pub use protocol::control::{
+    Control, Refusal, RefuseReason, HANDSHAKE_PAYLOAD_LEN, REFUSE_PAYLOAD_LEN,
+};
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
 pub use protocol::encode::{check_fits, payload_size, BatchEncoder, DataMeta, EncodeError};
 pub use protocol::header::{
-    Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAGIC, MAX_DATAGRAM_LIMIT, VERSION,
+    Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, HEADER_LEN, MAGIC,
+    MAX_DATAGRAM_LIMIT, VERSION,
 };
 pub use protocol::limits::{
     Allowlist, Cidr, CidrError, RateLimit, RateLimiter, DEFAULT_RATE_LIMIT,
@@ -132,6 +135,14 @@ pub use protocol::subscribers::{
     Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
 };
 pub use protocol::PAYLOAD_DECODE_LIMIT;
+
+mod session;
+pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};
+pub use session::subscriber::{
+    ImportState, SubscriberCounts, SubscriberEvent, SubscriberSession, MAX_BACKOFF_NS, OUTSTANDING,
+    RESUBSCRIBE_GAP_NS,
+};
+pub use session::{canonical, is_answerable, Replies};
 
 mod bridge;
 mod io;

@@ -225,6 +225,7 @@ fn hardening_checks_allocate_nothing() {
             topic_id: 1,
             fingerprint: 2,
             session: 3,
+            nonce: i,
             cookie: Some(jar.issue(addrs[0], now)),
         })
         .unwrap();

@@ -60,11 +60,17 @@ pub enum DropReason {
     NotAllowed,
     /// A subscribe that would exceed the per-topic subscriber cap.
     TopicFull,
+    /// A datagram from a source no host can receive at (port 0, an unspecified, multicast or
+    /// broadcast address): forged, since an answer could not be delivered.
+    BadSource,
+    /// A `CookieChallenge`, `SubscribeAck` or `Refuse` whose nonce answers no `Subscribe` this
+    /// side sent: forged by someone who did not see the request.
+    BadNonce,
 }
 
 impl DropReason {
     /// How many reasons there are: the length of [`DropCounts`]'s array.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 21;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Truncated,
@@ -86,6 +92,8 @@ impl DropReason {
         DropReason::RateLimited,
         DropReason::NotAllowed,
         DropReason::TopicFull,
+        DropReason::BadSource,
+        DropReason::BadNonce,
     ];
 
     /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
@@ -115,6 +123,8 @@ impl DropReason {
             DropReason::RateLimited => "rate_limited",
             DropReason::NotAllowed => "not_allowed",
             DropReason::TopicFull => "topic_full",
+            DropReason::BadSource => "bad_source",
+            DropReason::BadNonce => "bad_nonce",
         }
     }
 }
@@ -143,6 +153,10 @@ impl core::fmt::Display for DropReason {
             DropReason::RateLimited => "control message over its source's rate limit",
             DropReason::NotAllowed => "source address outside the allowlist",
             DropReason::TopicFull => "per-topic subscriber cap reached",
+            DropReason::BadSource => {
+                "source address that cannot be answered (port 0, unspecified, multicast, broadcast)"
+            }
+            DropReason::BadNonce => "handshake answer whose nonce matches no request sent",
         })
     }
 }
@@ -369,6 +383,7 @@ mod tests {
             topic_id: 1,
             fingerprint: 2,
             session: 9,
+            nonce: 0x6e6f6e6365,
             cookie: None,
         })
         .unwrap();
@@ -405,7 +420,8 @@ mod tests {
             reason(&b)
         };
         assert_eq!(with(0, b'X'), DropReason::BadMagic);
-        assert_eq!(with(3, 2), DropReason::BadVersion);
+        assert_eq!(with(3, 1), DropReason::BadVersion);
+        assert_eq!(with(3, 3), DropReason::BadVersion);
         assert_eq!(with(4, 0), DropReason::UnknownKind);
         assert_eq!(with(4, 0x7f), DropReason::UnknownKind);
         assert_eq!(with(4, 0x21), DropReason::ReservedKind);
@@ -416,7 +432,7 @@ mod tests {
         assert_eq!(with(5, 0x80), DropReason::UnsupportedFlags);
         // Payload length past the end.
         assert_eq!(with(7, 0xff), DropReason::BadLength);
-        // A subscribe (third frame, at 52 + 58) with a payload length other than 16.
+        // A subscribe (third frame, at 52 + 58) with a payload length other than 24.
         assert_eq!(with(52 + 58 + 6, 1), DropReason::BadLength);
         // A fault in the last frame drops the whole datagram: nothing half delivered.
         assert_eq!(with(52 + 58, b'X'), DropReason::BadMagic);

@@ -262,6 +262,7 @@ mod tests {
                 topic_id: 1,
                 fingerprint: 2,
                 session: 9,
+                nonce: 0x6e6f6e6365,
                 cookie: Some(Cookie([5; 16])),
             })
             .unwrap();
