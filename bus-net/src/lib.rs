@@ -45,8 +45,8 @@
 //! **What is dropped and counted, never an error or a panic.** Every malformed datagram
 //! (truncated, wrong magic or version, unknown or reserved kind, unsupported flags, absurd
 //! lengths, undecodable payload, too large, ...) is dropped whole and counted under one
-//! [`DropReason`] ([`DropCounts`]); a payload's length prefixes are limited
-//! ([`PAYLOAD_DECODE_LIMIT`]) so garbage cannot make a decode allocate without bound. Lost,
+//! [`DropReason`] ([`DropCounts`]); a payload's length prefixes may not claim more than the
+//! bytes left in it, so garbage cannot make a decode allocate more than it carries. Lost,
 //! duplicate, reordered and stale messages are counted per publisher and topic in
 //! [`LossCounts`]. At the socket, datagrams too large for the receive buffer, ICMP-surfaced
 //! errors (`ECONNREFUSED`, unreachable) and sends refused for a full buffer are counted in
@@ -134,7 +134,6 @@ pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{
     Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
 };
-pub use protocol::PAYLOAD_DECODE_LIMIT;
 
 mod session;
 pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};

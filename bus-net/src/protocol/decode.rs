@@ -35,7 +35,7 @@ pub enum DropReason {
     /// A datagram longer than the configured maximum (or than the receive buffer).
     TooLarge,
     /// A payload that bincode could not decode into the topic's type, that left bytes over, or
-    /// whose length prefixes claimed more than [`PAYLOAD_DECODE_LIMIT`](super::PAYLOAD_DECODE_LIMIT).
+    /// or whose length prefixes claimed more than the bytes left in it.
     PayloadDecode,
     /// A control value that no version defines (a refuse reason, a compat control message).
     BadControl,
@@ -343,18 +343,19 @@ impl<'a> Iterator for Frames<'a> {
 
 impl ExactSizeIterator for Frames<'_> {}
 
-/// Decodes a data frame's payload as `T`, with the crate's bincode configuration (bincode 1.x
-/// layout) and a [`PAYLOAD_DECODE_LIMIT`](super::PAYLOAD_DECODE_LIMIT) on claimed container
-/// sizes. The whole payload must be consumed.
+/// Decodes a data frame's payload as `T`, in the bincode 1.x layout, with the bounded decoder:
+/// the decode limit is the payload's length, so no length prefix can claim more than the bytes
+/// that carry it. The whole payload must be consumed.
 ///
-/// Allocates only what `T` itself owns (a `String` field allocates its bytes; a struct of
-/// numbers allocates nothing).
+/// Allocates only what `T` itself owns, as it is decoded (a `String` field allocates its
+/// bytes; a struct of numbers allocates nothing; a `Vec` grows with its elements, never
+/// pre-allocated from its length prefix).
 ///
 /// # Errors
 /// [`DropReason::PayloadDecode`] if the bytes are not a `T`, claim too much, or leave bytes over.
 pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, DropReason> {
-    match bincode::serde::decode_from_slice::<T, _>(payload, super::bincode_decode_config()) {
-        Ok((value, read)) if read == payload.len() => Ok(value),
+    match super::decode_bounded::<T>(payload) {
+        Ok((value, 0)) => Ok(value),
         _ => Err(DropReason::PayloadDecode),
     }
 }
