@@ -49,8 +49,8 @@ pub(crate) const fn bincode_config() -> bincode::config::Configuration<
 
 /// Decodes a payload with the bounded decoder ([`payload`]): no claimed length allocates more
 /// than the bytes that carry it. Returns the value and the bytes left over.
-pub(crate) fn decode_bounded<'de, T: serde::de::DeserializeOwned>(
-    bytes: &'de [u8],
+pub(crate) fn decode_bounded<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
 ) -> Result<(T, usize), payload::PayloadError> {
     let mut de = payload::PayloadDeserializer::new(bytes);
     let value = T::deserialize(&mut de)?;
