@@ -337,13 +337,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = running.join()?;
     println!("\n{report}");
     println!(
-        "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} send_dropped={}",
+        "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} \
+         send_dropped={} send_bad_destination={} bad_source={} bad_cookie={} rate_limited={} \
+         challenges={} socket_failed={}",
         shared.published.load(Ordering::Relaxed),
         metric(&report, "messages_out"),
         metric(&report, "datagrams_out"),
         metric(&report, "no_subscriber"),
         metric(&report, "too_large"),
         metric(&report, "send_dropped"),
+        metric(&report, "send_bad_destination"),
+        metric(&report, "drop.bad_source"),
+        metric(&report, "drop.bad_cookie"),
+        metric(&report, "drop.rate_limited"),
+        metric(&report, "challenges"),
+        metric(&report, "socket_failed"),
     );
     Ok(())
 }

@@ -17,8 +17,10 @@
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
-//! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=.. p50_us=..
-//! p99_us=.. p999_us=.. max_us=..` (`first` and `highest` are the counter values that opened and lead the
+//! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
+//! bad_source=.. bad_nonce=.. unknown_session=.. resubscribes=.. control_duplicates=..
+//! control_stale=.. send_dropped=.. errors=.. p50_us=.. p99_us=.. p999_us=.. max_us=..`
+//! (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
 //! sink because its ring was full; the latency fields are `na` in compat mode).
 //!
@@ -415,12 +417,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} stale={stale} \
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
-         ring_dropped={ring_dropped} datagrams_in={} p50_us={} \
-         p99_us={} p999_us={} max_us={max_us}",
+         ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} \
+         unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
+         send_dropped={} errors={} p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
         opt(summary.highest),
         metric(&report, "datagrams_in"),
+        metric(&report, "drop.bad_source"),
+        metric(&report, "drop.bad_nonce"),
+        metric(&report, "unknown_session"),
+        metric(&report, "resubscribes"),
+        metric(&report, "control_duplicates"),
+        metric(&report, "control_stale"),
+        metric(&report, "send_dropped"),
+        status.errors().len(),
         us(0.50),
         us(0.99),
         us(0.999),
