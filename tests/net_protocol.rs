@@ -681,8 +681,9 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
         // Data of a session no acknowledgement established is never decoded (counted as
         // `unknown_session`); undecodable payloads are covered by the decoder's tests.
         PayloadDecode,
-        // Tests of their own: tests/net_spoof.rs.
+        // Tests of their own: tests/net_spoof.rs, and the MAC's replay window (bus-net).
         BadSource,
+        Replayed,
         TooLarge,
         TableFull,
         BadMac,

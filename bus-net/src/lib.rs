@@ -129,7 +129,9 @@ pub use protocol::limits::{
     Allowlist, Cidr, CidrError, RateLimit, RateLimiter, DEFAULT_RATE_LIMIT,
     DEFAULT_RATE_LIMIT_SOURCES,
 };
-pub use protocol::mac::{FrameMac, SealError, MAC_TAG_LEN};
+pub use protocol::mac::{
+    FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
+};
 pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{
     Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, Allowlist,
-    BatchEncoder, Control, CookieJar, DataMeta, DropCounts, EncodeError, FrameMac, LatePolicy,
-    RateLimiter, RecvBatch, SendBatch, SeqTracker, SocketConfig, SubscriberTable, UdpEndpoint,
-    DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN,
+    BatchEncoder, Control, CookieJar, DataMeta, DropCounts, DropReason, EncodeError, FrameMac,
+    LatePolicy, RateLimiter, RecvBatch, ReplayGuard, SendBatch, SeqTracker, SocketConfig,
+    SubscriberTable, UdpEndpoint, DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -205,6 +206,7 @@ fn hardening_checks_allocate_nothing() {
     let data_plain = FrameMac::new(&[4; 32]).control_only();
     let allow: Allowlist = "10.0.0.0/8, fd00::/8".parse().unwrap();
     let mut limiter = RateLimiter::default();
+    let mut guard = ReplayGuard::new(0x0bad, 16);
     let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
     let addrs: Vec<SocketAddr> = (0..64u16)
         .map(|p| SocketAddr::from(([10, 0, (p >> 8) as u8, p as u8], 9000 + p)))
@@ -221,12 +223,14 @@ fn hardening_checks_allocate_nothing() {
             proven += usize::from(limiter.allow(a.ip(), now));
         }
         let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - MAC_TAG_LEN]);
-        enc.push_control(&Control::Subscribe {
+        // A sealed datagram holds one direction and one session: a heartbeat and data.
+        let _cookie = jar.issue(addrs[0], now);
+        enc.push_control(&Control::Heartbeat {
             topic_id: 1,
             fingerprint: 2,
-            session: 3,
-            nonce: i,
-            cookie: Some(jar.issue(addrs[0], now)),
+            session: meta(i).session,
+            last_seq: i,
+            timestamp_ns: 0,
         })
         .unwrap();
         enc.push_data(
@@ -242,9 +246,12 @@ fn hardening_checks_allocate_nothing() {
         let must = data_plain.must_seal(&buf[..len]);
         let sealed = mac.seal(&mut buf, len).unwrap();
         let frames = mac
-            .open(&buf[..sealed], DEFAULT_MAX_DATAGRAM)
+            .open_once(&buf[..sealed], DEFAULT_MAX_DATAGRAM, &mut guard)
             .unwrap()
             .count();
+        // Replayed: refused by the window, without allocating.
+        let replayed = mac.open_once(&buf[..sealed], DEFAULT_MAX_DATAGRAM, &mut guard);
+        assert_eq!(replayed.err(), Some(DropReason::Replayed));
         // A corrupted copy is refused, without allocating for it.
         buf[10] ^= 1;
         let refused = mac.open(&buf[..sealed], DEFAULT_MAX_DATAGRAM).is_err();

@@ -29,18 +29,23 @@ use crate::session::{canonical, is_answerable, Replies};
 use crate::{
     parse_datagram, random_secret, BatchEncoder, CompatControl, Control, CookieJar, DropReason,
     ExportedTopic, FrameMac, Kind, LossCounts, PublisherEvent, PublisherSession, RateLimiter,
-    RecvBatch, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable, UdpEndpoint,
-    HEADER_LEN, MAC_TAG_LEN,
+    RecvBatch, ReplayGuard, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable,
+    UdpEndpoint, HEADER_LEN, MAC_TAG_LEN,
 };
 
 /// Messages taken from one ring per poll of an export.
 const BUDGET: usize = 256;
+
+/// Senders (session, lane) whose replay windows a bridge keeps at once.
+const REPLAY_SENDERS: usize = 256;
 
 /// One import: its typed port, its publisher and its session machine.
 struct ImportSlot {
     port: Box<dyn ImportPort>,
     publisher: SocketAddr,
     session: SubscriberSession,
+    /// Whether a transient refusal was reported since the import was last established.
+    warned: bool,
 }
 
 /// A compat export's socket, subscribers and health.
@@ -78,6 +83,8 @@ pub struct BridgeActor {
     /// Where a datagram is copied to be sealed, when a pre-shared key is set.
     seal_buf: Vec<u8>,
     mac: Option<FrameMac>,
+    /// The replay windows of the senders whose sealed datagrams arrive.
+    replay: ReplayGuard,
     publisher: PublisherSession,
     replies: Replies,
     exports: Vec<Box<dyn ExportPort>>,
@@ -173,6 +180,7 @@ impl BridgeActor {
                     port,
                     publisher: decl.publisher,
                     session,
+                    warned: false,
                 }
             })
             .collect();
@@ -211,6 +219,7 @@ impl BridgeActor {
             name: name.to_owned(),
             seal_buf: vec![0; max_datagram],
             mac: mac_of(&config),
+            replay: ReplayGuard::new(session, REPLAY_SENDERS),
             publisher,
             replies: Replies::with_capacity(max_datagram / HEADER_LEN + 1),
             next_reseed: now + config.cookie_window,
@@ -386,7 +395,7 @@ impl BridgeActor {
                 continue;
             }
             let parsed = match &self.mac {
-                Some(mac) => mac.open(bytes, self.max_datagram),
+                Some(mac) => mac.open_once(bytes, self.max_datagram, &mut self.replay),
                 None => parse_datagram(bytes, self.max_datagram),
             };
             let frames = match parsed {
@@ -512,6 +521,9 @@ impl BridgeActor {
         match event {
             SubscriberEvent::None => {}
             SubscriberEvent::Established { session, changed } => {
+                if let Some(im) = self.imports.get_mut(i) {
+                    im.warned = false;
+                }
                 log::info!(
                     "import of topic '{topic}' from {publisher}: following publisher session \
                      {session:#018x}{}",
@@ -530,10 +542,16 @@ impl BridgeActor {
             }
             SubscriberEvent::Retrying(refusal) => {
                 self.metrics.refused.add(1);
-                log::warn!(
-                    "import of topic '{topic}' from {publisher} refused for now ({refusal}); \
-                     retrying with backoff"
-                );
+                // Once per episode (until the import is established again).
+                if !self.imports.get(i).is_some_and(|im| im.warned) {
+                    self.status.warn(format!(
+                        "import of topic '{topic}' from {publisher} refused for now: {refusal}; \
+                         retrying with backoff"
+                    ));
+                }
+                if let Some(im) = self.imports.get_mut(i) {
+                    im.warned = true;
+                }
             }
         }
     }

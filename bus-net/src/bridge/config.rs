@@ -46,8 +46,16 @@ pub struct BridgeConfig {
     /// How long an address-proving cookie stays valid: one to two windows (default 30 s).
     pub cookie_window: Duration,
     /// A pre-shared key: control datagrams carry a MAC and those without a valid one are
-    /// dropped (`drop.bad_mac`). Off by default. Both sides need the same key.
+    /// dropped (`drop.bad_mac`), replayed ones too (`drop.replayed`). Off by default. Both
+    /// sides need the same key.
     pub psk: Option<[u8; 32]>,
+    /// The id of `psk` on the wire (default 0). To rotate keys without a gap: give every host
+    /// the new key in `psk_accept`, then make it `psk` (with a new id) host by host, then drop
+    /// the old one from `psk_accept`.
+    pub psk_id: u8,
+    /// Further keys accepted (not used to seal), by id: the old key during a rotation. At most
+    /// three.
+    pub psk_accept: Vec<(u8, [u8; 32])>,
     /// With a key: seal data datagrams too (default), or only control.
     pub mac_data: bool,
 }
@@ -69,6 +77,8 @@ impl Default for BridgeConfig {
             subscribers_per_topic: DEFAULT_SUBSCRIBERS_PER_TOPIC,
             cookie_window: DEFAULT_COOKIE_WINDOW,
             psk: None,
+            psk_id: 0,
+            psk_accept: Vec::new(),
             mac_data: true,
         }
     }
@@ -116,7 +126,10 @@ impl BridgeConfig {
 /// The MAC of a configuration with a pre-shared key.
 pub(crate) fn mac_of(config: &BridgeConfig) -> Option<FrameMac> {
     config.psk.as_ref().map(|key| {
-        let mac = FrameMac::new(key);
+        let mut mac = FrameMac::with_key_id(config.psk_id, key);
+        for (id, key) in &config.psk_accept {
+            mac = mac.also_accept(*id, key);
+        }
         if config.mac_data {
             mac
         } else {

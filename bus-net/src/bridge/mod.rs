@@ -42,11 +42,14 @@ use self::ports::{
 use crate::session::canonical;
 use crate::{new_session_id, Allowlist, UdpEndpoint};
 
-/// What a running bridge reports outside the bus: errors a user must see (a refused
-/// subscription names the topic and both fingerprints). Cheap to clone.
+/// What a running bridge reports outside the bus: errors a user must see (a subscription
+/// refused for good names the topic and both fingerprints; a socket that failed names the
+/// bridge), and warnings about conditions it retries by itself (a subscription refused for
+/// now because the publisher's table or topic is full). Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct BridgeStatus {
     errors: Arc<Mutex<Vec<String>>>,
+    warnings: Arc<Mutex<Vec<String>>>,
 }
 
 impl BridgeStatus {
@@ -58,12 +61,28 @@ impl BridgeStatus {
             .clone()
     }
 
+    /// Every warning reported so far, oldest first: transient conditions the bridge retries.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     pub(crate) fn report(&self, error: String) {
         log::error!("{error}");
         self.errors
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(error);
+    }
+
+    pub(crate) fn warn(&self, warning: String) {
+        log::warn!("{warning}");
+        self.warnings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(warning);
     }
 }
 
@@ -200,7 +219,12 @@ impl Bridge {
             self.parts.max_datagram,
             self.parts.config.batch,
             self.parts.session,
-            mac_of(&self.parts.config),
+            // Each direct sender seals on a lane of its own (the bridge's is 0), so the packet
+            // numbers of one session never collide in a receiver's replay window.
+            mac_of(&self.parts.config).map(|m| {
+                let lane = u8::try_from(self.parts.directs.len() + 1).unwrap_or(u8::MAX);
+                m.for_lane(lane)
+            }),
         );
         self.parts.directs.push(port);
         Ok(sender)

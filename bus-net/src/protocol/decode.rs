@@ -66,11 +66,14 @@ pub enum DropReason {
     /// A `CookieChallenge`, `SubscribeAck` or `Refuse` whose nonce answers no `Subscribe` this
     /// side sent: forged by someone who did not see the request.
     BadNonce,
+    /// With a pre-shared key: a sealed datagram whose packet number was seen before or is
+    /// older than the replay window, or that claims the receiver's own session (reflected).
+    Replayed,
 }
 
 impl DropReason {
     /// How many reasons there are: the length of [`DropCounts`]'s array.
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Truncated,
@@ -94,6 +97,7 @@ impl DropReason {
         DropReason::TopicFull,
         DropReason::BadSource,
         DropReason::BadNonce,
+        DropReason::Replayed,
     ];
 
     /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
@@ -125,6 +129,7 @@ impl DropReason {
             DropReason::TopicFull => "topic_full",
             DropReason::BadSource => "bad_source",
             DropReason::BadNonce => "bad_nonce",
+            DropReason::Replayed => "replayed",
         }
     }
 }
@@ -157,6 +162,7 @@ impl core::fmt::Display for DropReason {
                 "source address that cannot be answered (port 0, unspecified, multicast, broadcast)"
             }
             DropReason::BadNonce => "handshake answer whose nonce matches no request sent",
+            DropReason::Replayed => "sealed datagram replayed (packet number seen or too old)",
         })
     }
 }
