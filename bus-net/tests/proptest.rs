@@ -393,11 +393,17 @@ proptest! {
         let mac = FrameMac::new(&psk);
         let mut buf = vec![0u8; 1472];
         let mut enc = BatchEncoder::new(&mut buf[..1472 - MAC_TAG_LEN]);
+        // A sealed datagram is of one sender session and one direction: data and heartbeats
+        // of the first message's session (other control frames cannot be sealed with them).
+        let session = msgs[0].0.session;
         for (m, v) in &msgs {
-            let _ = enc.push_data(*m, v);
+            let _ = enc.push_data(DataMeta { session, ..*m }, v);
         }
         for c in &controls {
-            let _ = enc.push_control(c);
+            if let Control::Heartbeat { topic_id, fingerprint, last_seq, timestamp_ns, .. } = *c {
+                let hb = Control::Heartbeat { topic_id, fingerprint, session, last_seq, timestamp_ns };
+                let _ = enc.push_control(&hb);
+            }
         }
         let (len, frames) = (enc.len(), enc.frames());
         prop_assume!(frames > 0);
