@@ -376,19 +376,9 @@ impl BridgeActor {
     }
 
     fn receive_from(&mut self, recv: &mut RecvBatch, ctx: &mut Context<'_>) -> usize {
-        let before = *self.endpoint.stats();
-        let n = match self.endpoint.recv_batch(recv) {
-            Ok(n) => n,
-            Err(e) => {
-                self.failed = Some(e);
-                return 0;
-            }
-        };
-        self.metrics.count_io_drops(&before, self.endpoint.stats());
+        let n = receive_counted(&mut self.endpoint, recv, &self.metrics, &mut self.failed);
         let now_ns = self.now_ns(ctx.now());
         for (bytes, src) in recv.iter().take(n) {
-            self.metrics.datagrams_in.add(1);
-            self.metrics.bytes_in.add(bytes.len() as u64);
             let src = canonical(src);
             if !is_answerable(src) {
                 self.metrics.drop(DropReason::BadSource);
@@ -616,22 +606,8 @@ impl BridgeActor {
             return 0;
         };
         for slot in &mut self.compat_exports {
-            if slot.failed.is_some() {
-                continue;
-            }
-            let port = &mut slot.port;
-            let before = *port.stats();
-            let n = match port.endpoint().recv_batch(recv) {
-                Ok(n) => n,
-                Err(e) => {
-                    slot.failed = Some(e);
-                    continue;
-                }
-            };
-            self.metrics.count_io_drops(&before, port.stats());
+            let n = receive_counted(slot.port.endpoint(), recv, &self.metrics, &mut slot.failed);
             for (bytes, src) in recv.iter().take(n) {
-                self.metrics.datagrams_in.add(1);
-                self.metrics.bytes_in.add(bytes.len() as u64);
                 let src = canonical(src);
                 if !is_answerable(src) {
                     self.metrics.drop(DropReason::BadSource);
@@ -660,22 +636,9 @@ impl BridgeActor {
             work += n;
         }
         for slot in &mut self.compat_imports {
-            if slot.failed.is_some() {
-                continue;
-            }
+            let n = receive_counted(slot.port.endpoint(), recv, &self.metrics, &mut slot.failed);
             let port = &mut slot.port;
-            let before = *port.stats();
-            let n = match port.endpoint().recv_batch(recv) {
-                Ok(n) => n,
-                Err(e) => {
-                    slot.failed = Some(e);
-                    continue;
-                }
-            };
-            self.metrics.count_io_drops(&before, port.stats());
             for (bytes, src) in recv.iter().take(n) {
-                self.metrics.datagrams_in.add(1);
-                self.metrics.bytes_in.add(bytes.len() as u64);
                 if canonical(src) != port.publisher() {
                     self.metrics.drop(DropReason::UnknownSender);
                     continue;
@@ -789,6 +752,34 @@ impl BridgeActor {
         self.refresh_gauges();
         self.report_failures();
     }
+}
+
+/// Receives a batch on `endpoint` (unless it failed before) and counts it: datagrams and bytes
+/// in, and what the socket dropped. A socket that fails for good is recorded in `failed`.
+/// Returns the datagrams received.
+fn receive_counted(
+    endpoint: &mut UdpEndpoint,
+    recv: &mut RecvBatch,
+    metrics: &NetMetrics,
+    failed: &mut Option<std::io::Error>,
+) -> usize {
+    if failed.is_some() {
+        return 0;
+    }
+    let before = *endpoint.stats();
+    let n = match endpoint.recv_batch(recv) {
+        Ok(n) => n,
+        Err(e) => {
+            *failed = Some(e);
+            return 0;
+        }
+    };
+    metrics.count_io_drops(&before, endpoint.stats());
+    for (bytes, _) in recv.iter().take(n) {
+        metrics.datagrams_in.add(1);
+        metrics.bytes_in.add(bytes.len() as u64);
+    }
+    n
 }
 
 /// The last sequence number sent on an exported topic (ring-fed or direct); 0 if none.

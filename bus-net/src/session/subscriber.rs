@@ -289,20 +289,12 @@ impl SubscriberSession {
                 cookie,
                 ..
             } => {
-                self.check_topic(topic_id)?;
-                if matches!(self.state, ImportState::Refused(_)) {
-                    return Ok(SubscriberEvent::None);
+                if self.admit(topic_id, nonce)?.is_some() {
+                    self.cookie = Some(cookie);
+                    let again = self.request(now_ns);
+                    replies.push(again);
                 }
-                match self.answer(nonce) {
-                    Ok(_) => {
-                        self.cookie = Some(cookie);
-                        let again = self.request(now_ns);
-                        replies.push(again);
-                        Ok(SubscriberEvent::None)
-                    }
-                    Err(None) => Ok(SubscriberEvent::None),
-                    Err(Some(reason)) => Err(reason),
-                }
+                Ok(SubscriberEvent::None)
             }
             Control::SubscribeAck {
                 topic_id,
@@ -312,14 +304,8 @@ impl SubscriberSession {
                 cookie,
                 ..
             } => {
-                self.check_topic(topic_id)?;
-                if matches!(self.state, ImportState::Refused(_)) {
+                let Some(number) = self.admit(topic_id, nonce)? else {
                     return Ok(SubscriberEvent::None);
-                }
-                let number = match self.answer(nonce) {
-                    Ok(number) => number,
-                    Err(None) => return Ok(SubscriberEvent::None),
-                    Err(Some(reason)) => return Err(reason),
                 };
                 self.cookie = Some(cookie);
                 self.backoff_ns = self.renew_ns;
@@ -363,14 +349,8 @@ impl SubscriberSession {
                 }
             }
             Control::Refuse(refusal) => {
-                self.check_topic(refusal.topic_id)?;
-                if matches!(self.state, ImportState::Refused(_)) {
+                if self.admit(refusal.topic_id, refusal.nonce)?.is_none() {
                     return Ok(SubscriberEvent::None);
-                }
-                match self.answer(refusal.nonce) {
-                    Ok(_) => {}
-                    Err(None) => return Ok(SubscriberEvent::None),
-                    Err(Some(reason)) => return Err(reason),
                 }
                 if refusal.is_final() {
                     self.state = ImportState::Refused(refusal);
@@ -395,6 +375,25 @@ impl SubscriberSession {
             }
             // Frames a publisher never sends to a subscriber.
             Control::Subscribe { .. } | Control::Unsubscribe { .. } => Err(DropReason::BadControl),
+        }
+    }
+
+    /// Whether an answer (challenge, acknowledgement, refusal) of `topic_id` echoing `nonce`
+    /// is to be acted on: `Some(request number)`; `None` for one to ignore (the import was
+    /// refused for good, or a duplicate or stale answer, counted).
+    ///
+    /// # Errors
+    /// [`DropReason::UnknownTopic`] for another topic, [`DropReason::BadNonce`] for a nonce
+    /// this import did not send (recently).
+    fn admit(&mut self, topic_id: u64, nonce: u64) -> Result<Option<u64>, DropReason> {
+        self.check_topic(topic_id)?;
+        if matches!(self.state, ImportState::Refused(_)) {
+            return Ok(None);
+        }
+        match self.answer(nonce) {
+            Ok(number) => Ok(Some(number)),
+            Err(None) => Ok(None),
+            Err(Some(reason)) => Err(reason),
         }
     }
 
