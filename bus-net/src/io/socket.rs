@@ -361,3 +361,70 @@ pub(crate) fn count_send_error(stats: &mut IoStats, e: io::Error, dropped: u64) 
     *counter = counter.saturating_add(dropped);
     Ok(())
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn os(code: i32) -> io::Error {
+        io::Error::from_raw_os_error(code)
+    }
+
+    /// Issue 10: a send that fails for its destination (an answer to a forged `0.0.0.0:0`
+    /// fails with `EINVAL`) is counted and dropped; only a broken socket is an error.
+    #[test]
+    fn send_errors_are_counted_by_reason_and_only_a_broken_socket_is_fatal() {
+        let mut stats = IoStats::default();
+        for code in [
+            libc::EINVAL,
+            libc::EADDRNOTAVAIL,
+            libc::EAFNOSUPPORT,
+            libc::EDESTADDRREQ,
+        ] {
+            assert!(count_send_error(&mut stats, os(code), 1).is_ok(), "{code}");
+        }
+        assert_eq!(stats.send_bad_destination, 4);
+        assert!(count_send_error(&mut stats, os(libc::EAGAIN), 3).is_ok());
+        assert_eq!(stats.send_would_block, 3);
+        assert!(count_send_error(&mut stats, os(libc::ECONNREFUSED), 1).is_ok());
+        assert_eq!(stats.send_icmp_errors, 1);
+        assert!(count_send_error(&mut stats, os(libc::EMSGSIZE), 1).is_ok());
+        assert_eq!(stats.send_refused, 1);
+        // Something unexpected about one send: counted, not fatal.
+        assert!(count_send_error(&mut stats, os(libc::EIO), 1).is_ok());
+        assert_eq!(stats.send_other_errors, 1);
+        for code in [libc::EBADF, libc::ENOTSOCK, libc::EFAULT] {
+            assert!(count_send_error(&mut stats, os(code), 1).is_err(), "{code}");
+        }
+        // Counters saturate.
+        stats.send_bad_destination = u64::MAX;
+        assert!(count_send_error(&mut stats, os(libc::EINVAL), 5).is_ok());
+        assert_eq!(stats.send_bad_destination, u64::MAX);
+    }
+
+    /// The real case: sending to `0.0.0.0:0` and to a port-0 address is refused by the kernel
+    /// and counted, and the endpoint goes on sending to a good address.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn sending_to_an_unsendable_address_is_counted_not_fatal() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut ep = UdpEndpoint::bind(any, &SocketConfig::default()).unwrap();
+        let good = UdpSocket::bind(any).unwrap();
+        let mut batch = SendBatch::new(4);
+        let bad: [SocketAddr; 2] = ["0.0.0.0:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()];
+        for dest in bad {
+            assert!(!ep.send_to(b"x", dest).unwrap());
+        }
+        let list = [
+            (&b"a"[..], bad[0]),
+            (&b"b"[..], good.local_addr().unwrap()),
+            (&b"c"[..], bad[1]),
+        ];
+        assert_eq!(ep.send_batch(&mut batch, list).unwrap(), 1);
+        assert_eq!(ep.stats().send_bad_destination, 4, "{:?}", ep.stats());
+        let mut buf = [0u8; 8];
+        good.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        assert_eq!(good.recv(&mut buf).unwrap(), 1);
+    }
+}
