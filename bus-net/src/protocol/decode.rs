@@ -188,7 +188,7 @@ impl DropCounts {
     #[inline]
     pub fn record(&mut self, reason: DropReason) {
         if let Some(c) = self.counts.get_mut(reason.index()) {
-            *c = c.wrapping_add(1);
+            *c = c.saturating_add(1);
         }
     }
 
@@ -199,7 +199,7 @@ impl DropCounts {
 
     /// The sum over all reasons.
     pub fn total(&self) -> u64 {
-        self.counts.iter().fold(0u64, |a, &c| a.wrapping_add(c))
+        self.counts.iter().fold(0u64, |a, &c| a.saturating_add(c))
     }
 
     /// Each reason with its count, in [`DropReason::ALL`] order.
