@@ -170,7 +170,8 @@ fn resolve(addr: impl ToSocketAddrs) -> std::io::Result<SocketAddr> {
 }
 
 impl Bridge {
-    /// Binds the bridge's ll-udp v1 socket to `addr` now, so a port in use is an error here.
+    /// Binds the bridge's ll-udp socket to `addr` now, so a port in use is an error here.
+    /// `[::]` serves IPv4 and IPv6 peers alike (dual stack).
     ///
     /// # Errors
     /// If `addr` does not resolve or cannot be bound.
