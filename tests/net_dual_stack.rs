@@ -164,3 +164,78 @@ fn the_default_datagram_size_follows_the_family() {
     assert_eq!(c.max_datagram_for(addr("[::1]:1")), 1452);
     assert_eq!(BridgeConfig::for_mtu(1420).max_datagram, Some(1372));
 }
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "dual.big")]
+struct Big {
+    data: Vec<u8>,
+}
+
+struct BigFeed {
+    out: Out<Big>,
+}
+
+impl Actor for BigFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        // 48 (header) + 8 (length) + 1404 = a 1460-byte datagram: fits IPv4's 1472, not the
+        // 1452 a dual-stack bridge sends at most.
+        ctx.publish(
+            self.out,
+            Big {
+                data: vec![7; 1404],
+            },
+        );
+    }
+}
+
+struct BigSink {
+    got: Arc<AtomicU64>,
+}
+
+impl Actor for BigSink {
+    type In = Big;
+    fn on_message(&mut self, b: Big, _ctx: &mut Context<'_>) {
+        assert_eq!(b.data.len(), 1404);
+        self.got.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// An IPv4 publisher sends datagrams up to its default 1472 bytes; a dual-stack subscriber,
+/// which sends at most 1452, still accepts them.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_dual_stack_subscriber_accepts_what_an_ipv4_publisher_sends() {
+    let publisher = Bridge::bind(addr("127.0.0.1:0")).unwrap().name("pub");
+    let pub_addr = publisher.local_addr();
+    let mut a = Bus::builder();
+    a.actor("feed", |s: &mut Setup<'_>| BigFeed { out: s.output() })
+        .tick_every(Duration::from_millis(2))
+        .publishes::<Big>();
+    a.add(publisher.export::<Big>());
+    let a = a.start().unwrap();
+    let subscriber = Bridge::bind(addr("[::]:0"))
+        .unwrap()
+        .name("sub")
+        .import::<Big>(pub_addr);
+    let got = Arc::new(AtomicU64::new(0));
+    let g = Arc::clone(&got);
+    let mut b = Bus::builder();
+    b.actor("sink", move |_: &mut Setup<'_>| BigSink {
+        got: Arc::clone(&g),
+    })
+    .subscribes::<Big>();
+    b.add(subscriber);
+    let b = b.start().unwrap();
+    wait_for(
+        "1460-byte datagrams at the dual-stack subscriber",
+        10,
+        || got.load(Ordering::Relaxed) > 20,
+    );
+    b.stop();
+    a.stop();
+    let rb = b.join().unwrap();
+    a.join().unwrap();
+    assert_eq!(metric(&rb, "sub", "drop.too_large"), 0);
+}

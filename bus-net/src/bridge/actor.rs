@@ -30,7 +30,7 @@ use crate::{
     parse_datagram, random_secret, BatchEncoder, CompatControl, Control, CookieJar, DropReason,
     ExportedTopic, FrameMac, Kind, LossCounts, PublisherEvent, PublisherSession, RateLimiter,
     RecvBatch, ReplayGuard, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable,
-    UdpEndpoint, HEADER_LEN, MAC_TAG_LEN,
+    UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
 };
 
 /// Messages taken from one ring per poll of an export.
@@ -69,6 +69,9 @@ pub struct BridgeActor {
     session: u64,
     config: BridgeConfig,
     max_datagram: usize,
+    /// The largest datagram accepted: `max_datagram`, but never less than the IPv4 default, so
+    /// a dual-stack bridge (1452 by default) takes what an IPv4 peer (1472) sends it.
+    recv_max: usize,
     endpoint: UdpEndpoint,
     /// Set once the v1 socket failed for good; it is not used again.
     failed: Option<std::io::Error>,
@@ -205,6 +208,7 @@ impl BridgeActor {
                 reported: false,
             })
             .collect();
+        let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
         let now = Instant::now();
         let jar = CookieJar::new(secret_or(session, "cookie secret"), config.cookie_window);
         let publisher = PublisherSession::new(
@@ -217,18 +221,19 @@ impl BridgeActor {
         );
         BridgeActor {
             name: name.to_owned(),
-            seal_buf: vec![0; max_datagram],
+            seal_buf: vec![0; recv_max],
             mac: mac_of(&config),
             replay: ReplayGuard::new(session, REPLAY_SENDERS),
             publisher,
-            replies: Replies::with_capacity(max_datagram / HEADER_LEN + 1),
+            replies: Replies::with_capacity(recv_max / HEADER_LEN + 1),
             next_reseed: now + config.cookie_window,
             session,
             directs,
-            recv: Some(RecvBatch::new(config.batch, max_datagram)),
+            recv: Some(RecvBatch::new(config.batch, recv_max)),
             send: SendBatch::new(config.batch),
             buf: vec![0; max_datagram],
-            control_buf: vec![0; max_datagram],
+            // Answers to a received datagram are packed into as much as it held.
+            control_buf: vec![0; recv_max],
             metrics: NetMetrics::register(setup),
             subscriber_gauges,
             exports,
@@ -239,6 +244,7 @@ impl BridgeActor {
             failed: None,
             failure_reported: false,
             max_datagram,
+            recv_max,
             config,
             status,
             epoch: now,
@@ -332,7 +338,7 @@ impl BridgeActor {
         if self.replies.is_empty() {
             return;
         }
-        let room = self.control_room();
+        let room = self.recv_max - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
         let mut sent_bytes = 0usize;
         let mut datagrams = 0usize;
         let mut i = 0;
@@ -385,8 +391,8 @@ impl BridgeActor {
                 continue;
             }
             let parsed = match &self.mac {
-                Some(mac) => mac.open_once(bytes, self.max_datagram, &mut self.replay),
-                None => parse_datagram(bytes, self.max_datagram),
+                Some(mac) => mac.open_once(bytes, self.recv_max, &mut self.replay),
+                None => parse_datagram(bytes, self.recv_max),
             };
             let frames = match parsed {
                 Ok(frames) => frames,
@@ -643,7 +649,7 @@ impl BridgeActor {
                     self.metrics.drop(DropReason::UnknownSender);
                     continue;
                 }
-                if let Err(reason) = port.deliver(bytes, self.max_datagram, ctx, &self.metrics) {
+                if let Err(reason) = port.deliver(bytes, self.recv_max, ctx, &self.metrics) {
                     self.metrics.drop(reason);
                 }
             }

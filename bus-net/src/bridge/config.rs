@@ -18,6 +18,8 @@ pub struct BridgeConfig {
     /// and 8 of UDP header), 1452 for IPv6 and dual stack (40 bytes of IPv6 header). Over a
     /// tunnel set it from the tunnel's MTU ([`BridgeConfig::for_mtu`]: WireGuard's 1420 gives
     /// 1372). A message that cannot fit is refused and counted (`too_large`), never cut.
+    /// Received datagrams are accepted up to this size or 1472 bytes, whichever is larger, so a
+    /// dual-stack bridge takes what an IPv4 peer with the IPv4 default sends it.
     pub max_datagram: Option<usize>,
     /// How long a subscriber lasts without renewing (default 60 s).
     pub subscriber_timeout: Duration,
