@@ -1,7 +1,9 @@
 //! Receives the `publisher` example's counter over UDP through a network bridge and prints what
 //! arrived: messages received, gaps (lost), duplicates, reordered, invalid datagrams, publisher
 //! restarts and one-way latency percentiles. Exits 0 once it has `--count` messages; exits 1 on
-//! timeout and 3 if the publisher refuses the subscription, with the reason on stderr.
+//! timeout and 3 if the publisher refuses the subscription for good (unknown topic, fingerprint
+//! mismatch) or the bridge reports an error, with the reason on stderr. A publisher whose table
+//! or topic is full is retried with backoff (printed as a warning).
 //!
 //! ```text
 //! cargo run --release --example subscriber -- --bind ADDR --publisher ADDR [--count N] [--timeout-s S] [--compat ll-udp]
@@ -413,6 +415,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for e in status.errors() {
         println!("bridge error: {e}");
+    }
+    for w in status.warnings() {
+        println!("bridge warning: {w}");
     }
     println!(
         "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} stale={stale} \
