@@ -90,6 +90,99 @@ impl RawSender {
     }
 }
 
+/// One UDP datagram seen on the wire by a [`Sniffer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// Its source.
+    pub src: SocketAddrV4,
+    /// Its destination.
+    pub dst: SocketAddrV4,
+    /// Its UDP payload.
+    pub payload: Vec<u8>,
+}
+
+/// A packet socket (`AF_PACKET`, `SOCK_DGRAM`, IPv4) that sees every IPv4 packet on every
+/// interface, loopback included: the eavesdropper who captures datagrams to replay them.
+/// Needs `CAP_NET_RAW`.
+#[derive(Debug)]
+pub struct Sniffer {
+    fd: OwnedFd,
+}
+
+impl Sniffer {
+    /// Opens the packet socket (non-blocking).
+    ///
+    /// # Errors
+    /// `EPERM` without `CAP_NET_RAW`; whatever else `socket(2)` returns.
+    pub fn open() -> io::Result<Sniffer> {
+        let proto = i32::from((libc::ETH_P_IP as u16).to_be());
+        // SAFETY: `socket` takes no pointers; a negative return is an error, checked below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK,
+                proto,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Sniffer { fd })
+    }
+
+    /// Every UDP datagram seen for `duration` for which `keep(src, dst)` holds, in order,
+    /// each once (loopback shows a packet twice: going out and coming in).
+    pub fn capture(
+        &self,
+        duration: std::time::Duration,
+        keep: impl Fn(SocketAddrV4, SocketAddrV4) -> bool,
+    ) -> Vec<Captured> {
+        let until = std::time::Instant::now() + duration;
+        let mut got: Vec<Captured> = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while std::time::Instant::now() < until {
+            // SAFETY: `buf` is a live buffer of `buf.len()` bytes the kernel writes into.
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let Ok(n) = usize::try_from(n) else {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
+            };
+            if let Some(c) = parse_udp(&buf[..n.min(buf.len())]) {
+                if keep(c.src, c.dst) && got.last() != Some(&c) {
+                    got.push(c);
+                }
+            }
+        }
+        got
+    }
+}
+
+/// The UDP datagram in an IPv4 packet, if it is one.
+fn parse_udp(packet: &[u8]) -> Option<Captured> {
+    let first = *packet.first()?;
+    if first >> 4 != 4 || *packet.get(9)? != libc::IPPROTO_UDP as u8 {
+        return None;
+    }
+    let ihl = usize::from(first & 0x0f) * 4;
+    let ip = |at: usize| -> Option<std::net::Ipv4Addr> {
+        let b: [u8; 4] = packet.get(at..at + 4)?.try_into().ok()?;
+        Some(std::net::Ipv4Addr::from(b))
+    };
+    let udp = packet.get(ihl..)?;
+    let port = |at: usize| -> Option<u16> {
+        Some(u16::from_be_bytes(udp.get(at..at + 2)?.try_into().ok()?))
+    };
+    let len = usize::from(port(4)?);
+    Some(Captured {
+        src: SocketAddrV4::new(ip(12)?, port(0)?),
+        dst: SocketAddrV4::new(ip(16)?, port(2)?),
+        payload: udp.get(8..len)?.to_vec(),
+    })
+}
+
 /// An IPv4 header (20 bytes, no options) and a UDP header in front of `payload`.
 pub fn udp_packet(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8], id: u16) -> Vec<u8> {
     let udp_len = 8 + payload.len();
@@ -133,6 +226,15 @@ fn checksum(bytes: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_built_packet_parses_back() {
+        let src: SocketAddrV4 = "10.0.0.1:7".parse().unwrap();
+        let dst: SocketAddrV4 = "10.0.0.2:9".parse().unwrap();
+        let c = parse_udp(&udp_packet(src, dst, b"hello", 1)).unwrap();
+        assert_eq!((c.src, c.dst, &c.payload[..]), (src, dst, &b"hello"[..]));
+        assert!(parse_udp(&[0x45]).is_none());
+    }
 
     #[test]
     fn header_layout_and_checksum() {
