@@ -325,7 +325,7 @@ fn empty_receive_ns() -> io::Result<(f64, f64)> {
     socket.set_nonblocking(true)?;
     let mut endpoint = UdpEndpoint::bind(loopback(), &SocketConfig::default())?;
     let config = BridgeConfig::default();
-    let mut batch = RecvBatch::new(config.batch, config.max_datagram);
+    let mut batch = RecvBatch::new(config.batch, config.max_datagram_for(loopback()));
     let mut buf = [0u8; PAYLOAD];
     let n = 2_000u32;
     let (mut raw, mut batched) = (Vec::new(), Vec::new());
@@ -670,7 +670,7 @@ fn throughput(
     let psk = mac.then_some(MAC_KEY);
     let config_a = BridgeConfig {
         max_datagram: if single {
-            ONE_FRAME
+            Some(ONE_FRAME)
         } else {
             BridgeConfig::default().max_datagram
         },

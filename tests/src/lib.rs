@@ -3,6 +3,7 @@
 
 pub mod example_bins;
 pub mod netns;
+pub mod spoof;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
