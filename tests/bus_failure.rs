@@ -425,3 +425,80 @@ fn live_snapshots_balance_while_subscribers_fail() {
         assert!(e.lost > 0, "{e:?}");
     }
 }
+
+/// Fails with an error (not a panic) on its `fail_at`-th message.
+struct Failing {
+    seen: u64,
+    fail_at: u64,
+}
+
+impl Actor for Failing {
+    type In = Tick;
+    fn on_message(&mut self, _t: Tick, ctx: &mut Context<'_>) {
+        self.seen += 1;
+        if self.seen == self.fail_at {
+            ctx.fail(format!("the disk is gone after {} ticks", self.seen));
+        }
+    }
+}
+
+/// `Context::fail` stops the bus by itself (nobody calls `stop()`), whatever the actor's
+/// supervision, and `join` names the actor and its error as a failure, not a panic.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn an_actor_that_fails_stops_the_bus_with_its_error() {
+    let report = bounded("fail stops the bus", 20, || {
+        let mut bus = feed_bus(Duration::from_micros(50));
+        bus.actor("worker", |_: &mut Setup<'_>| Failing {
+            seen: 0,
+            fail_at: 5,
+        })
+        .subscribes::<Tick>()
+        .supervision(Supervision::Stop);
+        bus.stop_timeout(Duration::from_secs(2));
+        match bus.start().expect("start").join() {
+            Err(BusError::ActorFailed {
+                actor,
+                error,
+                report,
+            }) => {
+                assert_eq!(actor, "worker");
+                assert_eq!(error, "the disk is gone after 5 ticks");
+                *report
+            }
+            other => panic!("expected ActorFailed, got {other:?}"),
+        }
+    });
+    tests::assert_balanced(&report);
+    let edge = report.edge("fail.tick", "feed", "worker").expect("edge");
+    assert!(edge.handled >= 5, "{edge:?}");
+    assert_eq!(edge.panicked, 0, "a failure is not a panic: {edge:?}");
+}
+
+/// A component's declaration error (`ActorBuilder::invalid`) makes `start()` refuse the bus
+/// with that reason; no thread is started.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_declaration_marked_invalid_is_refused_at_start() {
+    let mut bus = feed_bus(Duration::from_millis(1));
+    bus.actor("worker", |_: &mut Setup<'_>| Failing {
+        seen: 0,
+        fail_at: u64::MAX,
+    })
+    .subscribes::<Tick>()
+    .invalid("worker 'worker': its device /dev/null9 does not exist");
+    match bus.start() {
+        Err(llbus::StartError::Invalid(reason)) => {
+            assert_eq!(
+                reason,
+                "worker 'worker': its device /dev/null9 does not exist"
+            )
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(running) => {
+            running.stop();
+            let _ = running.join();
+            panic!("an invalid declaration started");
+        }
+    }
+}

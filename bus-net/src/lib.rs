@@ -31,8 +31,10 @@
 //!   subscribers per topic, binds every handshake answer to its request with a nonce, drops
 //!   datagrams from sources that cannot be answered, and can require a replay-resistant
 //!   pre-shared-key MAC: see `SECURITY.md`. Nothing from the network stops it: a failed send
-//!   to one destination is counted, and a socket that truly fails is reported through
-//!   [`BridgeStatus`], never by a panic.
+//!   to one destination is counted, and a socket that truly fails (`EBADF`, `ENOTSOCK`,
+//!   `EFAULT`) is reported through the bus, never by a panic: the bus stops and `join`
+//!   returns `llbus::BusError::ActorFailed` naming the bridge and the socket (also in
+//!   [`BridgeStatus`] and the `socket_failed` metric).
 //!
 //! # Contract
 //!

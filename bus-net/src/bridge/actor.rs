@@ -10,9 +10,10 @@
 //! they fit in and sent back to its source: never more datagrams nor bytes than it.
 //!
 //! Nothing from the network stops the bridge: a send that fails for one destination is
-//! counted; a socket that fails for good is reported once through [`BridgeStatus`] (an error
-//! naming the bridge and the socket) and the `socket_failed` metric, and is not used again;
-//! the bridge goes on with what it has.
+//! counted; a socket that fails for good is not used again and is reported once, within its
+//! next metrics refresh (a second): through the bus (`Context::fail`, which stops the bus with
+//! `BusError::ActorFailed` naming the bridge and the socket), [`BridgeStatus`] and the
+//! `socket_failed` metric.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -258,16 +259,18 @@ impl BridgeActor {
         u64::try_from(now.duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Reports each socket that failed for good, once: through the status (an error naming
-    /// the bridge and the socket), the log and the `socket_failed` metric.
-    fn report_failures(&mut self) {
+    /// Reports each socket that failed for good, once: through the bus (`Context::fail`: the
+    /// bus stops and `join` returns `BusError::ActorFailed` naming the bridge and the socket),
+    /// the status, the log and the `socket_failed` metric.
+    fn report_failures(&mut self, ctx: &Context<'_>) {
         let name = &self.name;
         let report = |what: &str, addr: SocketAddr, e: &std::io::Error| {
-            self.status.report(format!(
-                "bridge '{name}': its {what} socket {addr} failed ({e}); it is no longer used, \
-                 the bridge goes on without it: restart the process to recover"
-            ));
+            let error = format!(
+                "bridge '{name}': its {what} socket {addr} failed ({e}); it is no longer used"
+            );
+            self.status.report(error.clone());
             self.metrics.socket_failed.set(1);
+            ctx.fail(error);
         };
         if let (Some(e), false) = (&self.failed, self.failure_reported) {
             report("ll-udp", self.endpoint.local_addr(), e);
@@ -740,7 +743,7 @@ impl BridgeActor {
     }
 
     /// Refreshes the figures that are sums or gauges.
-    fn refresh_metrics(&mut self) {
+    fn refresh_metrics(&mut self, ctx: &Context<'_>) {
         let mut loss = LossCounts::default();
         for import in &self.imports {
             add_loss(&mut loss, import.session.loss());
@@ -756,7 +759,7 @@ impl BridgeActor {
                 .chain(self.compat_imports.iter().map(|s| s.port.stats())),
         );
         self.refresh_gauges();
-        self.report_failures();
+        self.report_failures(ctx);
     }
 }
 
@@ -863,11 +866,11 @@ impl Actor for BridgeActor {
                     log::info!("compat subscriber {} expired", s.addr)
                 });
             }
-            self.refresh_metrics();
+            self.refresh_metrics(ctx);
         }
     }
 
-    fn on_stop(&mut self, _ctx: &mut Context<'_>) {
+    fn on_stop(&mut self, ctx: &mut Context<'_>) {
         for i in 0..self.imports.len() {
             let Some(import) = self.imports.get_mut(i) else {
                 continue;
@@ -887,6 +890,6 @@ impl Actor for BridgeActor {
                 .endpoint()
                 .send_to(&CompatControl::Unsubscribe.encode(), dest);
         }
-        self.refresh_metrics();
+        self.refresh_metrics(ctx);
     }
 }

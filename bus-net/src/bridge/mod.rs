@@ -298,7 +298,7 @@ impl Bridge {
     ///
     /// If `publisher` is of an address family the bridge's socket cannot reach (an IPv6
     /// publisher from a bridge bound to an IPv4 address), the bus refuses to start
-    /// (`StartError::FactoryPanicked`, naming the bridge) with a message that names the topic,
+    /// (`StartError::Invalid`, naming the bridge) with a message that names the topic,
     /// the publisher and the bound address. Bind `[::]` (dual stack) to reach both.
     /// [`Bridge::check`] reports the same before the bus is built.
     pub fn import<T: Message + DeserializeOwned + Clone>(mut self, publisher: SocketAddr) -> Self {
@@ -393,9 +393,6 @@ impl Component for Bridge {
         let tick = Duration::from_millis(1);
         let mut builder = bus
             .actor(&name, move |setup: &mut Setup<'_>| match parts.take() {
-                // A configuration error: the bus's `start()` refuses with it, naming the bridge
-                // (a panicking factory is reported as `StartError::FactoryPanicked`).
-                Some(_) if !family_errors.is_empty() => panic!("{}", family_errors.join("; ")),
                 Some(parts) => BridgeActor::new(setup, &actor_name, parts),
                 // The bus never remakes an actor that takes its own rings (no Restart).
                 None => panic!("a bridge's actor cannot be made twice"),
@@ -405,6 +402,10 @@ impl Component for Bridge {
             .never_waits();
         for declare in declares {
             builder = declare(builder);
+        }
+        // Configuration errors: the bus's `start()` refuses with them, naming the bridge.
+        for error in family_errors {
+            builder = builder.invalid(error);
         }
         builder
     }

@@ -209,6 +209,18 @@ impl Context<'_> {
         self.actor
     }
 
+    /// Reports an error this actor cannot recover from (a network bridge whose socket broke,
+    /// for one) and stops the bus gracefully, whatever the actor's supervision policy: `join`
+    /// then returns [`BusError::ActorFailed`](crate::BusError::ActorFailed) with the actor's
+    /// name and `error`. An error, not a panic: nothing unwinds, and the actor keeps running
+    /// until the stop reaches it. The first failure (or escalated panic) of the bus is the one
+    /// reported.
+    pub fn fail(&self, error: impl std::fmt::Display) {
+        let error = error.to_string();
+        log::error!("actor '{}' failed: {error}", self.actor);
+        self.control.fail(self.actor, &error);
+    }
+
     /// Asks the whole bus to stop gracefully; `join` then returns.
     pub fn request_stop(&self) {
         self.control.request_stop();

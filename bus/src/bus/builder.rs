@@ -316,6 +316,15 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
+    /// Records a mistake in this actor's declaration that only its component can see (a
+    /// network bridge importing from an address its socket cannot reach, for one): `start()`
+    /// then refuses the bus with [`StartError::Invalid`] carrying `reason`, which should name
+    /// the actor and what to change.
+    pub fn invalid(mut self, reason: impl Into<String>) -> Self {
+        self.decl().errors.push(reason.into());
+        self
+    }
+
     /// Promises that the actor never waits on a full ring, and makes the bus keep it: its
     /// `Context::publish` behaves as `Context::try_publish` (a message for a full `Block` ring
     /// is dropped and counted). Its `Block` edges cannot deadlock, so `start()` does not warn

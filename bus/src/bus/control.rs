@@ -18,11 +18,13 @@ pub(crate) const GO_WAIT: usize = 0;
 pub(crate) const GO_RUN: usize = 1;
 pub(crate) const GO_ABORT: usize = 2;
 
-/// An escalated failure: the actor and its panic message.
+/// An escalated failure: the actor and its panic message, or the error it reported.
 #[derive(Clone, Debug)]
 pub(crate) struct Escalation {
     pub(crate) actor: String,
     pub(crate) message: String,
+    /// Reported with `Context::fail` (an error), not a panic.
+    pub(crate) reported: bool,
 }
 
 #[derive(Debug)]
@@ -129,13 +131,23 @@ impl Control {
         }
     }
 
-    /// Records the first escalated failure and stops the bus.
+    /// Records the first escalated panic and stops the bus.
     pub(crate) fn escalate(&self, actor: &str, message: &str) {
+        self.record(actor, message, false);
+    }
+
+    /// Records the first error an actor reported as fatal (`Context::fail`) and stops the bus.
+    pub(crate) fn fail(&self, actor: &str, message: &str) {
+        self.record(actor, message, true);
+    }
+
+    fn record(&self, actor: &str, message: &str, reported: bool) {
         let mut slot = lock(&self.escalation);
         if slot.is_none() {
             *slot = Some(Escalation {
                 actor: actor.to_owned(),
                 message: message.to_owned(),
+                reported,
             });
         }
         drop(slot);

@@ -139,6 +139,18 @@ pub enum BusError {
         /// The figures at the end.
         report: Box<Report>,
     },
+    /// An actor reported an error it cannot recover from ([`Context::fail`]: a network
+    /// bridge whose socket broke, for one), and the whole bus stopped.
+    ///
+    /// [`Context::fail`]: crate::Context::fail
+    ActorFailed {
+        /// The actor.
+        actor: String,
+        /// The error it reported.
+        error: String,
+        /// The figures at the end.
+        report: Box<Report>,
+    },
     /// A bus thread itself panicked (a bug in llbus).
     ThreadPanicked {
         /// The thread.
@@ -164,6 +176,7 @@ impl BusError {
     pub fn report(&self) -> &Report {
         match self {
             BusError::ActorPanicked { report, .. }
+            | BusError::ActorFailed { report, .. }
             | BusError::ThreadPanicked { report, .. }
             | BusError::Unresponsive { report, .. } => report,
         }
@@ -174,6 +187,7 @@ impl fmt::Display for BusError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BusError::ActorPanicked { actor, message, .. } => write!(f, "actor '{actor}' panicked and its policy is Escalate, so the bus stopped: {message}"),
+            BusError::ActorFailed { actor, error, .. } => write!(f, "actor '{actor}' failed, so the bus stopped: {error}"),
             BusError::ThreadPanicked { thread, message, .. } => write!(f, "bus thread '{thread}' panicked (please report this llbus bug): {message}"),
             BusError::Unresponsive { threads, .. } => write!(f, "bus threads {threads:?} did not exit within the stop timeout (a handler or hook that does not return); they are left running"),
         }

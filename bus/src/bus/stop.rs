@@ -269,7 +269,9 @@ impl RunningBus {
     ///
     /// # Errors
     /// [`BusError::ActorPanicked`] if an actor panicked and its policy escalated (the first
-    /// one); [`BusError::ThreadPanicked`] if a bus thread itself failed;
+    /// one); [`BusError::ActorFailed`] if an actor reported a fatal error with
+    /// [`Context::fail`](crate::Context::fail) (the first failure of either kind wins);
+    /// [`BusError::ThreadPanicked`] if a bus thread itself failed;
     /// [`BusError::Unresponsive`] if a thread did not exit in time (a handler that never
     /// returns): it is left running, and its edges may show messages in flight.
     pub fn join(mut self) -> Result<Report, BusError> {
@@ -328,10 +330,18 @@ impl RunningBus {
             });
         }
         if let Some(e) = self.control.escalation() {
-            return Err(BusError::ActorPanicked {
-                actor: e.actor,
-                message: e.message,
-                report: Box::new(report),
+            return Err(if e.reported {
+                BusError::ActorFailed {
+                    actor: e.actor,
+                    error: e.message,
+                    report: Box::new(report),
+                }
+            } else {
+                BusError::ActorPanicked {
+                    actor: e.actor,
+                    message: e.message,
+                    report: Box::new(report),
+                }
             });
         }
         if !unresponsive.is_empty() {
