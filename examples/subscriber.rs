@@ -122,13 +122,14 @@ impl<T: Message + Clone> Actor for Sink<T> {
             let _ = self.latency_ns.record(one_way as u64);
         }
         let seq = n.saturating_add(1);
-        // A counter that falls back below the window *and* below half its highest means the
-        // publisher started counting again; one merely far behind (a datagram reordered by more
-        // than the window) is stale, and the tracker says so.
+        // A counter that falls back to the start (within one window of 0) from more than two
+        // windows ahead means the publisher started counting again; one merely far behind (a
+        // datagram reordered by more than the window: a link that stalls and then releases a
+        // burst does that early in a stream too) is stale, and the tracker says so.
         if self
             .tracker
             .position()
-            .is_some_and(|(_, highest)| seq.saturating_add(WINDOW) < highest && seq < highest / 2)
+            .is_some_and(|(_, highest)| seq <= WINDOW && seq.saturating_add(2 * WINDOW) < highest)
         {
             self.session += 1;
             self.first = None;
