@@ -101,8 +101,10 @@ mod wait;
 
 pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
-    EdgeReport, GroupBuilder, Idle, Inputs, Metric, Out, Report, RestartLimit, RunningBus, Setup,
-    StartError, StopHandle, Supervision, Wiring, DEFAULT_CAPACITY,
+    EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
+    Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
+    StartError, StopHandle, Subscription, SubscriptionKey, Supervision, TryRecvError, Wiring,
+    DEFAULT_CAPACITY,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{

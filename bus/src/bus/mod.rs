@@ -6,6 +6,7 @@
 //! - `start`: making the rings, spawning and pinning threads, running the factories.
 //! - `stop`: the running bus and the stop protocol (`join`, drain, the stop timeout).
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
+//! - `handle`: external publishers and subscriptions, for code that is not an actor.
 //! - `edge`: the typed ends of each ring: fan-out on publish, fair polling on receive.
 //! - `runner`: one thread driving one actor or a group, with supervision.
 //! - `control`: the stop phases shared by all threads.
@@ -17,6 +18,7 @@ mod builder;
 mod control;
 mod edge;
 mod error;
+mod handle;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod metrics;
@@ -29,6 +31,10 @@ pub use actor::{Actor, Context, Setup};
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
+pub use handle::{
+    HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError,
+    Subscription, SubscriptionKey, TryRecvError,
+};
 pub use metrics::{ActorReport, EdgeReport, Metric, Report};
 pub use stop::{RunningBus, StopHandle};
 

@@ -169,6 +169,10 @@ pub struct RunningBus {
     pub(super) warnings: Vec<String>,
     pub(super) stop_timeout: Duration,
     pub(super) joined: bool,
+    /// External handles made by `start()`, until redeemed (`publisher`, `subscription`).
+    pub(super) handles: Vec<Option<Box<dyn std::any::Any + Send>>>,
+    /// Matches the keys of the handles declared on this bus.
+    pub(super) serial: u64,
 }
 
 impl std::fmt::Debug for RunningBus {
@@ -211,6 +215,16 @@ impl RunningBus {
     /// Warnings from wiring, such as topics published but never subscribed.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// Every counter of the report, read now while the bus runs: the same figures as
+    /// [`report`](Self::report). Reading takes no lock that a hot path takes and makes no
+    /// syscall; the bus's threads do no extra work for it (each counter is a plain atomic
+    /// that its one writer thread stores, and this reads). Every edge balances in it, with
+    /// what is still queued as `in_flight`. Only the actors' named metrics are read under
+    /// the lock they are registered with, which no message path takes.
+    pub fn snapshot(&self) -> Report {
+        self.report()
     }
 
     /// The figures now, taken while the bus runs.
@@ -288,7 +302,14 @@ impl RunningBus {
             deadline,
             step_deadline: deadline,
         };
-        let edges: Vec<&EdgeCounters> = self.edges.iter().map(|e| &*e.counters).collect();
+        // The drain waits for every edge but those into external subscriptions, whose reader
+        // may well be this thread; what they have not read stays readable after `join`.
+        let edges: Vec<&EdgeCounters> = self
+            .edges
+            .iter()
+            .filter(|e| !e.to_handle)
+            .map(|e| &*e.counters)
+            .collect();
         drive_stop(&self.control, &edges, self.threads.len(), &mut clock);
 
         // The threads leave their loops within a round; wait for them until the deadline and
