@@ -99,6 +99,12 @@ mod schema;
 mod sync;
 mod wait;
 
+#[cfg(unix)]
+pub use bus::{
+    counters_dir, counters_files, decode_counters, read_counters_file, ActorCounts,
+    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
+    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
+};
 pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
     EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,

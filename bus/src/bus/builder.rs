@@ -127,6 +127,9 @@ pub struct BusBuilder {
     pub(super) serial: u64,
     /// External handles declared so far.
     pub(super) handles: usize,
+    /// The bus's name (for its counters file), and whether to write that file.
+    pub(super) name: Option<String>,
+    pub(super) counters_file: Option<bool>,
 }
 
 impl std::fmt::Debug for BusBuilder {

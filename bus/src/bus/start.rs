@@ -204,7 +204,30 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         return Err(e);
     }
     control.set_go(GO_RUN);
+    #[cfg(unix)]
+    let counters_file = if bus.counters_file != Some(false) {
+        let name = bus
+            .name
+            .clone()
+            .unwrap_or_else(super::counters_file::default_bus_name);
+        let (edges, actors) = (edge_reports.clone(), actor_infos.clone());
+        match super::counters_file::CountersFile::create(&name, move || {
+            super::stop::report_of(&edges, &actors)
+        }) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                log::warn!(
+                    "bus '{name}' runs without a counters file (the llbus command will not see it): {e}"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     Ok(RunningBus {
+        #[cfg(unix)]
+        counters_file,
         control,
         threads: handles,
         edges: edge_reports,
@@ -217,6 +240,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     })
 }
 
+#[derive(Clone)]
 pub(super) struct EdgeInfo {
     pub(super) topic: &'static str,
     pub(super) publisher: String,
@@ -228,6 +252,7 @@ pub(super) struct EdgeInfo {
     pub(super) to_handle: bool,
 }
 
+#[derive(Clone)]
 pub(super) struct ActorInfo {
     pub(super) name: String,
     pub(super) thread: String,

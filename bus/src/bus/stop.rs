@@ -173,6 +173,9 @@ pub struct RunningBus {
     pub(super) handles: Vec<Option<Box<dyn std::any::Any + Send>>>,
     /// Matches the keys of the handles declared on this bus.
     pub(super) serial: u64,
+    /// The live counters file, removed when the bus is joined.
+    #[cfg(unix)]
+    pub(super) counters_file: Option<super::counters_file::CountersFile>,
 }
 
 impl std::fmt::Debug for RunningBus {
@@ -229,45 +232,14 @@ impl RunningBus {
 
     /// The figures now, taken while the bus runs.
     pub fn report(&self) -> Report {
-        Report {
-            edges: self
-                .edges
-                .iter()
-                .map(|e| {
-                    let snap = e.counters.snapshot();
-                    EdgeReport {
-                        topic: e.topic,
-                        publisher: e.publisher.clone(),
-                        subscriber: e.subscriber.clone(),
-                        policy: e.policy,
-                        published: snap.published(),
-                        handled: snap.handled,
-                        panicked: snap.panicked,
-                        dropped: snap.dropped,
-                        conflated: snap.conflated,
-                        waited: snap.waited,
-                        lost: snap.publisher_lost + snap.subscriber_lost,
-                        // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
-                        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
-                        max_depth: snap.max_depth,
-                    }
-                })
-                .collect(),
-            actors: self
-                .actors
-                .iter()
-                .map(|a| ActorReport {
-                    name: a.name.clone(),
-                    thread: a.thread.clone(),
-                    handled: a.counters.handled.get(),
-                    ticks: a.counters.ticks.get(),
-                    idle_rounds: a.counters.idle_rounds.get(),
-                    restarts: a.counters.restarts.get(),
-                    panics: a.counters.panics.get(),
-                    metrics: a.counters.named_snapshot(),
-                })
-                .collect(),
-        }
+        report_of(&self.edges, &self.actors)
+    }
+
+    /// The path of the bus's live counters file, if it writes one
+    /// ([`BusBuilder::counters_file`](crate::BusBuilder::counters_file)).
+    #[cfg(unix)]
+    pub fn counters_path(&self) -> Option<&std::path::Path> {
+        self.counters_file.as_ref().map(|f| f.path())
     }
 
     /// Waits for a stop to be requested, stops the bus gracefully, joins every thread and
@@ -341,6 +313,9 @@ impl RunningBus {
             }
         }
         let report = self.report();
+        // The bus no longer runs: its counters file goes.
+        #[cfg(unix)]
+        drop(self.counters_file.take());
         if let Some((thread, message)) = thread_failure {
             return Err(BusError::ThreadPanicked {
                 thread,
@@ -371,5 +346,46 @@ impl Drop for RunningBus {
             self.control.request_stop();
             let _ = self.finish();
         }
+    }
+}
+
+/// The figures of `edges` and `actors` now.
+pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
+    Report {
+        edges: edges
+            .iter()
+            .map(|e| {
+                let snap = e.counters.snapshot();
+                EdgeReport {
+                    topic: e.topic,
+                    publisher: e.publisher.clone(),
+                    subscriber: e.subscriber.clone(),
+                    policy: e.policy,
+                    published: snap.published(),
+                    handled: snap.handled,
+                    panicked: snap.panicked,
+                    dropped: snap.dropped,
+                    conflated: snap.conflated,
+                    waited: snap.waited,
+                    lost: snap.publisher_lost + snap.subscriber_lost,
+                    // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
+                    in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
+                    max_depth: snap.max_depth,
+                }
+            })
+            .collect(),
+        actors: actors
+            .iter()
+            .map(|a| ActorReport {
+                name: a.name.clone(),
+                thread: a.thread.clone(),
+                handled: a.counters.handled.get(),
+                ticks: a.counters.ticks.get(),
+                idle_rounds: a.counters.idle_rounds.get(),
+                restarts: a.counters.restarts.get(),
+                panics: a.counters.panics.get(),
+                metrics: a.counters.named_snapshot(),
+            })
+            .collect(),
     }
 }
