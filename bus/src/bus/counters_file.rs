@@ -292,13 +292,6 @@ pub fn read_counters_file(path: &Path) -> Result<CountersSnapshot, CountersFileE
     use std::os::unix::fs::FileExt;
     let file = File::open(path)?;
     for _ in 0..100 {
-        let mut g = [0u8; 8];
-        file.read_exact_at(&mut g, GENERATION_AT)?;
-        let before = u64::from_le_bytes(g);
-        if before % 2 == 1 {
-            std::thread::sleep(Duration::from_millis(1));
-            continue;
-        }
         let len = file.metadata()?.len();
         let len = usize::try_from(len)
             .map_err(|_| CountersFileError::Malformed("the file is too large".to_owned()))?;
@@ -309,15 +302,19 @@ pub fn read_counters_file(path: &Path) -> Result<CountersSnapshot, CountersFileE
         }
         let mut bytes = vec![0u8; len];
         file.read_exact_at(&mut bytes, 0)?;
-        file.read_exact_at(&mut g, GENERATION_AT)?;
-        let after = u64::from_le_bytes(g);
-        let snap = decode(&bytes);
-        if after == before && snap.as_ref().map(|s| s.generation).ok() == Some(before) {
-            return snap;
+        // A writer in the middle of a write shows the magic and an odd generation.
+        let busy = bytes.len() >= HEADER_LEN
+            && bytes[..8] == COUNTERS_MAGIC
+            && get_u64(&bytes, GENERATION_AT as usize) % 2 == 1;
+        if busy {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
         }
-        if after == before {
-            // The file is stable and still does not decode: it is broken, not busy.
-            return snap;
+        let snap = decode(&bytes)?;
+        let mut g = [0u8; 8];
+        file.read_exact_at(&mut g, GENERATION_AT)?;
+        if u64::from_le_bytes(g) == snap.generation {
+            return Ok(snap);
         }
     }
     Err(CountersFileError::Busy)
