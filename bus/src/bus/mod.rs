@@ -8,6 +8,7 @@
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
 //! - `handle`: external publishers and subscriptions, for code that is not an actor.
 //! - `counters_file`: the live counters in shared memory for other processes (layout v1).
+//! - `tokio_adapter`: tokio channels at the edge of the handles (feature `tokio`).
 //! - `edge`: the typed ends of each ring: fan-out on publish, fair polling on receive.
 //! - `runner`: one thread driving one actor or a group, with supervision.
 //! - `control`: the stop phases shared by all threads.
@@ -28,6 +29,8 @@ mod metrics;
 mod runner;
 mod start;
 mod stop;
+#[cfg(feature = "tokio")]
+mod tokio_adapter;
 mod validate;
 
 pub use actor::{Actor, Context, Setup};
