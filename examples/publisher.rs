@@ -21,6 +21,9 @@
 //! - `--subscriber-timeout-s S`: forget a subscriber not heard from for `S` seconds (default
 //!   60; subscribers renew every second, and one that stops cleanly unsubscribes at once).
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
+//! - `--psk HEX64`: a pre-shared key (64 hex digits): every datagram is sealed with the
+//!   replay-resistant MAC, and unsealed or replayed ones are dropped. The subscriber needs the
+//!   same key.
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
@@ -133,13 +136,15 @@ struct Args {
     subscriber_timeout: Option<Duration>,
     idle: Idle,
     allow: Option<llbus_net::Allowlist>,
+    psk: Option<[u8; 32]>,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("publisher: {problem}");
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
-         [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park]"
+         [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park] \
+         [--psk HEX64]"
     );
     std::process::exit(2);
 }
@@ -152,6 +157,19 @@ fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
     }
 }
 
+/// A 32-byte key from 64 hex digits.
+fn parse_psk(text: &str) -> Option<[u8; 32]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (k, pair) in key.iter_mut().zip(bytes.chunks(2)) {
+        *k = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(key)
+}
+
 fn parse_args() -> Args {
     let mut a = Args {
         bind: "127.0.0.1:7000".parse().expect("a valid literal address"),
@@ -162,6 +180,7 @@ fn parse_args() -> Args {
         subscriber_timeout: None,
         idle: Idle::Backoff,
         allow: None,
+        psk: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -186,6 +205,11 @@ fn parse_args() -> Args {
                 a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
                     usage("--subscriber-timeout-s takes a number of seconds >= 0")
                 }));
+            }
+            "--psk" => {
+                let text: String = value(&arg, args.next());
+                a.psk =
+                    Some(parse_psk(&text).unwrap_or_else(|| usage("--psk takes 64 hex digits")));
             }
             "--idle" => {
                 a.idle = match args.next().as_deref() {
@@ -228,6 +252,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(allow) = &args.allow {
         config.allow = allow.clone();
     }
+    config.psk = args.psk;
     let bridge = if args.compat {
         // The v1 socket is unused in compat mode: bind it to any port of the same address.
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
@@ -337,13 +362,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = running.join()?;
     println!("\n{report}");
     println!(
-        "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} send_dropped={}",
+        "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} \
+         send_dropped={} send_bad_destination={} bad_source={} bad_cookie={} rate_limited={} \
+         challenges={} socket_failed={} replayed={} bad_mac={}",
         shared.published.load(Ordering::Relaxed),
         metric(&report, "messages_out"),
         metric(&report, "datagrams_out"),
         metric(&report, "no_subscriber"),
         metric(&report, "too_large"),
         metric(&report, "send_dropped"),
+        metric(&report, "send_bad_destination"),
+        metric(&report, "drop.bad_source"),
+        metric(&report, "drop.bad_cookie"),
+        metric(&report, "drop.rate_limited"),
+        metric(&report, "challenges"),
+        metric(&report, "socket_failed"),
+        metric(&report, "drop.replayed"),
+        metric(&report, "drop.bad_mac"),
     );
     Ok(())
 }

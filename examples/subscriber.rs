@@ -1,7 +1,9 @@
 //! Receives the `publisher` example's counter over UDP through a network bridge and prints what
 //! arrived: messages received, gaps (lost), duplicates, reordered, invalid datagrams, publisher
 //! restarts and one-way latency percentiles. Exits 0 once it has `--count` messages; exits 1 on
-//! timeout and 3 if the publisher refuses the subscription, with the reason on stderr.
+//! timeout and 3 if the publisher refuses the subscription for good (unknown topic, fingerprint
+//! mismatch) or the bridge reports an error, with the reason on stderr. A publisher whose table
+//! or topic is full is retried with backoff (printed as a warning).
 //!
 //! ```text
 //! cargo run --release --example subscriber -- --bind ADDR --publisher ADDR [--count N] [--timeout-s S] [--compat ll-udp]
@@ -15,10 +17,13 @@
 //!   format has no sequence numbers and the bridge does not pass its `sent_ts` on, so gaps,
 //!   duplicates and reordering are inferred from the counter values, and no latency is shown.
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
+//! - `--psk HEX64`: the publisher's pre-shared key (64 hex digits).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
-//! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=.. p50_us=..
-//! p99_us=.. p999_us=.. max_us=..` (`first` and `highest` are the counter values that opened and lead the
+//! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
+//! bad_source=.. bad_nonce=.. replayed=.. bad_mac=.. unknown_session=.. resubscribes=.. control_duplicates=..
+//! control_stale=.. send_dropped=.. errors=.. p50_us=.. p99_us=.. p999_us=.. max_us=..`
+//! (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
 //! sink because its ring was full; the latency fields are `na` in compat mode).
 //!
@@ -164,13 +169,14 @@ struct Args {
     timeout: Duration,
     compat: bool,
     idle: Idle,
+    psk: Option<[u8; 32]>,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("subscriber: {problem}");
     eprintln!(
         "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
-         [--compat ll-udp] [--idle spin|backoff|park]"
+         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64]"
     );
     std::process::exit(2);
 }
@@ -183,6 +189,19 @@ fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
     }
 }
 
+/// A 32-byte key from 64 hex digits.
+fn parse_psk(text: &str) -> Option<[u8; 32]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (k, pair) in key.iter_mut().zip(bytes.chunks(2)) {
+        *k = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(key)
+}
+
 fn parse_args() -> Args {
     let mut a = Args {
         bind: "127.0.0.1:7001".parse().expect("a valid literal address"),
@@ -191,6 +210,7 @@ fn parse_args() -> Args {
         timeout: Duration::from_secs(10),
         compat: false,
         idle: Idle::Backoff,
+        psk: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -207,6 +227,11 @@ fn parse_args() -> Args {
                 Some("ll-udp") => a.compat = true,
                 _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
             },
+            "--psk" => {
+                let text: String = value(&arg, args.next());
+                a.psk =
+                    Some(parse_psk(&text).unwrap_or_else(|| usage("--psk takes 64 hex digits")));
+            }
             "--idle" => {
                 a.idle = match args.next().as_deref() {
                     Some("spin") => Idle::BusySpin,
@@ -261,7 +286,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .name("bridge")
             .import_compat::<Count>(args.bind, args.publisher)?
     } else {
-        Bridge::bind(args.bind)?
+        let config = llbus_net::BridgeConfig {
+            psk: args.psk,
+            ..llbus_net::BridgeConfig::default()
+        };
+        Bridge::bind_with(args.bind, config)?
             .name("bridge")
             .import::<Counter>(args.publisher)
     };
@@ -412,15 +441,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for e in status.errors() {
         println!("bridge error: {e}");
     }
+    for w in status.warnings() {
+        println!("bridge warning: {w}");
+    }
     println!(
         "RESULT received={} lost={lost} duplicates={duplicates} reordered={reordered} stale={stale} \
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
-         ring_dropped={ring_dropped} datagrams_in={} p50_us={} \
-         p99_us={} p999_us={} max_us={max_us}",
+         ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} replayed={} \
+         bad_mac={} unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
+         send_dropped={} errors={} p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
         opt(summary.highest),
         metric(&report, "datagrams_in"),
+        metric(&report, "drop.bad_source"),
+        metric(&report, "drop.bad_nonce"),
+        metric(&report, "drop.replayed"),
+        metric(&report, "drop.bad_mac"),
+        metric(&report, "unknown_session"),
+        metric(&report, "resubscribes"),
+        metric(&report, "control_duplicates"),
+        metric(&report, "control_stale"),
+        metric(&report, "send_dropped"),
+        status.errors().len(),
         us(0.50),
         us(0.99),
         us(0.999),

@@ -227,6 +227,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
             topic_id: 1,
             fingerprint: 2,
             session: 3,
+            nonce: 4,
             cookie: None,
         })
         .unwrap();
@@ -248,6 +249,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
                 topic_id: Tick::TOPIC_ID,
                 fingerprint: Tick::FINGERPRINT,
                 session: 9,
+                nonce: 10,
                 cookie,
             })
             .unwrap();

@@ -1,23 +1,23 @@
 //! The `bus` suite: what the bus adds on top of its own ring.
 //!
 //! Measured in one process, round after round (each round runs both implementations once per
-//! measurement, in rotating order; figures are medians over rounds):
+//! measurement, in a fresh random order; figures are medians over rounds, with min and max):
 //! - round trip (`rtt_p50`, `rtt_p99`, `rtt_p999`, `rtt_max`, ns): a counter bounced between
 //!   two threads pinned to cores 0 and 1, timed on the first thread (one `Instant::now()`
 //!   before sending, one after the echo came back) into an HDR histogram:
 //!   - `llbus-bus`: two actors of one bus, each on its own thread with `Idle::BusySpin`, like
 //!     `examples/pingpong.rs`: `ping` (core 0) publishes `Ping(n)` and records the round trip
 //!     when `Pong(n)` comes back; `echo` (core 1) answers each `Ping` with a `Pong`. The
-//!     histogram is allocated in `ping`'s factory; warm-up, samples and time caps are the
-//!     ring suite's.
+//!     histogram is allocated in `ping`'s factory; warm-up and window are the ring suite's.
 //!   - `llbus-ring`: two bare `llbus::Ring`s with the ring suite's driver (`drive::round_trip`)
 //!     on two threads pinned the same way, spinning on `try_pop`.
 //! - fan-out throughput (`throughput_fanout1`, `throughput_fanout3`, msgs/s per subscriber):
 //!   one publisher actor (core 0, `BusySpin`) publishes `0, 1, 2, ...` as fast as it can,
 //!   [`PER_POLL`] per `poll` call, to 1 or 3 subscriber actors; each subscriber checks the
-//!   sequence. The figure is the items each subscriber received divided by the time from the
-//!   first publish to the last subscriber's last message (every subscriber gets every item:
-//!   the subscriptions are `Block`). With one subscriber it runs on its own thread (core 1,
+//!   sequence and keeps its count in an atomic. The measuring thread reads the counts after the
+//!   ring suite's warm-up and again a window later; the figure is the slowest subscriber's
+//!   items in the window divided by its length (every subscriber gets every item: the
+//!   subscriptions are `Block`). With one subscriber it runs on its own thread (core 1,
 //!   `BusySpin`); with three, the subscribers share one thread, a group on core 1 with
 //!   `BusySpin` (4 spinning threads would oversubscribe the 2 vCPUs), which the table's
 //!   footnote says. For reference, `llbus-ring` `throughput_fanout1` is a bare ring streamed
@@ -26,6 +26,7 @@
 //! Every bus run is bounded: results are awaited with the hard cap, and a bus that does not
 //! stop ends the run with an error (see `onbus`).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -34,10 +35,13 @@ use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup, DEFAULT_CAPACITY};
 
 use crate::drive::{round_trip, stream, Failure, RttOutcome, RttPlan, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, human, print_figures, render_targets, run_rounds, secs, Args, Bound, Collector,
-    Percentiles, Pinning, Target,
+    clock_cost_ns, human, print_figures, print_targets, run_rounds, secs, short, Args, Bound,
+    Collector, Pinning, Target,
 };
-use crate::onbus::{place, place_group, stop_and_join, Counter, Echo, Pinger, DRAIN_LIMIT};
+use crate::onbus::{
+    place, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
+};
+use crate::ring::{WARMUP, WINDOW};
 
 /// Suite name in the output.
 const SUITE: &str = "bus";
@@ -103,29 +107,28 @@ struct Plan {
 impl Plan {
     fn new(args: &Args) -> Self {
         let hard_cap = Duration::from_secs(20);
-        // The ring suite's sizes, so the bare ring here runs as it does there.
-        let (rounds, warmup, samples, items, rtt_cap, stream_cap) = if args.quick {
-            (3, 1_000, 10_000, 200_000, 200, 100)
+        // The ring suite's warm-up and window, so the bare ring here runs as it does there.
+        let (rounds, warmup, window) = if args.quick {
+            (2, Duration::from_millis(5), Duration::from_millis(20))
         } else {
-            (7, 20_000, 200_000, 10_000_000, 1000, 500)
+            (15, WARMUP, WINDOW)
         };
         Self {
             rounds: args.rounds.unwrap_or(rounds),
             rtt: RttPlan {
                 warmup,
-                samples,
-                soft_cap: Duration::from_millis(rtt_cap),
+                window,
                 hard_cap,
             },
             fanout: StreamPlan {
-                items,
                 batch: None,
-                soft_cap: Duration::from_millis(stream_cap),
+                warmup,
+                window,
                 hard_cap,
             },
             budget: match args.rounds {
                 Some(_) => Duration::MAX,
-                None => Duration::from_secs(150),
+                None => Duration::from_secs(40),
             },
         }
     }
@@ -139,8 +142,8 @@ const TARGETS: [Target; 1] = [Target {
     bound: Bound::RatioAtMost(1.10),
 }];
 
-/// Runs the suite and prints its figures.
-pub fn run(args: &Args, pinning: &Pinning) {
+/// Runs the suite, prints its figures and returns what it collected.
+pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
     let plan = Plan::new(args);
     let started = Instant::now();
     human(
@@ -149,28 +152,27 @@ pub fn run(args: &Args, pinning: &Pinning) {
             "== bus: round trip through the bus against the bare ring; fan-out throughput ==\n\
              threads: {}\n\
              clock: Instant::now() costs {:.0} ns, included once in every round trip\n\
-             plan: {} rounds; per round and impl: {} round trips (+{} warm-up), {} items per \
-             fan-out case ({} per poll); ring capacity {}; time caps {} per round trip case, \
-             {} per throughput case\n",
+             plan: {} rounds in random order (seed {seed}); per round and impl: round trips \
+             and fan-out streams ({} per poll), each {} of warm-up then {} measured; ring \
+             capacity {}\n",
             pinning.describe(),
             clock_cost_ns(),
             plan.rounds,
-            plan.rtt.samples,
-            plan.rtt.warmup,
-            plan.fanout.items,
             PER_POLL,
+            short(plan.rtt.warmup),
+            short(plan.rtt.window),
             DEFAULT_CAPACITY,
-            secs(plan.rtt.soft_cap),
-            secs(plan.fanout.soft_cap),
         ),
     );
     let mut out = Collector::new(SUITE, args.verbose);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let rounds_done = run_rounds(
         &mut out,
         3,
-        2,
+        &[BUS, RING],
         plan.rounds,
         plan.budget,
+        &mut rng,
         |out, phase, i| match (phase, i) {
             (0, 0) => bus_rtt_case(pinning, &plan, out),
             (0, _) => ring_rtt_case(pinning, &plan, out),
@@ -187,50 +189,27 @@ pub fn run(args: &Args, pinning: &Pinning) {
     );
     let figures = out.figures();
     print_figures(args, &figures);
-    human(args, &render_targets(&TARGETS, &figures, &out));
+    print_targets(args, &TARGETS, &figures, &out);
     human(
         args,
         &format!(
-            "bus: {rounds_done} rounds in {}; figures are medians over rounds\n\n",
+            "bus: {rounds_done} rounds in {}; figures are medians over rounds (min..max)\n\n",
             secs(started.elapsed())
         ),
     );
-}
-
-pub const RTT_CASES: [&str; 4] = ["rtt_p50", "rtt_p99", "rtt_p999", "rtt_max"];
-
-/// Records a round trip's percentiles, or its failure.
-pub fn record_rtt(name: &'static str, result: Result<RttOutcome, String>, out: &mut Collector) {
-    match result {
-        Ok(o) if o.histogram.is_empty() => out.note(name, "rtt_p50", "ns", "no samples"),
-        Ok(o) => {
-            let p = Percentiles::of(&o.histogram);
-            for (case, v) in RTT_CASES.iter().zip([p.p50, p.p99, p.p999, p.max]) {
-                out.add(name, case, "ns", v as f64);
-            }
-            if o.capped {
-                out.cut_short(name, "rtt_p50", "ns", o.histogram.len(), "round trips");
-            }
-        }
-        Err(e) => {
-            eprintln!("ERROR: {name} round trip: {e}");
-            for case in RTT_CASES {
-                out.note(name, case, "ns", format!("FAILED: {e}"));
-            }
-        }
-    }
+    out
 }
 
 fn ring_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     let (ping_tx, echo_rx) = llbus::Ring::<u64>::new(DEFAULT_CAPACITY);
     let (echo_tx, ping_rx) = llbus::Ring::<u64>::new(DEFAULT_CAPACITY);
-    let result = round_trip(pinning, (ping_tx, ping_rx), (echo_rx, echo_tx), plan.rtt)
-        .map_err(|e| e.to_string());
-    record_rtt(RING, result, out);
+    let result = round_trip(pinning, (ping_tx, ping_rx), (echo_rx, echo_tx), plan.rtt);
+    out.add_rtt(RING, result.as_ref().map(|o| &o.histogram));
 }
 
 fn bus_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
-    record_rtt(BUS, bus_round_trip(pinning, plan.rtt), out);
+    let result = bus_round_trip(pinning, plan.rtt);
+    out.add_rtt(BUS, result.as_ref().map(|o| &o.histogram));
 }
 
 /// One bus round trip measurement: a fresh bus with `ping` on core 0 and `echo` on core 1.
@@ -287,12 +266,7 @@ fn ring_fanout1_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     out.note(RING, case, "msgs/s", RING_FANOUT1_NOTE);
     let (tx, rx) = llbus::Ring::<u64>::new(DEFAULT_CAPACITY);
     match stream(pinning, tx, rx, plan.fanout) {
-        Ok(o) => {
-            out.add(RING, case, "msgs/s", o.per_sec);
-            if o.capped {
-                out.cut_short(RING, case, "msgs/s", o.items, "items");
-            }
-        }
+        Ok(o) => out.add(RING, case, "msgs/s", o.per_sec),
         Err(e) => {
             eprintln!("ERROR: {RING} {case}: {e}");
             out.note(RING, case, "msgs/s", format!("FAILED: {e}"));
@@ -305,18 +279,14 @@ fn ring_fanout1_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
 struct FeedShared {
     /// When the first item was published.
     t0: OnceLock<Instant>,
-    /// Whether the time cap cut the stream short.
-    capped: OnceLock<bool>,
+    /// Set by the measuring thread once the window has closed: publish [`END`] and stop.
+    stop: AtomicBool,
 }
 
-/// Publishes `0, 1, ..` up to `items` (or until the time cap), [`PER_POLL`] per poll, then
-/// [`END`].
+/// Publishes `0, 1, ..` [`PER_POLL`] per poll until told to stop, then [`END`].
 struct Feeder {
     out: Out<Seq>,
     next: u64,
-    items: u64,
-    soft_cap: Duration,
-    soft_end: Option<Instant>,
     done: bool,
     shared: Arc<FeedShared>,
 }
@@ -330,38 +300,30 @@ impl Actor for Feeder {
         if self.done {
             return 0;
         }
-        let soft_end = match self.soft_end {
-            Some(t) => t,
-            None => {
-                let t0 = Instant::now();
-                let _ = self.shared.t0.set(t0);
-                *self.soft_end.insert(t0 + self.soft_cap)
-            }
-        };
-        let end = (self.next + PER_POLL).min(self.items);
-        for v in self.next..end {
+        if self.next == 0 {
+            let _ = self.shared.t0.set(Instant::now());
+        }
+        for v in self.next..self.next + PER_POLL {
             ctx.publish(self.out, Seq(v));
         }
-        let n = (end - self.next) as usize;
-        self.next = end;
-        // `ctx.now()` is the start of this round: no extra clock read.
-        let capped = self.next < self.items && ctx.now() >= soft_end;
-        if self.next == self.items || capped {
+        self.next += PER_POLL;
+        if self.shared.stop.load(Ordering::Relaxed) {
             ctx.publish(self.out, Seq(END));
-            let _ = self.shared.capped.set(capped);
             self.done = true;
         }
-        n
+        PER_POLL as usize
     }
 }
 
-/// What one subscriber reports: when it saw [`END`] and how many items came before it.
-type SinkResult = Result<(Instant, u64), Failure>;
+/// What one subscriber reports at [`END`]: how many items came before it.
+type SinkResult = Result<u64, Failure>;
 
-/// Receives the stream and checks its sequence.
+/// Receives the stream, checks its sequence and keeps its count where the measuring thread
+/// reads it.
 struct Sink {
     expected: u64,
     failed: bool,
+    count: Arc<AtomicU64>,
     result: mpsc::Sender<SinkResult>,
 }
 
@@ -374,8 +336,14 @@ impl Actor for Sink {
         }
         if v == self.expected {
             self.expected += 1;
+            // Published every 256 items, not every item: the sink's per-message work stays a
+            // check and an increment, and the window's edges are still exact to 256 items of
+            // millions.
+            if self.expected % 256 == 0 {
+                self.count.store(self.expected, Ordering::Relaxed);
+            }
         } else if v == END {
-            let _ = self.result.send(Ok((Instant::now(), self.expected)));
+            let _ = self.result.send(Ok(self.expected));
         } else {
             self.failed = true;
             let _ = self.result.send(Err(Failure::Corrupt {
@@ -387,13 +355,6 @@ impl Actor for Sink {
     }
 }
 
-/// The outcome of one fan-out measurement.
-struct FanoutOutcome {
-    per_sec: f64,
-    items: u64,
-    capped: bool,
-}
-
 fn fanout_case(subscribers: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     let case = if subscribers == 1 {
         "throughput_fanout1"
@@ -402,12 +363,7 @@ fn fanout_case(subscribers: usize, pinning: &Pinning, plan: &Plan, out: &mut Col
         "throughput_fanout3"
     };
     match fanout(subscribers, pinning, plan.fanout) {
-        Ok(o) => {
-            out.add(BUS, case, "msgs/s", o.per_sec);
-            if o.capped {
-                out.cut_short(BUS, case, "msgs/s", o.items, "items");
-            }
-        }
+        Ok(per_sec) => out.add(BUS, case, "msgs/s", per_sec),
         Err(e) => {
             eprintln!("ERROR: {BUS} {case}: {e}");
             out.note(BUS, case, "msgs/s", format!("FAILED: {e}"));
@@ -415,13 +371,11 @@ fn fanout_case(subscribers: usize, pinning: &Pinning, plan: &Plan, out: &mut Col
     }
 }
 
-/// One fan-out measurement on a fresh bus; see the module docs.
-fn fanout(
-    subscribers: usize,
-    pinning: &Pinning,
-    plan: StreamPlan,
-) -> Result<FanoutOutcome, String> {
+/// One fan-out measurement on a fresh bus (see the module docs): the slowest subscriber's
+/// messages per second in the window.
+fn fanout(subscribers: usize, pinning: &Pinning, plan: StreamPlan) -> Result<f64, String> {
     let shared = Arc::new(FeedShared::default());
+    let counts: Vec<Arc<AtomicU64>> = (0..subscribers).map(|_| Arc::default()).collect();
     let (tx, rx) = mpsc::channel();
     let mut bus = Bus::builder();
     bus.stop_timeout(DRAIN_LIMIT);
@@ -430,21 +384,19 @@ fn fanout(
         .actor("feed", move |s: &mut Setup<'_>| Feeder {
             out: s.output(),
             next: 0,
-            items: plan.items,
-            soft_cap: plan.soft_cap,
-            soft_end: None,
             done: false,
             shared: Arc::clone(&feed_shared),
         })
         .idle(Idle::BusySpin)
         .publishes::<Seq>();
     place(feed, pinning, 0);
-    for i in 0..subscribers {
-        let tx = tx.clone();
+    for (i, count) in counts.iter().enumerate() {
+        let (tx, count) = (tx.clone(), Arc::clone(count));
         let sink = bus
             .actor(&format!("sink-{i}"), move |_: &mut Setup<'_>| Sink {
                 expected: 0,
                 failed: false,
+                count: Arc::clone(&count),
                 result: tx.clone(),
             })
             .subscribes::<Seq>();
@@ -462,8 +414,28 @@ fn fanout(
         .start()
         .map_err(|e| format!("the bus did not start: {e}"))?;
     let deadline = Instant::now() + plan.hard_cap;
+    let read = || -> (Instant, Vec<u64>) {
+        let now = Instant::now();
+        (
+            now,
+            counts.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+        )
+    };
+    let window = if wait_until(deadline, || shared.t0.get().is_some()) {
+        std::thread::sleep(plan.warmup);
+        let opened = read();
+        std::thread::sleep(plan.window);
+        let closed = read();
+        Ok((opened, closed))
+    } else {
+        Err(format!(
+            "the publisher did not start within {}",
+            secs(plan.hard_cap)
+        ))
+    };
+    shared.stop.store(true, Ordering::Relaxed);
     let mut ends = Vec::with_capacity(subscribers);
-    let mut failure = None;
+    let mut failure = window.as_ref().err().cloned();
     while ends.len() < subscribers && failure.is_none() {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
@@ -482,10 +454,7 @@ fn fanout(
     if let Some(e) = failure {
         return Err(e);
     }
-    let t0 = *shared.t0.get().ok_or("the publisher never started")?;
-    let capped = shared.capped.get().copied().unwrap_or(false);
-    let items = ends[0].1;
-    if ends.iter().any(|&(_, n)| n != items) {
+    if ends.iter().any(|&n| n != ends[0]) {
         return Err(format!("subscribers received different counts: {ends:?}"));
     }
     if let Some(e) = report.edges.iter().find(|e| e.dropped + e.lost > 0) {
@@ -494,16 +463,13 @@ fn fanout(
             e.publisher, e.subscriber, e.dropped, e.lost
         ));
     }
-    let last = ends.iter().map(|&(t, _)| t).max().unwrap_or(t0);
-    let secs = last.saturating_duration_since(t0).as_secs_f64();
-    Ok(FanoutOutcome {
-        per_sec: if secs > 0.0 {
-            items as f64 / secs
-        } else {
-            f64::NAN
-        },
-        items,
-        capped,
+    let ((t0, n0), (t1, n1)) = window?;
+    let secs = t1.saturating_duration_since(t0).as_secs_f64();
+    let slowest = n0.iter().zip(&n1).map(|(a, b)| b - a).min().unwrap_or(0);
+    Ok(if secs > 0.0 {
+        slowest as f64 / secs
+    } else {
+        f64::NAN
     })
 }
 
@@ -511,37 +477,35 @@ fn fanout(
 mod tests {
     use super::*;
 
-    fn rtt_plan(samples: u64) -> RttPlan {
+    fn rtt_plan() -> RttPlan {
         RttPlan {
-            warmup: 10,
-            samples,
-            soft_cap: Duration::from_secs(5),
+            warmup: Duration::from_millis(5),
+            window: Duration::from_millis(20),
             hard_cap: Duration::from_secs(20),
         }
     }
 
     #[test]
-    fn bus_round_trip_records_every_sample() {
+    fn bus_round_trip_records_samples() {
         let pinning = Pinning::disabled("test");
-        let o = bus_round_trip(&pinning, rtt_plan(200)).expect("round trip");
-        // Every sample, or fewer with the time cap's flag (a loaded machine).
-        let n = o.histogram.len();
-        assert!(n == 200 || (n > 0 && o.capped), "{n} samples");
+        let o = bus_round_trip(&pinning, rtt_plan()).expect("round trip");
+        assert!(!o.histogram.is_empty());
     }
 
     #[test]
     fn fanout_delivers_everything_to_every_subscriber() {
         let pinning = Pinning::disabled("test");
         let plan = StreamPlan {
-            items: 5_000,
             batch: None,
-            soft_cap: Duration::from_secs(5),
+            warmup: Duration::from_millis(5),
+            window: Duration::from_millis(20),
             hard_cap: Duration::from_secs(20),
         };
         for subscribers in [1, 3] {
-            let o = fanout(subscribers, &pinning, plan).expect("fan-out");
-            assert!(o.items == 5_000 || (o.items > 0 && o.capped));
-            assert!(o.per_sec > 0.0);
+            // Every subscriber got the same count, in order, with nothing dropped or lost, or
+            // this is an error.
+            let per_sec = fanout(subscribers, &pinning, plan).expect("fan-out");
+            assert!(per_sec > 0.0, "{per_sec}");
         }
     }
 }

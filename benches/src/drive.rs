@@ -7,21 +7,23 @@
 //!
 //! - [`round_trip`]: thread A (core 0) takes a timestamp, sends a counter to thread B
 //!   (core 1) over the first queue, B echoes it over the second, A reads the clock again and
-//!   records the difference in an HDR histogram made before the loop. The first
-//!   `warmup` round trips (at most a tenth of the time cap) are not recorded. A checks that
-//!   the echo is the value it sent.
-//! - [`stream`]: thread A sends `0, 1, 2, ...` one at a time (or in batches), thread B
-//!   receives them and checks the sequence; throughput is items received divided by the time
-//!   from A's first send to B's last receive.
+//!   records the difference in an HDR histogram made before the loop. Round trips during the
+//!   first `warmup` are not recorded; then every round trip of the next `window` is. A checks
+//!   that the echo is the value it sent.
+//! - [`stream`]: thread A sends `0, 1, 2, ...` one at a time (or in batches) until told to stop,
+//!   thread B receives them and checks the sequence. B reads the clock every [`CLOCK_EVERY`]
+//!   items: the first read past `warmup` opens the measured window, the first read `window`
+//!   later closes it and tells A to stop. Throughput is the items received inside the window
+//!   divided by its length, so every implementation is measured over the same time span
+//!   (long enough that one preemption of a few ms moves a figure by a few % at most),
+//!   whatever its speed, and after the same warm-up.
 //!
-//! Both stop early at a soft time cap (so that a slow implementation, such as a blocking
-//! channel that parks on every message, cannot blow the suite's time budget) and report how
-//! many samples or items they got. Every wait is bounded by a hard deadline ([`Spin`]);
-//! blocking receives are bounded because the other side either sends or, once it gives up,
-//! drops its end, which disconnects the channel.
+//! Every wait is bounded by a hard deadline ([`Spin`]); blocking receives are bounded because
+//! the other side either sends or, once it gives up, drops its end, which disconnects the
+//! channel.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -56,6 +58,20 @@ pub trait Receiver: Send {
     ///
     /// [`Stuck`] when `spin` runs out or the channel is disconnected.
     fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck>;
+
+    /// Receives at least one value, waiting (spinning with `spin`, or blocking) while the queue
+    /// is empty, and passes each to `f`: the way the implementation's own documentation has a
+    /// consumer take one-at-a-time traffic. One [`recv`](Self::recv) unless overridden (the
+    /// disruptor's consumer takes everything published so far in one poll).
+    ///
+    /// # Errors
+    ///
+    /// [`Stuck`] when `spin` runs out or the channel is disconnected.
+    #[inline]
+    fn recv_some(&mut self, spin: &mut Spin, mut f: impl FnMut(u64)) -> Result<usize, Stuck> {
+        f(self.recv(spin)?);
+        Ok(1)
+    }
 
     /// Passes up to `max` available values to `f`, releasing them with one store, and returns
     /// how many (0 when empty). Only called on implementations that have a batch API.
@@ -94,16 +110,13 @@ impl fmt::Display for Failure {
     }
 }
 
-/// Sizes and time limits of one round trip measurement.
+/// Time limits of one round trip measurement.
 #[derive(Debug, Clone, Copy)]
 pub struct RttPlan {
-    /// Round trips run first and not recorded (stopping early at a tenth of `soft_cap`).
-    pub warmup: u64,
-    /// Round trips recorded.
-    pub samples: u64,
-    /// Stop recording after this long, counted from the end of the warm-up (the result says
-    /// so).
-    pub soft_cap: Duration,
+    /// Round trips run first for this long and not recorded.
+    pub warmup: Duration,
+    /// Then every round trip is recorded for this long.
+    pub window: Duration,
     /// Give up with [`Failure::Stuck`] after this long.
     pub hard_cap: Duration,
 }
@@ -113,8 +126,6 @@ pub struct RttPlan {
 pub struct RttOutcome {
     /// Round-trip times in ns, one per sample.
     pub histogram: Histogram<u64>,
-    /// Whether the soft cap cut the run short.
-    pub capped: bool,
 }
 
 /// Two threads start together: each calls this, and both go once both have.
@@ -159,23 +170,9 @@ where
             };
             // Values start at 1: the floor's one-slot "queue" reads 0 as empty.
             let mut i = 0u64;
-            // Warm-up, limited to a tenth of the time cap so a slow channel keeps its samples.
-            let warm_end = Instant::now() + plan.soft_cap / 10;
-            while i < plan.warmup {
-                i += 1;
-                tx.send(i, &mut spin).map_err(stuck)?;
-                let v = rx.recv(&mut spin).map_err(stuck)?;
-                if v != i {
-                    return Err(corrupt(i, v));
-                }
-                // The clock is cheap next to a round trip, and a slow one needs the check.
-                if Instant::now() >= warm_end {
-                    break;
-                }
-            }
-            let soft = Instant::now() + plan.soft_cap;
-            let mut capped = false;
-            for n in 1..=plan.samples {
+            let warm_end = Instant::now() + plan.warmup;
+            let mut window_end = None;
+            loop {
                 i += 1;
                 let t0 = Instant::now();
                 tx.send(i, &mut spin).map_err(stuck)?;
@@ -184,14 +181,20 @@ where
                 if v != i {
                     return Err(corrupt(i, v));
                 }
-                histogram.saturating_record(t1.saturating_duration_since(t0).as_nanos() as u64);
-                if t1 >= soft && n < plan.samples {
-                    capped = true;
-                    break;
+                match window_end {
+                    Some(end) => {
+                        histogram
+                            .saturating_record(t1.saturating_duration_since(t0).as_nanos() as u64);
+                        if t1 >= end {
+                            break;
+                        }
+                    }
+                    None if t1 >= warm_end => window_end = Some(t1 + plan.window),
+                    None => {}
                 }
             }
             tx.send(STOP, &mut spin).map_err(stuck)?;
-            Ok(RttOutcome { histogram, capped })
+            Ok(RttOutcome { histogram })
         },
         || -> Result<(), Failure> {
             let (mut rx, mut tx) = echo;
@@ -213,15 +216,18 @@ where
     Ok(outcome)
 }
 
+/// The receiving thread reads the clock once per this many items.
+pub const CLOCK_EVERY: u64 = 4096;
+
 /// Sizes and time limits of one stream measurement.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamPlan {
-    /// Items to send.
-    pub items: u64,
-    /// Items per batch; `None` sends and receives one at a time.
+    /// Items per batch; `None` sends one at a time.
     pub batch: Option<usize>,
-    /// Stop sending after this long (the result says so).
-    pub soft_cap: Duration,
+    /// Items flow for this long before the window opens.
+    pub warmup: Duration,
+    /// The measured window.
+    pub window: Duration,
     /// Give up with [`Failure::Stuck`] after this long.
     pub hard_cap: Duration,
 }
@@ -229,12 +235,85 @@ pub struct StreamPlan {
 /// What a stream measurement produced.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamOutcome {
-    /// Items received per second.
+    /// Items received per second inside the window.
     pub per_sec: f64,
-    /// Items received.
-    pub items: u64,
-    /// Whether the soft cap cut the run short.
-    pub capped: bool,
+}
+
+/// The receiving side's clock: opens the window after the warm-up and closes it a window
+/// later, reading the clock only when the count passed another [`CLOCK_EVERY`] items.
+#[derive(Debug)]
+struct Windowed {
+    warm_end: Instant,
+    window: Duration,
+    next_check: u64,
+    opened: Option<(Instant, u64)>,
+    closed: Option<(Instant, u64)>,
+}
+
+impl Windowed {
+    fn new(plan: &StreamPlan) -> Self {
+        Self {
+            warm_end: Instant::now() + plan.warmup,
+            window: plan.window,
+            next_check: CLOCK_EVERY,
+            opened: None,
+            closed: None,
+        }
+    }
+
+    /// Notes that `received` items arrived; true once the window has closed.
+    #[inline]
+    fn at(&mut self, received: u64) -> bool {
+        if received < self.next_check {
+            return false;
+        }
+        self.next_check = received + CLOCK_EVERY;
+        let now = Instant::now();
+        match self.opened {
+            None if now >= self.warm_end => self.opened = Some((now, received)),
+            Some((t0, _)) if now >= t0 + self.window => {
+                self.closed = Some((now, received));
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    fn outcome(&self) -> Option<StreamOutcome> {
+        let ((t0, n0), (t1, n1)) = (self.opened?, self.closed?);
+        let secs = t1.saturating_duration_since(t0).as_secs_f64();
+        let items = n1 - n0;
+        Some(StreamOutcome {
+            per_sec: if secs > 0.0 {
+                items as f64 / secs
+            } else {
+                f64::NAN
+            },
+        })
+    }
+}
+
+/// The receiving side's check of the sequence `0, 1, 2, ...` ended by [`STOP`].
+#[derive(Debug, Default)]
+struct Sequence {
+    expected: u64,
+    done: bool,
+    /// The first wrong value, and what was expected instead.
+    bad: Option<(u64, u64)>,
+}
+
+impl Sequence {
+    #[inline(always)]
+    fn see(&mut self, v: u64) {
+        if v == self.expected {
+            self.expected += 1;
+        } else if v == STOP {
+            self.done = true;
+        } else if self.bad.is_none() {
+            self.bad = Some((self.expected, v));
+        }
+    }
 }
 
 /// Measures one-way throughput: see the module docs.
@@ -248,124 +327,83 @@ pub fn stream<T: Sender, R: Receiver>(
     rx: R,
     plan: StreamPlan,
 ) -> Result<StreamOutcome, Failure> {
-    assert!(plan.items < STOP, "item values must stay below STOP");
     let start = Instant::now();
     let hard = start + plan.hard_cap;
     let ready = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
     let (a, b) = run_pair(
         pinning,
-        || -> Result<(Instant, bool), Failure> {
+        || -> Result<(), Failure> {
             let mut tx = tx;
             let mut spin = Spin::until(hard);
             let stuck = |_| Failure::Stuck("sending thread");
             start_together(&ready, hard).map_err(|_| Failure::Stuck("sending thread at start"))?;
-            let t0 = Instant::now();
-            let soft = t0 + plan.soft_cap;
-            let mut capped = false;
+            let mut next = 0u64;
             match plan.batch {
-                None => {
-                    for i in 0..plan.items {
-                        tx.send(i, &mut spin).map_err(stuck)?;
-                        if i % 4096 == 0 && i + 1 < plan.items && Instant::now() >= soft {
-                            capped = true;
-                            break;
-                        }
+                None => loop {
+                    for _ in 0..CLOCK_EVERY {
+                        tx.send(next, &mut spin).map_err(stuck)?;
+                        next += 1;
                     }
-                }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                },
                 Some(size) => {
                     let mut buf = vec![0u64; size];
-                    let mut next = 0u64;
                     let mut batches = 0u64;
-                    while next < plan.items {
-                        let n = (plan.items - next).min(size as u64) as usize;
-                        for (slot, v) in buf[..n].iter_mut().zip(next..) {
+                    loop {
+                        for (slot, v) in buf.iter_mut().zip(next..) {
                             *slot = v;
                         }
                         let mut off = 0;
-                        while off < n {
-                            let k = tx.send_batch(&buf[off..n]);
+                        while off < size {
+                            let k = tx.send_batch(&buf[off..]);
                             if k == 0 {
                                 spin.tick().map_err(stuck)?;
                             }
                             off += k;
                         }
-                        next += n as u64;
+                        next += size as u64;
                         batches += 1;
-                        if batches % 64 == 0 && next < plan.items && Instant::now() >= soft {
-                            capped = true;
+                        if batches % 64 == 0 && stop.load(Ordering::Relaxed) {
                             break;
                         }
                     }
                 }
             }
-            if capped {
-                tx.send(STOP, &mut spin).map_err(stuck)?;
-            }
-            Ok((t0, capped))
+            tx.send(STOP, &mut spin).map_err(stuck)?;
+            Ok(())
         },
-        || -> Result<(Instant, u64), Failure> {
+        || -> Result<Option<StreamOutcome>, Failure> {
             let mut rx = rx;
             let mut spin = Spin::until(hard);
             let stuck = |_| Failure::Stuck("receiving thread");
             start_together(&ready, hard)
                 .map_err(|_| Failure::Stuck("receiving thread at start"))?;
-            let mut expected = 0u64;
-            match plan.batch {
-                None => {
-                    while expected < plan.items {
-                        let v = rx.recv(&mut spin).map_err(stuck)?;
-                        if v == expected {
-                            expected += 1;
-                        } else if v == STOP {
-                            break;
-                        } else {
-                            return Err(Failure::Corrupt {
-                                side: "receiving thread",
-                                expected,
-                                got: v,
-                            });
-                        }
-                    }
+            let mut clock = Windowed::new(&plan);
+            let mut seq = Sequence::default();
+            while !seq.done {
+                let n = match plan.batch {
+                    None => rx.recv_some(&mut spin, |v| seq.see(v)).map_err(stuck)?,
+                    Some(size) => rx.recv_batch(size, |v| seq.see(v)),
+                };
+                if let Some((expected, got)) = seq.bad {
+                    return Err(Failure::Corrupt {
+                        side: "receiving thread",
+                        expected,
+                        got,
+                    });
                 }
-                Some(size) => {
-                    let mut stop = false;
-                    let mut bad = None;
-                    while expected < plan.items && !stop {
-                        let n = rx.recv_batch(size, |v| {
-                            if v == expected {
-                                expected += 1;
-                            } else if v == STOP {
-                                stop = true;
-                            } else if bad.is_none() {
-                                bad = Some((expected, v));
-                            }
-                        });
-                        if let Some((expected, got)) = bad {
-                            return Err(Failure::Corrupt {
-                                side: "receiving thread",
-                                expected,
-                                got,
-                            });
-                        }
-                        if n == 0 {
-                            spin.tick().map_err(stuck)?;
-                        }
-                    }
+                if n == 0 {
+                    spin.tick().map_err(stuck)?;
+                } else if clock.closed.is_none() && clock.at(seq.expected) {
+                    stop.store(true, Ordering::Relaxed);
                 }
             }
-            Ok((Instant::now(), expected))
+            Ok(clock.outcome())
         },
     );
-    let (t0, capped) = a?;
-    let (t1, items) = b?;
-    let secs = t1.saturating_duration_since(t0).as_secs_f64();
-    Ok(StreamOutcome {
-        per_sec: if secs > 0.0 {
-            items as f64 / secs
-        } else {
-            f64::NAN
-        },
-        items,
-        capped,
-    })
+    a?;
+    b?.ok_or(Failure::Stuck("receiving thread: the window never closed"))
 }

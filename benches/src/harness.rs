@@ -10,14 +10,17 @@
 //!   only that thread's core, so it must not be used to pick the second core). If pinning
 //!   fails the run goes on unpinned and says so in its output.
 //! - [`run_rounds`] runs the rounds: each runs every implementation once per measurement
-//!   (phase), in the rotating order of [`round_order`], so that each starts a round in turn: slow drifts of a noisy machine then spread over
-//!   all of them instead of favouring whichever runs first.
+//!   (phase), in a fresh random order per round and phase ([`shuffled`], from a seed printed
+//!   in the output and taken back with `--seed`), so that no implementation always follows the
+//!   same neighbour (the floor's hot cores, a blocking channel's parked threads): slow drifts
+//!   and after-effects of a noisy machine then spread over all of them.
 //! - [`Spin`] bounds every wait loop: it checks the clock every few thousand spins and gives
 //!   up with [`Stuck`] past its deadline, so a broken implementation ends with an error
 //!   instead of hanging the run.
-//! - [`Collector`] keeps one value per (implementation, case) per round; [`Collector::figures`]
-//!   reduces them to the median over rounds, which [`print_figures`] prints as a table
-//!   ([`render_table`]) or as JSON lines ([`json_line`]).
+//! - [`Collector`] keeps one value per (implementation, case) per round, and each
+//!   implementation's round-trip histograms merged over rounds (for the pictures of `plot`);
+//!   [`Collector::figures`] reduces the values to the median, min and max over rounds, which
+//!   [`print_figures`] prints as a table ([`render_table`]) or as JSON lines ([`json_line`]).
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -62,10 +65,19 @@ SUITES:
 OPTIONS:
     --json         print one JSON object per figure on its own line on stdout;
                    the table and progress go to stderr
-    --rounds N     number of rounds (each runs every implementation once, in
-                   rotating order); figures are medians over rounds [default: 7,
-                   and no new round starts after 150 s, to stay under 3 minutes]
-    --quick        fewer rounds and samples: a smoke test, not a measurement
+    --markdown     print the tables as Markdown tables and the targets in a
+                   code block, ready to paste into README.md
+    --rounds N     number of rounds (each runs every implementation once per
+                   measurement, in a fresh random order); figures are medians over
+                   rounds, with their min and max [default: 15, and no new round
+                   starts after the suite's time budget, so `all` stays under 4
+                   minutes]
+    --seed N       seed of the rounds' random order [default: from the clock];
+                   printed in the output, so a run's order can be repeated
+    --plot DIR     also write pictures into DIR, per suite: a round-trip
+                   latency percentile plot (SUITE-latency) and a throughput bar
+                   chart (SUITE-throughput), each as .svg and .png
+    --quick        short windows and few rounds: a smoke test, not a measurement
     -v, --verbose  print every round's figures on stderr as they come
     -h, --help     print this text
 
@@ -109,12 +121,18 @@ pub struct Args {
     pub suite: Suite,
     /// Print JSON lines instead of the table on stdout.
     pub json: bool,
+    /// Print the tables as Markdown.
+    pub markdown: bool,
     /// Number of rounds; `None` lets the suite choose.
     pub rounds: Option<usize>,
     /// Smaller sizes for a smoke test.
     pub quick: bool,
     /// Print every round's figures on stderr as they come.
     pub verbose: bool,
+    /// Seed of the rounds' order; `None` takes one from the clock.
+    pub seed: Option<u64>,
+    /// Directory to write pictures into.
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// What the command line asks for.
@@ -149,15 +167,19 @@ impl Args {
     {
         let mut suite = None;
         let mut json = false;
+        let mut markdown = false;
         let mut rounds = None;
         let mut quick = false;
         let mut verbose = false;
+        let mut seed = None;
+        let mut plot = None;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let arg = arg.as_ref();
             match arg {
                 "-h" | "--help" => return Ok(Command::Help),
                 "--json" => json = true,
+                "--markdown" => markdown = true,
                 "--quick" => quick = true,
                 "-v" | "--verbose" => verbose = true,
                 "--rounds" => {
@@ -168,6 +190,18 @@ impl Args {
                 }
                 _ if arg.starts_with("--rounds=") => {
                     rounds = Some(parse_rounds(&arg["--rounds=".len()..])?);
+                }
+                "--seed" => {
+                    let value = args
+                        .next()
+                        .ok_or_else(|| ArgError("--seed needs a number".into()))?;
+                    seed = Some(parse_seed(value.as_ref())?);
+                }
+                "--plot" => {
+                    let value = args
+                        .next()
+                        .ok_or_else(|| ArgError("--plot needs a directory".into()))?;
+                    plot = Some(value.as_ref().into());
                 }
                 _ if arg.starts_with('-') => {
                     return Err(ArgError(format!("unknown option `{arg}`; see --help")));
@@ -187,11 +221,20 @@ impl Args {
         Ok(Command::Run(Args {
             suite: suite.unwrap_or(Suite::All),
             json,
+            markdown,
             rounds,
             quick,
             verbose,
+            seed,
+            plot,
         }))
     }
+}
+
+fn parse_seed(value: &str) -> Result<u64, ArgError> {
+    value
+        .parse::<u64>()
+        .map_err(|_| ArgError(format!("--seed takes a whole number, not `{value}`")))
 }
 
 fn parse_rounds(value: &str) -> Result<usize, ArgError> {
@@ -390,41 +433,84 @@ pub fn spin_until(deadline: Instant, mut ready: impl FnMut() -> bool) -> Result<
 // ---------------------------------------------------------------------------------------------
 // Rounds and statistics.
 
-/// The order in which `n` implementations run in round `round`: rotated by one each round.
-pub fn round_order(n: usize, round: usize) -> Vec<usize> {
-    (0..n).map(|i| (i + round) % n).collect()
+/// A fresh random order of `n` implementations (a permutation of `0..n`).
+pub fn shuffled(n: usize, rng: &mut fastrand::Rng) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    rng.shuffle(&mut order);
+    order
 }
 
-/// Runs up to `rounds` rounds of `n` implementations. A round has `phases` phases (one per
-/// measurement); in each, `run_one(out, phase, i)` runs implementation `i` once and records
-/// into `out`, in the order of [`round_order`]. Reports progress on stderr, and starts no new round
-/// once the time used plus the last round's time would pass `budget`. Returns the number of
-/// rounds run.
+/// The machine, for the output and the pictures: CPU model, logical CPUs and kernel, e.g.
+/// `AMD EPYC 7B13, 2 vCPUs, Linux 6.1.0` (from `/proc`; less where it is not there).
+pub fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| format!(", {} {}", std::env::consts::OS, r.trim()))
+        .unwrap_or_default();
+    format!("{model}, {cpus} vCPUs{kernel}")
+}
+
+/// The seed of the rounds' order: `--seed`, or one from the clock.
+pub fn seed(args: &Args) -> u64 {
+    args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            % 1_000_000
+    })
+}
+
+/// Runs up to `rounds` rounds of the implementations `names`. A round has `phases` phases (one
+/// per measurement); in each, `run_one(out, phase, i)` runs implementation `i` once and records
+/// into `out`, in an order freshly shuffled by `rng` for each phase of each round ([`shuffled`]),
+/// printed on stderr with the progress. Starts no new round once the time used plus the last
+/// round's time would pass `budget`. Returns the number of rounds run.
 pub fn run_rounds(
     out: &mut Collector,
     phases: usize,
-    n: usize,
+    names: &[&'static str],
     rounds: usize,
     budget: Duration,
+    rng: &mut fastrand::Rng,
     mut run_one: impl FnMut(&mut Collector, usize, usize),
 ) -> usize {
     let started = Instant::now();
     let suite = out.suite;
+    out.order = names.to_vec();
     for round in 0..rounds {
         out.round = round;
         let round_start = Instant::now();
+        let mut orders = Vec::with_capacity(phases);
         for phase in 0..phases {
-            for i in round_order(n, round) {
+            let order = shuffled(names.len(), rng);
+            for &i in &order {
                 run_one(out, phase, i);
             }
+            orders.push(
+                order
+                    .iter()
+                    .map(|&i| names[i])
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
         }
         let took = round_start.elapsed();
         let elapsed = started.elapsed();
         eprintln!(
-            "{suite}: round {}/{rounds} done in {} ({} total)",
+            "{suite}: round {}/{rounds} done in {} ({} total); orders: {}",
             round + 1,
             secs(took),
-            secs(elapsed)
+            secs(elapsed),
+            orders.join(" | ")
         );
         if round + 1 < rounds && elapsed + took > budget {
             eprintln!(
@@ -518,7 +604,7 @@ pub fn clock_step_ns() -> u64 {
     }
 }
 
-/// One reported figure: a median over rounds.
+/// One reported figure: the median over rounds, with the smallest and largest round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
     /// Suite name (`ring`, `bus`, `udp`).
@@ -527,8 +613,12 @@ pub struct Figure {
     pub case: &'static str,
     /// Implementation name.
     pub implementation: &'static str,
-    /// The value; `None` when the case is skipped for this implementation.
+    /// The median over rounds; `None` when the case is skipped for this implementation.
     pub value: Option<f64>,
+    /// The smallest round's value.
+    pub min: Option<f64>,
+    /// The largest round's value.
+    pub max: Option<f64>,
     /// Unit (`ns`, `msgs/s`).
     pub unit: &'static str,
     /// Why the case is skipped or incomplete, if it is.
@@ -537,14 +627,19 @@ pub struct Figure {
     pub rounds: usize,
 }
 
-/// Per-round values of every (implementation, case), in first-seen order.
+/// Per-round values of every (implementation, case), in first-seen order, and each
+/// implementation's round-trip histogram merged over rounds.
 #[derive(Debug)]
 pub struct Collector {
     suite: &'static str,
     verbose: bool,
     /// The round being run, set by [`run_rounds`].
     round: usize,
+    /// The implementations in table order, set by [`run_rounds`]: rows and pictures follow it
+    /// rather than the first round's random order.
+    order: Vec<&'static str>,
     entries: Vec<Entry>,
+    histograms: Vec<(&'static str, Histogram<u64>)>,
 }
 
 #[derive(Debug)]
@@ -555,11 +650,10 @@ struct Entry {
     /// (round, value) pairs.
     values: Vec<(usize, f64)>,
     notes: Vec<String>,
-    /// Rounds cut short by a time cap, and the smallest count such a round reached.
-    cut_short: usize,
-    fewest: u64,
-    counted: &'static str,
 }
+
+/// The round-trip cases, from one histogram per round.
+pub const RTT_CASES: [&str; 4] = ["rtt_p50", "rtt_p99", "rtt_p999", "rtt_max"];
 
 impl Collector {
     /// An empty collector for `suite`; `verbose` prints each value on stderr as it comes.
@@ -568,8 +662,23 @@ impl Collector {
             suite,
             verbose,
             round: 0,
+            order: Vec::new(),
             entries: Vec::new(),
+            histograms: Vec::new(),
         }
+    }
+
+    /// Where `implementation` comes in table order (unknown ones last, in first-seen order).
+    fn rank(&self, implementation: &str) -> usize {
+        self.order
+            .iter()
+            .position(|n| *n == implementation)
+            .unwrap_or(self.order.len())
+    }
+
+    /// The suite's name.
+    pub fn suite(&self) -> &'static str {
+        self.suite
     }
 
     fn entry(
@@ -591,9 +700,6 @@ impl Collector {
                     unit,
                     values: Vec::new(),
                     notes: Vec::new(),
-                    cut_short: 0,
-                    fewest: u64::MAX,
-                    counted: "",
                 });
                 self.entries.len() - 1
             }
@@ -633,45 +739,64 @@ impl Collector {
         }
     }
 
-    /// Records that a time cap cut this round short after `count` `counted` (samples, items).
-    pub fn cut_short(
+    /// Records one round trip measurement of `name`: its percentiles as this round's
+    /// [`RTT_CASES`], its histogram into `name`'s merged one; or its failure.
+    pub fn add_rtt<E: fmt::Display>(
         &mut self,
-        implementation: &'static str,
-        case: &'static str,
-        unit: &'static str,
-        count: u64,
-        counted: &'static str,
+        name: &'static str,
+        result: Result<&Histogram<u64>, E>,
     ) {
-        let e = self.entry(implementation, case, unit);
-        e.cut_short += 1;
-        e.fewest = e.fewest.min(count);
-        e.counted = counted;
+        match result {
+            Ok(h) if h.is_empty() => self.note(name, "rtt_p50", "ns", "no samples"),
+            Ok(h) => {
+                let p = Percentiles::of(h);
+                for (case, v) in RTT_CASES.iter().zip([p.p50, p.p99, p.p999, p.max]) {
+                    self.add(name, case, "ns", v as f64);
+                }
+                match self.histograms.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, merged)) => {
+                        // Same bounds, so adding cannot fail; a failure would only lose the
+                        // picture's samples, never a figure.
+                        let _ = merged.add(h);
+                    }
+                    None => self.histograms.push((name, h.clone())),
+                }
+            }
+            Err(e) => {
+                eprintln!("ERROR: {name} round trip: {e}");
+                for case in RTT_CASES {
+                    self.note(name, case, "ns", format!("FAILED: {e}"));
+                }
+            }
+        }
     }
 
-    /// The median of each (implementation, case) over its rounds.
+    /// Each implementation's round-trip histogram, merged over rounds, in table order.
+    pub fn histograms(&self) -> Vec<&(&'static str, Histogram<u64>)> {
+        let mut h: Vec<_> = self.histograms.iter().collect();
+        h.sort_by_key(|(name, _)| self.rank(name));
+        h
+    }
+
+    /// The median, min and max of each (implementation, case) over its rounds, in table order.
     pub fn figures(&self) -> Vec<Figure> {
-        self.entries
-            .iter()
-            .map(|e| Figure {
-                suite: self.suite,
-                case: e.case,
-                implementation: e.implementation,
-                value: median(&e.values.iter().map(|&(_, v)| v).collect::<Vec<_>>()),
-                unit: e.unit,
-                note: {
-                    let mut notes = e.notes.clone();
-                    if e.cut_short > 0 {
-                        notes.push(format!(
-                            "time cap cut {} of {} rounds short (fewest: {} {})",
-                            e.cut_short,
-                            e.values.len(),
-                            e.fewest,
-                            e.counted
-                        ));
-                    }
-                    (!notes.is_empty()).then(|| notes.join("; "))
-                },
-                rounds: e.values.len(),
+        let mut entries: Vec<&Entry> = self.entries.iter().collect();
+        entries.sort_by_key(|e| self.rank(e.implementation));
+        entries
+            .into_iter()
+            .map(|e| {
+                let values: Vec<f64> = e.values.iter().map(|&(_, v)| v).collect();
+                Figure {
+                    suite: self.suite,
+                    case: e.case,
+                    implementation: e.implementation,
+                    value: median(&values),
+                    min: values.iter().copied().reduce(f64::min),
+                    max: values.iter().copied().reduce(f64::max),
+                    unit: e.unit,
+                    note: (!e.notes.is_empty()).then(|| e.notes.join("; ")),
+                    rounds: values.len(),
+                }
             })
             .collect()
     }
@@ -819,7 +944,13 @@ pub fn json_line(f: &Figure) -> Option<String> {
     push_json_str(&mut s, f.case);
     s.push_str(",\"impl\":");
     push_json_str(&mut s, f.implementation);
-    let _ = write!(s, ",\"value\":{value:.1},\"unit\":");
+    let _ = write!(s, ",\"value\":{value:.1}");
+    for (key, v) in [("min", f.min), ("max", f.max)] {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            let _ = write!(s, ",\"{key}\":{v:.1}");
+        }
+    }
+    let _ = write!(s, ",\"rounds\":{},\"unit\":", f.rounds);
     push_json_str(&mut s, f.unit);
     s.push('}');
     Some(s)
@@ -858,9 +989,11 @@ fn table_unit(unit: &str) -> &str {
     }
 }
 
-/// Renders `figures` as a table: one row per implementation, one column per case, then one
-/// footnote per skipped or incomplete cell.
-pub fn render_table(figures: &[Figure]) -> String {
+/// Renders `figures` as a table: one row per implementation, one column per case, each cell
+/// the median over rounds followed by the smallest and largest round's value in parentheses
+/// (`median (min..max)`), then one footnote per skipped or incomplete cell. `markdown` makes
+/// it a Markdown table with the footnotes as a list.
+pub fn render_table(figures: &[Figure], markdown: bool) -> String {
     let mut impls: Vec<&str> = Vec::new();
     let mut cases: Vec<(&str, &str)> = Vec::new();
     for f in figures {
@@ -883,8 +1016,16 @@ pub fn render_table(figures: &[Figure]) -> String {
             let f = figures
                 .iter()
                 .find(|f| f.implementation == *imp && f.case == *case);
-            let mut cell = match f.and_then(|f| f.value.map(|v| table_cell(v, f.unit))) {
-                Some(c) => c,
+            let mut cell = match f.and_then(|f| f.value.map(|v| (v, f))) {
+                Some((v, f)) => match (f.min, f.max) {
+                    (Some(lo), Some(hi)) if f.rounds > 1 => format!(
+                        "{} ({}..{})",
+                        table_cell(v, f.unit),
+                        table_cell(lo, f.unit),
+                        table_cell(hi, f.unit)
+                    ),
+                    _ => table_cell(v, f.unit),
+                },
                 None => "-".into(),
             };
             if let Some(note) = f.and_then(|f| f.note.as_ref()) {
@@ -907,33 +1048,51 @@ pub fn render_table(figures: &[Figure]) -> String {
     let head: Vec<&str> = std::iter::once("impl")
         .chain(header.iter().map(String::as_str))
         .collect();
-    push_row(&mut out, &head, &widths);
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    push_row(
+    let push = |out: &mut String, cells: &[&str]| push_row(out, cells, &widths, markdown);
+    push(&mut out, &head);
+    let rule: Vec<String> = widths
+        .iter()
+        .enumerate()
+        .map(|(i, w)| match (markdown, i) {
+            (false, _) => "-".repeat(*w),
+            (true, 0) => format!("{:-<w$}", ":"),
+            (true, _) => format!("{:->w$}", ":"),
+        })
+        .collect();
+    push(
         &mut out,
         &rule.iter().map(String::as_str).collect::<Vec<_>>(),
-        &widths,
     );
     for row in &rows {
-        push_row(
+        push(
             &mut out,
             &row.iter().map(String::as_str).collect::<Vec<_>>(),
-            &widths,
         );
     }
+    if markdown && !notes.is_empty() {
+        out.push('\n');
+    }
     for (i, note) in notes.iter().enumerate() {
-        let _ = writeln!(out, "[{}] {note}", i + 1);
+        let bullet = if markdown { "- " } else { "" };
+        let _ = writeln!(out, "{bullet}[{}] {note}", i + 1);
     }
     out
 }
 
-fn push_row(out: &mut String, cells: &[&str], widths: &[usize]) {
+fn push_row(out: &mut String, cells: &[&str], widths: &[usize], markdown: bool) {
+    let sep = if markdown { " | " } else { "  " };
+    if markdown {
+        out.push_str("| ");
+    }
     for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
         if i == 0 {
             let _ = write!(out, "{cell:<w$}");
         } else {
-            let _ = write!(out, "  {cell:>w$}");
+            let _ = write!(out, "{sep}{cell:>w$}");
         }
+    }
+    if markdown {
+        out.push_str(" |");
     }
     out.push('\n');
 }
@@ -958,7 +1117,23 @@ pub fn print_figures(args: &Args, figures: &[Figure]) {
             println!("{line}");
         }
     }
-    human(args, &render_table(figures));
+    human(args, &render_table(figures, args.markdown));
+}
+
+/// Prints the targets checked against `figures` ([`render_targets`]), in a code block under
+/// `--markdown`.
+pub fn print_targets(args: &Args, targets: &[Target], figures: &[Figure], out: &Collector) {
+    let text = render_targets(targets, figures, out);
+    if args.markdown {
+        human(args, &format!("\n```text\n{text}```\n\n"));
+    } else {
+        human(args, &text);
+    }
+}
+
+/// A short duration, for the plan lines: `50ms`, `1.5s`.
+pub fn short(d: Duration) -> String {
+    format!("{d:?}")
 }
 
 /// A duration in seconds, for progress messages.
@@ -981,9 +1156,12 @@ mod tests {
             Ok(Command::Run(Args {
                 suite: Suite::All,
                 json: false,
+                markdown: false,
                 rounds: None,
                 quick: false,
-                verbose: false
+                verbose: false,
+                seed: None,
+                plot: None,
             }))
         );
     }
@@ -991,13 +1169,28 @@ mod tests {
     #[test]
     fn parse_full_command_line() {
         assert_eq!(
-            run(&["ring", "--json", "--rounds", "5", "--quick", "-v"]),
+            run(&[
+                "ring",
+                "--json",
+                "--rounds",
+                "5",
+                "--quick",
+                "-v",
+                "--seed",
+                "42",
+                "--plot",
+                "out",
+                "--markdown"
+            ]),
             Ok(Command::Run(Args {
                 suite: Suite::Ring,
                 json: true,
+                markdown: true,
                 rounds: Some(5),
                 quick: true,
-                verbose: true
+                verbose: true,
+                seed: Some(42),
+                plot: Some("out".into()),
             }))
         );
         let Ok(Command::Run(a)) = run(&["--rounds=3", "udp"]) else {
@@ -1016,6 +1209,9 @@ mod tests {
         assert!(run(&["--rounds", "0"]).is_err());
         assert!(run(&["--rounds", "x"]).is_err());
         assert!(run(&["--fast"]).is_err());
+        assert!(run(&["--seed"]).is_err());
+        assert!(run(&["--seed", "-1"]).is_err());
+        assert!(run(&["--plot"]).is_err());
     }
 
     #[test]
@@ -1029,27 +1225,49 @@ mod tests {
     fn rounds_run_everyone_and_stop_at_budget() {
         let mut out = Collector::new("t", false);
         let mut runs = Vec::new();
-        let done = run_rounds(&mut out, 1, 3, 2, Duration::from_secs(60), |out, _, i| {
-            runs.push(i);
-            out.add(
-                ["a", "b", "c"][i],
-                "x",
-                "ns",
-                (out.round * 10 + i + 1) as f64,
-            );
-        });
+        let mut rng = fastrand::Rng::with_seed(7);
+        let names = ["a", "b", "c"];
+        let done = run_rounds(
+            &mut out,
+            1,
+            &names,
+            2,
+            Duration::from_secs(60),
+            &mut rng,
+            |out, _, i| {
+                runs.push(i);
+                out.add(names[i], "x", "ns", (out.round * 10 + i + 1) as f64);
+            },
+        );
         assert_eq!(done, 2);
-        assert_eq!(runs, vec![0, 1, 2, 1, 2, 0]);
+        // Each round runs everyone once.
+        for round in runs.chunks(3) {
+            let mut r = round.to_vec();
+            r.sort_unstable();
+            assert_eq!(r, [0, 1, 2]);
+        }
+        // The same seed gives the same orders.
+        let mut again = fastrand::Rng::with_seed(7);
+        assert_eq!(shuffled(3, &mut again), runs[..3]);
+        assert_eq!(shuffled(3, &mut again), runs[3..]);
         // Round 0: b/a = 2/1; round 1: b/a = 12/11.
         let r = out.paired_ratio(("b", "x"), ("a", "x")).unwrap();
         assert!((r - (2.0 + 12.0 / 11.0) / 2.0).abs() < 1e-9, "{r}");
         assert_eq!(out.paired_ratio(("b", "x"), ("z", "x")), None);
         let mut phases = Vec::new();
-        let done = run_rounds(&mut out, 2, 2, 5, Duration::ZERO, |_, phase, i| {
-            phases.push((phase, i));
-        });
+        let done = run_rounds(
+            &mut out,
+            2,
+            &names[..2],
+            5,
+            Duration::ZERO,
+            &mut rng,
+            |_, phase, i| phases.push((phase, i)),
+        );
         assert_eq!(done, 1);
-        assert_eq!(phases, vec![(0, 0), (0, 1), (1, 0), (1, 1)]);
+        assert_eq!(phases.len(), 4);
+        assert!(phases[..2].iter().all(|&(p, _)| p == 0));
+        assert!(phases[2..].iter().all(|&(p, _)| p == 1));
     }
 
     #[test]
@@ -1061,16 +1279,17 @@ mod tests {
     }
 
     #[test]
-    fn rotation_runs_everyone_once_per_round() {
-        assert_eq!(round_order(3, 0), vec![0, 1, 2]);
-        assert_eq!(round_order(3, 1), vec![1, 2, 0]);
-        assert_eq!(round_order(3, 5), vec![2, 0, 1]);
-        for r in 0..7 {
-            let mut o = round_order(7, r);
-            assert_eq!(o[0], r % 7);
+    fn shuffles_are_permutations_and_vary() {
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut firsts = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let mut o = shuffled(8, &mut rng);
+            firsts.insert(o[0]);
             o.sort_unstable();
-            assert_eq!(o, (0..7).collect::<Vec<_>>());
+            assert_eq!(o, (0..8).collect::<Vec<_>>());
         }
+        // A fixed rotation would start with each in turn; a shuffle starts with many, at random.
+        assert!(firsts.len() >= 4, "{firsts:?}");
     }
 
     #[test]
@@ -1094,6 +1313,8 @@ mod tests {
             case: "rtt_p50",
             implementation: "rtrb",
             value,
+            min: value,
+            max: value,
             unit: "ns",
             note: None,
             rounds: 1,
@@ -1104,15 +1325,19 @@ mod tests {
     fn json_line_format() {
         assert_eq!(
             json_line(&figure(Some(123.0))).as_deref(),
-            Some(r#"{"suite":"ring","case":"rtt_p50","impl":"rtrb","value":123.0,"unit":"ns"}"#)
+            Some(
+                r#"{"suite":"ring","case":"rtt_p50","impl":"rtrb","value":123.0,"min":123.0,"max":123.0,"rounds":1,"unit":"ns"}"#
+            )
         );
         let mut f = figure(Some(12_345_678.25));
         f.case = "throughput_single";
         f.unit = "msgs/s";
+        f.min = Some(1e6);
+        f.max = None;
         assert_eq!(
             json_line(&f).as_deref(),
             Some(
-                r#"{"suite":"ring","case":"throughput_single","impl":"rtrb","value":12345678.2,"unit":"msgs/s"}"#
+                r#"{"suite":"ring","case":"throughput_single","impl":"rtrb","value":12345678.2,"min":1000000.0,"rounds":1,"unit":"msgs/s"}"#
             )
         );
         assert_eq!(json_line(&figure(None)), None);
@@ -1123,30 +1348,52 @@ mod tests {
     }
 
     #[test]
-    fn collector_medians_and_notes() {
+    fn collector_medians_spread_notes_and_histograms() {
         let mut c = Collector::new("ring", false);
-        for v in [30.0, 10.0, 20.0] {
-            c.add("rtrb", "rtt_p50", "ns", v);
+        for v in [30e6, 10e6, 20e6] {
+            c.add("rtrb", "throughput_single", "msgs/s", v);
         }
         c.note("std-mpsc", "throughput_batch", "msgs/s", "no batch API");
         c.note("std-mpsc", "throughput_batch", "msgs/s", "no batch API");
-        c.cut_short("rtrb", "rtt_p50", "ns", 500, "samples");
-        c.cut_short("rtrb", "rtt_p50", "ns", 300, "samples");
+        let mut h = latency_histogram();
+        for v in [100u64, 200, 300] {
+            h.record(v).unwrap();
+        }
+        c.add_rtt::<String>("llbus", Ok(&h));
+        c.add_rtt::<String>("llbus", Ok(&h));
+        c.add_rtt("floor", Err("stuck"));
         let figs = c.figures();
-        assert_eq!(figs.len(), 2);
-        assert_eq!(
-            figs[0].note.as_deref(),
-            Some("time cap cut 2 of 3 rounds short (fewest: 300 samples)")
-        );
-        assert_eq!(figs[0].value, Some(20.0));
+        assert_eq!(figs[0].value, Some(20e6));
+        assert_eq!((figs[0].min, figs[0].max), (Some(10e6), Some(30e6)));
         assert_eq!(figs[0].rounds, 3);
         assert_eq!(figs[1].value, None);
         assert_eq!(figs[1].note.as_deref(), Some("no batch API"));
-        assert_eq!(find(&figs, "rtrb", "rtt_p50"), Some(20.0));
-        let table = render_table(&figs);
-        assert!(table.contains("rtt_p50 (ns)"), "{table}");
+        assert_eq!(find(&figs, "llbus", "rtt_p50"), Some(200.0));
+        assert_eq!(find(&figs, "llbus", "rtt_max"), Some(300.0));
+        assert!(figs
+            .iter()
+            .any(|f| f.implementation == "floor" && f.note.as_deref() == Some("FAILED: stuck")));
+        // Histograms are merged over rounds, one per implementation that produced one.
+        assert_eq!(c.histograms().len(), 1);
+        assert_eq!(c.histograms()[0].1.len(), 6);
+        let table = render_table(&figs, false);
+        let md = render_table(&figs, true);
+        assert!(md.contains("| rtrb "), "{md}");
         assert!(
-            table.contains("[2] std-mpsc throughput_batch: no batch API"),
+            md.lines()
+                .nth(1)
+                .is_some_and(|l| l.starts_with("| :--") && l.ends_with(": |")),
+            "{md}"
+        );
+        assert!(
+            md.contains("- [1] std-mpsc throughput_batch: no batch API"),
+            "{md}"
+        );
+        assert!(table.contains("throughput_single (M msgs/s)"), "{table}");
+        assert!(table.contains("20.00 (10.00..30.00)"), "{table}");
+        assert!(table.contains("200 (200..200)"), "{table}");
+        assert!(
+            table.contains("std-mpsc throughput_batch: no batch API"),
             "{table}"
         );
     }

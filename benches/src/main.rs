@@ -2,17 +2,19 @@
 //!
 //! Each suite is one module (`ring`, `bus`, `udp`) built on the shared pieces in
 //! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
-//! throughput loops) and `onbus` (running a bus with deadlines). See `--help` for the options, and each module's docs for what it
+//! throughput loops) and `onbus` (running a bus with deadlines); `plot` draws a suite's
+//! pictures (`--plot DIR`). See `--help` for the options, and each module's docs for what it
 //! measures and how.
 
 mod bus;
 mod drive;
 mod harness;
 mod onbus;
+mod plot;
 mod ring;
 mod udp;
 
-use harness::{Args, Command, Pinning, Suite, USAGE};
+use harness::{human, machine, seed, Args, Command, Pinning, Suite, USAGE};
 
 fn main() {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -27,13 +29,35 @@ fn main() {
         }
     };
     let pinning = Pinning::probe();
+    let seed = seed(&args);
+    let machine = machine();
+    human(
+        &args,
+        &format!("llbus benchmarks on {machine}; seed {seed} (--seed {seed} repeats the rounds' orders)\n\n"),
+    );
+    let mut collected = Vec::new();
     if args.suite.includes(Suite::Ring) {
-        ring::run(&args, &pinning);
+        collected.push(ring::run(&args, &pinning, seed));
     }
     if args.suite.includes(Suite::Bus) {
-        bus::run(&args, &pinning);
+        collected.push(bus::run(&args, &pinning, seed));
     }
     if args.suite.includes(Suite::Udp) {
-        udp::run(&args, &pinning);
+        collected.push(udp::run(&args, &pinning, seed));
+    }
+    if let Some(dir) = &args.plot {
+        for out in &collected {
+            match plot::suite(dir, out, &machine) {
+                Ok(files) => {
+                    for f in files {
+                        eprintln!("wrote {}", f.display());
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
     }
 }

@@ -120,9 +120,8 @@ pub type RttResult = Result<RttOutcome, Failure>;
 
 /// Publishes `P(n)`, times the `Q(n)` that answers it, and publishes the next, like
 /// `examples/pingpong.rs`. Mirrors `drive::round_trip`'s loop: one `Instant::now()` before
-/// publishing and one when the answer is handled; warm-up (at most a tenth of the time cap)
-/// not recorded, then samples until the count or the time cap; the answer must carry the
-/// counter sent. The histogram is allocated when the actor is made (in its factory).
+/// publishing and one when the answer is handled; round trips of the plan's warm-up not
+/// recorded, then every round trip of its window; the answer must carry the counter sent. The histogram is allocated when the actor is made (in its factory).
 ///
 /// It starts in `on_start`, or, given a `go` flag, in the first `poll` after the flag is set
 /// (once the network subscriptions exist). Given a `go` flag (over the network), it also gives
@@ -135,10 +134,9 @@ pub struct Pinger<P, Q> {
     started: bool,
     /// The counter of the ping in flight.
     n: u64,
-    warming: bool,
     warm_end: Instant,
-    recorded: u64,
-    soft_end: Instant,
+    /// Set when the warm-up ends.
+    window_end: Option<Instant>,
     t0: Instant,
     /// `None` once the result is sent.
     histogram: Option<Histogram<u64>>,
@@ -168,10 +166,8 @@ impl<P: Counter, Q: Counter> Pinger<P, Q> {
             go,
             started: false,
             n: 0,
-            warming: true,
             warm_end: now,
-            recorded: 0,
-            soft_end: now,
+            window_end: None,
             t0: now,
             histogram: Some(latency_histogram()),
             result,
@@ -181,10 +177,7 @@ impl<P: Counter, Q: Counter> Pinger<P, Q> {
 
     fn begin(&mut self, ctx: &mut Context<'_>) {
         self.started = true;
-        let now = Instant::now();
-        self.warm_end = now + self.plan.soft_cap / 10;
-        self.warming = self.plan.warmup > 0;
-        self.soft_end = now + self.plan.soft_cap;
+        self.warm_end = Instant::now() + self.plan.warmup;
         self.send_next(ctx);
     }
 
@@ -242,20 +235,19 @@ impl<P: Counter, Q: Counter> Actor for Pinger<P, Q> {
             };
             return self.finish(Err(corrupt), ctx);
         }
-        if self.warming {
-            if self.n >= self.plan.warmup || t1 >= self.warm_end {
-                self.warming = false;
-                self.soft_end = t1 + self.plan.soft_cap;
-            }
-        } else if let Some(h) = self.histogram.as_mut() {
-            h.saturating_record(t1.saturating_duration_since(self.t0).as_nanos() as u64);
-            self.recorded += 1;
-            let capped = t1 >= self.soft_end && self.recorded < self.plan.samples;
-            if self.recorded >= self.plan.samples || capped {
-                if let Some(histogram) = self.histogram.take() {
-                    self.finish(Ok(RttOutcome { histogram, capped }), ctx);
+        match self.window_end {
+            None if t1 >= self.warm_end => self.window_end = Some(t1 + self.plan.window),
+            None => {}
+            Some(end) => {
+                if let Some(h) = self.histogram.as_mut() {
+                    h.saturating_record(t1.saturating_duration_since(self.t0).as_nanos() as u64);
                 }
-                return;
+                if t1 >= end {
+                    if let Some(histogram) = self.histogram.take() {
+                        self.finish(Ok(RttOutcome { histogram }), ctx);
+                    }
+                    return;
+                }
             }
         }
         self.send_next(ctx);

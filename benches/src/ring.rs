@@ -2,24 +2,31 @@
 //! queues and channels, between two threads pinned to cores 0 and 1.
 //!
 //! Measured for every implementation, in one process, round after round (each round runs
-//! every implementation once, in rotating order, one measurement at a time: all round trips,
-//! then all single-item streams, then all batches; figures are medians over rounds):
+//! every implementation once per measurement, in a fresh random order: all round trips, then
+//! all single-item streams, then all batches; figures are medians over rounds, with their min
+//! and max):
 //! - round-trip latency (ping-pong through two queues, one each way): p50, p99, p99.9 and max
-//!   of an HDR histogram of every round trip, in ns, including one `Instant::now()` read;
-//! - one-way throughput in messages per second, sending and receiving one item at a time;
+//!   of an HDR histogram of every round trip of a [`WINDOW`] after a [`WARMUP`], in ns,
+//!   including one `Instant::now()` read;
+//! - one-way throughput in messages per second over a [`WINDOW`] after a [`WARMUP`] of the same
+//!   stream, sending one item at a time (received one at a time, except by the disruptor,
+//!   whose documented consumer takes every published event in one poll);
 //! - one-way throughput with batches of [`BATCH`] items, for the implementations with a batch
 //!   API (the llbus ring's `push_slice`/`pop_batch`, rtrb's chunks, the disruptor's batch
 //!   publish and poll); the others are listed as skipped.
 //!
 //! Implementations (`impl` names in the output):
 //! - `llbus`: the llbus ring (`llbus::Ring`), spinning on `try_push`/`try_pop`;
-//! - `rtrb`: `rtrb::RingBuffer`, spinning on `push`/`pop`;
+//! - `rtrb`: `rtrb::RingBuffer`, spinning on `push`/`pop`; batches with its chunk API as its
+//!   docs show it (`push_partial_slice`, and `read_chunk` of what its cached index says is
+//!   there, re-reading the producer's index only when that is less than a batch);
 //! - `crossbeam-arrayqueue`: `crossbeam_queue::ArrayQueue` (MPMC), spinning;
 //! - `crossbeam-channel-spin`: `crossbeam_channel::bounded`, spinning on `try_send`/`try_recv`;
 //! - `crossbeam-channel`: the same channel with blocking `send`/`recv`;
 //! - `std-mpsc`: `std::sync::mpsc::sync_channel` with blocking `send`/`recv`;
-//! - `disruptor`: the `disruptor` crate's single-producer ring read with its `EventPoller`,
-//!   spinning on `try_publish`/`poll_take` (batch: `try_batch_publish`, all or nothing);
+//! - `disruptor`: the `disruptor` crate's single-producer ring read with its `EventPoller`
+//!   the way its README does (`poll()`: every event published so far, in one guard), spinning
+//!   on `try_publish`/`poll` (batch: `try_batch_publish`, all or nothing);
 //! - `floor`: the physical floor, one `CachePadded<AtomicU64>` each way carrying a counter
 //!   (a single slot, not a queue: round trip only).
 //!
@@ -34,8 +41,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, clock_step_ns, find, human, print_figures, render_targets, run_rounds, secs,
-    Args, Bound, Collector, Percentiles, Pinning, Spin, Stuck, Target,
+    clock_cost_ns, clock_step_ns, find, human, print_figures, print_targets, run_rounds, secs,
+    short, Args, Bound, Collector, Pinning, Spin, Stuck, Target,
 };
 
 /// Slots in every queue.
@@ -43,6 +50,13 @@ pub const CAPACITY: usize = 1024;
 
 /// Items per batch in the batch throughput case.
 pub const BATCH: usize = 64;
+
+/// Every measurement runs unrecorded this long first.
+pub const WARMUP: Duration = Duration::from_millis(50);
+
+/// Then it is recorded for this long: long enough that one preemption (a few ms on this VM)
+/// moves a round's figure by a few % at most.
+pub const WINDOW: Duration = Duration::from_millis(200);
 
 /// Suite name in the output.
 const SUITE: &str = "ring";
@@ -54,7 +68,7 @@ struct Plan {
     rtt: RttPlan,
     single: StreamPlan,
     batch: StreamPlan,
-    /// No new round starts once this much time has gone, so the suite stays under 3 minutes
+    /// No new round starts once this much time has gone, so that `all` stays under 4 minutes
     /// even on a loaded machine. Unlimited when `--rounds` is given.
     budget: Duration,
 }
@@ -62,40 +76,31 @@ struct Plan {
 impl Plan {
     fn new(args: &Args) -> Self {
         let hard_cap = Duration::from_secs(20);
-        // NB: sized so that a default run took 27-71 s on the 2-vCPU VM, idle to loaded (only
-        // std-mpsc's round trip hits its cap when idle); the caps and the budget bound the rest.
-        let (rounds, warmup, samples, items, rtt_cap, stream_cap) = if args.quick {
-            (3, 1_000, 10_000, 200_000, 200, 100)
+        // NB: a round (8 round trips, 9 streams, each 0.25 s) took 4.6 s on the 2-vCPU VM, so
+        // 15 rounds take 70 s (the whole `all` run about 2 minutes); `--quick` is a smoke test.
+        let (rounds, warmup, window) = if args.quick {
+            (2, Duration::from_millis(5), Duration::from_millis(20))
         } else {
-            (7, 20_000, 200_000, 10_000_000, 1000, 500)
+            (15, WARMUP, WINDOW)
         };
-        let (rtt_cap, stream_cap) = (
-            Duration::from_millis(rtt_cap),
-            Duration::from_millis(stream_cap),
-        );
+        let stream = |batch| StreamPlan {
+            batch,
+            warmup,
+            window,
+            hard_cap,
+        };
         Self {
             rounds: args.rounds.unwrap_or(rounds),
             rtt: RttPlan {
                 warmup,
-                samples,
-                soft_cap: rtt_cap,
+                window,
                 hard_cap,
             },
-            single: StreamPlan {
-                items,
-                batch: None,
-                soft_cap: stream_cap,
-                hard_cap,
-            },
-            batch: StreamPlan {
-                items: 2 * items,
-                batch: Some(BATCH),
-                soft_cap: stream_cap,
-                hard_cap,
-            },
+            single: stream(None),
+            batch: stream(Some(BATCH)),
             budget: match args.rounds {
                 Some(_) => Duration::MAX,
-                None => Duration::from_secs(150),
+                None => Duration::from_secs(90),
             },
         }
     }
@@ -136,30 +141,10 @@ fn run_case<C: Contender>(phase: usize, pinning: &Pinning, plan: &Plan, out: &mu
 
 /// The round-trip phase.
 fn round_trip_case<C: Contender>(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
-    let name = C::NAME;
     let (ping_tx, echo_rx) = C::queue(CAPACITY);
     let (echo_tx, ping_rx) = C::queue(CAPACITY);
-    let cases = ["rtt_p50", "rtt_p99", "rtt_p999", "rtt_max"];
-    match round_trip(pinning, (ping_tx, ping_rx), (echo_rx, echo_tx), plan.rtt) {
-        Ok(o) if o.histogram.is_empty() => out.note(name, "rtt_p50", "ns", "no samples"),
-        Ok(o) => {
-            let p = Percentiles::of(&o.histogram);
-            for (case, v) in cases.iter().zip([p.p50, p.p99, p.p999, p.max]) {
-                out.add(name, case, "ns", v as f64);
-            }
-            if o.capped {
-                // One footnote for the four figures of the one histogram.
-                let n = o.histogram.len();
-                out.cut_short(name, "rtt_p50", "ns", n, "round trips");
-            }
-        }
-        Err(e) => {
-            eprintln!("ERROR: {name} round trip: {e}");
-            for case in cases {
-                out.note(name, case, "ns", format!("FAILED: {e}"));
-            }
-        }
-    }
+    let result = round_trip(pinning, (ping_tx, ping_rx), (echo_rx, echo_tx), plan.rtt);
+    out.add_rtt(C::NAME, result.as_ref().map(|o| &o.histogram));
 }
 
 /// A throughput phase; `skip` says why `C` has no such case, if it has none.
@@ -177,12 +162,7 @@ fn stream_case<C: Contender>(
     }
     let (tx, rx) = C::queue(CAPACITY);
     match stream(pinning, tx, rx, plan) {
-        Ok(o) => {
-            out.add(name, case, "msgs/s", o.per_sec);
-            if o.capped {
-                out.cut_short(name, case, "msgs/s", o.items, "items");
-            }
-        }
+        Ok(o) => out.add(name, case, "msgs/s", o.per_sec),
         Err(e) => {
             eprintln!("ERROR: {name} {case}: {e}");
             out.note(name, case, "msgs/s", format!("FAILED: {e}"));
@@ -192,8 +172,7 @@ fn stream_case<C: Contender>(
 
 type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
 
-/// Every implementation, in table order. The rotation keeps cyclic neighbours together, so
-/// the floor runs just before llbus, and rtrb just after it, in every round but the first.
+/// Every implementation, in table order (each round runs them in a fresh random order).
 const CONTENDERS: &[CaseFn] = &[
     run_case::<Llbus>,
     run_case::<Rtrb>,
@@ -205,8 +184,20 @@ const CONTENDERS: &[CaseFn] = &[
     run_case::<Floor>,
 ];
 
-/// Runs the suite and prints its figures.
-pub fn run(args: &Args, pinning: &Pinning) {
+/// Their names, in the same order.
+const NAMES: &[&str] = &[
+    Llbus::NAME,
+    Rtrb::NAME,
+    ArrayQueue::NAME,
+    ChannelSpin::NAME,
+    ChannelBlocking::NAME,
+    StdMpsc::NAME,
+    Disruptor::NAME,
+    Floor::NAME,
+];
+
+/// Runs the suite, prints its figures and returns what it collected.
+pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
     let plan = Plan::new(args);
     let started = Instant::now();
     let clock_step = clock_step_ns();
@@ -217,34 +208,33 @@ pub fn run(args: &Args, pinning: &Pinning) {
              threads: {}\n\
              clock: Instant::now() costs {:.0} ns, included once in every round trip; \
              it advances in steps of about {} ns\n\
-             plan: {} rounds; per round and impl: {} round trips (+{} warm-up), {} items \
-             single, {} items in batches of {}; capacity {}; time caps {} per round trip case, {} per throughput case\n",
+             plan: {} rounds in random order (seed {seed}); per round and impl: round trips \
+             and streams of one item and of batches of {}, each {} of warm-up then {} \
+             measured; capacity {}\n",
             pinning.describe(),
             clock_cost_ns(),
             clock_step,
             plan.rounds,
-            plan.rtt.samples,
-            plan.rtt.warmup,
-            plan.single.items,
-            plan.batch.items,
             BATCH,
+            short(plan.rtt.warmup),
+            short(plan.rtt.window),
             CAPACITY,
-            secs(plan.rtt.soft_cap),
-            secs(plan.single.soft_cap),
         ),
     );
     let mut out = Collector::new(SUITE, args.verbose);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let rounds_done = run_rounds(
         &mut out,
         PHASES,
-        CONTENDERS.len(),
+        NAMES,
         plan.rounds,
         plan.budget,
+        &mut rng,
         |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
     );
     let figures = out.figures();
     print_figures(args, &figures);
-    human(args, &render_targets(&TARGETS, &figures, &out));
+    print_targets(args, &TARGETS, &figures, &out);
     if let Some(floor) = find(&figures, "floor", "rtt_p50").filter(|f| *f > 0.0) {
         human(
             args,
@@ -257,14 +247,15 @@ pub fn run(args: &Args, pinning: &Pinning) {
     human(
         args,
         &format!(
-            "ring: {rounds_done} rounds in {}; figures are medians over rounds\n\n",
+            "ring: {rounds_done} rounds in {}; figures are medians over rounds (min..max)\n\n",
             secs(started.elapsed())
         ),
     );
+    out
 }
 
 /// The issue's targets, as ratios of figures of this run.
-const TARGETS: [Target; 5] = [
+const TARGETS: [Target; 6] = [
     Target {
         what: "rtt p50 llbus / floor",
         num: ("llbus", "rtt_p50"),
@@ -287,6 +278,12 @@ const TARGETS: [Target; 5] = [
         what: "throughput single llbus / rtrb",
         num: ("llbus", "throughput_single"),
         den: ("rtrb", "throughput_single"),
+        bound: Bound::RatioAtLeast(1.0),
+    },
+    Target {
+        what: "throughput batch llbus / rtrb (chunks)",
+        num: ("llbus", "throughput_batch"),
+        den: ("rtrb", "throughput_batch"),
         bound: Bound::RatioAtLeast(1.0),
     },
     Target {
@@ -389,15 +386,19 @@ impl Receiver for rtrb::Consumer<u64> {
 
     #[inline]
     fn recv_batch(&mut self, max: usize, mut f: impl FnMut(u64)) -> usize {
-        let n = self.slots().min(max);
-        if n == 0 {
-            return 0;
-        }
-        let Ok(chunk) = self.read_chunk(n) else {
-            return 0;
+        // `read_chunk` re-reads the producer's index only when its cached one shows fewer than
+        // `max`; with fewer ready it says how many, and those are taken (rtrb's docs).
+        let chunk = match self.read_chunk(max) {
+            Ok(chunk) => chunk,
+            Err(rtrb::chunks::ChunkError::TooFewSlots(0)) => return 0,
+            Err(rtrb::chunks::ChunkError::TooFewSlots(n)) => match self.read_chunk(n) {
+                Ok(chunk) => chunk,
+                Err(_) => return 0,
+            },
         };
         let (first, second) = chunk.as_slices();
         first.iter().chain(second).for_each(|&v| f(v));
+        let n = chunk.len();
         chunk.commit_all();
         n
     }
@@ -558,8 +559,11 @@ struct Disruptor;
 /// Publishing end of a disruptor.
 struct DisruptorTx(disruptor::SingleProducer<u64, disruptor::SingleConsumerBarrier>);
 
-/// Polling end of a disruptor.
-struct DisruptorRx(disruptor::EventPoller<u64, disruptor::SingleProducerBarrier>);
+/// Polling end of a disruptor, and whether it has seen the producer shut down.
+struct DisruptorRx(
+    disruptor::EventPoller<u64, disruptor::SingleProducerBarrier>,
+    bool,
+);
 
 impl std::fmt::Debug for DisruptorTx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -581,7 +585,7 @@ impl Contender for Disruptor {
     fn queue(capacity: usize) -> (Self::Tx, Self::Rx) {
         let (poller, builder) =
             disruptor::build_single_producer(capacity, || 0u64, disruptor::BusySpin).event_poller();
-        (DisruptorTx(builder.build()), DisruptorRx(poller))
+        (DisruptorTx(builder.build()), DisruptorRx(poller, false))
     }
 }
 
@@ -613,23 +617,31 @@ impl Sender for DisruptorTx {
 impl Receiver for DisruptorRx {
     #[inline]
     fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
+        // One event is in flight in a round trip: `poll` hands over exactly that one.
+        let mut got = None;
+        self.recv_some(spin, |v| got = Some(v))?;
+        got.ok_or(Stuck)
+    }
+
+    #[inline]
+    fn recv_some(&mut self, spin: &mut Spin, mut f: impl FnMut(u64)) -> Result<usize, Stuck> {
         loop {
-            match self.0.poll_take(1) {
-                Ok(mut guard) => {
-                    if let Some(&v) = (&mut guard).next() {
-                        return Ok(v);
-                    }
-                }
-                Err(disruptor::Polling::NoEvents) => {}
-                Err(disruptor::Polling::Shutdown) => return Err(Stuck),
+            let n = self.recv_batch(usize::MAX, &mut f);
+            if n > 0 {
+                return Ok(n);
+            }
+            if self.1 {
+                return Err(Stuck);
             }
             spin.tick()?;
         }
     }
 
+    /// Everything published so far (the README's `poll`), not at most `max`: the disruptor's
+    /// consumer takes what is there.
     #[inline]
-    fn recv_batch(&mut self, max: usize, mut f: impl FnMut(u64)) -> usize {
-        match self.0.poll_take(max as u64) {
+    fn recv_batch(&mut self, _max: usize, mut f: impl FnMut(u64)) -> usize {
+        match self.0.poll() {
             Ok(mut guard) => {
                 let mut n = 0;
                 for &v in &mut guard {
@@ -638,7 +650,11 @@ impl Receiver for DisruptorRx {
                 }
                 n
             }
-            Err(_) => 0,
+            Err(disruptor::Polling::NoEvents) => 0,
+            Err(disruptor::Polling::Shutdown) => {
+                self.1 = true;
+                0
+            }
         }
     }
 }
@@ -691,5 +707,67 @@ impl Receiver for FloorRx {
             }
             spin.tick()?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(batch: Option<usize>) -> StreamPlan {
+        StreamPlan {
+            batch,
+            warmup: Duration::from_millis(2),
+            window: Duration::from_millis(10),
+            hard_cap: Duration::from_secs(20),
+        }
+    }
+
+    /// Streams through `C` one at a time and in batches (if it has them), and bounces round
+    /// trips: every adapter delivers the sequence in order (or the driver reports corruption).
+    fn exercise<C: Contender>() {
+        let pinning = Pinning::disabled("test");
+        if C::NO_STREAM.is_none() {
+            let (tx, rx) = C::queue(CAPACITY);
+            let o = stream(&pinning, tx, rx, plan(None)).expect(C::NAME);
+            assert!(o.per_sec > 0.0, "{}: {o:?}", C::NAME);
+            if C::NO_BATCH.is_none() {
+                // A small ring, so batches wrap and fill it.
+                let (tx, rx) = C::queue(2 * BATCH);
+                let o = stream(&pinning, tx, rx, plan(Some(BATCH))).expect(C::NAME);
+                assert!(o.per_sec > 0.0, "{}: {o:?}", C::NAME);
+            }
+        }
+        let (ping_tx, echo_rx) = C::queue(CAPACITY);
+        let (echo_tx, ping_rx) = C::queue(CAPACITY);
+        let rtt = RttPlan {
+            warmup: Duration::from_millis(2),
+            window: Duration::from_millis(10),
+            hard_cap: Duration::from_secs(20),
+        };
+        let o = round_trip(&pinning, (ping_tx, ping_rx), (echo_rx, echo_tx), rtt).expect(C::NAME);
+        assert!(!o.histogram.is_empty(), "{}", C::NAME);
+    }
+
+    #[test]
+    fn every_adapter_streams_in_order_and_round_trips() {
+        exercise::<Llbus>();
+        exercise::<Rtrb>();
+        exercise::<Disruptor>();
+        exercise::<ArrayQueue>();
+        exercise::<ChannelSpin>();
+        exercise::<ChannelBlocking>();
+        exercise::<StdMpsc>();
+        exercise::<Floor>();
+    }
+
+    #[test]
+    fn rtrb_batches_take_what_is_there_when_less_than_asked() {
+        let (mut tx, mut rx) = Rtrb::queue(16);
+        assert_eq!(tx.send_batch(&[1, 2, 3]), 3);
+        let mut got = Vec::new();
+        assert_eq!(rx.recv_batch(8, |v| got.push(v)), 3);
+        assert_eq!(rx.recv_batch(8, |v| got.push(v)), 0);
+        assert_eq!(got, [1, 2, 3]);
     }
 }

@@ -1,8 +1,9 @@
 //! The `udp` suite: the network bridge over loopback against raw UDP loops.
 //!
 //! Everything runs over 127.0.0.1 with ephemeral ports, in one process, round after round
-//! (each round runs every implementation once per measurement, in rotating order; figures are
-//! medians over rounds).
+//! (each round runs every implementation once per measurement, in a fresh random order;
+//! figures are medians over rounds, with min and max). Every measurement runs a warm-up, then
+//! a measured window ([`WARMUP`], [`WINDOW`]).
 //!
 //! Round trip (`rtt_p50`, `rtt_p99`, `rtt_p999`, `rtt_max`, ns) of a 32-byte message carrying a
 //! counter, timed on the first side (one `Instant::now()` before sending, one after the echo
@@ -26,12 +27,13 @@
 //!   tag of 16 bytes per datagram), beside `llbus` without it in the same run.
 //!
 //! Throughput of 32-byte messages from bus A through bridge A to bridge B (`llbus` only): a
-//! publisher actor in A's group publishes `0, 1, 2, ...` as fast as its thread allows for the
-//! time cap (0.3 s; at most 50 million messages), [`PER_POLL`] per `poll` (the bridge takes up
-//! to 256 per poll), and a sink actor in B's
-//! group takes its ring itself (`takes`, so it keeps up with whole `recvmmsg` batches) and
-//! counts. Delivered messages per second = messages the sink got / (time of the sink's last
-//! batch - time of the first publish). UDP drops under overload, so the loss is reported too
+//! publisher actor in A's group publishes `0, 1, 2, ...` as fast as its thread allows,
+//! [`PER_POLL`] per `poll` (the bridge takes up to 256 per poll), until the window has closed,
+//! and a sink actor in B's group takes its ring itself (`takes`, so it keeps up with whole
+//! `recvmmsg` batches) and keeps its count in an atomic. The measuring thread reads that count
+//! after the warm-up and again a window later: delivered messages per second = the messages
+//! the sink got in between / the time in between. UDP drops under overload, so the loss is
+//! reported too
 //! (`loss_*`, % of the messages bridge A sent that bridge B did not receive: its
 //! `messages_out` against B's `messages_in`), and the average messages per datagram bridge A
 //! sent (`msgs_per_datagram_*`).
@@ -56,10 +58,9 @@ use llbus::{
 use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 
-use crate::bus::record_rtt;
 use crate::drive::{round_trip, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
-    human, median, print_figures, render_targets, run_rounds, secs, Args, Bound, Collector,
+    human, median, print_figures, print_targets, run_rounds, secs, short, Args, Bound, Collector,
     Pinning, Spin, Stuck, Target,
 };
 use crate::onbus::{
@@ -74,6 +75,12 @@ const LLBUS: &str = "llbus";
 const RAW_SPIN: &str = "raw-spin";
 const RAW_BLOCKING: &str = "raw-blocking";
 const MAC: &str = "llbus-mac";
+
+/// Every measurement runs unrecorded this long first.
+pub const WARMUP: Duration = Duration::from_millis(50);
+
+/// Then it is recorded for this long.
+pub const WINDOW: Duration = Duration::from_millis(250);
 
 /// Payload bytes of every message and raw datagram.
 pub const PAYLOAD: usize = 32;
@@ -134,8 +141,9 @@ counter_message!(Data, "bench.udp.data");
 struct Plan {
     rounds: usize,
     rtt: RttPlan,
-    items: u64,
-    stream_cap: Duration,
+    /// The throughput cases' warm-up and window.
+    warmup: Duration,
+    window: Duration,
     hard_cap: Duration,
     budget: Duration,
 }
@@ -143,25 +151,24 @@ struct Plan {
 impl Plan {
     fn new(args: &Args) -> Self {
         let hard_cap = Duration::from_secs(20);
-        let (rounds, warmup, samples, items, rtt_cap, stream_cap) = if args.quick {
-            (3, 200, 5_000, 200_000, 200, 100)
+        let (rounds, warmup, window) = if args.quick {
+            (2, Duration::from_millis(5), Duration::from_millis(20))
         } else {
-            (7, 2_000, 50_000, 50_000_000, 700, 300)
+            (15, WARMUP, WINDOW)
         };
         Self {
             rounds: args.rounds.unwrap_or(rounds),
             rtt: RttPlan {
                 warmup,
-                samples,
-                soft_cap: Duration::from_millis(rtt_cap),
+                window,
                 hard_cap,
             },
-            items,
-            stream_cap: Duration::from_millis(stream_cap),
+            warmup,
+            window,
             hard_cap,
             budget: match args.rounds {
                 Some(_) => Duration::MAX,
-                None => Duration::from_secs(150),
+                None => Duration::from_secs(60),
             },
         }
     }
@@ -186,14 +193,17 @@ const TARGETS: [Target; 2] = [
 /// One implementation's part of a round: `(phase, pinning, plan, out)`.
 type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
 
-/// Every implementation, in table order.
+/// Every implementation, in table order (each round runs them in a fresh random order).
 const CONTENDERS: &[CaseFn] = &[llbus_case, raw_spin_case, raw_blocking_case, mac_case];
+
+/// Their names, in the same order.
+const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.
 const PHASES: usize = 3;
 
-/// Runs the suite and prints its figures.
-pub fn run(args: &Args, pinning: &Pinning) {
+/// Runs the suite, prints its figures and returns what it collected.
+pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
     let plan = Plan::new(args);
     let started = Instant::now();
     let empty = match empty_receive_ns() {
@@ -205,44 +215,49 @@ pub fn run(args: &Args, pinning: &Pinning) {
         &format!(
             "== udp: loopback round trip through the bridges against raw UDP; batching ==\n\
              threads: {} (llbus: one group thread per bus, bridge and actor together)\n\
-             plan: {} rounds; per round and impl: {} round trips (+{} warm-up) of {}-byte \
-             messages, time cap {}; each throughput case publishes for {} (at most {} \
-             messages)\n\
+             plan: {} rounds in random order (seed {seed}); per round and impl: round trips \
+             of {}-byte messages and throughput streams, each {} of warm-up then {} \
+             measured\n\
              an empty non-blocking receive costs {} (recv, as raw-spin polls) and {} \
              (the bridge's recvmmsg of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
              raw UDP\n",
             pinning.describe(),
             plan.rounds,
-            plan.rtt.samples,
-            plan.rtt.warmup,
             PAYLOAD,
-            secs(plan.rtt.soft_cap),
-            secs(plan.stream_cap),
-            plan.items,
+            short(plan.warmup),
+            short(plan.window),
             empty.0,
             empty.1,
             BridgeConfig::default().batch,
         ),
     );
     let mut out = Collector::new(SUITE, args.verbose);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let rounds_done = run_rounds(
         &mut out,
         PHASES,
-        CONTENDERS.len(),
+        NAMES,
         plan.rounds,
         plan.budget,
+        &mut rng,
         |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
     );
     let figures = out.figures();
     print_figures(args, &figures);
-    human(args, &render_targets(&TARGETS, &figures, &out));
+    print_targets(args, &TARGETS, &figures, &out);
     human(
         args,
         &format!(
-            "udp: {rounds_done} rounds in {}; figures are medians over rounds\n\n",
+            "udp: {rounds_done} rounds in {}; figures are medians over rounds (min..max)\n\n",
             secs(started.elapsed())
         ),
     );
+    out
+}
+
+/// Records a round trip measurement (its error as text).
+fn record_rtt(name: &'static str, result: Result<RttOutcome, String>, out: &mut Collector) {
+    out.add_rtt(name, result.as_ref().map(|o| &o.histogram));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -310,7 +325,7 @@ fn empty_receive_ns() -> io::Result<(f64, f64)> {
     socket.set_nonblocking(true)?;
     let mut endpoint = UdpEndpoint::bind(loopback(), &SocketConfig::default())?;
     let config = BridgeConfig::default();
-    let mut batch = RecvBatch::new(config.batch, config.max_datagram);
+    let mut batch = RecvBatch::new(config.batch, config.max_datagram_for(loopback()));
     let mut buf = [0u8; PAYLOAD];
     let n = 2_000u32;
     let (mut raw, mut batched) = (Vec::new(), Vec::new());
@@ -530,20 +545,19 @@ fn llbus_round_trip(
 #[derive(Debug, Default)]
 struct FeedShared {
     t0: OnceLock<Instant>,
+    /// Set by the measuring thread once the window has closed.
+    stop: AtomicBool,
     /// Set once it has published its last message; then `published` holds.
     done: AtomicBool,
     published: AtomicU64,
 }
 
-/// Publishes `0, 1, ..` up to `items` (or until the time cap), [`PER_POLL`] per poll, once
-/// `go` is set.
+/// Publishes `0, 1, ..` [`PER_POLL`] per poll, once `go` is set, until told to stop.
 struct Feeder {
     out: Out<Data>,
     go: Arc<AtomicBool>,
     next: u64,
-    items: u64,
-    soft_cap: Duration,
-    soft_end: Option<Instant>,
+    done: bool,
     shared: Arc<FeedShared>,
 }
 
@@ -553,41 +567,29 @@ impl Actor for Feeder {
     fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
 
     fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
-        if self.next >= self.items || !self.go.load(Ordering::Relaxed) {
+        if self.done || !self.go.load(Ordering::Relaxed) {
             return 0;
         }
-        let soft_end = match self.soft_end {
-            Some(t) => t,
-            None => {
-                let t0 = Instant::now();
-                let _ = self.shared.t0.set(t0);
-                *self.soft_end.insert(t0 + self.soft_cap)
-            }
-        };
-        let end = (self.next + PER_POLL).min(self.items);
-        for n in self.next..end {
+        if self.next == 0 {
+            let _ = self.shared.t0.set(Instant::now());
+        }
+        for n in self.next..self.next + PER_POLL {
             ctx.publish(self.out, Data::with(n));
         }
-        let n = (end - self.next) as usize;
-        self.next = end;
-        if self.next < self.items && ctx.now() >= soft_end {
-            self.items = self.next; // The time cap: stop here.
-        }
-        if self.next >= self.items {
+        self.next += PER_POLL;
+        if self.shared.stop.load(Ordering::Relaxed) {
+            self.done = true;
             self.shared.published.store(self.next, Ordering::Relaxed);
             self.shared.done.store(true, Ordering::Release);
         }
-        n
+        PER_POLL as usize
     }
 }
 
 /// What the throughput sink shares with the measuring thread.
 #[derive(Debug)]
 struct SinkShared {
-    epoch: Instant,
     received: AtomicU64,
-    /// When the last batch arrived, in ns since `epoch`.
-    last_ns: AtomicU64,
     /// Messages that came with a counter not above the previous one (loopback should not
     /// reorder or duplicate).
     out_of_order: AtomicU64,
@@ -618,8 +620,6 @@ impl Actor for Sink {
         });
         if n > 0 {
             self.received += n as u64;
-            let now = self.shared.epoch.elapsed().as_nanos() as u64;
-            self.shared.last_ns.store(now, Ordering::Relaxed);
             self.shared
                 .out_of_order
                 .store(self.out_of_order, Ordering::Relaxed);
@@ -670,7 +670,7 @@ fn throughput(
     let psk = mac.then_some(MAC_KEY);
     let config_a = BridgeConfig {
         max_datagram: if single {
-            ONE_FRAME
+            Some(ONE_FRAME)
         } else {
             BridgeConfig::default().max_datagram
         },
@@ -694,9 +694,7 @@ fn throughput(
     let go = Arc::new(AtomicBool::new(false));
     let feed = Arc::new(FeedShared::default());
     let sink = Arc::new(SinkShared {
-        epoch: Instant::now(),
         received: AtomicU64::new(0),
-        last_ns: AtomicU64::new(0),
         out_of_order: AtomicU64::new(0),
     });
 
@@ -708,14 +706,11 @@ fn throughput(
         .backpressure::<Data>(Backpressure::DropNewest)
         .group("host-a");
     let (g, f) = (Arc::clone(&go), Arc::clone(&feed));
-    let (items, soft_cap) = (plan.items, plan.stream_cap);
     a.actor("feed", move |s: &mut Setup<'_>| Feeder {
         out: s.output(),
         go: Arc::clone(&g),
         next: 0,
-        items,
-        soft_cap,
-        soft_end: None,
+        done: false,
         shared: Arc::clone(&f),
     })
     .publishes::<Data>()
@@ -749,6 +744,16 @@ fn throughput(
     let run = wait_subscribed(&ra, "bridge-a", Data::TOPIC).and_then(|()| {
         go.store(true, Ordering::Release);
         let deadline = Instant::now() + plan.hard_cap;
+        let started = wait_until(deadline, || feed.t0.get().is_some());
+        // The window: the sink's count after the warm-up and a window later.
+        let read = || (Instant::now(), sink.received.load(Ordering::Acquire));
+        let window = started.then(|| {
+            std::thread::sleep(plan.warmup);
+            let opened = read();
+            std::thread::sleep(plan.window);
+            (opened, read())
+        });
+        feed.stop.store(true, Ordering::Relaxed);
         if !wait_until(deadline, || feed.done.load(Ordering::Acquire)) {
             return Err(format!(
                 "the publisher did not finish within {}",
@@ -769,15 +774,14 @@ fn throughput(
             }
             let settled = now > 0 && moved.elapsed() >= SETTLE;
             if now >= published || settled || Instant::now() >= deadline {
-                return Ok(());
+                return Ok(window);
             }
         }
     });
     let (report_a, report_b) = stop_both(ra, rb)?;
-    run?;
-    let t0 = *feed.t0.get().ok_or("the publisher never started")?;
+    let window = run?;
+    let ((t0, n0), (t1, n1)) = window.ok_or("the publisher never started")?;
     let received = sink.received.load(Ordering::Acquire);
-    let last = sink.epoch + Duration::from_nanos(sink.last_ns.load(Ordering::Relaxed));
     let out_of_order = sink.out_of_order.load(Ordering::Relaxed);
     if out_of_order > 0 {
         return Err(format!(
@@ -821,10 +825,10 @@ fn throughput(
             nonzero(&report_b, "bridge-b")
         ));
     }
-    let secs = last.saturating_duration_since(t0).as_secs_f64();
+    let secs = t1.saturating_duration_since(t0).as_secs_f64();
     Ok(ThroughputOutcome {
         per_sec: if secs > 0.0 {
-            received as f64 / secs
+            (n1 - n0) as f64 / secs
         } else {
             f64::NAN
         },
@@ -847,48 +851,40 @@ fn throughput(
 mod tests {
     use super::*;
 
-    fn rtt_plan(samples: u64) -> RttPlan {
+    fn rtt_plan() -> RttPlan {
         RttPlan {
-            warmup: 10,
-            samples,
-            soft_cap: Duration::from_secs(5),
+            warmup: Duration::from_millis(5),
+            window: Duration::from_millis(20),
             hard_cap: Duration::from_secs(20),
         }
-    }
-
-    /// Every sample, or fewer with the time cap's flag (a loaded machine).
-    fn complete_or_capped(o: &RttOutcome, samples: u64) -> bool {
-        let n = o.histogram.len();
-        n > 0 && (n == samples || o.capped)
     }
 
     #[test]
     fn raw_round_trips_spinning_and_blocking() {
         let pinning = Pinning::disabled("test");
         for blocking in [false, true] {
-            let o = raw_round_trip(blocking, &pinning, rtt_plan(100)).expect("round trip");
-            assert!(complete_or_capped(&o, 100));
+            let o = raw_round_trip(blocking, &pinning, rtt_plan()).expect("round trip");
+            assert!(!o.histogram.is_empty());
         }
     }
 
     #[test]
     fn bridges_round_trip_and_stream() {
         let pinning = Pinning::disabled("test");
-        let o = llbus_round_trip(&pinning, rtt_plan(100), &BridgeConfig::default())
+        let o = llbus_round_trip(&pinning, rtt_plan(), &BridgeConfig::default())
             .expect("round trip through the bridges");
-        assert!(complete_or_capped(&o, 100));
+        assert!(!o.histogram.is_empty());
         let args = Args {
             suite: crate::harness::Suite::Udp,
             json: false,
+            markdown: false,
             rounds: Some(1),
             quick: true,
             verbose: false,
+            seed: None,
+            plot: None,
         };
-        let plan = Plan {
-            items: 2_000,
-            stream_cap: Duration::from_secs(5),
-            ..Plan::new(&args)
-        };
+        let plan = Plan::new(&args);
         for single in [false, true] {
             let o = throughput(single, false, &pinning, &plan).expect("throughput");
             assert!(o.per_sec > 0.0, "{o:?}");

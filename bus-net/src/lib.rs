@@ -1,13 +1,19 @@
 //! The llbus network layer: topics of one bus made to appear on another bus on another host,
-//! over UDP, in llbus's own ll-udp v1 dialect or the original ll-udp-pubsub v0.1 format, byte
-//! for byte.
+//! over UDP, in llbus's own ll-udp dialect (wire version 2) or the original ll-udp-pubsub v0.1
+//! format, byte for byte.
 //!
-//! Three layers, bottom up:
+//! Four layers, bottom up:
 //!
 //! - The **protocol** layer is pure: frame layouts, batch encoding into a caller's buffer,
 //!   validating zero-copy decoding, control frames, the compat format, the sequence tracker and
 //!   the subscriber table. No sockets, threads or clocks (timestamps and "now" are passed in).
 //!   The wire format is specified, with test vectors, in `docs/PROTOCOL.md`.
+//! - The **session** layer is pure too: sans-IO state machines in the manner of quinn-proto,
+//!   [`PublisherSession`] (the publisher side of the handshake: allowlist, rate limit, cookies,
+//!   subscriber table) and [`SubscriberSession`] (one import: fresh nonces, which answers are
+//!   its own, which publisher session it follows, renewal, backoff, sequence tracking). Each
+//!   takes `(frame, source, now)` and returns answers ([`Replies`]) and events, so every attack
+//!   and fault is a unit test.
 //! - The **io** layer is a non-blocking UDP socket ([`UdpEndpoint`]) with batched send and
 //!   receive: `sendmmsg`/`recvmmsg` on Linux, `send_to`/`recv_from` loops elsewhere.
 //! - The **bridge** ([`Bridge`]) joins them to the bus as an actor of its own:
@@ -22,7 +28,11 @@
 //!   instead, skipping the ring. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
 //!   On a shared network it admits only subscribers that proved their address with a cookie,
 //!   from its allowlist (loopback by default), rate-limits unproven control traffic, caps
-//!   subscribers per topic, and can require a pre-shared-key MAC: see `SECURITY.md`.
+//!   subscribers per topic, binds every handshake answer to its request with a nonce, drops
+//!   datagrams from sources that cannot be answered, and can require a replay-resistant
+//!   pre-shared-key MAC: see `SECURITY.md`. Nothing from the network stops it: a failed send
+//!   to one destination is counted, and a socket that truly fails is reported through
+//!   [`BridgeStatus`], never by a panic.
 //!
 //! # Contract
 //!
@@ -45,17 +55,19 @@
 //! **What is dropped and counted, never an error or a panic.** Every malformed datagram
 //! (truncated, wrong magic or version, unknown or reserved kind, unsupported flags, absurd
 //! lengths, undecodable payload, too large, ...) is dropped whole and counted under one
-//! [`DropReason`] ([`DropCounts`]); a payload's length prefixes are limited
-//! ([`PAYLOAD_DECODE_LIMIT`]) so garbage cannot make a decode allocate without bound. Lost,
+//! [`DropReason`] ([`DropCounts`]); a payload's length prefixes may not claim more than the
+//! bytes left in it, so garbage cannot make a decode allocate more than it carries. Lost,
 //! duplicate, reordered and stale messages are counted per publisher and topic in
 //! [`LossCounts`]. At the socket, datagrams too large for the receive buffer, ICMP-surfaced
 //! errors (`ECONNREFUSED`, unreachable) and sends refused for a full buffer are counted in
 //! [`IoStats`].
 //!
 //! **What is an error.** A message too large for an empty datagram is refused when it is
-//! encoded ([`EncodeError::TooLarge`]: nothing is truncated or fragmented); a refused
-//! subscription is reported as a [`Refusal`] naming the topic and both fingerprints; fatal
-//! socket errors (a closed or invalid socket, out of memory) are returned as `io::Error`.
+//! encoded ([`EncodeError::TooLarge`]: nothing is truncated or fragmented); a subscription
+//! refused for good is reported as a [`Refusal`] naming the topic and both fingerprints (a
+//! transient one is a warning, retried); a broken socket (closed, not a socket) is returned as
+//! `io::Error` by [`UdpEndpoint`] and reported through [`BridgeStatus`] by the bridge. A send
+//! that fails for its destination is counted, never an error.
 //!
 //! **What is lost on a crash.** UDP is unreliable by design: datagrams in flight or in socket
 //! buffers. A restarted publisher has a new session id, which subscribers notice and start over
@@ -115,23 +127,35 @@
 mod protocol;
 
 pub use protocol::compat::{decode_compat_packet, encode_compat_packet, CompatControl};
-pub use protocol::control::{Control, Refusal, RefuseReason, REFUSE_PAYLOAD_LEN};
+pub use protocol::control::{
+    Control, Refusal, RefuseReason, HANDSHAKE_PAYLOAD_LEN, REFUSE_PAYLOAD_LEN,
+};
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
 pub use protocol::encode::{check_fits, payload_size, BatchEncoder, DataMeta, EncodeError};
 pub use protocol::header::{
-    Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAGIC, MAX_DATAGRAM_LIMIT, VERSION,
+    Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, HEADER_LEN, MAGIC,
+    MAX_DATAGRAM_LIMIT, VERSION,
 };
 pub use protocol::limits::{
     Allowlist, Cidr, CidrError, RateLimit, RateLimiter, DEFAULT_RATE_LIMIT,
     DEFAULT_RATE_LIMIT_SOURCES,
 };
-pub use protocol::mac::{FrameMac, SealError, MAC_TAG_LEN};
+pub use protocol::mac::{
+    FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
+};
 pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{
     Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
 };
-pub use protocol::PAYLOAD_DECODE_LIMIT;
+
+mod session;
+pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};
+pub use session::subscriber::{
+    ImportState, SubscriberCounts, SubscriberEvent, SubscriberSession, MAX_BACKOFF_NS, OUTSTANDING,
+    RESUBSCRIBE_GAP_NS,
+};
+pub use session::{canonical, is_answerable, Replies};
 
 mod bridge;
 mod io;

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, Allowlist,
-    BatchEncoder, Control, CookieJar, DataMeta, DropCounts, EncodeError, FrameMac, LatePolicy,
-    RateLimiter, RecvBatch, SendBatch, SeqTracker, SocketConfig, SubscriberTable, UdpEndpoint,
-    DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN,
+    BatchEncoder, Control, CookieJar, DataMeta, DropCounts, DropReason, EncodeError, FrameMac,
+    LatePolicy, RateLimiter, RecvBatch, ReplayGuard, SendBatch, SeqTracker, SocketConfig,
+    SubscriberTable, UdpEndpoint, DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -205,6 +206,7 @@ fn hardening_checks_allocate_nothing() {
     let data_plain = FrameMac::new(&[4; 32]).control_only();
     let allow: Allowlist = "10.0.0.0/8, fd00::/8".parse().unwrap();
     let mut limiter = RateLimiter::default();
+    let mut guard = ReplayGuard::new(0x0bad, 16);
     let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
     let addrs: Vec<SocketAddr> = (0..64u16)
         .map(|p| SocketAddr::from(([10, 0, (p >> 8) as u8, p as u8], 9000 + p)))
@@ -221,11 +223,14 @@ fn hardening_checks_allocate_nothing() {
             proven += usize::from(limiter.allow(a.ip(), now));
         }
         let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - MAC_TAG_LEN]);
-        enc.push_control(&Control::Subscribe {
+        // A sealed datagram holds one direction and one session: a heartbeat and data.
+        let _cookie = jar.issue(addrs[0], now);
+        enc.push_control(&Control::Heartbeat {
             topic_id: 1,
             fingerprint: 2,
-            session: 3,
-            cookie: Some(jar.issue(addrs[0], now)),
+            session: meta(i).session,
+            last_seq: i,
+            timestamp_ns: 0,
         })
         .unwrap();
         enc.push_data(
@@ -241,9 +246,12 @@ fn hardening_checks_allocate_nothing() {
         let must = data_plain.must_seal(&buf[..len]);
         let sealed = mac.seal(&mut buf, len).unwrap();
         let frames = mac
-            .open(&buf[..sealed], DEFAULT_MAX_DATAGRAM)
+            .open_once(&buf[..sealed], DEFAULT_MAX_DATAGRAM, &mut guard)
             .unwrap()
             .count();
+        // Replayed: refused by the window, without allocating.
+        let replayed = mac.open_once(&buf[..sealed], DEFAULT_MAX_DATAGRAM, &mut guard);
+        assert_eq!(replayed.err(), Some(DropReason::Replayed));
         // A corrupted copy is refused, without allocating for it.
         buf[10] ^= 1;
         let refused = mac.open(&buf[..sealed], DEFAULT_MAX_DATAGRAM).is_err();
@@ -312,4 +320,33 @@ fn io_batches_allocate_nothing() {
         }
     });
     assert_eq!(allocs, 0, "socket batches allocated");
+}
+
+/// Issue 10, item 4: a claimed length never allocates more than the bytes that carry it. A
+/// 9-byte payload claiming 2^40 elements (bincode's decoder, with serde's pre-allocation,
+/// allocated 1 MiB for it) allocates nothing; a payload whose `Vec` claims more elements than
+/// it has bytes allocates nothing either; an honest one allocates only as it decodes.
+#[test]
+fn claimed_lengths_allocate_nothing_beyond_their_bytes() {
+    let mut nine = (1u64 << 40).to_le_bytes().to_vec();
+    nine.push(0);
+    let (n, r) = allocations_in(|| decode_payload::<Vec<u64>>(&nine));
+    assert!(r.is_err());
+    assert_eq!(n, 0, "a 9-byte payload allocated");
+    let (n, r) = allocations_in(|| decode_payload::<String>(&nine));
+    assert!(r.is_err());
+    assert_eq!(n, 0);
+    // 1000 elements claimed, 16 bytes present.
+    let mut short = 1000u64.to_le_bytes().to_vec();
+    short.extend_from_slice(&[0; 16]);
+    let (n, r) = allocations_in(|| decode_payload::<Vec<u64>>(&short));
+    assert!(r.is_err());
+    assert_eq!(n, 0);
+    // Two elements claimed where each needs 8 bytes but only 9 are left: the first decodes
+    // (one allocation, for its element), the second fails.
+    let mut two = 2u64.to_le_bytes().to_vec();
+    two.extend_from_slice(&[1; 9]);
+    let (n, r) = allocations_in(|| decode_payload::<Vec<u64>>(&two));
+    assert!(r.is_err());
+    assert!(n <= 1, "{n} allocations for one decoded element");
 }

@@ -28,6 +28,9 @@ const COOKIE: Cookie = Cookie([
     0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7, 0xc8, 0xc9, 0xca, 0xcb, 0xcc, 0xcd, 0xce, 0xcf,
 ]);
 
+/// The example nonce of the subscribe, echoed by its answers.
+const NONCE: u64 = 0xd1d2_d3d4_d5d6_d7d8;
+
 /// The example pre-shared key: bytes `00` to `1f`.
 fn psk() -> [u8; 32] {
     core::array::from_fn(|i| i as u8)
@@ -90,6 +93,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SUB_SESSION,
+                    nonce: NONCE,
                     cookie: None,
                 };
                 e.push_control(&c).unwrap()
@@ -102,6 +106,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SESSION,
+                    nonce: NONCE,
                     cookie: COOKIE,
                 };
                 e.push_control(&c).unwrap()
@@ -114,6 +119,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SUB_SESSION,
+                    nonce: NONCE,
                     cookie: Some(COOKIE),
                 };
                 e.push_control(&c).unwrap()
@@ -126,6 +132,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SESSION,
+                    nonce: NONCE,
                     last_seq: 41,
                     cookie: COOKIE,
                 };
@@ -140,6 +147,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     requested: FP,
                     offered: 0xf1f2_f3f4_f5f6_f7f8,
                     session: SESSION,
+                    nonce: NONCE,
                     reason: RefuseReason::FingerprintMismatch,
                 });
                 e.push_control(&c).unwrap()
@@ -152,6 +160,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     topic_id: TOPIC,
                     fingerprint: FP,
                     session: SUB_SESSION,
+                    nonce: NONCE,
                     cookie: Some(COOKIE),
                 };
                 e.push_control(&c).unwrap()
@@ -290,6 +299,7 @@ fn v1_control_decodes() {
             topic_id: TOPIC,
             fingerprint: FP,
             session: SUB_SESSION,
+            nonce: NONCE,
             cookie: None,
         }
     );
@@ -299,6 +309,7 @@ fn v1_control_decodes() {
             topic_id: TOPIC,
             fingerprint: FP,
             session: SESSION,
+            nonce: NONCE,
             cookie: COOKIE,
         }
     );
@@ -308,6 +319,7 @@ fn v1_control_decodes() {
             topic_id: TOPIC,
             fingerprint: FP,
             session: SUB_SESSION,
+            nonce: NONCE,
             cookie: Some(COOKIE),
         }
     );
@@ -317,6 +329,7 @@ fn v1_control_decodes() {
             topic_id: TOPIC,
             fingerprint: FP,
             session: SESSION,
+            nonce: NONCE,
             last_seq: 41,
             cookie: COOKIE,
         }
@@ -327,6 +340,7 @@ fn v1_control_decodes() {
             topic_id: TOPIC,
             fingerprint: FP,
             session: SUB_SESSION,
+            nonce: NONCE,
             cookie: Some(COOKIE),
         }
     );
@@ -368,6 +382,7 @@ fn v1_control_decodes() {
             requested: FP,
             offered: 0xf1f2_f3f4_f5f6_f7f8,
             session: SESSION,
+            nonce: NONCE,
             reason: RefuseReason::FingerprintMismatch
         }
     );

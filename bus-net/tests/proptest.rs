@@ -68,37 +68,46 @@ fn cookie() -> impl Strategy<Value = Cookie> {
 
 fn control() -> impl Strategy<Value = Control> {
     let ids = (any::<u64>(), any::<u64>(), any::<u64>());
+    let nonce = any::<u64>();
     prop_oneof![
-        (ids, prop::option::of(cookie())).prop_map(|((topic_id, fingerprint, session), cookie)| {
-            Control::Subscribe {
-                topic_id,
-                fingerprint,
-                session,
-                cookie,
+        (ids, nonce, prop::option::of(cookie())).prop_map(
+            |((topic_id, fingerprint, session), nonce, cookie)| {
+                Control::Subscribe {
+                    topic_id,
+                    fingerprint,
+                    session,
+                    nonce,
+                    cookie,
+                }
             }
-        }),
-        (ids, prop::option::of(cookie())).prop_map(|((topic_id, fingerprint, session), cookie)| {
-            Control::Unsubscribe {
-                topic_id,
-                fingerprint,
-                session,
-                cookie,
+        ),
+        (ids, nonce, prop::option::of(cookie())).prop_map(
+            |((topic_id, fingerprint, session), nonce, cookie)| {
+                Control::Unsubscribe {
+                    topic_id,
+                    fingerprint,
+                    session,
+                    nonce,
+                    cookie,
+                }
             }
-        }),
-        (ids, cookie()).prop_map(|((topic_id, fingerprint, session), cookie)| {
+        ),
+        (ids, nonce, cookie()).prop_map(|((topic_id, fingerprint, session), nonce, cookie)| {
             Control::CookieChallenge {
                 topic_id,
                 fingerprint,
                 session,
+                nonce,
                 cookie,
             }
         }),
-        (ids, any::<u64>(), cookie()).prop_map(
-            |((topic_id, fingerprint, session), last_seq, cookie)| Control::SubscribeAck {
+        (ids, any::<u64>(), nonce, cookie()).prop_map(
+            |((topic_id, fingerprint, session), last_seq, nonce, cookie)| Control::SubscribeAck {
                 topic_id,
                 fingerprint,
                 session,
                 last_seq,
+                nonce,
                 cookie,
             }
         ),
@@ -111,21 +120,24 @@ fn control() -> impl Strategy<Value = Control> {
                 timestamp_ns
             }
         ),
-        (ids, any::<u64>(), 0..4usize).prop_map(|((topic_id, requested, session), offered, r)| {
-            let reason = [
-                RefuseReason::UnknownTopic,
-                RefuseReason::FingerprintMismatch,
-                RefuseReason::TableFull,
-                RefuseReason::TopicFull,
-            ][r];
-            Control::Refuse(Refusal {
-                topic_id,
-                requested,
-                offered,
-                session,
-                reason,
-            })
-        }),
+        (ids, any::<u64>(), nonce, 0..4usize).prop_map(
+            |((topic_id, requested, session), offered, nonce, r)| {
+                let reason = [
+                    RefuseReason::UnknownTopic,
+                    RefuseReason::FingerprintMismatch,
+                    RefuseReason::TableFull,
+                    RefuseReason::TopicFull,
+                ][r];
+                Control::Refuse(Refusal {
+                    topic_id,
+                    requested,
+                    offered,
+                    session,
+                    reason,
+                    nonce,
+                })
+            }
+        ),
     ]
 }
 
@@ -381,11 +393,17 @@ proptest! {
         let mac = FrameMac::new(&psk);
         let mut buf = vec![0u8; 1472];
         let mut enc = BatchEncoder::new(&mut buf[..1472 - MAC_TAG_LEN]);
+        // A sealed datagram is of one sender session and one direction: data and heartbeats
+        // of the first message's session (other control frames cannot be sealed with them).
+        let session = msgs[0].0.session;
         for (m, v) in &msgs {
-            let _ = enc.push_data(*m, v);
+            let _ = enc.push_data(DataMeta { session, ..*m }, v);
         }
         for c in &controls {
-            let _ = enc.push_control(c);
+            if let Control::Heartbeat { topic_id, fingerprint, last_seq, timestamp_ns, .. } = *c {
+                let hb = Control::Heartbeat { topic_id, fingerprint, session, last_seq, timestamp_ns };
+                let _ = enc.push_control(&hb);
+            }
         }
         let (len, frames) = (enc.len(), enc.frames());
         prop_assume!(frames > 0);

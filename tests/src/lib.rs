@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod example_bins;
 pub mod netns;
+pub mod spoof;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 
 use llbus::{Metric, Setup};
 
-use crate::{DropReason, IoStats, LossCounts};
+use crate::{DropReason, IoStats, LossCounts, PublisherCounts, SubscriberCounts};
 
 /// Every figure of one bridge. Written only by the bridge's thread.
 pub(crate) struct NetMetrics {
@@ -27,7 +27,22 @@ pub(crate) struct NetMetrics {
     /// Subscriptions a publisher refused (our imports) or we refused (our exports).
     pub(crate) refused: Metric,
     pub(crate) icmp_errors: Metric,
+    /// Datagrams dropped at send: full buffer, refused by the kernel, unsendable destination.
     pub(crate) send_dropped: Metric,
+    /// Of those, refused for their destination (an answer to a forged source, say).
+    pub(crate) send_bad_destination: Metric,
+    /// Handshake answers the network duplicated (counted, ignored; not invalid).
+    pub(crate) control_duplicates: Metric,
+    /// Handshake answers overtaken by the answer to a later request (counted, ignored).
+    pub(crate) control_stale: Metric,
+    /// Data and heartbeats of a publisher session no acknowledgement established: dropped.
+    pub(crate) unknown_session: Metric,
+    /// Resubscribes triggered by those.
+    pub(crate) resubscribes: Metric,
+    /// Cookie challenges sent (publisher side).
+    pub(crate) challenges: Metric,
+    /// 1 once one of the bridge's sockets failed for good (the error is in `BridgeStatus`).
+    pub(crate) socket_failed: Metric,
     drops: Vec<Metric>,
     /// Datagrams from an address family the socket does not understand.
     bad_address: Metric,
@@ -53,6 +68,13 @@ impl NetMetrics {
             refused: setup.metric("refused"),
             icmp_errors: setup.metric("icmp_errors"),
             send_dropped: setup.metric("send_dropped"),
+            send_bad_destination: setup.metric("send_bad_destination"),
+            control_duplicates: setup.metric("control_duplicates"),
+            control_stale: setup.metric("control_stale"),
+            unknown_session: setup.metric("unknown_session"),
+            resubscribes: setup.metric("resubscribes"),
+            challenges: setup.metric("challenges"),
+            socket_failed: setup.metric("socket_failed"),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| setup.metric(&format!("drop.{}", r.name())))
@@ -74,13 +96,15 @@ impl NetMetrics {
     /// after the receive.
     #[inline]
     pub(crate) fn count_io_drops(&self, before: &IoStats, after: &IoStats) {
-        let too_large = after.recv_too_large - before.recv_too_large;
+        let too_large = after.recv_too_large.saturating_sub(before.recv_too_large);
         if too_large > 0 {
             if let Some(m) = self.drops.get(DropReason::TooLarge.index()) {
                 m.add(too_large);
             }
         }
-        let bad_address = after.recv_bad_address - before.recv_bad_address;
+        let bad_address = after
+            .recv_bad_address
+            .saturating_sub(before.recv_bad_address);
         if bad_address > 0 {
             self.bad_address.add(bad_address);
         }
@@ -96,26 +120,82 @@ impl NetMetrics {
         self.publisher_restarts.set(total.session_changes);
     }
 
-    /// Sets the socket figures from every endpoint's counters.
+    /// Sets the socket figures from every endpoint's counters (sums saturate).
     pub(crate) fn set_io<'a>(&self, stats: impl Iterator<Item = &'a IoStats>) {
-        let (mut icmp, mut dropped) = (0, 0);
+        let (mut icmp, mut dropped, mut bad_dest) = (0u64, 0u64, 0u64);
         for s in stats {
-            icmp += s.recv_icmp_errors + s.send_icmp_errors;
-            dropped += s.send_would_block + s.send_refused;
+            icmp = sum(&[icmp, s.recv_icmp_errors, s.send_icmp_errors]);
+            dropped = sum(&[
+                dropped,
+                s.send_would_block,
+                s.send_refused,
+                s.send_bad_destination,
+                s.send_other_errors,
+            ]);
+            bad_dest = bad_dest.saturating_add(s.send_bad_destination);
         }
         self.icmp_errors.set(icmp);
         self.send_dropped.set(dropped);
+        self.send_bad_destination.set(bad_dest);
+    }
+
+    /// Sets the session machines' figures from their counters.
+    pub(crate) fn set_sessions<'a>(
+        &self,
+        publisher: &PublisherCounts,
+        imports: impl Iterator<Item = &'a SubscriberCounts>,
+    ) {
+        let mut total = SubscriberCounts::default();
+        for c in imports {
+            total.control_duplicates = total
+                .control_duplicates
+                .saturating_add(c.control_duplicates);
+            total.control_stale = total.control_stale.saturating_add(c.control_stale);
+            total.unknown_session = total.unknown_session.saturating_add(c.unknown_session);
+            total.resubscribes = total.resubscribes.saturating_add(c.resubscribes);
+        }
+        self.control_duplicates.set(total.control_duplicates);
+        self.control_stale.set(total.control_stale);
+        self.unknown_session.set(total.unknown_session);
+        self.resubscribes.set(total.resubscribes);
+        self.challenges.set(publisher.challenges);
     }
 }
 
-/// Adds `b` into `a`, field by field.
+/// The saturating sum of `values`.
+fn sum(values: &[u64]) -> u64 {
+    values.iter().fold(0u64, |a, &v| a.saturating_add(v))
+}
+
+/// Adds `b` into `a`, field by field, saturating: two trackers' saturated `lost` counters sum
+/// to `u64::MAX`, not an overflow.
 pub(crate) fn add_loss(a: &mut LossCounts, b: &LossCounts) {
-    a.received += b.received;
-    a.delivered += b.delivered;
-    a.lost += b.lost;
-    a.duplicates += b.duplicates;
-    a.reordered += b.reordered;
-    a.late_dropped += b.late_dropped;
-    a.stale += b.stale;
-    a.session_changes += b.session_changes;
+    a.received = a.received.saturating_add(b.received);
+    a.delivered = a.delivered.saturating_add(b.delivered);
+    a.lost = a.lost.saturating_add(b.lost);
+    a.duplicates = a.duplicates.saturating_add(b.duplicates);
+    a.reordered = a.reordered.saturating_add(b.reordered);
+    a.late_dropped = a.late_dropped.saturating_add(b.late_dropped);
+    a.stale = a.stale.saturating_add(b.stale);
+    a.session_changes = a.session_changes.saturating_add(b.session_changes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saturated_loss_counters_sum_without_overflow() {
+        let full = LossCounts {
+            lost: u64::MAX,
+            received: u64::MAX,
+            ..LossCounts::default()
+        };
+        let mut total = LossCounts::default();
+        add_loss(&mut total, &full);
+        add_loss(&mut total, &full);
+        assert_eq!(total.lost, u64::MAX);
+        assert_eq!(total.received, u64::MAX);
+        assert_eq!(sum(&[u64::MAX, 1, 2]), u64::MAX);
+    }
 }

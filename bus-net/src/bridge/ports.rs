@@ -10,8 +10,7 @@ use serde::Serialize;
 use super::metrics::NetMetrics;
 use crate::{
     decode_compat_packet, decode_payload, encode_compat_packet, realtime_ns, BatchEncoder,
-    DataMeta, DropReason, EncodeError, Frame, FrameMac, IoStats, LatePolicy, LossCounts, SendBatch,
-    SeqTracker, SubscriberTable, UdpEndpoint, Verdict,
+    DataMeta, DropReason, EncodeError, FrameMac, IoStats, SendBatch, SubscriberTable, UdpEndpoint,
 };
 
 /// What an export needs to send: the socket, the batch, a buffer of one datagram, and who
@@ -25,10 +24,15 @@ pub(crate) struct SendSide<'a> {
     pub(crate) metrics: &'a NetMetrics,
     /// With a pre-shared key: the MAC and a buffer to seal a copy of each datagram in.
     pub(crate) seal: Option<(&'a FrameMac, &'a mut [u8])>,
+    /// Set when the socket fails for good (the bridge reports it and stops using the socket).
+    pub(crate) failed: &'a mut Option<std::io::Error>,
 }
 
 /// Sends one datagram to every subscriber of `topic`, counting what happens. With `seal`, a
-/// copy is sealed with the MAC first (if the MAC covers it).
+/// copy is sealed with the MAC first (if the MAC covers it). A send that fails for one
+/// destination is counted by the endpoint and the others go on; a socket that fails for good is
+/// recorded in `failed` (and nothing more is sent on it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn fan_out(
     bytes: &[u8],
     topic: u64,
@@ -37,7 +41,11 @@ pub(crate) fn fan_out(
     subscribers: &SubscriberTable<SocketAddr>,
     metrics: &NetMetrics,
     seal: Option<(&FrameMac, &mut [u8])>,
+    failed: &mut Option<std::io::Error>,
 ) {
+    if failed.is_some() {
+        return;
+    }
     let bytes = match seal {
         Some((mac, buf)) if mac.must_seal(bytes) && buf.len() >= bytes.len() => {
             buf[..bytes.len()].copy_from_slice(bytes);
@@ -54,17 +62,8 @@ pub(crate) fn fan_out(
             metrics.datagrams_out.add(sent as u64);
             metrics.bytes_out.add((sent * bytes.len()) as u64);
         }
-        Err(e) => fatal_socket_error("send", endpoint, &e),
+        Err(e) => *failed = Some(e),
     }
-}
-
-/// A socket error that no retry can mend (the socket is closed or invalid): reported by a
-/// panic, which the bus's supervision turns into an error naming the bridge.
-pub(crate) fn fatal_socket_error(what: &str, endpoint: &UdpEndpoint, e: &std::io::Error) -> ! {
-    panic!(
-        "the bridge's socket {} failed to {what}: {e}; the bridge cannot go on",
-        endpoint.local_addr()
-    )
 }
 
 /// Counts a message the encoder refused, logging the first of each topic.
@@ -126,6 +125,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             session,
             metrics,
             seal,
+            failed,
         } = out;
         let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some();
         let mut enc = BatchEncoder::new(buf);
@@ -155,6 +155,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                         subscribers,
                         metrics,
                         seal,
+                        failed,
                     );
                     enc.clear();
                     enc.push_data(meta, &msg)
@@ -179,47 +180,36 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                 subscribers,
                 metrics,
                 seal,
+                failed,
             );
         }
         taken
     }
 }
 
-/// An imported topic from one publisher: checks, tracks and decodes its frames and publishes
+/// An imported topic: decodes the payloads its session machine lets through and publishes
 /// them on the local bus.
 pub(crate) trait ImportPort: Send {
     fn topic(&self) -> &'static str;
     fn topic_id(&self) -> u64;
     fn fingerprint(&self) -> u64;
-    fn publisher(&self) -> SocketAddr;
-    /// Handles one data frame from the publisher.
+    /// Decodes one payload and publishes it (never waiting on the bus).
     fn deliver(
         &mut self,
-        frame: &Frame<'_>,
+        payload: &[u8],
         ctx: &mut Context<'_>,
         metrics: &NetMetrics,
     ) -> Result<(), DropReason>;
-    /// A heartbeat or an ack: the publisher's last sequence number.
-    fn last_seq(&mut self, session: u64, last_seq: u64);
-    fn counts(&self) -> LossCounts;
 }
 
 pub(crate) struct Import<T> {
     out: Out<T>,
-    publisher: SocketAddr,
-    tracker: SeqTracker,
 }
 
 impl<T: Message + DeserializeOwned + Clone> Import<T> {
-    pub(crate) fn make(
-        setup: &mut Setup<'_>,
-        publisher: SocketAddr,
-        late: LatePolicy,
-    ) -> Box<dyn ImportPort> {
+    pub(crate) fn make(setup: &mut Setup<'_>) -> Box<dyn ImportPort> {
         Box::new(Import::<T> {
             out: setup.output(),
-            publisher,
-            tracker: SeqTracker::new(late),
         })
     }
 }
@@ -234,35 +224,18 @@ impl<T: Message + DeserializeOwned + Clone> ImportPort for Import<T> {
     fn fingerprint(&self) -> u64 {
         T::FINGERPRINT
     }
-    fn publisher(&self) -> SocketAddr {
-        self.publisher
-    }
 
     #[inline]
     fn deliver(
         &mut self,
-        frame: &Frame<'_>,
+        payload: &[u8],
         ctx: &mut Context<'_>,
         metrics: &NetMetrics,
     ) -> Result<(), DropReason> {
-        if frame.header.fingerprint != T::FINGERPRINT {
-            return Err(DropReason::FingerprintMismatch);
-        }
-        let verdict = self.tracker.observe(frame.header.session, frame.header.seq);
-        if let Verdict::Deliver | Verdict::DeliverLate = verdict {
-            let msg: T = decode_payload(frame.payload)?;
-            metrics.messages_in.add(1);
-            ctx.try_publish(self.out, msg);
-        }
+        let msg: T = decode_payload(payload)?;
+        metrics.messages_in.add(1);
+        ctx.try_publish(self.out, msg);
         Ok(())
-    }
-
-    fn last_seq(&mut self, session: u64, last_seq: u64) {
-        self.tracker.observe_last_seq(session, last_seq);
-    }
-
-    fn counts(&self) -> LossCounts {
-        *self.tracker.counts()
     }
 }
 
@@ -278,6 +251,7 @@ pub(crate) trait CompatExportPort: Send {
         subscribers: &SubscriberTable<SocketAddr>,
         metrics: &NetMetrics,
         budget: usize,
+        failed: &mut Option<std::io::Error>,
     ) -> usize;
 }
 
@@ -312,6 +286,7 @@ impl<T: Message + Serialize> CompatExportPort for CompatExport<T> {
         subscribers: &SubscriberTable<SocketAddr>,
         metrics: &NetMetrics,
         budget: usize,
+        failed: &mut Option<std::io::Error>,
     ) -> usize {
         let (endpoint, logged) = (&mut self.endpoint, &mut self.logged);
         let subscribed = !subscribers.is_empty();
@@ -325,7 +300,16 @@ impl<T: Message + Serialize> CompatExportPort for CompatExport<T> {
                     metrics.messages_out.add(1);
                     // In compat mode the one topic of the socket has id 0 in the table; the
                     // format has no room for a MAC.
-                    fan_out(&buf[..n], 0, endpoint, batch, subscribers, metrics, None);
+                    fan_out(
+                        &buf[..n],
+                        0,
+                        endpoint,
+                        batch,
+                        subscribers,
+                        metrics,
+                        None,
+                        failed,
+                    );
                 }
                 Err(e) => refused(metrics, logged, T::TOPIC, &e),
             }

@@ -131,7 +131,7 @@ pub(super) fn recv(
         };
         let len = hdr.msg_len as usize;
         if hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > *max_datagram {
-            stats.recv_too_large += 1;
+            stats.recv_too_large = stats.recv_too_large.saturating_add(1);
             *len_out = DROPPED;
             continue;
         }
@@ -147,10 +147,10 @@ pub(super) fn recv(
             Some(a) => {
                 *addr_out = a;
                 *len_out = len;
-                stats.received += 1;
+                stats.received = stats.received.saturating_add(1);
             }
             None => {
-                stats.recv_bad_address += 1;
+                stats.recv_bad_address = stats.recv_bad_address.saturating_add(1);
                 *len_out = DROPPED;
             }
         }
@@ -247,7 +247,7 @@ where
                 break;
             };
             let (ptr, len) = (rest.as_mut_ptr(), rest.len());
-            stats.send_calls += 1;
+            stats.send_calls = stats.send_calls.saturating_add(1);
             let result = retry_interrupted(|| {
                 // SAFETY: `ptr` points to `len` `mmsghdr`s initialised above, each naming one
                 // `iovec` over a payload borrowed for `'a` (alive for this whole function) and
@@ -260,12 +260,13 @@ where
             match result {
                 Ok(0) => {
                     // Nothing sent and no error: treat as a full buffer, do not spin.
-                    stats.send_would_block += (count - done) as u64;
+                    stats.send_would_block =
+                        stats.send_would_block.saturating_add((count - done) as u64);
                     break;
                 }
                 Ok(k) => {
                     let k = k.min(count - done);
-                    stats.sent += k as u64;
+                    stats.sent = stats.sent.saturating_add(k as u64);
                     sent += k;
                     done += k;
                 }

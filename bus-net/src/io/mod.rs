@@ -14,8 +14,11 @@
 //! counted: a low-latency bridge does not queue behind a full socket); errors that an ICMP
 //! message surfaces (`ECONNREFUSED`, `ECONNRESET`, `EHOSTUNREACH`, `ENETUNREACH`) and
 //! per-datagram refusals (`EMSGSIZE`, `EACCES`/`EPERM`, `ENOBUFS`) are counted in [`IoStats`] and
-//! the batch goes on; anything else (a closed or invalid socket, `ENOMEM`, ...) is returned to
-//! the caller as fatal.
+//! the batch goes on. A send that fails for its destination (`EINVAL`, `EADDRNOTAVAIL`,
+//! `EAFNOSUPPORT`: an answer to a forged source such as `0.0.0.0:0`) or for any reason that does
+//! not say the socket is broken is counted and dropped too: one destination never stops the
+//! others. Only a broken socket (`EBADF`, `ENOTSOCK`, `EFAULT`; on receive, anything
+//! unclassified) is returned to the caller as fatal.
 
 pub(crate) mod batch;
 #[cfg(target_os = "linux")]

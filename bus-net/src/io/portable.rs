@@ -19,10 +19,10 @@ pub(super) fn recv(
         let Some(slot) = batch.slot_mut(i) else { break };
         let (len, from) = retry_interrupted(|| socket.recv_from(slot))?;
         let len = if len > max {
-            stats.recv_too_large += 1;
+            stats.recv_too_large = stats.recv_too_large.saturating_add(1);
             DROPPED
         } else {
-            stats.received += 1;
+            stats.received = stats.received.saturating_add(1);
             len
         };
         if let (Some(l), Some(a)) = (batch.lens.get_mut(i), batch.addrs.get_mut(i)) {
@@ -31,7 +31,7 @@ pub(super) fn recv(
         }
         batch.taken += 1;
         if batch.taken < batch.capacity() {
-            stats.recv_calls += 1;
+            stats.recv_calls = stats.recv_calls.saturating_add(1);
         }
     }
     Ok(batch.taken)
@@ -48,10 +48,10 @@ where
 {
     let mut sent = 0;
     for (payload, dest) in datagrams {
-        stats.send_calls += 1;
+        stats.send_calls = stats.send_calls.saturating_add(1);
         match retry_interrupted(|| socket.send_to(payload, dest)) {
             Ok(_) => {
-                stats.sent += 1;
+                stats.sent = stats.sent.saturating_add(1);
                 sent += 1;
             }
             Err(e) => count_send_error(stats, e, 1)?,

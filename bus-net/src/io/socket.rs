@@ -51,6 +51,13 @@ pub struct IoStats {
     pub send_icmp_errors: u64,
     /// Datagrams the kernel refused (`EMSGSIZE`, `EACCES`, `EPERM`, `ENOBUFS`): dropped.
     pub send_refused: u64,
+    /// Datagrams refused for their destination (`EINVAL`, `EADDRNOTAVAIL`, `EAFNOSUPPORT`,
+    /// `EDESTADDRREQ`: a forged source such as `0.0.0.0:0` answered, or an address of the
+    /// other family): dropped. Never fatal: one bad destination must not stop the others.
+    pub send_bad_destination: u64,
+    /// Datagrams dropped on any other error of one send that does not say the socket itself
+    /// is broken: dropped and counted, never fatal.
+    pub send_other_errors: u64,
 }
 
 /// What an I/O error means for the batch in progress.
@@ -62,6 +69,8 @@ pub(crate) enum ErrorClass {
     Icmp,
     /// The kernel refused this datagram: count, drop it and go on.
     Refused,
+    /// The destination of this datagram cannot be sent to: count, drop it and go on.
+    BadDestination,
     /// Anything else: return it.
     Fatal,
 }
@@ -133,6 +142,15 @@ impl UdpEndpoint {
                 log::warn!("llbus-net: SO_SNDBUF {size} refused on {addr} ({e}); keeping default");
             }
         }
+        if let SocketAddr::V6(v6) = addr {
+            if v6.ip().is_unspecified() {
+                // `[::]` serves both families (dual stack) whatever the system default; IPv4
+                // peers then appear as `::ffff:a.b.c.d`, which the bridge canonicalises.
+                if let Err(e) = socket.set_only_v6(false) {
+                    log::warn!("llbus-net: cannot make {addr} dual-stack ({e}); IPv6 only");
+                }
+            }
+        }
         socket.bind(&addr.into())?;
         let socket: UdpSocket = socket.into();
         let local = socket.local_addr()?;
@@ -198,13 +216,13 @@ impl UdpEndpoint {
         // closed destination): try again, a bounded number of times.
         let mut icmp_budget = batch.capacity();
         loop {
-            self.stats.recv_calls += 1;
+            self.stats.recv_calls = self.stats.recv_calls.saturating_add(1);
             match self.recv_into(batch) {
                 Ok(n) => return Ok(n),
                 Err(e) => match classify(&e) {
                     ErrorClass::WouldBlock => return Ok(batch.taken()),
-                    ErrorClass::Icmp | ErrorClass::Refused => {
-                        self.stats.recv_icmp_errors += 1;
+                    ErrorClass::Icmp | ErrorClass::Refused | ErrorClass::BadDestination => {
+                        self.stats.recv_icmp_errors = self.stats.recv_icmp_errors.saturating_add(1);
                         if icmp_budget == 0 || batch.taken() > 0 {
                             return Ok(batch.taken());
                         }
@@ -247,12 +265,16 @@ impl UdpEndpoint {
     where
         I: IntoIterator<Item = (&'a [u8], SocketAddr)>,
     {
+        let v6 = self.local.is_ipv6();
+        let datagrams = datagrams
+            .into_iter()
+            .map(move |(bytes, dest)| (bytes, wire_dest(v6, dest)));
         #[cfg(target_os = "linux")]
-        let sent = super::linux::send(&self.socket, &mut self.stats, batch, datagrams.into_iter());
+        let sent = super::linux::send(&self.socket, &mut self.stats, batch, datagrams);
         #[cfg(not(target_os = "linux"))]
         let sent = {
             let _ = batch;
-            super::portable::send(&self.socket, &mut self.stats, datagrams.into_iter())
+            super::portable::send(&self.socket, &mut self.stats, datagrams)
         };
         if let Err(e) = &sent {
             log::error!("llbus-net: fatal send error on {}: {e}", self.local);
@@ -266,10 +288,11 @@ impl UdpEndpoint {
     /// # Errors
     /// A fatal socket error.
     pub fn send_to(&mut self, payload: &[u8], dest: SocketAddr) -> io::Result<bool> {
-        self.stats.send_calls += 1;
+        self.stats.send_calls = self.stats.send_calls.saturating_add(1);
+        let dest = wire_dest(self.local.is_ipv6(), dest);
         match retry_interrupted(|| self.socket.send_to(payload, dest)) {
             Ok(_) => {
-                self.stats.sent += 1;
+                self.stats.sent = self.stats.sent.saturating_add(1);
                 Ok(true)
             }
             Err(e) => {
@@ -282,13 +305,126 @@ impl UdpEndpoint {
     }
 }
 
-/// Counts `dropped` datagrams for a non-fatal send error, or returns a fatal one.
-pub(crate) fn count_send_error(stats: &mut IoStats, e: io::Error, dropped: u64) -> io::Result<()> {
-    match classify(&e) {
-        ErrorClass::WouldBlock => stats.send_would_block += dropped,
-        ErrorClass::Icmp => stats.send_icmp_errors += dropped,
-        ErrorClass::Refused => stats.send_refused += dropped,
-        ErrorClass::Fatal => return Err(e),
+/// The destination as the socket must be given it: an IPv4 address is written IPv4-mapped
+/// (`::ffff:a.b.c.d`) for an IPv6 (dual-stack) socket. Addresses are kept canonical (plain
+/// IPv4) everywhere else.
+#[inline]
+fn wire_dest(socket_v6: bool, dest: SocketAddr) -> SocketAddr {
+    match dest {
+        SocketAddr::V4(v4) if socket_v6 => {
+            SocketAddr::new(std::net::IpAddr::V6(v4.ip().to_ipv6_mapped()), v4.port())
+        }
+        other => other,
     }
+}
+
+/// Whether a send error says the socket itself is broken (closed, not a socket, a bad
+/// buffer: a bug), as opposed to something about one datagram or its destination.
+fn socket_is_broken(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    if let Some(code) = e.raw_os_error() {
+        return matches!(code, libc::EBADF | libc::ENOTSOCK | libc::EFAULT);
+    }
+    // Not an OS error (a std-made one): nothing names one datagram as its cause.
+    e.raw_os_error().is_none()
+}
+
+/// Classifies a send error: like [`classify`], plus the errors that name the destination.
+pub(crate) fn classify_send(e: &io::Error) -> ErrorClass {
+    #[cfg(unix)]
+    if let Some(code) = e.raw_os_error() {
+        if matches!(
+            code,
+            libc::EINVAL | libc::EADDRNOTAVAIL | libc::EAFNOSUPPORT | libc::EDESTADDRREQ
+        ) {
+            return ErrorClass::BadDestination;
+        }
+    }
+    #[cfg(windows)]
+    if matches!(e.raw_os_error(), Some(10049 | 10047 | 10039 | 10022)) {
+        return ErrorClass::BadDestination;
+    }
+    classify(e)
+}
+
+/// Counts `dropped` datagrams for a send error that concerns them only, or returns an error
+/// that says the socket is broken. Counters saturate.
+pub(crate) fn count_send_error(stats: &mut IoStats, e: io::Error, dropped: u64) -> io::Result<()> {
+    let counter = match classify_send(&e) {
+        ErrorClass::WouldBlock => &mut stats.send_would_block,
+        ErrorClass::Icmp => &mut stats.send_icmp_errors,
+        ErrorClass::Refused => &mut stats.send_refused,
+        ErrorClass::BadDestination => &mut stats.send_bad_destination,
+        ErrorClass::Fatal if socket_is_broken(&e) => return Err(e),
+        ErrorClass::Fatal => &mut stats.send_other_errors,
+    };
+    *counter = counter.saturating_add(dropped);
     Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn os(code: i32) -> io::Error {
+        io::Error::from_raw_os_error(code)
+    }
+
+    /// Issue 10: a send that fails for its destination (an answer to a forged `0.0.0.0:0`
+    /// fails with `EINVAL`) is counted and dropped; only a broken socket is an error.
+    #[test]
+    fn send_errors_are_counted_by_reason_and_only_a_broken_socket_is_fatal() {
+        let mut stats = IoStats::default();
+        for code in [
+            libc::EINVAL,
+            libc::EADDRNOTAVAIL,
+            libc::EAFNOSUPPORT,
+            libc::EDESTADDRREQ,
+        ] {
+            assert!(count_send_error(&mut stats, os(code), 1).is_ok(), "{code}");
+        }
+        assert_eq!(stats.send_bad_destination, 4);
+        assert!(count_send_error(&mut stats, os(libc::EAGAIN), 3).is_ok());
+        assert_eq!(stats.send_would_block, 3);
+        assert!(count_send_error(&mut stats, os(libc::ECONNREFUSED), 1).is_ok());
+        assert_eq!(stats.send_icmp_errors, 1);
+        assert!(count_send_error(&mut stats, os(libc::EMSGSIZE), 1).is_ok());
+        assert_eq!(stats.send_refused, 1);
+        // Something unexpected about one send: counted, not fatal.
+        assert!(count_send_error(&mut stats, os(libc::EIO), 1).is_ok());
+        assert_eq!(stats.send_other_errors, 1);
+        for code in [libc::EBADF, libc::ENOTSOCK, libc::EFAULT] {
+            assert!(count_send_error(&mut stats, os(code), 1).is_err(), "{code}");
+        }
+        // Counters saturate.
+        stats.send_bad_destination = u64::MAX;
+        assert!(count_send_error(&mut stats, os(libc::EINVAL), 5).is_ok());
+        assert_eq!(stats.send_bad_destination, u64::MAX);
+    }
+
+    /// The real case: sending to `0.0.0.0:0` and to a port-0 address is refused by the kernel
+    /// and counted, and the endpoint goes on sending to a good address.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn sending_to_an_unsendable_address_is_counted_not_fatal() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut ep = UdpEndpoint::bind(any, &SocketConfig::default()).unwrap();
+        let good = UdpSocket::bind(any).unwrap();
+        let mut batch = SendBatch::new(4);
+        let bad: [SocketAddr; 2] = ["0.0.0.0:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()];
+        for dest in bad {
+            assert!(!ep.send_to(b"x", dest).unwrap());
+        }
+        let list = [
+            (&b"a"[..], bad[0]),
+            (&b"b"[..], good.local_addr().unwrap()),
+            (&b"c"[..], bad[1]),
+        ];
+        assert_eq!(ep.send_batch(&mut batch, list).unwrap(), 1);
+        assert_eq!(ep.stats().send_bad_destination, 4, "{:?}", ep.stats());
+        let mut buf = [0u8; 8];
+        good.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        assert_eq!(good.recv(&mut buf).unwrap(), 1);
+    }
 }

@@ -70,12 +70,9 @@ pub fn decode_compat_packet<T: DeserializeOwned>(
     if datagram.len() > max_datagram {
         return Err(DropReason::TooLarge);
     }
-    match bincode::serde::decode_from_slice::<Packet<T>, _>(
-        datagram,
-        super::bincode_decode_config(),
-    ) {
-        Ok((p, _read)) => Ok((p.data, p.sent_ts)),
-        Err(bincode::error::DecodeError::UnexpectedEnd { .. }) => Err(DropReason::Truncated),
+    match super::decode_bounded::<Packet<T>>(datagram) {
+        Ok((p, _left)) => Ok((p.data, p.sent_ts)),
+        Err(super::payload::PayloadError::Truncated) => Err(DropReason::Truncated),
         Err(_) => Err(DropReason::PayloadDecode),
     }
 }

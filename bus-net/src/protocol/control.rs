@@ -5,12 +5,22 @@
 //! `CookieChallenge` / `SubscribeAck` / `Refuse` frames. The header's topic id, fingerprint,
 //! session and sequence fields carry everything but a cookie or a refuse reason.
 //!
-//! Address-proving handshake (`docs/PROTOCOL.md`, "Address-proving handshake"): `Subscribe`,
-//! `Unsubscribe`, `CookieChallenge` and `SubscribeAck` all have a 16-byte payload. A subscribe
-//! without a cookie carries 16 zero bytes of padding instead, so that the challenge it may
-//! cause is no larger than itself; with [`Flags::COOKIE`] the payload is the cookie. Every
-//! answer to a subscribe (challenge, acknowledgement, refusal) is exactly as long as the
-//! subscribe: the publisher can never be used to amplify traffic.
+//! Address-proving handshake bound to its request (`docs/PROTOCOL.md`, "Handshake"):
+//! `Subscribe`, `Unsubscribe`, `CookieChallenge`, `SubscribeAck` and `Refuse` all have a 24-byte
+//! payload. A subscribe carries a fresh random 64-bit nonce and, with [`Flags::COOKIE`], the
+//! address-proving cookie (16 zero bytes of padding without one, so that the challenge it may
+//! cause is no larger than itself). Every answer to a subscribe (challenge, acknowledgement,
+//! refusal) echoes its nonce, as QUIC binds a Retry to the client's Initial: an off-path host
+//! that cannot see the subscribe cannot forge its answer. Every answer is exactly as long as
+//! the subscribe: the publisher can never be used to amplify traffic.
+//!
+//! Payload layouts (all little-endian):
+//!
+//! | kind                               | payload (24 bytes)                                   |
+//! |------------------------------------|------------------------------------------------------|
+//! | Subscribe, Unsubscribe             | nonce `u64`, cookie (16) or 16 zero bytes            |
+//! | CookieChallenge, SubscribeAck      | nonce `u64` echoed, cookie (16)                      |
+//! | Refuse                             | reason `u8`, 7 zero bytes, offered fingerprint `u64`, nonce `u64` echoed |
 
 use super::cookie::{Cookie, COOKIE_LEN};
 use super::decode::{DropReason, Frame};
@@ -18,8 +28,12 @@ use super::encode::{BatchEncoder, EncodeError};
 use super::header::{Flags, Header, Kind};
 
 /// The payload length of a `Refuse` frame: reason code (1 byte), 7 reserved zero bytes, the
-/// publisher's fingerprint (`u64` LE).
-pub const REFUSE_PAYLOAD_LEN: usize = 16;
+/// publisher's fingerprint (`u64` LE), the echoed nonce (`u64` LE).
+pub const REFUSE_PAYLOAD_LEN: usize = 24;
+
+/// The payload length of `Subscribe`, `Unsubscribe`, `CookieChallenge` and `SubscribeAck`: the
+/// nonce (`u64` LE) and a cookie (or zero padding).
+pub const HANDSHAKE_PAYLOAD_LEN: usize = 8 + COOKIE_LEN;
 
 /// Why a publisher refused a subscription.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,6 +92,19 @@ pub struct Refusal {
     pub session: u64,
     /// Why.
     pub reason: RefuseReason,
+    /// The nonce of the `Subscribe` refused, echoed.
+    pub nonce: u64,
+}
+
+impl Refusal {
+    /// Whether the refusal is final: a fingerprint mismatch or an unknown topic will not change
+    /// by asking again. A full table or topic may (the subscriber retries with backoff).
+    pub const fn is_final(&self) -> bool {
+        matches!(
+            self.reason,
+            RefuseReason::UnknownTopic | RefuseReason::FingerprintMismatch
+        )
+    }
 }
 
 impl core::fmt::Display for Refusal {
@@ -123,6 +150,8 @@ pub enum Control {
         fingerprint: u64,
         /// The subscriber's session id.
         session: u64,
+        /// A fresh random number, echoed by the answer.
+        nonce: u64,
         /// The latest cookie the publisher gave this subscriber ([`Flags::COOKIE`]), or `None`
         /// for a first request (16 zero bytes of padding on the wire).
         cookie: Option<Cookie>,
@@ -136,6 +165,8 @@ pub enum Control {
         fingerprint: u64,
         /// The publisher's session id.
         session: u64,
+        /// The nonce of the `Subscribe` answered, echoed.
+        nonce: u64,
         /// The cookie for the subscriber's address.
         cookie: Cookie,
     },
@@ -149,6 +180,8 @@ pub enum Control {
         session: u64,
         /// The last sequence number the publisher sent on the topic (0 if none).
         last_seq: u64,
+        /// The nonce of the `Subscribe` acknowledged, echoed.
+        nonce: u64,
         /// A fresh cookie: the subscriber uses it in its next renewals (and `Unsubscribe`), so
         /// an active subscription never sees its cookie expire.
         cookie: Cookie,
@@ -164,6 +197,8 @@ pub enum Control {
         fingerprint: u64,
         /// The subscriber's session id.
         session: u64,
+        /// A fresh random number (nothing answers an unsubscribe; it keeps the layout).
+        nonce: u64,
         /// The latest cookie the publisher gave this subscriber.
         cookie: Option<Cookie>,
     },
@@ -183,19 +218,27 @@ pub enum Control {
     },
 }
 
-/// The 16-byte payload of a cookie-carrying frame.
-fn cookie_payload(frame: &Frame<'_>) -> Result<[u8; COOKIE_LEN], DropReason> {
-    frame.payload.try_into().map_err(|_| DropReason::BadLength)
+/// The nonce and cookie of a 24-byte handshake payload.
+fn handshake_payload(frame: &Frame<'_>) -> Result<(u64, [u8; COOKIE_LEN]), DropReason> {
+    let p: &[u8; HANDSHAKE_PAYLOAD_LEN] = frame
+        .payload
+        .try_into()
+        .map_err(|_| DropReason::BadLength)?;
+    let (nonce, cookie) = p.split_at(8);
+    let nonce = u64::from_le_bytes(nonce.try_into().map_err(|_| DropReason::BadLength)?);
+    let cookie = cookie.try_into().map_err(|_| DropReason::BadLength)?;
+    Ok((nonce, cookie))
 }
 
-/// The optional cookie of a `Subscribe` or `Unsubscribe`: the payload with [`Flags::COOKIE`],
-/// else 16 bytes of zero padding (anything else is [`DropReason::BadControl`]).
-fn optional_cookie(frame: &Frame<'_>) -> Result<Option<Cookie>, DropReason> {
-    let bytes = cookie_payload(frame)?;
+/// The nonce and optional cookie of a `Subscribe` or `Unsubscribe`: the cookie with
+/// [`Flags::COOKIE`], else 16 bytes of zero padding (anything else is
+/// [`DropReason::BadControl`]).
+fn optional_cookie(frame: &Frame<'_>) -> Result<(u64, Option<Cookie>), DropReason> {
+    let (nonce, bytes) = handshake_payload(frame)?;
     if frame.header.flags.cookie() {
-        Ok(Some(Cookie(bytes)))
+        Ok((nonce, Some(Cookie(bytes))))
     } else if bytes == [0; COOKIE_LEN] {
-        Ok(None)
+        Ok((nonce, None))
     } else {
         Err(DropReason::BadControl)
     }
@@ -219,31 +262,47 @@ impl Control {
         }
         Ok(match h.kind {
             Kind::Data => return Err(DropReason::BadControl),
-            Kind::Subscribe => Control::Subscribe {
-                topic_id: h.topic_id,
-                fingerprint: h.fingerprint,
-                session: h.session,
-                cookie: optional_cookie(frame)?,
-            },
-            Kind::Unsubscribe => Control::Unsubscribe {
-                topic_id: h.topic_id,
-                fingerprint: h.fingerprint,
-                session: h.session,
-                cookie: optional_cookie(frame)?,
-            },
-            Kind::CookieChallenge => Control::CookieChallenge {
-                topic_id: h.topic_id,
-                fingerprint: h.fingerprint,
-                session: h.session,
-                cookie: Cookie(cookie_payload(frame)?),
-            },
-            Kind::SubscribeAck => Control::SubscribeAck {
-                topic_id: h.topic_id,
-                fingerprint: h.fingerprint,
-                session: h.session,
-                last_seq: h.seq,
-                cookie: Cookie(cookie_payload(frame)?),
-            },
+            Kind::Subscribe => {
+                let (nonce, cookie) = optional_cookie(frame)?;
+                Control::Subscribe {
+                    topic_id: h.topic_id,
+                    fingerprint: h.fingerprint,
+                    session: h.session,
+                    nonce,
+                    cookie,
+                }
+            }
+            Kind::Unsubscribe => {
+                let (nonce, cookie) = optional_cookie(frame)?;
+                Control::Unsubscribe {
+                    topic_id: h.topic_id,
+                    fingerprint: h.fingerprint,
+                    session: h.session,
+                    nonce,
+                    cookie,
+                }
+            }
+            Kind::CookieChallenge => {
+                let (nonce, cookie) = handshake_payload(frame)?;
+                Control::CookieChallenge {
+                    topic_id: h.topic_id,
+                    fingerprint: h.fingerprint,
+                    session: h.session,
+                    nonce,
+                    cookie: Cookie(cookie),
+                }
+            }
+            Kind::SubscribeAck => {
+                let (nonce, cookie) = handshake_payload(frame)?;
+                Control::SubscribeAck {
+                    topic_id: h.topic_id,
+                    fingerprint: h.fingerprint,
+                    session: h.session,
+                    last_seq: h.seq,
+                    nonce,
+                    cookie: Cookie(cookie),
+                }
+            }
             Kind::Heartbeat => Control::Heartbeat {
                 topic_id: h.topic_id,
                 fingerprint: h.fingerprint,
@@ -256,16 +315,17 @@ impl Control {
                     .payload
                     .try_into()
                     .map_err(|_| DropReason::BadLength)?;
-                let [code, r1, r2, r3, r4, r5, r6, r7, f @ ..] = *p;
+                let [code, r1, r2, r3, r4, r5, r6, r7, f0, f1, f2, f3, f4, f5, f6, f7, n @ ..] = *p;
                 if [r1, r2, r3, r4, r5, r6, r7] != [0; 7] {
                     return Err(DropReason::BadControl);
                 }
                 Control::Refuse(Refusal {
                     topic_id: h.topic_id,
                     requested: h.fingerprint,
-                    offered: u64::from_le_bytes(f),
+                    offered: u64::from_le_bytes([f0, f1, f2, f3, f4, f5, f6, f7]),
                     session: h.session,
                     reason: RefuseReason::from_u8(code)?,
+                    nonce: u64::from_le_bytes(n),
                 })
             }
         })
@@ -273,19 +333,31 @@ impl Control {
 }
 
 impl BatchEncoder<'_> {
-    /// A `Subscribe` or `Unsubscribe`: the cookie with [`Flags::COOKIE`], or zero padding.
+    /// A `Subscribe` or `Unsubscribe`: the nonce, then the cookie with [`Flags::COOKIE`] or
+    /// zero padding.
     fn push_optional_cookie(
         &mut self,
         mut header: Header,
+        nonce: u64,
         cookie: Option<Cookie>,
     ) -> Result<(), EncodeError> {
-        match cookie {
-            Some(c) => {
-                header.flags = Flags(Flags::COOKIE);
-                self.push_raw(header, &c.0)
-            }
-            None => self.push_raw(header, &[0; COOKIE_LEN]),
+        if cookie.is_some() {
+            header.flags = Flags(Flags::COOKIE);
         }
+        self.push_handshake(header, nonce, cookie.unwrap_or_default())
+    }
+
+    /// A frame with a handshake payload: nonce, then cookie.
+    fn push_handshake(
+        &mut self,
+        header: Header,
+        nonce: u64,
+        cookie: Cookie,
+    ) -> Result<(), EncodeError> {
+        let mut payload = [0u8; HANDSHAKE_PAYLOAD_LEN];
+        payload[..8].copy_from_slice(&nonce.to_le_bytes());
+        payload[8..].copy_from_slice(&cookie.0);
+        self.push_raw(header, &payload)
     }
 }
 
@@ -315,39 +387,46 @@ impl BatchEncoder<'_> {
                 topic_id,
                 fingerprint,
                 session,
+                nonce,
                 cookie,
             } => self.push_optional_cookie(
                 control_header(Kind::Subscribe, topic_id, fingerprint, session),
+                nonce,
                 cookie,
             ),
             Control::Unsubscribe {
                 topic_id,
                 fingerprint,
                 session,
+                nonce,
                 cookie,
             } => self.push_optional_cookie(
                 control_header(Kind::Unsubscribe, topic_id, fingerprint, session),
+                nonce,
                 cookie,
             ),
             Control::CookieChallenge {
                 topic_id,
                 fingerprint,
                 session,
+                nonce,
                 cookie,
-            } => self.push_raw(
+            } => self.push_handshake(
                 control_header(Kind::CookieChallenge, topic_id, fingerprint, session),
-                &cookie.0,
+                nonce,
+                cookie,
             ),
             Control::SubscribeAck {
                 topic_id,
                 fingerprint,
                 session,
                 last_seq,
+                nonce,
                 cookie,
             } => {
                 let mut h = control_header(Kind::SubscribeAck, topic_id, fingerprint, session);
                 h.seq = last_seq;
-                self.push_raw(h, &cookie.0)
+                self.push_handshake(h, nonce, cookie)
             }
             Control::Heartbeat {
                 topic_id,
@@ -364,7 +443,8 @@ impl BatchEncoder<'_> {
             Control::Refuse(r) => {
                 let mut payload = [0u8; REFUSE_PAYLOAD_LEN];
                 payload[0] = r.reason as u8;
-                payload[8..].copy_from_slice(&r.offered.to_le_bytes());
+                payload[8..16].copy_from_slice(&r.offered.to_le_bytes());
+                payload[16..].copy_from_slice(&r.nonce.to_le_bytes());
                 self.push_raw(
                     control_header(Kind::Refuse, r.topic_id, r.requested, r.session),
                     &payload,
@@ -387,6 +467,7 @@ mod tests {
             requested: 2,
             offered: 0,
             session: 3,
+            nonce: 0x6e6f6e6365,
             reason: RefuseReason::UnknownTopic,
         }))
         .unwrap();
@@ -410,6 +491,12 @@ mod tests {
         let mut bad = good.clone();
         bad[49] = 1;
         assert_eq!(control_of(&bad), Err(DropReason::BadControl));
+        // The nonce is the last 8 bytes.
+        let mut other = good.clone();
+        other[64] ^= 1;
+        assert!(
+            matches!(control_of(&other), Ok(Control::Refuse(r)) if r.nonce == 0x6e6f6e6365 ^ 1)
+        );
     }
 
     #[test]
@@ -433,6 +520,7 @@ mod tests {
                 requested: 1,
                 offered: 2,
                 session: 3,
+                nonce: 0x6e6f6e6365,
                 reason,
             };
             assert!(r
@@ -455,6 +543,7 @@ mod tests {
             topic_id: 1,
             fingerprint: 2,
             session: 3,
+            nonce: 0x6e6f6e6365,
             cookie: None,
         });
         let answers = [
@@ -462,12 +551,14 @@ mod tests {
                 topic_id: 1,
                 fingerprint: 2,
                 session: 4,
+                nonce: 0x6e6f6e6365,
                 cookie: Cookie([9; 16]),
             },
             Control::SubscribeAck {
                 topic_id: 1,
                 fingerprint: 2,
                 session: 4,
+                nonce: 0x6e6f6e6365,
                 last_seq: 5,
                 cookie: Cookie([9; 16]),
             },
@@ -476,6 +567,7 @@ mod tests {
                 requested: 2,
                 offered: 0,
                 session: 4,
+                nonce: 0x6e6f6e6365,
                 reason: RefuseReason::TopicFull,
             }),
         ];
@@ -484,13 +576,15 @@ mod tests {
             assert_eq!(bytes.len(), hello.len(), "{answer:?}");
             assert_eq!(control_of(&bytes), Ok(answer));
         }
-        assert_eq!(hello.len(), 64);
+        assert_eq!(hello.len(), 72);
         assert_eq!(hello[5], 0);
-        assert_eq!(&hello[48..], &[0; 16]);
+        assert_eq!(&hello[48..56], &0x6e6f6e6365u64.to_le_bytes());
+        assert_eq!(&hello[56..], &[0; 16]);
         let proven = Control::Unsubscribe {
             topic_id: 1,
             fingerprint: 2,
             session: 3,
+            nonce: 0x6e6f6e6365,
             cookie,
         };
         let bytes = one(proven);
@@ -498,8 +592,12 @@ mod tests {
         assert_eq!(control_of(&bytes), Ok(proven));
         // Padding must be zero; the cookie flag is only for subscribe and unsubscribe.
         let mut bad = hello.clone();
-        bad[63] = 1;
+        bad[71] = 1;
         assert_eq!(control_of(&bad), Err(DropReason::BadControl));
+        // Every answer echoes the nonce of the request.
+        for answer in answers {
+            assert_eq!(&one(answer)[64..72].len(), &8);
+        }
         let mut bad = one(answers[0]);
         bad[5] = Flags::COOKIE;
         assert_eq!(control_of(&bad), Err(DropReason::UnsupportedFlags));

@@ -35,7 +35,7 @@ pub enum DropReason {
     /// A datagram longer than the configured maximum (or than the receive buffer).
     TooLarge,
     /// A payload that bincode could not decode into the topic's type, that left bytes over, or
-    /// whose length prefixes claimed more than [`PAYLOAD_DECODE_LIMIT`](super::PAYLOAD_DECODE_LIMIT).
+    /// or whose length prefixes claimed more than the bytes left in it.
     PayloadDecode,
     /// A control value that no version defines (a refuse reason, a compat control message).
     BadControl,
@@ -60,11 +60,20 @@ pub enum DropReason {
     NotAllowed,
     /// A subscribe that would exceed the per-topic subscriber cap.
     TopicFull,
+    /// A datagram from a source no host can receive at (port 0, an unspecified, multicast or
+    /// broadcast address): forged, since an answer could not be delivered.
+    BadSource,
+    /// A `CookieChallenge`, `SubscribeAck` or `Refuse` whose nonce answers no `Subscribe` this
+    /// side sent: forged by someone who did not see the request.
+    BadNonce,
+    /// With a pre-shared key: a sealed datagram whose packet number was seen before or is
+    /// older than the replay window, or that claims the receiver's own session (reflected).
+    Replayed,
 }
 
 impl DropReason {
     /// How many reasons there are: the length of [`DropCounts`]'s array.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 22;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Truncated,
@@ -86,6 +95,9 @@ impl DropReason {
         DropReason::RateLimited,
         DropReason::NotAllowed,
         DropReason::TopicFull,
+        DropReason::BadSource,
+        DropReason::BadNonce,
+        DropReason::Replayed,
     ];
 
     /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
@@ -115,6 +127,9 @@ impl DropReason {
             DropReason::RateLimited => "rate_limited",
             DropReason::NotAllowed => "not_allowed",
             DropReason::TopicFull => "topic_full",
+            DropReason::BadSource => "bad_source",
+            DropReason::BadNonce => "bad_nonce",
+            DropReason::Replayed => "replayed",
         }
     }
 }
@@ -143,6 +158,11 @@ impl core::fmt::Display for DropReason {
             DropReason::RateLimited => "control message over its source's rate limit",
             DropReason::NotAllowed => "source address outside the allowlist",
             DropReason::TopicFull => "per-topic subscriber cap reached",
+            DropReason::BadSource => {
+                "source address that cannot be answered (port 0, unspecified, multicast, broadcast)"
+            }
+            DropReason::BadNonce => "handshake answer whose nonce matches no request sent",
+            DropReason::Replayed => "sealed datagram replayed (packet number seen or too old)",
         })
     }
 }
@@ -168,7 +188,7 @@ impl DropCounts {
     #[inline]
     pub fn record(&mut self, reason: DropReason) {
         if let Some(c) = self.counts.get_mut(reason.index()) {
-            *c = c.wrapping_add(1);
+            *c = c.saturating_add(1);
         }
     }
 
@@ -179,7 +199,7 @@ impl DropCounts {
 
     /// The sum over all reasons.
     pub fn total(&self) -> u64 {
-        self.counts.iter().fold(0u64, |a, &c| a.wrapping_add(c))
+        self.counts.iter().fold(0u64, |a, &c| a.saturating_add(c))
     }
 
     /// Each reason with its count, in [`DropReason::ALL`] order.
@@ -329,18 +349,19 @@ impl<'a> Iterator for Frames<'a> {
 
 impl ExactSizeIterator for Frames<'_> {}
 
-/// Decodes a data frame's payload as `T`, with the crate's bincode configuration (bincode 1.x
-/// layout) and a [`PAYLOAD_DECODE_LIMIT`](super::PAYLOAD_DECODE_LIMIT) on claimed container
-/// sizes. The whole payload must be consumed.
+/// Decodes a data frame's payload as `T`, in the bincode 1.x layout, with the bounded decoder:
+/// the decode limit is the payload's length, so no length prefix can claim more than the bytes
+/// that carry it. The whole payload must be consumed.
 ///
-/// Allocates only what `T` itself owns (a `String` field allocates its bytes; a struct of
-/// numbers allocates nothing).
+/// Allocates only what `T` itself owns, as it is decoded (a `String` field allocates its
+/// bytes; a struct of numbers allocates nothing; a `Vec` grows with its elements, never
+/// pre-allocated from its length prefix).
 ///
 /// # Errors
 /// [`DropReason::PayloadDecode`] if the bytes are not a `T`, claim too much, or leave bytes over.
 pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, DropReason> {
-    match bincode::serde::decode_from_slice::<T, _>(payload, super::bincode_decode_config()) {
-        Ok((value, read)) if read == payload.len() => Ok(value),
+    match super::decode_bounded::<T>(payload) {
+        Ok((value, 0)) => Ok(value),
         _ => Err(DropReason::PayloadDecode),
     }
 }
@@ -369,6 +390,7 @@ mod tests {
             topic_id: 1,
             fingerprint: 2,
             session: 9,
+            nonce: 0x6e6f6e6365,
             cookie: None,
         })
         .unwrap();
@@ -405,7 +427,8 @@ mod tests {
             reason(&b)
         };
         assert_eq!(with(0, b'X'), DropReason::BadMagic);
-        assert_eq!(with(3, 2), DropReason::BadVersion);
+        assert_eq!(with(3, 1), DropReason::BadVersion);
+        assert_eq!(with(3, 3), DropReason::BadVersion);
         assert_eq!(with(4, 0), DropReason::UnknownKind);
         assert_eq!(with(4, 0x7f), DropReason::UnknownKind);
         assert_eq!(with(4, 0x21), DropReason::ReservedKind);
@@ -416,7 +439,7 @@ mod tests {
         assert_eq!(with(5, 0x80), DropReason::UnsupportedFlags);
         // Payload length past the end.
         assert_eq!(with(7, 0xff), DropReason::BadLength);
-        // A subscribe (third frame, at 52 + 58) with a payload length other than 16.
+        // A subscribe (third frame, at 52 + 58) with a payload length other than 24.
         assert_eq!(with(52 + 58 + 6, 1), DropReason::BadLength);
         // A fault in the last frame drops the whole datagram: nothing half delivered.
         assert_eq!(with(52 + 58, b'X'), DropReason::BadMagic);

@@ -8,7 +8,7 @@
 //! | offset | size | field                                     |
 //! |-------:|-----:|-------------------------------------------|
 //! | 0      | 3    | magic `b"LLU"`                            |
-//! | 3      | 1    | version, `1`                              |
+//! | 3      | 1    | version, `2` (was `1` before the nonce-bound handshake) |
 //! | 4      | 1    | kind ([`Kind`])                           |
 //! | 5      | 1    | flags ([`Flags`])                         |
 //! | 6      | 2    | payload length, `u16`                     |
@@ -23,12 +23,16 @@ use super::decode::DropReason;
 /// The first three bytes of every ll-udp v1 frame.
 pub const MAGIC: [u8; 3] = *b"LLU";
 /// The protocol version this crate speaks, in byte 3 of every frame.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// The size of a frame header in bytes.
 pub const HEADER_LEN: usize = 48;
 /// The default maximum datagram size: a 1500-byte Ethernet MTU less 20 bytes of IPv4 header
 /// and 8 of UDP header, so nothing relies on IP fragmentation.
 pub const DEFAULT_MAX_DATAGRAM: usize = 1472;
+/// The default maximum datagram size of an IPv6 (or dual-stack) socket: a 1500-byte MTU less 40
+/// bytes of IPv6 header and 8 of UDP header. Also the safe choice over most tunnels' IPv4.
+pub const DEFAULT_MAX_DATAGRAM_V6: usize = 1452;
+
 /// The largest UDP payload over IPv4; no configured maximum may exceed it.
 pub const MAX_DATAGRAM_LIMIT: usize = 65_507;
 
@@ -41,18 +45,20 @@ pub enum Kind {
     Data = 0x01,
     /// Publisher to subscriber: the last sequence number sent on a topic (payload empty).
     Heartbeat = 0x02,
-    /// Subscriber to publisher: subscribe to, or renew, one topic (16-byte payload: zero
-    /// padding, or the address-proving cookie with [`Flags::COOKIE`]).
+    /// Subscriber to publisher: subscribe to, or renew, one topic (24-byte payload: a fresh
+    /// nonce, then zero padding or the address-proving cookie with [`Flags::COOKIE`]).
     Subscribe = 0x10,
-    /// Publisher to subscriber: the subscription to one topic is accepted (16-byte payload: a
-    /// fresh cookie for the next renewals).
+    /// Publisher to subscriber: the subscription to one topic is accepted (24-byte payload:
+    /// the echoed nonce and a fresh cookie for the next renewals).
     SubscribeAck = 0x11,
-    /// Publisher to subscriber: the subscription to one topic is refused (16-byte payload).
+    /// Publisher to subscriber: the subscription to one topic is refused (24-byte payload,
+    /// with the echoed nonce).
     Refuse = 0x12,
-    /// Subscriber to publisher: stop sending one topic (16-byte payload, as `Subscribe`).
+    /// Subscriber to publisher: stop sending one topic (24-byte payload, as `Subscribe`).
     Unsubscribe = 0x13,
     /// Publisher to subscriber: prove your address by sending `Subscribe` again with this
-    /// cookie (16-byte payload). The answer to a `Subscribe` without a valid cookie.
+    /// cookie (24-byte payload: the echoed nonce and the cookie). The answer to a `Subscribe`
+    /// without a valid cookie.
     CookieChallenge = 0x20,
 }
 
@@ -91,7 +97,7 @@ impl Kind {
             Kind::Data => None,
             Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
             Kind::Subscribe | Kind::Unsubscribe | Kind::SubscribeAck | Kind::CookieChallenge => {
-                Some(super::cookie::COOKIE_LEN)
+                Some(super::control::HANDSHAKE_PAYLOAD_LEN)
             }
             Kind::Heartbeat => Some(0),
         }

@@ -21,15 +21,17 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::str::FromStr;
 
 /// An IP network: an address and a prefix length, such as `10.0.0.0/8` or `fd00::/8`.
+/// Prefix arithmetic is the `ipnet` crate's; this type adds strict parsing (no host bits set)
+/// with errors that say what to write, and IPv4-mapped matching.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cidr {
-    /// Invariant: no bit set past `prefix` (checked by [`Cidr::new`]).
-    addr: IpAddr,
-    /// Invariant: at most 32 for IPv4, 128 for IPv6.
-    prefix: u8,
+    /// Invariant: no bit set past the prefix (`net == net.trunc()`, checked by [`Cidr::new`]).
+    net: IpNet,
 }
 
 /// Why a network or an allowlist did not parse. The `Display` text names the input and says
@@ -92,25 +94,6 @@ impl core::fmt::Display for CidrError {
 
 impl std::error::Error for CidrError {}
 
-/// `addr` with the IPv4 address an IPv4-mapped IPv6 address carries, as IPv4.
-fn canonical(addr: IpAddr) -> IpAddr {
-    addr.to_canonical()
-}
-
-/// The first `prefix` bits of a 32-bit address.
-fn mask32(prefix: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(prefix.min(32)))
-        .unwrap_or(0)
-}
-
-/// The first `prefix` bits of a 128-bit address.
-fn mask128(prefix: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(prefix.min(128)))
-        .unwrap_or(0)
-}
-
 impl Cidr {
     /// The network `addr/prefix`.
     ///
@@ -118,52 +101,33 @@ impl Cidr {
     /// [`CidrError::PrefixTooLong`] or [`CidrError::HostBitsSet`].
     pub fn new(addr: IpAddr, prefix: u8) -> Result<Cidr, CidrError> {
         let input = || format!("{addr}/{prefix}");
-        let (max, network) = match addr {
-            IpAddr::V4(a) => (
-                32,
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask32(prefix))),
-            ),
-            IpAddr::V6(a) => (
-                128,
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask128(prefix))),
-            ),
-        };
-        if prefix > max {
-            return Err(CidrError::PrefixTooLong {
-                input: input(),
-                max,
-            });
-        }
-        if network != addr {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let net = IpNet::new(addr, prefix).map_err(|_| CidrError::PrefixTooLong {
+            input: input(),
+            max,
+        })?;
+        if net.trunc() != net {
             return Err(CidrError::HostBitsSet {
                 input: input(),
-                network: format!("{network}/{prefix}"),
+                network: net.trunc().to_string(),
             });
         }
-        Ok(Cidr { addr, prefix })
+        Ok(Cidr { net })
     }
 
     /// The network's first address.
     pub fn addr(&self) -> IpAddr {
-        self.addr
+        self.net.addr()
     }
 
     /// The prefix length in bits.
     pub fn prefix(&self) -> u8 {
-        self.prefix
+        self.net.prefix_len()
     }
 
     /// Whether `ip` is in this network. An IPv4-mapped IPv6 address is matched as IPv4.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, canonical(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                u32::from(ip) & mask32(self.prefix) == u32::from(net)
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                u128::from(ip) & mask128(self.prefix) == u128::from(net)
-            }
-            _ => false,
-        }
+        self.net.contains(&ip.to_canonical())
     }
 }
 
@@ -214,9 +178,15 @@ impl FromStr for Cidr {
 
 impl core::fmt::Display for Cidr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        write!(f, "{}/{}", self.net.addr(), self.net.prefix_len())
     }
 }
+
+// Evaluated at compile time: an invalid prefix would not build.
+const LOOPBACK_V4: Ipv4Net = Ipv4Net::new_assert(Ipv4Addr::new(127, 0, 0, 0), 8);
+const LOOPBACK_V6: Ipv6Net = Ipv6Net::new_assert(Ipv6Addr::LOCALHOST, 128);
+const ANY_V4: Ipv4Net = Ipv4Net::new_assert(Ipv4Addr::UNSPECIFIED, 0);
+const ANY_V6: Ipv6Net = Ipv6Net::new_assert(Ipv6Addr::UNSPECIFIED, 0);
 
 /// The networks allowed to subscribe to an export. See the module docs.
 ///
@@ -243,12 +213,10 @@ impl Allowlist {
         Allowlist {
             nets: vec![
                 Cidr {
-                    addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)),
-                    prefix: 8,
+                    net: IpNet::V4(LOOPBACK_V4),
                 },
                 Cidr {
-                    addr: IpAddr::V6(Ipv6Addr::LOCALHOST),
-                    prefix: 128,
+                    net: IpNet::V6(LOOPBACK_V6),
                 },
             ],
         }
@@ -260,12 +228,10 @@ impl Allowlist {
         Allowlist {
             nets: vec![
                 Cidr {
-                    addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                    prefix: 0,
+                    net: IpNet::V4(ANY_V4),
                 },
                 Cidr {
-                    addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-                    prefix: 0,
+                    net: IpNet::V6(ANY_V6),
                 },
             ],
         }
@@ -418,7 +384,7 @@ impl RateLimiter {
     /// counted. A source not seen before (or evicted since) starts with a full bucket.
     /// Allocates nothing. An IPv4-mapped IPv6 address is the IPv4 address it carries.
     pub fn allow(&mut self, ip: IpAddr, now_ns: u64) -> bool {
-        let ip = canonical(ip);
+        let ip = ip.to_canonical();
         let sets = self.slots.len() / WAYS;
         let set = (self.hasher.hash_one(ip) as usize) & (sets - 1);
         let capacity = u64::from(self.limit.burst).saturating_mul(TOKEN);

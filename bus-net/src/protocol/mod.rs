@@ -4,7 +4,7 @@
 //! The wire format is specified in `docs/PROTOCOL.md`; the golden tests in this module check
 //! its hex vectors verbatim.
 //!
-//! - [`header`]: the ll-udp v1 frame header (48 bytes, little-endian), kinds and flags.
+//! - [`header`]: the ll-udp frame header (48 bytes, little-endian, version 2), kinds and flags.
 //! - [`encode`]: packing one or more frames into a caller's datagram buffer, without allocating.
 //! - [`decode`]: validating a received datagram and iterating its frames zero-copy; why a
 //!   datagram is dropped ([`DropReason`]) and counters for it.
@@ -13,6 +13,8 @@
 //! - [`cookie`]: stateless address-proving cookies (keyed BLAKE3 over address and time window).
 //! - [`mac`]: the optional pre-shared-key MAC tag after a datagram's last frame.
 //! - [`limits`]: the allowlist of subscriber networks and the per-source rate limiter.
+//! - [`payload`]: the bounded payload decoder (bincode 1.x layout, lengths checked against the
+//!   bytes left).
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
@@ -25,6 +27,7 @@ pub(crate) mod encode;
 pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;
+pub(crate) mod payload;
 pub(crate) mod seq;
 pub(crate) mod subscribers;
 
@@ -44,17 +47,12 @@ pub(crate) const fn bincode_config() -> bincode::config::Configuration<
     bincode::config::legacy()
 }
 
-/// The most bytes a payload decode may claim for containers (strings, vectors) in memory.
-///
-/// A payload arrives in one datagram (at most 65,507 bytes), but a length prefix is just a
-/// number: without a limit, 8 bytes of garbage could ask bincode to allocate exabytes. With it,
-/// a lying prefix fails the decode ([`decode::DropReason::PayloadDecode`]) before anything is allocated.
-pub const PAYLOAD_DECODE_LIMIT: usize = 1 << 20;
-
-pub(crate) const fn bincode_decode_config() -> bincode::config::Configuration<
-    bincode::config::LittleEndian,
-    bincode::config::Fixint,
-    bincode::config::Limit<PAYLOAD_DECODE_LIMIT>,
-> {
-    bincode::config::legacy().with_limit::<PAYLOAD_DECODE_LIMIT>()
+/// Decodes a payload with the bounded decoder ([`payload`]): no claimed length allocates more
+/// than the bytes that carry it. Returns the value and the bytes left over.
+pub(crate) fn decode_bounded<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(T, usize), payload::PayloadError> {
+    let mut de = payload::PayloadDeserializer::new(bytes);
+    let value = T::deserialize(&mut de)?;
+    Ok((value, de.remaining()))
 }

@@ -133,7 +133,7 @@ impl SeqTracker {
             current => {
                 if let Some(old) = current {
                     self.previous_session = Some(old.session);
-                    self.counts.session_changes += 1;
+                    self.counts.session_changes = self.counts.session_changes.saturating_add(1);
                 }
                 self.stream = Some(Stream {
                     session,
@@ -148,7 +148,7 @@ impl SeqTracker {
 
     /// Observes data message `seq` of publisher session `session` and says what to do with it.
     pub fn observe(&mut self, session: u64, seq: u64) -> Verdict {
-        self.counts.received += 1;
+        self.counts.received = self.counts.received.saturating_add(1);
         let fresh = self.stream.map(|s| s.session) != Some(session);
         let verdict = if !self.enter(session, seq.saturating_sub(1), seq, 1) {
             Verdict::Stale
@@ -158,10 +158,14 @@ impl SeqTracker {
             self.observe_in_stream(seq)
         };
         match verdict {
-            Verdict::Deliver | Verdict::DeliverLate => self.counts.delivered += 1,
-            Verdict::Duplicate => self.counts.duplicates += 1,
-            Verdict::DropLate => self.counts.late_dropped += 1,
-            Verdict::Stale => self.counts.stale += 1,
+            Verdict::Deliver | Verdict::DeliverLate => {
+                self.counts.delivered = self.counts.delivered.saturating_add(1)
+            }
+            Verdict::Duplicate => self.counts.duplicates = self.counts.duplicates.saturating_add(1),
+            Verdict::DropLate => {
+                self.counts.late_dropped = self.counts.late_dropped.saturating_add(1)
+            }
+            Verdict::Stale => self.counts.stale = self.counts.stale.saturating_add(1),
         }
         verdict
     }
@@ -190,7 +194,7 @@ impl SeqTracker {
             return Verdict::Duplicate;
         }
         s.seen |= bit;
-        self.counts.reordered += 1;
+        self.counts.reordered = self.counts.reordered.saturating_add(1);
         self.counts.lost = self.counts.lost.saturating_sub(1);
         match self.policy {
             LatePolicy::Deliver => Verdict::DeliverLate,

@@ -73,25 +73,43 @@ impl Drop for Counted {
 
 #[test]
 fn loom_abandonment_drops_each_value_once() {
+    // Set (outside the model) when some interleaving saw the producer gone before the consumer
+    // left, so the check below is known to have run.
+    static SAW_ABANDONMENT: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
     loom::model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (mut tx, mut rx) = Ring::new(2);
         let d = drops.clone();
         let producer = thread::spawn(move || {
-            let _ = tx.try_push(Counted(d.clone()));
-            let _ = tx.try_push(Counted(d.clone()));
+            assert!(
+                tx.try_push(Counted(d.clone())).is_ok(),
+                "the ring has room for two"
+            );
+            assert!(
+                tx.try_push(Counted(d.clone())).is_ok(),
+                "the ring has room for two"
+            );
             // `tx` drops here: abandonment.
         });
         // The consumer takes at most one value, then leaves while the producer may still push.
         let taken = rx.try_pop();
-        let abandoned_seen = rx.is_abandoned();
+        if rx.is_abandoned() {
+            // Abandonment is published after both pushes (Release on `closed`, Acquire here):
+            // a consumer that sees the producer gone sees everything it pushed.
+            SAW_ABANDONMENT.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(usize::from(taken.is_some()) + rx.len(), 2);
+        }
         drop(rx);
         producer.join().unwrap();
         drop(taken);
         // Both values were made and each was dropped exactly once, whoever held it last.
         assert_eq!(drops.load(Ordering::Relaxed), 2);
-        let _ = abandoned_seen;
     });
+    assert!(
+        SAW_ABANDONMENT.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving had the producer gone before the consumer checked"
+    );
 }
 
 #[test]

@@ -306,26 +306,26 @@ impl<T> Producer<T> {
 
     /// Pushes items from `iter` until the ring is full or `iter` ends, and publishes them all
     /// with one store. The other side's index is re-read when the cached one shows less room
-    /// than `iter`'s size hint, so a batch fills what is really free. Returns how many were pushed; `iter` is not advanced past the last one.
+    /// than `iter`'s size hint, so a batch fills what is really free. Returns how many were
+    /// pushed; `iter` is not advanced past the last one.
     ///
     /// If `iter` panics, the items already taken from it stay pushed.
     pub fn push_iter<I: Iterator<Item = T>>(&mut self, iter: &mut I) -> usize {
         let free = self.free_slots_for(iter.size_hint().0.max(1));
-        if free == 0 {
-            return 0;
+        let (runs, shared, mut publish) = self.batch(free);
+        'runs: for run in runs {
+            for slot in &shared.slots[run] {
+                let Some(value) = iter.next() else {
+                    break 'runs;
+                };
+                // SAFETY: `batch` handed out only slots of `[tail, head + capacity)`: free, and
+                // not read by the consumer until `publish` moves `tail` past them.
+                slot.with_mut(|p| unsafe { (*p).write(value) });
+                publish.count += 1;
+            }
         }
-        let mut batch = PushBatch {
-            producer: self,
-            written: 0,
-        };
-        while batch.written < free {
-            let Some(value) = iter.next() else { break };
-            let index = batch.producer.tail.wrapping_add(batch.written);
-            batch.producer.write(index, value);
-            batch.written += 1;
-        }
-        batch.written
-        // `batch` drops here and publishes `written` items with one Release store.
+        publish.count
+        // `publish` drops here and publishes the items with one Release store.
     }
 
     /// Pushes clones of the items of `items` while there is room, publishing them with one
@@ -336,7 +336,40 @@ impl<T> Producer<T> {
     where
         T: Clone,
     {
-        self.push_iter(&mut items.iter().cloned())
+        let n = self.free_slots_for(items.len()).min(items.len());
+        let (runs, shared, mut publish) = self.batch(n);
+        let mut items = items;
+        for run in runs {
+            let (now, rest) = items.split_at(run.len());
+            items = rest;
+            // NB: a run of slots zipped with a run of items, with no per-item masking or bounds
+            // check, compiles to a plain copy for `Copy` items; per item it was the ring suite's
+            // `throughput_batch` gap to rtrb's chunks (see `benches/src/ring.rs`).
+            for (slot, item) in shared.slots[run].iter().zip(now) {
+                // SAFETY: as in `push_iter`: the slot is free and unpublished.
+                slot.with_mut(|p| unsafe { (*p).write(item.clone()) });
+                publish.count += 1;
+            }
+        }
+        publish.count
+    }
+
+    /// The slots a batch of up to `n` items fills, as two runs of slot indices (the second
+    /// non-empty when the batch wraps), and the guard that publishes what was written. `n` must
+    /// not exceed the free slots.
+    #[inline(always)]
+    fn batch(&mut self, n: usize) -> ([std::ops::Range<usize>; 2], &Shared<T>, Publish<'_>) {
+        debug_assert!(n <= self.capacity() - self.tail.wrapping_sub(self.head_cache.get()));
+        let start = self.tail & self.mask;
+        let first = n.min(self.mask + 1 - start);
+        let shared: &Shared<T> = &self.shared;
+        let publish = Publish {
+            position: &mut self.tail,
+            index: &shared.tail,
+            notify: &self.notify,
+            count: 0,
+        };
+        ([start..start + first, 0..n - first], shared, publish)
     }
 
     /// The ring's capacity in slots (a power of two).
@@ -413,16 +446,27 @@ impl<T> Producer<T> {
     }
 }
 
-/// Publishes the items of a batch push when it ends, normally or by a panic in user code.
-struct PushBatch<'a, T> {
-    producer: &'a mut Producer<T>,
-    written: usize,
+/// Ends a batch push or pop, normally or by a panic in user code: moves the side's own
+/// position past the `count` slots written (or read), publishes it with one Release store, and
+/// rings the doorbell, if any, as `Producer::commit` and `Consumer::release` do for one item.
+struct Publish<'a> {
+    /// The side's own position (`Producer::tail` or `Consumer::head`).
+    position: &'a mut usize,
+    /// The shared index the other side reads (`Shared::tail` or `Shared::head`).
+    index: &'a AtomicUsize,
+    notify: &'a Option<std::sync::Arc<dyn Notify>>,
+    count: usize,
 }
 
-impl<T> Drop for PushBatch<'_, T> {
+impl Drop for Publish<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
-        if self.written > 0 {
-            self.producer.commit(self.written);
+        if self.count > 0 {
+            *self.position = self.position.wrapping_add(self.count);
+            self.index.store(*self.position, Ordering::Release);
+            if let Some(notify) = self.notify {
+                notify.notify();
+            }
         }
     }
 }
@@ -457,22 +501,31 @@ impl<T> Consumer<T> {
     /// popped; the rest stay in the ring.
     pub fn pop_batch<F: FnMut(T)>(&mut self, max: usize, mut f: F) -> usize {
         let n = self.available_for(max).min(max);
-        if n == 0 {
-            return 0;
-        }
-        let mut batch = PopBatch {
-            consumer: self,
-            read: 0,
+        debug_assert!(n <= self.tail_cache.get().wrapping_sub(self.head));
+        let start = self.head & self.mask;
+        let first = n.min(self.mask + 1 - start);
+        let shared: &Shared<T> = &self.shared;
+        let mut release = Publish {
+            position: &mut self.head,
+            index: &shared.head,
+            notify: &self.notify,
+            count: 0,
         };
-        while batch.read < n {
-            let value = batch
-                .consumer
-                .read(batch.consumer.head.wrapping_add(batch.read));
-            batch.read += 1;
-            f(value);
+        // NB: two runs of slots, walked without per-item masking or bounds checks (see
+        // `Producer::push_slice`).
+        for run in [start..start + first, 0..n - first] {
+            for slot in &shared.slots[run] {
+                // SAFETY: the slot is in `[head, tail)`: the producer initialised it before its
+                // Release store of `tail`, which `available_for` read with Acquire. `release`
+                // counts it before `f` runs, so it is freed (never read again) even if `f`
+                // panics: each value is moved out once.
+                let value = slot.with(|p| unsafe { (*p).assume_init_read() });
+                release.count += 1;
+                f(value);
+            }
         }
         n
-        // `batch` drops here and frees `n` slots with one Release store.
+        // `release` drops here and frees `n` slots with one Release store.
     }
 
     /// The ring's capacity in slots (a power of two).
@@ -550,20 +603,6 @@ impl<T> Consumer<T> {
         self.shared.head.store(self.head, Ordering::Release);
         if let Some(notify) = &self.notify {
             notify.notify();
-        }
-    }
-}
-
-/// Frees the slots of a batch pop when it ends, normally or by a panic in user code.
-struct PopBatch<'a, T> {
-    consumer: &'a mut Consumer<T>,
-    read: usize,
-}
-
-impl<T> Drop for PopBatch<'_, T> {
-    fn drop(&mut self) {
-        if self.read > 0 {
-            self.consumer.release(self.read);
         }
     }
 }

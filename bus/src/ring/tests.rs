@@ -229,6 +229,43 @@ fn a_panic_in_the_push_iterator_keeps_what_was_pushed() {
     assert_eq!(got, [1, 2, 3]);
 }
 
+/// Clones itself until the clone of `fail_at` panics.
+#[derive(Debug, PartialEq)]
+struct FailingClone {
+    value: u32,
+    fail_at: u32,
+}
+
+impl Clone for FailingClone {
+    fn clone(&self) -> Self {
+        assert!(
+            self.value != self.fail_at,
+            "clone fails on {}",
+            self.fail_at
+        );
+        FailingClone { ..*self }
+    }
+}
+
+#[test]
+fn a_panic_in_clone_across_the_wrap_keeps_the_clones_made() {
+    let (mut tx, mut rx) = Ring::new(8);
+    let item = |value| FailingClone { value, fail_at: 5 };
+    // Move both indices to 6 so the next batch wraps after two slots.
+    assert_eq!(tx.push_iter(&mut (0..6).map(item)), 6);
+    assert_eq!(rx.pop_batch(6, drop), 6);
+    let items: Vec<FailingClone> = (0..8).map(item).collect();
+    let result = catch_unwind(AssertUnwindSafe(|| tx.push_slice(&items)));
+    assert!(result.is_err());
+    // 0..5 were cloned (two before the wrap, three after) and published; 5 failed.
+    let mut got = Vec::new();
+    assert_eq!(rx.pop_batch(8, |v| got.push(v.value)), 5);
+    assert_eq!(got, [0, 1, 2, 3, 4]);
+    // The ring still works after the panic, across the wrap again.
+    assert_eq!(tx.push_slice(&items[..5]), 5);
+    assert_eq!(rx.len(), 5);
+}
+
 /// Drops of a value whose `Drop` panics, counted, to check the ring's own drop survives one.
 struct PanicOnDrop {
     panic: bool,
@@ -424,21 +461,38 @@ fn stress_ten_million_in_order_batches() {
 
 #[test]
 fn park_sleeps_and_is_woken_by_the_producer() {
-    let (mut tx, mut rx) = Ring::<u32>::new(4);
-    let mut idle = Park::new();
-    let bell = idle.doorbell().expect("park has a doorbell");
-    tx.notify_on_push(Some(bell.clone() as _));
-    let consumer = std::thread::spawn(move || {
-        let v = rx
-            .pop_timeout(Duration::from_secs(30), &mut idle)
-            .expect("woken with a value");
-        (v, rx)
-    });
-    // Give the consumer time to reach its sleep, then push once.
-    std::thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 50 }));
-    tx.try_push(42).unwrap();
-    let (v, _rx) = consumer.join().expect("consumer panicked");
-    assert_eq!(v, 42);
+    // Without a wake-up the consumer would sleep until its deadline and only then find the
+    // value, so "returned before the deadline, and the push rang" is what the wake-up proves.
+    let timeout = Duration::from_secs(60);
+    // The push must find the consumer asleep (armed), or it proves nothing: on a loaded machine
+    // the consumer may still be backing off, so try again with a longer head start.
+    for attempt in 1..=10 {
+        let (mut tx, mut rx) = Ring::<u32>::new(4);
+        let mut idle = Park::new();
+        let bell = idle.doorbell().expect("park has a doorbell");
+        tx.notify_on_push(Some(bell.clone() as _));
+        let consumer = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let got = rx.pop_timeout(timeout, &mut idle);
+            (got, started.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(20 * attempt));
+        tx.try_push(42).unwrap();
+        let (got, waited) = consumer.join().expect("consumer panicked");
+        assert_eq!(got, Ok(42));
+        match bell.wakeups() {
+            0 => continue, // still backing off when the push came: not asleep yet
+            1 => {
+                assert!(
+                    waited < timeout,
+                    "the consumer slept to its deadline ({waited:?}): the push's wake-up was lost"
+                );
+                return;
+            }
+            n => panic!("one push rang the doorbell {n} times"),
+        }
+    }
+    panic!("in 10 attempts the push never found the consumer asleep: Park never armed its bell");
 }
 
 #[test]
@@ -462,6 +516,8 @@ fn no_wake_up_is_paid_while_the_consumer_spins() {
 enum Op {
     Push,
     PushSlice(u8),
+    /// Pushes from an iterator of `n` items; `true` hides its length (size hint 0).
+    PushIter(u8, bool),
     Pop,
     PopBatch(u8),
     Peek,
@@ -471,6 +527,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         Just(Op::Push),
         (0u8..20).prop_map(Op::PushSlice),
+        (0u8..20, any::<bool>()).prop_map(|(n, hide)| Op::PushIter(n, hide)),
         Just(Op::Pop),
         (0u8..20).prop_map(Op::PopBatch),
         Just(Op::Peek),
@@ -517,6 +574,32 @@ proptest! {
                     next += u64::from(n);
                     // Clones not pushed were never made: count them as dropped already.
                     created -= usize::from(n) - pushed;
+                }
+                Op::PushIter(n, hide) => {
+                    let mut made = 0usize;
+                    let mut make = |i| {
+                        made += 1;
+                        counted(next + i, &drops)
+                    };
+                    let pushed = if hide {
+                        tx.push_iter(&mut (0..u64::from(n)).filter(|_| true).map(&mut make))
+                    } else {
+                        tx.push_iter(&mut (0..u64::from(n)).map(&mut make))
+                    };
+                    let room = capacity - model.len();
+                    if hide {
+                        // Without a length the batch may stop at the cached room, but it never
+                        // takes more than fits, and takes something when something fits.
+                        prop_assert!(pushed <= usize::from(n).min(room));
+                        prop_assert!(n == 0 || room == 0 || pushed > 0);
+                    } else {
+                        prop_assert_eq!(pushed, usize::from(n).min(room));
+                    }
+                    // The iterator was not advanced past the last pushed item.
+                    prop_assert_eq!(made, pushed);
+                    created += made;
+                    for i in 0..pushed as u64 { model.push_back(next + i); }
+                    next += u64::from(n);
                 }
                 Op::Pop => {
                     prop_assert_eq!(rx.try_pop().map(|v| v.value), model.pop_front());

@@ -1,0 +1,892 @@
+//! The bridge's actor: a thin loop that moves datagrams between its sockets and the session
+//! machines (`crate::session`) and ports, and drives their timers from the bus's tick.
+//!
+//! Every round: pump the exports (send first), then receive. A received datagram's source is
+//! canonicalised and checked (an unanswerable source is dropped, `drop.bad_source`), the
+//! datagram opened (MAC) or parsed, and each frame routed: data to the import of its (source,
+//! topic), which asks its session machine whether to deliver; subscribe and unsubscribe to the
+//! publisher machine; challenge, acknowledgement, refusal and heartbeat to the import of its
+//! (source, topic). The machines' answers to one datagram are packed into as few datagrams as
+//! they fit in and sent back to its source: never more datagrams nor bytes than it.
+//!
+//! Nothing from the network stops the bridge: a send that fails for one destination is
+//! counted; a socket that fails for good is reported once through [`BridgeStatus`] (an error
+//! naming the bridge and the socket) and the `socket_failed` metric, and is not used again;
+//! the bridge goes on with what it has.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llbus::{Actor, Context, Setup};
+
+use super::config::mac_of;
+use super::direct::DirectPort;
+use super::metrics::{add_loss, NetMetrics};
+use super::ports::{fan_out, CompatExportPort, CompatImportPort, ExportPort, ImportPort, SendSide};
+use super::{BridgeConfig, BridgeStatus, Parts};
+use crate::session::{canonical, is_answerable, Replies};
+use crate::{
+    parse_datagram, random_secret, BatchEncoder, CompatControl, Control, CookieJar, DropReason,
+    ExportedTopic, FrameMac, Kind, LossCounts, PublisherEvent, PublisherSession, RateLimiter,
+    RecvBatch, ReplayGuard, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable,
+    UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
+};
+
+/// Messages taken from one ring per poll of an export.
+const BUDGET: usize = 256;
+
+/// Senders (session, lane) whose replay windows a bridge keeps at once.
+const REPLAY_SENDERS: usize = 256;
+
+/// One import: its typed port, its publisher and its session machine.
+struct ImportSlot {
+    port: Box<dyn ImportPort>,
+    publisher: SocketAddr,
+    session: SubscriberSession,
+    /// Whether a transient refusal was reported since the import was last established.
+    warned: bool,
+}
+
+/// A compat export's socket, subscribers and health.
+struct CompatExportSlot {
+    port: Box<dyn CompatExportPort>,
+    table: SubscriberTable<SocketAddr>,
+    failed: Option<std::io::Error>,
+    reported: bool,
+}
+
+/// A compat import's socket and health.
+struct CompatImportSlot {
+    port: Box<dyn CompatImportPort>,
+    failed: Option<std::io::Error>,
+    reported: bool,
+}
+
+/// The bridge running as an actor. Made by `bus.add(bridge)`; see [`Bridge`](super::Bridge).
+pub struct BridgeActor {
+    name: String,
+    session: u64,
+    config: BridgeConfig,
+    max_datagram: usize,
+    /// The largest datagram accepted: `max_datagram`, but never less than the IPv4 default, so
+    /// a dual-stack bridge (1452 by default) takes what an IPv4 peer (1472) sends it.
+    recv_max: usize,
+    endpoint: UdpEndpoint,
+    /// Set once the v1 socket failed for good; it is not used again.
+    failed: Option<std::io::Error>,
+    failure_reported: bool,
+    /// The receive batch; `None` only while `receive` holds it.
+    recv: Option<RecvBatch>,
+    send: SendBatch,
+    /// One datagram being built by an export.
+    buf: Vec<u8>,
+    /// Control frames being built (answers, renewals, heartbeats): one datagram.
+    control_buf: Vec<u8>,
+    /// Where a datagram is copied to be sealed, when a pre-shared key is set.
+    seal_buf: Vec<u8>,
+    mac: Option<FrameMac>,
+    /// The replay windows of the senders whose sealed datagrams arrive.
+    replay: ReplayGuard,
+    publisher: PublisherSession,
+    replies: Replies,
+    exports: Vec<Box<dyn ExportPort>>,
+    imports: Vec<ImportSlot>,
+    compat_exports: Vec<CompatExportSlot>,
+    compat_imports: Vec<CompatImportSlot>,
+    directs: Vec<DirectPort>,
+    metrics: NetMetrics,
+    subscriber_gauges: Vec<llbus::Metric>,
+    status: BridgeStatus,
+    epoch: Instant,
+    next_renew: Instant,
+    next_heartbeat: Instant,
+    next_expire: Instant,
+    next_reseed: Instant,
+}
+
+impl std::fmt::Debug for BridgeActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeActor")
+            .field("name", &self.name)
+            .field("local_addr", &self.endpoint.local_addr())
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+/// 32 random bytes from the OS, or (it is almost never missing; the bridge must not stop for
+/// it) bytes derived from `fallback` and the clock, said in the log.
+fn secret_or(fallback: u64, what: &str) -> [u8; 32] {
+    match random_secret() {
+        Ok(secret) => secret,
+        Err(e) => {
+            log::error!("no OS randomness for the {what} ({e}); deriving it from the session id");
+            let mut input = [0u8; 24];
+            input[..8].copy_from_slice(&fallback.to_le_bytes());
+            input[8..].copy_from_slice(&crate::realtime_ns().to_le_bytes());
+            *blake3::hash(&input).as_bytes()
+        }
+    }
+}
+
+impl BridgeActor {
+    pub(super) fn new(setup: &mut Setup<'_>, name: &str, parts: Parts) -> Self {
+        let Parts {
+            max_datagram,
+            endpoint,
+            config,
+            exports,
+            imports,
+            compat_exports,
+            compat_imports,
+            directs,
+            session,
+            status,
+        } = parts;
+        let export_allow: Vec<_> = exports.iter().map(|e| e.allow.clone()).collect();
+        let exports: Vec<Box<dyn ExportPort>> = exports.iter().map(|e| (e.make)(setup)).collect();
+        let mut topics = Vec::with_capacity(exports.len() + directs.len());
+        for (e, allow) in exports.iter().zip(export_allow) {
+            topics.push(ExportedTopic {
+                topic_id: e.topic_id(),
+                fingerprint: e.fingerprint(),
+                allow,
+            });
+        }
+        for d in &directs {
+            topics.push(ExportedTopic {
+                topic_id: d.topic_id,
+                fingerprint: d.fingerprint,
+                allow: None,
+            });
+        }
+        let subscriber_gauges = exports
+            .iter()
+            .map(|e| e.topic())
+            .chain(directs.iter().map(|d| d.topic))
+            .map(|topic| setup.metric(&format!("subscribers.{topic}")))
+            .collect();
+        let imports = imports
+            .iter()
+            .map(|decl| {
+                let port = (decl.make)(setup);
+                let session = SubscriberSession::new(
+                    port.topic_id(),
+                    port.fingerprint(),
+                    session,
+                    secret_or(session, "subscribe nonces"),
+                    config.renew_every,
+                    config.late,
+                );
+                ImportSlot {
+                    port,
+                    publisher: decl.publisher,
+                    session,
+                    warned: false,
+                }
+            })
+            .collect();
+        let capacity = config.subscriber_capacity;
+        let timeout = config.subscriber_timeout;
+        let table =
+            || SubscriberTable::new(timeout, capacity).with_topic_cap(config.subscribers_per_topic);
+        let compat_exports = compat_exports
+            .into_iter()
+            .map(|e| CompatExportSlot {
+                port: (e.make)(setup, e.endpoint),
+                table: table(),
+                failed: None,
+                reported: false,
+            })
+            .collect();
+        let compat_imports = compat_imports
+            .into_iter()
+            .map(|i| CompatImportSlot {
+                port: (i.make)(setup, i.endpoint, canonical(i.publisher)),
+                failed: None,
+                reported: false,
+            })
+            .collect();
+        let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
+        let now = Instant::now();
+        let jar = CookieJar::new(secret_or(session, "cookie secret"), config.cookie_window);
+        let publisher = PublisherSession::new(
+            session,
+            jar,
+            RateLimiter::new(config.rate_limit, config.rate_limit_sources),
+            config.allow.clone(),
+            topics,
+            table(),
+        );
+        BridgeActor {
+            name: name.to_owned(),
+            seal_buf: vec![0; recv_max],
+            mac: mac_of(&config),
+            replay: ReplayGuard::new(session, REPLAY_SENDERS),
+            publisher,
+            replies: Replies::with_capacity(recv_max / HEADER_LEN + 1),
+            next_reseed: now + config.cookie_window,
+            session,
+            directs,
+            recv: Some(RecvBatch::new(config.batch, recv_max)),
+            send: SendBatch::new(config.batch),
+            buf: vec![0; max_datagram],
+            // Answers to a received datagram are packed into as much as it held.
+            control_buf: vec![0; recv_max],
+            metrics: NetMetrics::register(setup),
+            subscriber_gauges,
+            exports,
+            imports,
+            compat_exports,
+            compat_imports,
+            endpoint,
+            failed: None,
+            failure_reported: false,
+            max_datagram,
+            recv_max,
+            config,
+            status,
+            epoch: now,
+            next_renew: now,
+            next_heartbeat: now,
+            next_expire: now,
+        }
+    }
+
+    fn now_ns(&self, now: Instant) -> u64 {
+        u64::try_from(now.duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Reports each socket that failed for good, once: through the status (an error naming
+    /// the bridge and the socket), the log and the `socket_failed` metric.
+    fn report_failures(&mut self) {
+        let name = &self.name;
+        let report = |what: &str, addr: SocketAddr, e: &std::io::Error| {
+            self.status.report(format!(
+                "bridge '{name}': its {what} socket {addr} failed ({e}); it is no longer used, \
+                 the bridge goes on without it: restart the process to recover"
+            ));
+            self.metrics.socket_failed.set(1);
+        };
+        if let (Some(e), false) = (&self.failed, self.failure_reported) {
+            report("ll-udp", self.endpoint.local_addr(), e);
+            self.failure_reported = true;
+        }
+        for slot in &mut self.compat_exports {
+            if let (Some(e), false) = (&slot.failed, slot.reported) {
+                report("compat export", slot.port.endpoint().local_addr(), e);
+                slot.reported = true;
+            }
+        }
+        for slot in &mut self.compat_imports {
+            if let (Some(e), false) = (&slot.failed, slot.reported) {
+                report("compat import", slot.port.endpoint().local_addr(), e);
+                slot.reported = true;
+            }
+        }
+    }
+
+    /// Sends `len` bytes of `control_buf` (sealed first with a key) to `dest`.
+    fn send_control_buf(&mut self, len: usize, dest: SocketAddr) {
+        if self.failed.is_some() {
+            return;
+        }
+        let mut len = len;
+        if let Some(mac) = &self.mac {
+            match mac.seal(&mut self.control_buf, len) {
+                Ok(sealed) => len = sealed,
+                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
+            }
+        }
+        let Some(bytes) = self.control_buf.get(..len) else {
+            return;
+        };
+        match self.endpoint.send_to(bytes, dest) {
+            Ok(true) => {
+                self.metrics.datagrams_out.add(1);
+                self.metrics.bytes_out.add(len as u64);
+            }
+            Ok(false) => {}
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    /// The room for frames in a control datagram (the tag is added after, with a key).
+    fn control_room(&self) -> usize {
+        self.max_datagram - if self.mac.is_some() { MAC_TAG_LEN } else { 0 }
+    }
+
+    /// Sends one control frame to `dest` from the v1 socket.
+    fn send_control(&mut self, control: &Control, dest: SocketAddr) {
+        let room = self.control_room();
+        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+        if enc.push_control(control).is_err() {
+            return; // Cannot happen: `max_datagram` holds a control frame (checked at bind).
+        }
+        let len = enc.len();
+        self.send_control_buf(len, dest);
+    }
+
+    /// Sends the answers to one datagram of `request_len` bytes, packed into as few datagrams
+    /// as they fit in. Each answer is as long as the request frame it answers, so they never
+    /// exceed the request; if they somehow would, they are not sent (and counted).
+    fn send_replies(&mut self, request_len: usize) {
+        let Some(dest) = self.replies.to() else {
+            return;
+        };
+        if self.replies.is_empty() {
+            return;
+        }
+        let room = self.recv_max - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
+        let mut sent_bytes = 0usize;
+        let mut datagrams = 0usize;
+        let mut i = 0;
+        let count = self.replies.frames().len();
+        while i < count {
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            while i < count {
+                match enc.push_control(&self.replies.frames()[i]) {
+                    Ok(()) => i += 1,
+                    Err(_) if !enc.is_empty() => break,
+                    Err(_) => return, // A frame that fits no datagram: cannot happen.
+                }
+            }
+            let len = enc.len();
+            let tag = if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
+            sent_bytes += len + tag;
+            datagrams += 1;
+            if sent_bytes > request_len || datagrams > 1 {
+                // NB: unreachable by construction (answers are as long as their requests and
+                // all of one datagram's fit in one); kept as the anti-amplification guard.
+                debug_assert!(false, "answers larger than the request");
+                self.metrics.drop(DropReason::TooLarge);
+                return;
+            }
+            self.send_control_buf(len, dest);
+        }
+    }
+
+    /// Receives and handles what waits on the v1 socket. Returns datagrams handled.
+    fn receive(&mut self, ctx: &mut Context<'_>) -> usize {
+        if self.failed.is_some() {
+            return 0;
+        }
+        // Held outside `self` while its datagrams are handled, which needs `&mut self`.
+        let Some(mut recv) = self.recv.take() else {
+            return 0;
+        };
+        let n = self.receive_from(&mut recv, ctx);
+        self.recv = Some(recv);
+        n
+    }
+
+    fn receive_from(&mut self, recv: &mut RecvBatch, ctx: &mut Context<'_>) -> usize {
+        let n = receive_counted(&mut self.endpoint, recv, &self.metrics, &mut self.failed);
+        let now_ns = self.now_ns(ctx.now());
+        for (bytes, src) in recv.iter().take(n) {
+            let src = canonical(src);
+            if !is_answerable(src) {
+                self.metrics.drop(DropReason::BadSource);
+                continue;
+            }
+            let parsed = match &self.mac {
+                Some(mac) => mac.open_once(bytes, self.recv_max, &mut self.replay),
+                None => parse_datagram(bytes, self.recv_max),
+            };
+            let frames = match parsed {
+                Ok(frames) => frames,
+                Err(reason) => {
+                    self.metrics.drop(reason);
+                    continue;
+                }
+            };
+            self.replies.clear(src);
+            // A datagram is counted under one drop reason at most: its first.
+            let mut dropped = None;
+            for frame in frames {
+                let result = if frame.header.kind == Kind::Data {
+                    self.on_data(&frame, src, now_ns, ctx)
+                } else {
+                    match Control::from_frame(&frame) {
+                        Ok(control) => self.on_control(&control, src, now_ns),
+                        Err(reason) => Err(reason),
+                    }
+                };
+                if let Err(reason) = result {
+                    dropped.get_or_insert(reason);
+                }
+            }
+            if let Some(reason) = dropped {
+                self.metrics.drop(reason);
+            }
+            self.send_replies(bytes.len());
+        }
+        n
+    }
+
+    /// Hands a data frame to the import of its (source, topic). A frame of a topic this bridge
+    /// imports from someone else, or exports, is `UnknownSender`; of another topic,
+    /// `UnknownTopic`.
+    #[inline]
+    fn on_data(
+        &mut self,
+        frame: &crate::Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), DropReason> {
+        let topic_id = frame.header.topic_id;
+        let found = self
+            .imports
+            .iter_mut()
+            .find(|i| i.publisher == src && i.session.topic_id() == topic_id);
+        let Some(import) = found else {
+            let known = self
+                .imports
+                .iter()
+                .any(|i| i.session.topic_id() == topic_id)
+                || self
+                    .publisher
+                    .topics()
+                    .iter()
+                    .any(|t| t.topic_id == topic_id);
+            return Err(if known {
+                DropReason::UnknownSender
+            } else {
+                DropReason::UnknownTopic
+            });
+        };
+        if import.session.on_data(&frame.header, now_ns)?.is_deliver() {
+            import.port.deliver(frame.payload, ctx, &self.metrics)?;
+        }
+        Ok(())
+    }
+
+    fn on_control(
+        &mut self,
+        control: &Control,
+        src: SocketAddr,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        match control {
+            Control::Subscribe { .. } | Control::Unsubscribe { .. } => {
+                let (exports, directs) = (&self.exports, &self.directs);
+                let last_seq = |topic_id: u64| last_seq_of(exports, directs, topic_id);
+                let queued = self.replies.frames().len();
+                let event =
+                    self.publisher
+                        .on_control(control, src, now_ns, last_seq, &mut self.replies);
+                if let Some(Control::Refuse(_)) = self.replies.frames().get(queued) {
+                    self.metrics.refused.add(1);
+                }
+                if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
+                    self.refresh_direct(topic_id);
+                }
+                event.map(|_| ())
+            }
+            Control::CookieChallenge { topic_id, .. }
+            | Control::SubscribeAck { topic_id, .. }
+            | Control::Heartbeat { topic_id, .. }
+            | Control::Refuse(crate::Refusal { topic_id, .. }) => {
+                let topic_id = *topic_id;
+                let Some(i) = self
+                    .imports
+                    .iter()
+                    .position(|im| im.publisher == src && im.session.topic_id() == topic_id)
+                else {
+                    // Only publishers we subscribe to may answer us.
+                    return Err(DropReason::UnknownSender);
+                };
+                let event =
+                    self.imports[i]
+                        .session
+                        .on_control(control, now_ns, &mut self.replies)?;
+                self.on_import_event(i, event);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_import_event(&mut self, i: usize, event: SubscriberEvent) {
+        let Some(import) = self.imports.get(i) else {
+            return;
+        };
+        let topic = import.port.topic();
+        let publisher = import.publisher;
+        match event {
+            SubscriberEvent::None => {}
+            SubscriberEvent::Established { session, changed } => {
+                if let Some(im) = self.imports.get_mut(i) {
+                    im.warned = false;
+                }
+                log::info!(
+                    "import of topic '{topic}' from {publisher}: following publisher session \
+                     {session:#018x}{}",
+                    if changed {
+                        " (the publisher restarted)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            SubscriberEvent::Refused(refusal) => {
+                self.metrics.refused.add(1);
+                self.status.report(format!(
+                    "import of topic '{topic}' from {publisher} refused: {refusal}"
+                ));
+            }
+            SubscriberEvent::Retrying(refusal) => {
+                self.metrics.refused.add(1);
+                // Once per episode (until the import is established again).
+                if !self.imports.get(i).is_some_and(|im| im.warned) {
+                    self.status.warn(format!(
+                        "import of topic '{topic}' from {publisher} refused for now: {refusal}; \
+                         retrying with backoff"
+                    ));
+                }
+                if let Some(im) = self.imports.get_mut(i) {
+                    im.warned = true;
+                }
+            }
+        }
+    }
+
+    /// Hands the direct sender of `topic_id`, if any, its new list of subscribers. Allocates
+    /// one list: subscriptions change seldom, never per message.
+    fn refresh_direct(&mut self, topic_id: u64) {
+        if let Some(d) = self.directs.iter_mut().find(|d| d.topic_id == topic_id) {
+            let list: Arc<[SocketAddr]> =
+                self.publisher.subscribers().subscribers(topic_id).collect();
+            d.subscribers.write(list);
+        }
+        self.refresh_gauges();
+    }
+
+    /// Sets the subscribers-per-topic gauges (at once when the table changes, so that a test
+    /// or an operator waiting for a subscription sees it without waiting for the next second).
+    fn refresh_gauges(&self) {
+        let topics = self.exports.iter().map(|e| e.topic_id());
+        let topics = topics.chain(self.directs.iter().map(|d| d.topic_id));
+        let table = self.publisher.subscribers();
+        for (topic_id, gauge) in topics.zip(&self.subscriber_gauges) {
+            gauge.set(table.subscribers(topic_id).count() as u64);
+        }
+    }
+
+    /// Pumps every export. Returns messages taken.
+    fn pump(&mut self) -> usize {
+        let mut work = 0;
+        let room = self.buf.len() - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
+        let mut side = SendSide {
+            endpoint: &mut self.endpoint,
+            batch: &mut self.send,
+            buf: &mut self.buf[..room],
+            subscribers: self.publisher.subscribers(),
+            session: self.session,
+            metrics: &self.metrics,
+            seal: self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
+            failed: &mut self.failed,
+        };
+        for export in &mut self.exports {
+            work += export.pump(&mut side, BUDGET);
+        }
+        for slot in &mut self.compat_exports {
+            work += slot.port.pump(
+                &mut self.send,
+                &mut self.buf,
+                &slot.table,
+                &self.metrics,
+                BUDGET,
+                &mut slot.failed,
+            );
+        }
+        work
+    }
+
+    /// Receives on the compat sockets: control on exports, data on imports.
+    fn receive_compat(&mut self, ctx: &mut Context<'_>) -> usize {
+        let mut work = 0;
+        let now_ns = self.now_ns(ctx.now());
+        let Some(recv) = self.recv.as_mut() else {
+            return 0;
+        };
+        for slot in &mut self.compat_exports {
+            let n = receive_counted(slot.port.endpoint(), recv, &self.metrics, &mut slot.failed);
+            for (bytes, src) in recv.iter().take(n) {
+                let src = canonical(src);
+                if !is_answerable(src) {
+                    self.metrics.drop(DropReason::BadSource);
+                    continue;
+                }
+                if !self.config.allow.contains(src.ip()) {
+                    self.metrics.drop(DropReason::NotAllowed);
+                    continue;
+                }
+                if !self.publisher.rate_ok(src, now_ns) {
+                    self.metrics.drop(DropReason::RateLimited);
+                    continue;
+                }
+                match CompatControl::decode(bytes) {
+                    Ok(CompatControl::Subscribe) => {
+                        if slot.table.renew(src, 0, 0, now_ns).is_err() {
+                            self.metrics.drop(DropReason::TableFull);
+                        }
+                    }
+                    Ok(CompatControl::Unsubscribe) => {
+                        slot.table.remove(src, 0);
+                    }
+                    Err(reason) => self.metrics.drop(reason),
+                }
+            }
+            work += n;
+        }
+        for slot in &mut self.compat_imports {
+            let n = receive_counted(slot.port.endpoint(), recv, &self.metrics, &mut slot.failed);
+            let port = &mut slot.port;
+            for (bytes, src) in recv.iter().take(n) {
+                if canonical(src) != port.publisher() {
+                    self.metrics.drop(DropReason::UnknownSender);
+                    continue;
+                }
+                if let Err(reason) = port.deliver(bytes, self.recv_max, ctx, &self.metrics) {
+                    self.metrics.drop(reason);
+                }
+            }
+            work += n;
+        }
+        work
+    }
+
+    /// Sends what each import's machine has due (first subscribe, renewal, retry, resubscribe),
+    /// and the compat imports' once-a-second `Subscribe`.
+    fn renew(&mut self, now_ns: u64, compat_due: bool) {
+        for i in 0..self.imports.len() {
+            let Some(import) = self.imports.get_mut(i) else {
+                continue;
+            };
+            let dest = import.publisher;
+            if let Some(request) = import.session.poll(now_ns) {
+                self.send_control(&request, dest);
+            }
+        }
+        if compat_due {
+            for slot in &mut self.compat_imports {
+                if slot.failed.is_some() {
+                    continue;
+                }
+                let dest = slot.port.publisher();
+                if let Err(e) = slot
+                    .port
+                    .endpoint()
+                    .send_to(&CompatControl::Subscribe.encode(), dest)
+                {
+                    slot.failed = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Sends each export's last sequence number to its subscribers.
+    fn heartbeat(&mut self) {
+        let timestamp_ns = crate::realtime_ns();
+        for i in 0..self.exports.len() + self.directs.len() {
+            let topic_id = match self.exports.get(i) {
+                Some(e) => e.topic_id(),
+                None => match self.directs.get(i - self.exports.len()) {
+                    Some(d) => d.topic_id,
+                    None => continue,
+                },
+            };
+            self.heartbeat_topic(topic_id, timestamp_ns);
+        }
+    }
+
+    fn heartbeat_topic(&mut self, topic_id: u64, timestamp_ns: i64) {
+        let table = self.publisher.subscribers();
+        if table.subscribers(topic_id).next().is_none() {
+            return;
+        }
+        let Some(fingerprint) = self
+            .publisher
+            .topics()
+            .iter()
+            .find(|t| t.topic_id == topic_id)
+            .map(|t| t.fingerprint)
+        else {
+            return;
+        };
+        let control = Control::Heartbeat {
+            topic_id,
+            fingerprint,
+            session: self.session,
+            last_seq: last_seq_of(&self.exports, &self.directs, topic_id),
+            timestamp_ns,
+        };
+        let room = self.control_room();
+        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+        if enc.push_control(&control).is_ok() {
+            fan_out(
+                enc.as_bytes(),
+                topic_id,
+                &mut self.endpoint,
+                &mut self.send,
+                self.publisher.subscribers(),
+                &self.metrics,
+                self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
+                &mut self.failed,
+            );
+        }
+    }
+
+    /// Refreshes the figures that are sums or gauges.
+    fn refresh_metrics(&mut self) {
+        let mut loss = LossCounts::default();
+        for import in &self.imports {
+            add_loss(&mut loss, import.session.loss());
+        }
+        self.metrics.set_loss(&loss);
+        self.metrics.set_sessions(
+            self.publisher.counts(),
+            self.imports.iter().map(|i| i.session.counts()),
+        );
+        self.metrics.set_io(
+            std::iter::once(self.endpoint.stats())
+                .chain(self.compat_exports.iter().map(|s| s.port.stats()))
+                .chain(self.compat_imports.iter().map(|s| s.port.stats())),
+        );
+        self.refresh_gauges();
+        self.report_failures();
+    }
+}
+
+/// Receives a batch on `endpoint` (unless it failed before) and counts it: datagrams and bytes
+/// in, and what the socket dropped. A socket that fails for good is recorded in `failed`.
+/// Returns the datagrams received.
+fn receive_counted(
+    endpoint: &mut UdpEndpoint,
+    recv: &mut RecvBatch,
+    metrics: &NetMetrics,
+    failed: &mut Option<std::io::Error>,
+) -> usize {
+    if failed.is_some() {
+        return 0;
+    }
+    let before = *endpoint.stats();
+    let n = match endpoint.recv_batch(recv) {
+        Ok(n) => n,
+        Err(e) => {
+            *failed = Some(e);
+            return 0;
+        }
+    };
+    metrics.count_io_drops(&before, endpoint.stats());
+    for (bytes, _) in recv.iter().take(n) {
+        metrics.datagrams_in.add(1);
+        metrics.bytes_in.add(bytes.len() as u64);
+    }
+    n
+}
+
+/// The last sequence number sent on an exported topic (ring-fed or direct); 0 if none.
+fn last_seq_of(exports: &[Box<dyn ExportPort>], directs: &[DirectPort], topic_id: u64) -> u64 {
+    if let Some(e) = exports.iter().find(|e| e.topic_id() == topic_id) {
+        return e.last_seq();
+    }
+    directs
+        .iter()
+        .find(|d| d.topic_id == topic_id)
+        .map_or(0, |d| {
+            d.shared.last_seq.load(std::sync::atomic::Ordering::Acquire)
+        })
+}
+
+impl Actor for BridgeActor {
+    type In = ();
+
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        // Send first: what the bus queued since the last round (a reply, say) leaves before
+        // this round's receive system calls. NB: an empty `recvmmsg` costs ~0.5 us here (the
+        // `udp` benchmark), which receiving first added to every same-thread round trip.
+        let mut work = self.pump();
+        work += self.receive(ctx);
+        if !self.compat_exports.is_empty() || !self.compat_imports.is_empty() {
+            work += self.receive_compat(ctx);
+        }
+        work
+    }
+
+    fn drain(&mut self, _ctx: &mut Context<'_>) -> usize {
+        // Stopping: send what the bus still holds for us, take nothing new from the network.
+        self.pump()
+    }
+
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        let now_ns = self.now_ns(now);
+        let compat_due = now >= self.next_renew;
+        if compat_due {
+            self.next_renew = now + self.config.renew_every;
+        }
+        // The machines know when their requests are due (renewals, retries, resubscribes).
+        self.renew(now_ns, compat_due);
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.config.heartbeat_every;
+            self.heartbeat();
+        }
+        if now >= self.next_expire {
+            self.next_expire = now + Duration::from_secs(1);
+            let expired = self.publisher.expire(now_ns, |s| {
+                log::info!(
+                    "subscriber {} of topic {:#018x} expired",
+                    s.addr,
+                    s.topic_id
+                );
+            });
+            if expired > 0 {
+                for i in 0..self.directs.len() {
+                    let topic_id = self.directs[i].topic_id;
+                    self.refresh_direct(topic_id);
+                }
+            }
+            if now >= self.next_reseed {
+                self.next_reseed = now + self.config.cookie_window;
+                match random_secret() {
+                    Ok(entropy) => self.publisher.reseed(entropy),
+                    Err(e) => log::warn!("no OS randomness to reseed the cookie secret: {e}"),
+                }
+            }
+            for slot in &mut self.compat_exports {
+                slot.table.expire(now_ns, |s| {
+                    log::info!("compat subscriber {} expired", s.addr)
+                });
+            }
+            self.refresh_metrics();
+        }
+    }
+
+    fn on_stop(&mut self, _ctx: &mut Context<'_>) {
+        for i in 0..self.imports.len() {
+            let Some(import) = self.imports.get_mut(i) else {
+                continue;
+            };
+            let dest = import.publisher;
+            if let Some(unsubscribe) = import.session.unsubscribe() {
+                self.send_control(&unsubscribe, dest);
+            }
+        }
+        for slot in &mut self.compat_imports {
+            if slot.failed.is_some() {
+                continue;
+            }
+            let dest = slot.port.publisher();
+            let _ = slot
+                .port
+                .endpoint()
+                .send_to(&CompatControl::Unsubscribe.encode(), dest);
+        }
+        self.refresh_metrics();
+    }
+}

@@ -1,0 +1,162 @@
+//! The bridge's settings, each with a documented default.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::{
+    Allowlist, FrameMac, LatePolicy, RateLimit, SocketConfig, DEFAULT_COOKIE_WINDOW,
+    DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, DEFAULT_RATE_LIMIT, DEFAULT_RATE_LIMIT_SOURCES,
+    DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT, HANDSHAKE_PAYLOAD_LEN, HEADER_LEN,
+    MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
+};
+
+/// Settings of a bridge; each has a documented default.
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    /// The largest datagram sent or accepted. `None` (the default) chooses by the address
+    /// family of the bridge's socket: 1472 bytes for IPv4 (a 1500-byte MTU less 20 bytes of IP
+    /// and 8 of UDP header), 1452 for IPv6 and dual stack (40 bytes of IPv6 header). Over a
+    /// tunnel set it from the tunnel's MTU ([`BridgeConfig::for_mtu`]: WireGuard's 1420 gives
+    /// 1372). A message that cannot fit is refused and counted (`too_large`), never cut.
+    /// Received datagrams are accepted up to this size or 1472 bytes, whichever is larger, so a
+    /// dual-stack bridge takes what an IPv4 peer with the IPv4 default sends it.
+    pub max_datagram: Option<usize>,
+    /// How long a subscriber lasts without renewing (default 60 s).
+    pub subscriber_timeout: Duration,
+    /// How many (subscriber, topic) entries one bridge serves at most (default 1024).
+    pub subscriber_capacity: usize,
+    /// How often imports renew their subscriptions (default 1 s).
+    pub renew_every: Duration,
+    /// How often exports send a heartbeat with their last sequence number (default 100 ms).
+    pub heartbeat_every: Duration,
+    /// What imports do with a message that arrives after a later one (default deliver).
+    pub late: LatePolicy,
+    /// Datagrams per `recvmmsg`/`sendmmsg` call (default 32).
+    pub batch: usize,
+    /// Socket buffer sizes.
+    pub socket: SocketConfig,
+    /// Which addresses may subscribe to this bridge's exports (v1 and compat). Default:
+    /// loopback only; name your subscribers' networks (`"10.0.0.0/8".parse()?`) to serve them.
+    pub allow: Allowlist,
+    /// Control messages per second (and burst) accepted per source address before it has
+    /// proved its address (default 20/s, burst 40).
+    pub rate_limit: RateLimit,
+    /// How many sources the rate limiter tracks at once (default 4096).
+    pub rate_limit_sources: usize,
+    /// Subscribers one topic serves at most (default 64).
+    pub subscribers_per_topic: usize,
+    /// How long an address-proving cookie stays valid: one to two windows (default 30 s).
+    pub cookie_window: Duration,
+    /// A pre-shared key: control datagrams carry a MAC and those without a valid one are
+    /// dropped (`drop.bad_mac`), replayed ones too (`drop.replayed`). Off by default. Both
+    /// sides need the same key.
+    pub psk: Option<[u8; 32]>,
+    /// The id of `psk` on the wire (default 0). To rotate keys without a gap: give every host
+    /// the new key in `psk_accept`, then make it `psk` (with a new id) host by host, then drop
+    /// the old one from `psk_accept`.
+    pub psk_id: u8,
+    /// Further keys accepted (not used to seal), by id: the old key during a rotation. At most
+    /// three.
+    pub psk_accept: Vec<(u8, [u8; 32])>,
+    /// With a key: seal data datagrams too (default), or only control.
+    pub mac_data: bool,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        BridgeConfig {
+            max_datagram: None,
+            subscriber_timeout: DEFAULT_SUBSCRIBER_TIMEOUT,
+            subscriber_capacity: 1024,
+            renew_every: Duration::from_secs(1),
+            heartbeat_every: Duration::from_millis(100),
+            late: LatePolicy::Deliver,
+            batch: 32,
+            socket: SocketConfig::default(),
+            allow: Allowlist::loopback(),
+            rate_limit: DEFAULT_RATE_LIMIT,
+            rate_limit_sources: DEFAULT_RATE_LIMIT_SOURCES,
+            subscribers_per_topic: DEFAULT_SUBSCRIBERS_PER_TOPIC,
+            cookie_window: DEFAULT_COOKIE_WINDOW,
+            psk: None,
+            psk_id: 0,
+            psk_accept: Vec::new(),
+            mac_data: true,
+        }
+    }
+}
+
+impl BridgeConfig {
+    /// The defaults, with the largest datagram that fits a link (or tunnel) of MTU `mtu` in
+    /// either address family: `mtu` less 48 bytes (IPv6 and UDP headers). WireGuard's 1420
+    /// gives 1372; a 1500-byte Ethernet gives 1452.
+    pub fn for_mtu(mtu: usize) -> Self {
+        BridgeConfig {
+            max_datagram: Some(mtu.saturating_sub(48)),
+            ..BridgeConfig::default()
+        }
+    }
+
+    /// The largest datagram of a bridge bound to `local`: the setting, or the default of the
+    /// address family.
+    pub fn max_datagram_for(&self, local: SocketAddr) -> usize {
+        self.max_datagram.unwrap_or(if local.is_ipv4() {
+            DEFAULT_MAX_DATAGRAM
+        } else {
+            DEFAULT_MAX_DATAGRAM_V6
+        })
+    }
+
+    /// Checks the datagram size setting.
+    pub(crate) fn check(&self) -> std::io::Result<()> {
+        // One control frame (and the MAC tag, with a key) must fit: the handshake needs it.
+        let tag = if self.psk.is_some() { MAC_TAG_LEN } else { 0 };
+        let lowest = HEADER_LEN + HANDSHAKE_PAYLOAD_LEN + tag;
+        match self.max_datagram {
+            Some(n) if !(lowest..=MAX_DATAGRAM_LIMIT).contains(&n) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "max_datagram {n} is out of range: use {lowest}..={MAX_DATAGRAM_LIMIT} bytes \
+                     (1472 for a 1500-byte MTU over IPv4, 1452 over IPv6)"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The MAC of a configuration with a pre-shared key.
+pub(crate) fn mac_of(config: &BridgeConfig) -> Option<FrameMac> {
+    config.psk.as_ref().map(|key| {
+        let mut mac = FrameMac::with_key_id(config.psk_id, key);
+        for (id, key) in &config.psk_accept {
+            mac = mac.also_accept(*id, key);
+        }
+        if config.mac_data {
+            mac
+        } else {
+            mac.control_only()
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagram_size_by_family_and_tunnel() {
+        let c = BridgeConfig::default();
+        assert_eq!(c.max_datagram_for("127.0.0.1:1".parse().unwrap()), 1472);
+        assert_eq!(c.max_datagram_for("[::]:1".parse().unwrap()), 1452);
+        let wg = BridgeConfig::for_mtu(1420);
+        assert_eq!(wg.max_datagram_for("127.0.0.1:1".parse().unwrap()), 1372);
+        assert!(wg.check().is_ok());
+        assert!(BridgeConfig {
+            max_datagram: Some(71),
+            ..BridgeConfig::default()
+        }
+        .check()
+        .is_err());
+    }
+}
