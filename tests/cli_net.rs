@@ -9,8 +9,11 @@ use std::time::Duration;
 use tests::cli::{llbus, llbus_bin, CountersDir};
 use tests::example_bins::{example, free_udp_port, Fields, Running};
 
-fn publisher(port: u16, rate: &str, count: &str) -> Running {
+/// The publisher example; its counters file goes to `dir` (removed by the test), not to the
+/// host's, since a test may kill it.
+fn publisher(dir: &CountersDir, port: u16, rate: &str, count: &str) -> Running {
     let mut cmd = Command::new(example("publisher"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
     cmd.args([
         "--bind",
         &format!("127.0.0.1:{port}"),
@@ -26,8 +29,8 @@ fn publisher(port: u16, rate: &str, count: &str) -> Running {
 #[test]
 fn hz_accounts_for_every_message_the_publisher_sent() {
     let port = free_udp_port();
-    let publisher = publisher(port, "2000", "3000");
     let dir = CountersDir::new("hz");
+    let publisher = publisher(&dir, port, "2000", "3000");
     let _ = llbus_bin();
     let addr = format!("127.0.0.1:{port}");
     // Long enough for the publisher to count 3000 at 2000/s after admitting us, and its grace.
@@ -73,8 +76,8 @@ fn hz_accounts_for_every_message_the_publisher_sent() {
 #[test]
 fn spy_shows_each_frames_header_and_payload() {
     let port = free_udp_port();
-    let publisher = publisher(port, "200", "5");
     let dir = CountersDir::new("spy");
+    let publisher = publisher(&dir, port, "200", "5");
     let addr = format!("127.0.0.1:{port}");
     let out = llbus(
         &dir,
@@ -121,8 +124,8 @@ fn spy_shows_each_frames_header_and_payload() {
 #[test]
 fn a_topic_the_publisher_does_not_export_is_a_clear_error() {
     let port = free_udp_port();
-    let publisher = publisher(port, "100", "100000");
     let dir = CountersDir::new("hzbad");
+    let publisher = publisher(&dir, port, "100", "100000");
     let addr = format!("127.0.0.1:{port}");
     let out = llbus(
         &dir,

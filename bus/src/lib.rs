@@ -37,6 +37,16 @@
 //!   ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that
 //!   still does not exit (a handler that never returns) is left running and reported
 //!   ([`BusError::Unresponsive`]). Durations that would overflow are refused by `start()`.
+//! - **Ways in and out.** Code that is not an actor publishes through a [`Publisher`] and reads
+//!   through a [`Subscription`], declared on the builder ([`BusBuilder::publisher`],
+//!   [`BusBuilder::subscription`]) and wired, counted and stopped like actors' edges; their
+//!   `publish` and `try_recv` allocate nothing and take no lock. With the `tokio` feature they
+//!   turn into tokio channels at the bus's edge.
+//! - **Live counters.** [`RunningBus::snapshot`] reads every figure while the bus runs; each
+//!   bus also publishes them for other processes (the `llbus` command) in a shared-memory file
+//!   that a sleeping thread refreshes 10 times a second ([`counters_dir`],
+//!   [`read_counters_file`]; the layout is documented on [`COUNTERS_VERSION`]). No hot path
+//!   does any work for either.
 //! - **Where threads run.** `start()` reads the process's allowed cores once
 //!   ([`allowed_cores`]); [`ActorBuilder::on_core`] outside them is a [`StartError`], and
 //!   unpinned threads run on all of them, not on the core of whoever called `start()`.

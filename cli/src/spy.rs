@@ -230,11 +230,8 @@ impl Tap {
 pub(crate) fn hex(bytes: &[u8]) -> String {
     let mut out = String::new();
     for (i, chunk) in bytes.chunks(16).enumerate() {
-        out.push_str(&format!("    {:04x}: ", i * 16));
-        for b in chunk {
-            out.push_str(&format!("{b:02x} "));
-        }
-        out.push('\n');
+        let line: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        out.push_str(&format!("    {:04x}: {}\n", i * 16, line.join(" ")));
     }
     out
 }

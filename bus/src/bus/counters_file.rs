@@ -19,44 +19,11 @@
 //! `$LLBUS_COUNTERS_DIR` if set; `<n>` tells apart buses of one process. The file is created
 //! exclusively (never through an existing name or link) and removed when the bus is joined or
 //! dropped. A process that dies leaves its file behind: [`CountersSnapshot::is_live`] tells
-//! such a stale file from a live one by its process id and its heartbeat.
+//! such a stale file from a live one by its process id and its heartbeat, and the next bus
+//! started on the host removes the files of processes that are gone.
 //!
-//! # Layout, version 1
-//! All integers little-endian; offsets in bytes. The file is a header, then `record_count`
-//! records of `record_len` bytes each. A reader can map it read-only or read it with `pread`.
-//!
-//! Header (128 bytes):
-//!
-//! | offset | type     | field                                                              |
-//! |--------|----------|--------------------------------------------------------------------|
-//! | 0      | [u8; 8]  | magic `LLBUSCNT`                                                   |
-//! | 8      | u32      | version (1)                                                        |
-//! | 12     | u32      | header length (128)                                                |
-//! | 16     | u64      | generation: odd while the writer writes (a sequence lock)          |
-//! | 24     | u64      | process id of the writer                                           |
-//! | 32     | u64      | when the bus started, ns since the UNIX epoch                      |
-//! | 40     | u64      | heartbeat: when this snapshot was written, ns since the UNIX epoch |
-//! | 48     | u64      | snapshot interval, ns                                              |
-//! | 56     | u32      | record count                                                       |
-//! | 60     | u32      | record length (256)                                                |
-//! | 64     | [u8; 64] | the bus's name, UTF-8, NUL-padded                                  |
-//!
-//! Record (256 bytes): `type_id: u32` at 0, `value_count: u32` at 4, up to 15 `u64` values
-//! from 8, and a 128-byte label from 128: UTF-8 fields separated by NUL, NUL-padded (a label
-//! too long for it has each field cut at a character boundary). Type ids:
-//!
-//! - 1, an edge: label `topic, publisher, subscriber, policy`; values `published, handled,
-//!   panicked, dropped, conflated, waited, lost, in_flight, max_depth`.
-//! - 2, an actor (or an external handle): label `name, thread`; values `handled, ticks,
-//!   idle_rounds, restarts, panics`.
-//! - 3, a named metric of the actor of the nearest record of type 2 before it (bridge
-//!   metrics among them): label `actor, metric`; values `value`.
-//!
-//! A reader skips record types it does not know and values past those it knows, so version 1
-//! can grow new ones; anything else changes the version.
-//!
-//! A reader reads the generation, then the file, then the generation again, and keeps the
-//! read only if both are the same even number (retrying otherwise).
+//! # Layout
+//! Documented on [`COUNTERS_VERSION`], in the public docs.
 
 use std::fs::File;
 use std::io;
@@ -99,7 +66,44 @@ pub(super) fn default_bus_name() -> String {
 
 /// The file's magic bytes.
 pub const COUNTERS_MAGIC: [u8; 8] = *b"LLBUSCNT";
-/// The layout version this llbus writes and reads.
+/// The layout version this llbus writes and reads: 1, as follows.
+///
+/// # Layout, version 1
+/// All integers little-endian; offsets in bytes. The file is a header, then `record_count`
+/// records of `record_len` bytes each. A reader can map it read-only or read it with `pread`.
+///
+/// Header (128 bytes):
+///
+/// | offset | type     | field                                                              |
+/// |--------|----------|--------------------------------------------------------------------|
+/// | 0      | [u8; 8]  | magic `LLBUSCNT`                                                   |
+/// | 8      | u32      | version (1)                                                        |
+/// | 12     | u32      | header length (128)                                                |
+/// | 16     | u64      | generation: odd while the writer writes (a sequence lock)          |
+/// | 24     | u64      | process id of the writer                                           |
+/// | 32     | u64      | when the bus started, ns since the UNIX epoch                      |
+/// | 40     | u64      | heartbeat: when this snapshot was written, ns since the UNIX epoch |
+/// | 48     | u64      | snapshot interval, ns                                              |
+/// | 56     | u32      | record count                                                       |
+/// | 60     | u32      | record length (256)                                                |
+/// | 64     | [u8; 64] | the bus's name, UTF-8, NUL-padded                                  |
+///
+/// Record (256 bytes): `type_id: u32` at 0, `value_count: u32` at 4, up to 15 `u64` values
+/// from 8, and a 128-byte label from 128: UTF-8 fields separated by NUL, NUL-padded (a label
+/// too long for it has each field cut at a character boundary). Type ids:
+///
+/// - 1, an edge: label `topic, publisher, subscriber, policy`; values `published, handled,
+///   panicked, dropped, conflated, waited, lost, in_flight, max_depth`.
+/// - 2, an actor (or an external handle): label `name, thread`; values `handled, ticks,
+///   idle_rounds, restarts, panics`.
+/// - 3, a named metric of the actor of the nearest record of type 2 before it (bridge
+///   metrics among them): label `actor, metric`; values `value`.
+///
+/// A reader skips record types it does not know and values past those it knows, so version 1
+/// can grow new ones; anything else changes the version.
+///
+/// A reader reads the generation, then the file, then the generation again, and keeps the
+/// read only if both are the same even number (retrying otherwise).
 pub const COUNTERS_VERSION: u32 = 1;
 const HEADER_LEN: usize = 128;
 const RECORD_LEN: usize = 256;
@@ -568,6 +572,35 @@ pub(crate) struct CountersFile {
 /// Tells apart the counters files of several buses of one process.
 static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
+/// The writer's process id in a counters file's name (`llbus-<bus>-<pid>-<n>.cnc`).
+fn pid_in_name(name: &str) -> Option<u64> {
+    let stem = name.strip_prefix("llbus-")?.strip_suffix(".cnc")?;
+    let mut parts = stem.rsplitn(3, '-');
+    let _n = parts.next()?;
+    parts.next()?.parse().ok()
+}
+
+/// Removes the counters files in `dir` left by processes that are gone (on Linux, where that
+/// can be told from `/proc`): a crashed bus's file does not outlive the next bus started on the
+/// host. Files of other users, or that cannot be removed, are left alone.
+fn prune_stale(dir: &Path) {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(pid_in_name) else {
+            continue;
+        };
+        if !process_exists(pid) && std::fs::remove_file(e.path()).is_ok() {
+            log::info!("removed the stale counters file {}", e.path().display());
+        }
+    }
+}
+
 /// Keeps what may go into a file name: ASCII letters, digits, `_`, `-`, `.`.
 fn file_safe(name: &str) -> String {
     let s: String = cut(name, 48)
@@ -604,6 +637,7 @@ impl CountersFile {
         snapshot: impl Fn() -> Report + Send + 'static,
     ) -> io::Result<CountersFile> {
         let pid = u64::from(std::process::id());
+        prune_stale(dir);
         let safe = file_safe(bus);
         let (path, file) = loop {
             let n = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
@@ -854,6 +888,26 @@ mod tests {
             }
             let _ = decode(&bytes);
         }
+    }
+
+    #[test]
+    fn a_new_file_prunes_those_of_dead_processes_only() {
+        assert_eq!(pid_in_name("llbus-my-bus-42-0.cnc"), Some(42));
+        assert_eq!(pid_in_name("llbus-x.cnc"), None);
+        let dir = std::env::temp_dir().join(format!("llbus-prune-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Beyond any pid_max (2^22 on Linux): no such process.
+        let dead = dir.join("llbus-gone-99999999-0.cnc");
+        let alive = dir.join(format!("llbus-here-{}-7.cnc", std::process::id()));
+        let other = dir.join("unrelated-99999999.cnc");
+        for p in [&dead, &alive, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        let file = CountersFile::create_in(&dir, "fresh", Report::default).unwrap();
+        assert_eq!(dead.exists(), !cfg!(target_os = "linux"));
+        assert!(alive.exists() && other.exists());
+        drop(file);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
