@@ -1,6 +1,6 @@
 //! External handles: a `Publisher<T>` and a `Subscription<T>` used by code that is not an
 //! actor, tested for order, backpressure (Block, DropNewest, Latest), the stop protocol, the
-//! report, and wiring errors.
+//! report, wiring errors, and the tokio adapter.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -345,4 +345,66 @@ fn a_key_is_redeemed_only_on_its_own_bus() {
     two.stop();
     assert_balanced(&one.join().unwrap());
     assert_balanced(&two.join().unwrap());
+}
+
+#[test]
+fn async_code_feeds_and_reads_a_bus_through_tokio_channels() {
+    bounded("tokio adapter", 120, || {
+        let mut bus = Bus::builder();
+        let feed = bus.publisher::<Num>("feed");
+        bus.actor("doubler", |s: &mut Setup<'_>| Doubler { out: s.output() })
+            .subscribes::<Num>()
+            .publishes::<Doubled>()
+            .capacity::<Num>(8);
+        let tap = bus.subscription_with::<Doubled>("tap", Backpressure::Block, 8);
+        let mut running = bus.start().expect("start");
+        let tx = running.publisher(feed).unwrap().into_async(4).unwrap();
+        let mut rx = running.subscription(tap).unwrap().into_async(4).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        const N: u64 = 5_000;
+        rt.block_on(async {
+            let sender = async {
+                for i in 0..N {
+                    tx.send(Num(i)).await.expect("the bus takes it");
+                }
+                tx
+            };
+            let receiver = async {
+                for i in 0..N {
+                    let got = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                        .await
+                        .expect("a message within 30 s");
+                    assert_eq!(got, Some(Doubled(2 * i)));
+                }
+            };
+            let (tx, ()) = tokio::join!(sender, receiver);
+            running.stop();
+            // Once the bus stops, the forwarding thread ends and a send hands the value back.
+            let refused = tokio::time::timeout(Duration::from_secs(30), async {
+                loop {
+                    if let Err(e) = tx.send(Num(u64::MAX)).await {
+                        return e.0;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("the sender learns that the bus stopped");
+            assert_eq!(refused, Num(u64::MAX));
+        });
+        let report = running.join().expect("join");
+        // The subscription's channel ends after the bus exits.
+        let end =
+            rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), rx.recv()).await });
+        assert_eq!(end, Ok(None));
+        let e = report.edge("handles.doubled", "doubler", "tap").unwrap();
+        assert_eq!(e.handled, N);
+        let into = report.edge("handles.num", "feed", "doubler").unwrap();
+        // Every value sent before the stop was published and handled; the one sent after it
+        // was refused (handed back above), never published.
+        assert_eq!((into.published, into.handled), (N, N), "{into:?}");
+    });
 }
