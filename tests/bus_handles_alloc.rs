@@ -1,6 +1,7 @@
 //! The external handles' hot path allocates nothing: after `start()`, a `Publisher` publishing
 //! (fan-out to a ring and a `Latest` slot, then a full `DropNewest` ring) and a `Subscription`
-//! receiving, counted by a global allocator on the calling thread.
+//! receiving, counted by a global allocator on the calling thread; and the counters file's
+//! snapshotter, counted on every thread.
 
 use llbus::{Backpressure, Bus};
 use tests::CountingAlloc;
@@ -48,6 +49,22 @@ fn publishing_and_receiving_through_handles_allocate_nothing() {
     // The loop really moved messages: every publish reached the ring, each pair reached the
     // latest slot at least once per round.
     assert!(received >= 300_000, "received only {received}");
+    // The counters file's snapshotter runs beside the bus, 10 times a second: in steady state
+    // it allocates nothing either (counted on every thread while this one only sleeps).
+    let path = running
+        .counters_path()
+        .expect("a counters file")
+        .to_path_buf();
+    let first = llbus::read_counters_file(&path).expect("read").generation;
+    let before = ALLOC.allocations();
+    std::thread::sleep(std::time::Duration::from_millis(450));
+    let after = ALLOC.allocations();
+    let later = llbus::read_counters_file(&path).expect("read").generation;
+    assert!(
+        later >= first + 2,
+        "the snapshotter did not run: {first} -> {later}"
+    );
+    assert_eq!(after - before, 0, "the counters snapshotter allocated");
     running.stop();
     drop(feed);
     let report = running.join().expect("join");

@@ -391,58 +391,130 @@ fn put_record(out: &mut Vec<u8>, type_id: u32, values: &[u64], label: &[&str]) {
     out.extend_from_slice(&rec);
 }
 
-/// Encodes `report` as a whole file (header and records) with `generation`. Pure.
-pub(crate) fn encode(
+/// What the file shows: a visitor that hands each record (type id, values, label fields) to
+/// `rec`, in order (a metric record after its actor's).
+pub(crate) trait Source {
+    fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str]));
+}
+
+/// The live counters of a running bus: read where they are, with no allocation (the named
+/// metrics under the lock they are registered with, which no message path takes).
+pub(crate) struct Live {
+    pub(crate) edges: Vec<super::start::EdgeInfo>,
+    pub(crate) actors: Vec<super::start::ActorInfo>,
+}
+
+impl Source for Live {
+    fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str])) {
+        for e in &self.edges {
+            let snap = e.counters.snapshot();
+            let report = super::stop::edge_report_of(e, &snap, String::new(), String::new());
+            let label = [e.topic, &e.publisher, &e.subscriber, policy_name(e.policy)];
+            rec(RECORD_EDGE, &edge_values(&report), &label);
+        }
+        for a in &self.actors {
+            let c = &a.counters;
+            let values = [
+                c.handled.get(),
+                c.ticks.get(),
+                c.idle_rounds.get(),
+                c.restarts.get(),
+                c.panics.get(),
+            ];
+            rec(RECORD_ACTOR, &values, &[&a.name, &a.thread]);
+            let named = c
+                .named
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (name, m) in named.iter() {
+                rec(RECORD_METRIC, &[m.get()], &[&a.name, name]);
+            }
+        }
+    }
+}
+
+/// The name of a backpressure policy, as the file spells it.
+fn policy_name(p: crate::bus::Backpressure) -> &'static str {
+    match p {
+        crate::bus::Backpressure::Block => "Block",
+        crate::bus::Backpressure::DropNewest => "DropNewest",
+        crate::bus::Backpressure::Latest => "Latest",
+    }
+}
+
+/// The values of an edge record, in the file's order.
+pub(crate) fn edge_values(e: &super::metrics::EdgeReport) -> [u64; 9] {
+    [
+        e.published,
+        e.handled,
+        e.panicked,
+        e.dropped,
+        e.conflated,
+        e.waited,
+        e.lost,
+        e.in_flight,
+        e.max_depth,
+    ]
+}
+
+impl Source for Report {
+    fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str])) {
+        for e in &self.edges {
+            let label = [e.topic, &e.publisher, &e.subscriber, policy_name(e.policy)];
+            rec(RECORD_EDGE, &edge_values(e), &label);
+        }
+        for a in &self.actors {
+            let values = [a.handled, a.ticks, a.idle_rounds, a.restarts, a.panics];
+            rec(RECORD_ACTOR, &values, &[&a.name, &a.thread]);
+            for (name, v) in &a.metrics {
+                rec(RECORD_METRIC, &[*v], &[&a.name, name]);
+            }
+        }
+    }
+}
+
+/// Encodes what `source` shows as a whole file (header and records) with `generation` into
+/// `out`, which keeps its allocation from one snapshot to the next: once it has grown to the
+/// file's size, encoding allocates nothing. Pure.
+pub(crate) fn encode_into(
+    out: &mut Vec<u8>,
     writer: &Writer,
     generation: u64,
     heartbeat_unix_ns: u64,
-    report: &Report,
-) -> Vec<u8> {
-    let mut out = vec![0u8; HEADER_LEN];
+    source: &dyn Source,
+) {
+    out.clear();
+    out.resize(HEADER_LEN, 0);
     let mut count = 0u32;
-    for e in &report.edges {
-        let policy = format!("{:?}", e.policy);
-        let values = [
-            e.published,
-            e.handled,
-            e.panicked,
-            e.dropped,
-            e.conflated,
-            e.waited,
-            e.lost,
-            e.in_flight,
-            e.max_depth,
-        ];
-        put_record(
-            &mut out,
-            RECORD_EDGE,
-            &values,
-            &[e.topic, &e.publisher, &e.subscriber, &policy],
-        );
+    source.visit(&mut |type_id, values, label| {
+        put_record(out, type_id, values, label);
         count += 1;
-    }
-    for a in &report.actors {
-        let values = [a.handled, a.ticks, a.idle_rounds, a.restarts, a.panics];
-        put_record(&mut out, RECORD_ACTOR, &values, &[&a.name, &a.thread]);
-        count += 1;
-        for (name, v) in &a.metrics {
-            put_record(&mut out, RECORD_METRIC, &[*v], &[&a.name, name]);
-            count += 1;
-        }
-    }
+    });
     out[..8].copy_from_slice(&COUNTERS_MAGIC);
-    put_u32(&mut out, 8, COUNTERS_VERSION);
-    put_u32(&mut out, 12, HEADER_LEN as u32);
-    put_u64(&mut out, 16, generation);
-    put_u64(&mut out, 24, writer.pid);
-    put_u64(&mut out, 32, writer.started_unix_ns);
-    put_u64(&mut out, 40, heartbeat_unix_ns);
-    put_u64(&mut out, 48, writer.interval_ns);
-    put_u32(&mut out, 56, count);
-    put_u32(&mut out, 60, RECORD_LEN as u32);
+    put_u32(out, 8, COUNTERS_VERSION);
+    put_u32(out, 12, HEADER_LEN as u32);
+    put_u64(out, 16, generation);
+    put_u64(out, 24, writer.pid);
+    put_u64(out, 32, writer.started_unix_ns);
+    put_u64(out, 40, heartbeat_unix_ns);
+    put_u64(out, 48, writer.interval_ns);
+    put_u32(out, 56, count);
+    put_u32(out, 60, RECORD_LEN as u32);
     let mut name = [0u8; NAME_LEN];
     put_label(&mut name, &[&writer.bus]);
     out[64..64 + NAME_LEN].copy_from_slice(&name);
+}
+
+/// [`encode_into`] a fresh buffer.
+#[cfg(test)]
+fn encode(
+    writer: &Writer,
+    generation: u64,
+    heartbeat_unix_ns: u64,
+    source: &dyn Source,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(&mut out, writer, generation, heartbeat_unix_ns, source);
     out
 }
 
@@ -625,16 +697,16 @@ impl CountersFile {
     /// [`SNAPSHOT_INTERVAL`].
     pub(crate) fn create(
         bus: &str,
-        snapshot: impl Fn() -> Report + Send + 'static,
+        source: impl Source + Send + 'static,
     ) -> io::Result<CountersFile> {
-        Self::create_in(&counters_dir(), bus, snapshot)
+        Self::create_in(&counters_dir(), bus, source)
     }
 
     /// [`create`](Self::create) in directory `dir`.
     pub(crate) fn create_in(
         dir: &Path,
         bus: &str,
-        snapshot: impl Fn() -> Report + Send + 'static,
+        source: impl Source + Send + 'static,
     ) -> io::Result<CountersFile> {
         let pid = u64::from(std::process::id());
         prune_stale(dir);
@@ -662,7 +734,8 @@ impl CountersFile {
         // The first snapshot is written before `start()` returns: a reader never finds an
         // empty file of a live bus.
         let mut generation = 0u64;
-        if let Err(e) = write_snapshot(&file, &writer, &mut generation, &snapshot()) {
+        let mut buf = Vec::new();
+        if let Err(e) = write_snapshot(&file, &writer, &mut generation, &mut buf, &source) {
             let _ = std::fs::remove_file(&path);
             return Err(e);
         }
@@ -676,7 +749,9 @@ impl CountersFile {
                     if stopping.load(Ordering::Acquire) {
                         break;
                     }
-                    if let Err(e) = write_snapshot(&file, &writer, &mut generation, &snapshot()) {
+                    if let Err(e) =
+                        write_snapshot(&file, &writer, &mut generation, &mut buf, &source)
+                    {
                         log::warn!("cannot update the bus's counters file: {e}; it stops updating");
                         break;
                     }
@@ -723,17 +798,19 @@ fn write_snapshot(
     file: &File,
     writer: &Writer,
     generation: &mut u64,
-    report: &Report,
+    buf: &mut Vec<u8>,
+    source: &dyn Source,
 ) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let odd = *generation + 1;
-    let bytes = encode(writer, odd, unix_ns(SystemTime::now()), report);
+    encode_into(buf, writer, odd, unix_ns(SystemTime::now()), source);
+    let bytes: &[u8] = buf;
     let len = bytes.len() as u64;
     if file.metadata()?.len() < len {
         file.set_len(len)?;
     }
     file.write_all_at(&odd.to_le_bytes(), GENERATION_AT)?;
-    file.write_all_at(&bytes, 0)?;
+    file.write_all_at(bytes, 0)?;
     *generation = odd + 1;
     file.write_all_at(&generation.to_le_bytes(), GENERATION_AT)?;
     Ok(())
@@ -903,7 +980,7 @@ mod tests {
         for p in [&dead, &alive, &other] {
             std::fs::write(p, b"x").unwrap();
         }
-        let file = CountersFile::create_in(&dir, "fresh", Report::default).unwrap();
+        let file = CountersFile::create_in(&dir, "fresh", Report::default()).unwrap();
         assert_eq!(dead.exists(), !cfg!(target_os = "linux"));
         assert!(alive.exists() && other.exists());
         drop(file);
@@ -914,14 +991,17 @@ mod tests {
     fn the_file_is_written_live_and_removed_on_close() {
         let dir = std::env::temp_dir().join(format!("llbus-cnc-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let n = Arc::new(AtomicU64::new(0));
-        let seen = Arc::clone(&n);
-        let file = CountersFile::create_in(&dir, "unit test/bus", move || {
-            let mut r = sample();
-            r.edges[0].published = seen.fetch_add(1, Ordering::Relaxed);
-            r
-        })
-        .unwrap();
+        /// A sample whose first edge's `published` grows by one per snapshot.
+        struct Growing(AtomicU64);
+        impl Source for Growing {
+            fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str])) {
+                let mut r = sample();
+                r.edges[0].published = self.0.fetch_add(1, Ordering::Relaxed);
+                r.visit(rec);
+            }
+        }
+        let file =
+            CountersFile::create_in(&dir, "unit test/bus", Growing(AtomicU64::new(0))).unwrap();
         let path = file.path().to_path_buf();
         assert!(path
             .file_name()

@@ -210,10 +210,11 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
             .name
             .clone()
             .unwrap_or_else(super::counters_file::default_bus_name);
-        let (edges, actors) = (edge_reports.clone(), actor_infos.clone());
-        match super::counters_file::CountersFile::create(&name, move || {
-            super::stop::report_of(&edges, &actors)
-        }) {
+        let live = super::counters_file::Live {
+            edges: edge_reports.clone(),
+            actors: actor_infos.clone(),
+        };
+        match super::counters_file::CountersFile::create(&name, live) {
             Ok(f) => Some(f),
             Err(e) => {
                 log::warn!(

@@ -355,23 +355,12 @@ pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
         edges: edges
             .iter()
             .map(|e| {
-                let snap = e.counters.snapshot();
-                EdgeReport {
-                    topic: e.topic,
-                    publisher: e.publisher.clone(),
-                    subscriber: e.subscriber.clone(),
-                    policy: e.policy,
-                    published: snap.published(),
-                    handled: snap.handled,
-                    panicked: snap.panicked,
-                    dropped: snap.dropped,
-                    conflated: snap.conflated,
-                    waited: snap.waited,
-                    lost: snap.publisher_lost + snap.subscriber_lost,
-                    // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
-                    in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
-                    max_depth: snap.max_depth,
-                }
+                edge_report_of(
+                    e,
+                    &e.counters.snapshot(),
+                    e.publisher.clone(),
+                    e.subscriber.clone(),
+                )
             })
             .collect(),
         actors: actors
@@ -387,5 +376,31 @@ pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
                 metrics: a.counters.named_snapshot(),
             })
             .collect(),
+    }
+}
+
+/// The report row of edge `e` from `snap`, with the given publisher and subscriber names (the
+/// counters file passes empty ones, so that it allocates nothing).
+pub(super) fn edge_report_of(
+    e: &EdgeInfo,
+    snap: &EdgeSnapshot,
+    publisher: String,
+    subscriber: String,
+) -> EdgeReport {
+    EdgeReport {
+        topic: e.topic,
+        publisher,
+        subscriber,
+        policy: e.policy,
+        published: snap.published(),
+        handled: snap.handled,
+        panicked: snap.panicked,
+        dropped: snap.dropped,
+        conflated: snap.conflated,
+        waited: snap.waited,
+        lost: snap.publisher_lost + snap.subscriber_lost,
+        // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
+        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
+        max_depth: snap.max_depth,
     }
 }
