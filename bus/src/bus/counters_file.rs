@@ -394,8 +394,11 @@ fn put_record(out: &mut Vec<u8>, type_id: u32, values: &[u64], label: &[&str]) {
 /// What the file shows: a visitor that hands each record (type id, values, label fields) to
 /// `rec`, in order (a metric record after its actor's).
 pub(crate) trait Source {
-    fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str]));
+    fn visit(&self, rec: &mut Visitor<'_>);
 }
+
+/// Takes one record: its type id, its values and its label's fields.
+pub(crate) type Visitor<'a> = dyn FnMut(u32, &[u64], &[&str]) + 'a;
 
 /// The live counters of a running bus: read where they are, with no allocation (the named
 /// metrics under the lock they are registered with, which no message path takes).
@@ -405,7 +408,7 @@ pub(crate) struct Live {
 }
 
 impl Source for Live {
-    fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str])) {
+    fn visit(&self, rec: &mut Visitor<'_>) {
         for e in &self.edges {
             let snap = e.counters.snapshot();
             let report = super::stop::edge_report_of(e, &snap, String::new(), String::new());
@@ -458,7 +461,7 @@ pub(crate) fn edge_values(e: &super::metrics::EdgeReport) -> [u64; 9] {
 }
 
 impl Source for Report {
-    fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str])) {
+    fn visit(&self, rec: &mut Visitor<'_>) {
         for e in &self.edges {
             let label = [e.topic, &e.publisher, &e.subscriber, policy_name(e.policy)];
             rec(RECORD_EDGE, &edge_values(e), &label);
@@ -994,7 +997,7 @@ mod tests {
         /// A sample whose first edge's `published` grows by one per snapshot.
         struct Growing(AtomicU64);
         impl Source for Growing {
-            fn visit(&self, rec: &mut dyn FnMut(u32, &[u64], &[&str])) {
+            fn visit(&self, rec: &mut Visitor<'_>) {
                 let mut r = sample();
                 r.edges[0].published = self.0.fetch_add(1, Ordering::Relaxed);
                 r.visit(rec);
