@@ -30,8 +30,9 @@
 //!   [`BusError::ThreadPanicked`]. If the process dies, what is in the rings is gone.
 //! - **Accounting.** Every edge balances, in every [`RunningBus::report`] and in the report of
 //!   `join`: `published == handled + panicked + dropped + conflated + lost + in_flight`
-//!   ([`EdgeReport`]), with `in_flight == 0` after `join`. A message whose handler panicked is
-//!   `panicked`, not handled; a publish to a subscriber that is gone is `lost` at once.
+//!   ([`EdgeReport`]), with `in_flight == 0` after `join` (but for what an external
+//!   [`Subscription`] has not read yet). A message whose handler panicked is `panicked`, not
+//!   handled; a publish to a subscriber that is gone is `lost` at once.
 //! - **Stopping is bounded.** Once a stop is requested, `join` (and dropping a
 //!   [`RunningBus`], which requests one) returns within the stop timeout
 //!   ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that

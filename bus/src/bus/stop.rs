@@ -251,7 +251,9 @@ impl RunningBus {
     /// ([`BusBuilder::stop_timeout`](crate::BusBuilder::stop_timeout), default 10 s) plus a
     /// margin of under a second: if draining takes longer, every `Block` wait gives up and what
     /// is left is counted as lost. Every edge of the report balances (`published == handled +
-    /// panicked + dropped + conflated + lost + in_flight`) with nothing in flight.
+    /// panicked + dropped + conflated + lost + in_flight`) with nothing in flight, except an
+    /// edge into an external [`Subscription`](crate::Subscription): the stop does not wait for
+    /// its reader, and what it has not read yet is `in_flight` (still readable after `join`).
     ///
     /// # Errors
     /// [`BusError::ActorPanicked`] if an actor panicked and its policy escalated (the first
