@@ -30,13 +30,24 @@
 //!   [`BusError::ThreadPanicked`]. If the process dies, what is in the rings is gone.
 //! - **Accounting.** Every edge balances, in every [`RunningBus::report`] and in the report of
 //!   `join`: `published == handled + panicked + dropped + conflated + lost + in_flight`
-//!   ([`EdgeReport`]), with `in_flight == 0` after `join`. A message whose handler panicked is
-//!   `panicked`, not handled; a publish to a subscriber that is gone is `lost` at once.
+//!   ([`EdgeReport`]), with `in_flight == 0` after `join` (but for what an external
+//!   [`Subscription`] has not read yet). A message whose handler panicked is `panicked`, not
+//!   handled; a publish to a subscriber that is gone is `lost` at once.
 //! - **Stopping is bounded.** Once a stop is requested, `join` (and dropping a
 //!   [`RunningBus`], which requests one) returns within the stop timeout
 //!   ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that
 //!   still does not exit (a handler that never returns) is left running and reported
 //!   ([`BusError::Unresponsive`]). Durations that would overflow are refused by `start()`.
+//! - **Ways in and out.** Code that is not an actor publishes through a [`Publisher`] and reads
+//!   through a [`Subscription`], declared on the builder ([`BusBuilder::publisher`],
+//!   [`BusBuilder::subscription`]) and wired, counted and stopped like actors' edges; their
+//!   `publish` and `try_recv` allocate nothing and take no lock. With the `tokio` feature they
+//!   turn into tokio channels at the bus's edge.
+//! - **Live counters.** [`RunningBus::snapshot`] reads every figure while the bus runs; each
+//!   bus also publishes them for other processes (the `llbus` command) in a shared-memory file
+//!   that a sleeping thread refreshes 10 times a second ([`counters_dir`],
+//!   [`read_counters_file`]; the layout is documented on [`COUNTERS_VERSION`]). No hot path
+//!   does any work for either.
 //! - **Where threads run.** `start()` reads the process's allowed cores once
 //!   ([`allowed_cores`]); [`ActorBuilder::on_core`] outside them is a [`StartError`], and
 //!   unpinned threads run on all of them, not on the core of whoever called `start()`.
@@ -99,10 +110,18 @@ mod schema;
 mod sync;
 mod wait;
 
+#[cfg(unix)]
+pub use bus::{
+    counters_dir, counters_files, decode_counters, read_counters_file, ActorCounts,
+    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
+    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
+};
 pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
-    EdgeReport, GroupBuilder, Idle, Inputs, Metric, Out, Report, RestartLimit, RunningBus, Setup,
-    StartError, StopHandle, Supervision, Wiring, DEFAULT_CAPACITY,
+    EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
+    Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
+    StartError, StopHandle, Subscription, SubscriptionKey, Supervision, TryRecvError, Wiring,
+    DEFAULT_CAPACITY,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{

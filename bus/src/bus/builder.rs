@@ -32,7 +32,7 @@ pub(super) type EdgeMaker = fn(
     Option<Arc<dyn Notify>>,
 ) -> (Box<dyn Any + Send>, Box<dyn Any + Send>);
 
-fn edge_maker<M: Message>(
+pub(super) fn edge_maker<M: Message>(
     policy: Backpressure,
     capacity: usize,
     may_wait: bool,
@@ -96,6 +96,8 @@ pub(super) struct ActorDecl {
     pub(super) outputs: Vec<OutputDecl>,
     pub(super) make_slot: SlotMaker,
     pub(super) errors: Vec<String>,
+    /// Set for an external handle (`publisher`, `subscription`): no thread runs it.
+    pub(super) handle: Option<super::handle::HandleDecl>,
 }
 
 #[derive(Default)]
@@ -121,6 +123,13 @@ pub struct BusBuilder {
     pub(super) actors: Vec<ActorDecl>,
     pub(super) groups: HashMap<String, GroupDecl>,
     pub(super) stop_timeout: Option<Duration>,
+    /// Identifies this declaration to its handle keys (0 until a handle is declared).
+    pub(super) serial: u64,
+    /// External handles declared so far.
+    pub(super) handles: usize,
+    /// The bus's name (for its counters file), and whether to write that file.
+    pub(super) name: Option<String>,
+    pub(super) counters_file: Option<bool>,
 }
 
 impl std::fmt::Debug for BusBuilder {
@@ -178,6 +187,7 @@ impl BusBuilder {
             outputs: Vec::new(),
             make_slot,
             errors: Vec::new(),
+            handle: None,
         });
         let index = self.actors.len() - 1;
         ActorBuilder {

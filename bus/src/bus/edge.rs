@@ -104,6 +104,13 @@ impl<M: Message> AnyOutput for Output<M> {
     }
 }
 
+impl<M> Output<M> {
+    /// An output with no edges (a publish goes nowhere).
+    pub(crate) fn empty() -> Self {
+        Output { edges: Vec::new() }
+    }
+}
+
 impl<M: Message + Clone> Output<M> {
     pub(crate) fn new_erased() -> Box<dyn AnyOutput> {
         Box::new(Output::<M> { edges: Vec::new() })
@@ -311,6 +318,48 @@ impl<M: Send + 'static> Inputs<M> {
             }
         }
         total
+    }
+
+    /// Takes one message, trying the rings in turn from `*next` (which moves past the ring it
+    /// came from, so that one busy publisher cannot starve another), counted handled on its
+    /// edge. Allocates nothing. For the external [`Subscription`](crate::Subscription).
+    #[inline]
+    pub(crate) fn next_one(&mut self, next: &mut usize) -> Option<M> {
+        let n = self.edges.len();
+        for i in 0..n {
+            let at = (*next + i) % n;
+            let mut got = None;
+            match &mut self.edges[at] {
+                InEdge::Ring { rx, counters } => {
+                    let counters: &EdgeCounters = counters;
+                    if rx.pop_batch(1, |m| handle(counters, m, &mut |m| got = Some(m))) > 0 {
+                        counters
+                            .subscriber
+                            .max_depth
+                            .raise_to((1 + rx.cached_len()) as u64);
+                    }
+                }
+                InEdge::Latest { rx, counters } => {
+                    if let Some(m) = rx.read() {
+                        counters.subscriber.max_depth.raise_to(1);
+                        handle(counters, m, &mut |m| got = Some(m));
+                    }
+                }
+            }
+            if got.is_some() {
+                *next = (at + 1) % n;
+                return got;
+            }
+        }
+        None
+    }
+
+    /// True when nothing is queued on any ring.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.edges.iter().all(|edge| match edge {
+            InEdge::Ring { rx, .. } => rx.is_empty(),
+            InEdge::Latest { rx, .. } => !rx.has_fresh(),
+        })
     }
 
     /// True when every ring is empty and every publisher is gone.

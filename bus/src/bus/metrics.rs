@@ -299,7 +299,8 @@ pub struct EdgeReport {
     /// past its drain phase (the stop timeout).
     pub lost: u64,
     /// Messages in the ring or slot, not yet handled. Always 0 in the report `join` returns
-    /// (unless `join` reports a thread that did not exit).
+    /// (unless `join` reports a thread that did not exit), but for an edge into an external
+    /// `Subscription`, whose unread messages stay there for its reader.
     pub in_flight: u64,
     /// The highest number of queued messages the subscriber saw.
     pub max_depth: u64,

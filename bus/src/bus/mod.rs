@@ -6,6 +6,9 @@
 //! - `start`: making the rings, spawning and pinning threads, running the factories.
 //! - `stop`: the running bus and the stop protocol (`join`, drain, the stop timeout).
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
+//! - `handle`: external publishers and subscriptions, for code that is not an actor.
+//! - `counters_file`: the live counters in shared memory for other processes (layout v1).
+//! - `tokio_adapter`: tokio channels at the edge of the handles (feature `tokio`).
 //! - `edge`: the typed ends of each ring: fan-out on publish, fair polling on receive.
 //! - `runner`: one thread driving one actor or a group, with supervision.
 //! - `control`: the stop phases shared by all threads.
@@ -15,20 +18,35 @@
 mod actor;
 mod builder;
 mod control;
+#[cfg(unix)]
+mod counters_file;
 mod edge;
 mod error;
+mod handle;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod metrics;
 mod runner;
 mod start;
 mod stop;
+#[cfg(feature = "tokio")]
+mod tokio_adapter;
 mod validate;
 
 pub use actor::{Actor, Context, Setup};
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
+#[cfg(unix)]
+pub use counters_file::{
+    counters_dir, counters_files, decode as decode_counters, read_counters_file, ActorCounts,
+    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
+    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
+};
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
+pub use handle::{
+    HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError,
+    Subscription, SubscriptionKey, TryRecvError,
+};
 pub use metrics::{ActorReport, EdgeReport, Metric, Report};
 pub use stop::{RunningBus, StopHandle};
 

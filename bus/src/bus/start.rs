@@ -9,6 +9,7 @@ use super::builder::{BusBuilder, SlotParts};
 use super::control::{Control, GO_ABORT, GO_RUN};
 use super::edge::{AnyOutput, Wiring};
 use super::error::StartError;
+use super::handle::{handle_idle, HandleParts};
 use super::metrics::{ActorCounters, EdgeCounters};
 use super::runner::{run_thread, ThreadPlan};
 use super::stop::RunningBus;
@@ -25,9 +26,22 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         log::warn!("{w}");
     }
 
+    // External handles are declared as actors on "threads" of their own that are never
+    // spawned: the handle takes the thread's idle strategy and waits with it.
+    let mut handle_thread = vec![false; plan.threads.len()];
+    for (i, a) in bus.actors.iter().enumerate() {
+        if a.handle.is_some() {
+            handle_thread[plan.thread_of[i]] = true;
+        }
+    }
+
     // Idle strategies first: their doorbells are wired into the rings.
-    let idles: Vec<Box<dyn crate::wait::IdleStrategy>> =
-        plan.thread_idle.iter().map(|i| i.make()).collect();
+    let idles: Vec<Box<dyn crate::wait::IdleStrategy>> = plan
+        .thread_idle
+        .iter()
+        .zip(&handle_thread)
+        .map(|(i, &h)| if h { handle_idle() } else { i.make() })
+        .collect();
     let bells: Vec<Option<Arc<crate::wait::Doorbell>>> =
         idles.iter().map(|i| i.doorbell()).collect();
 
@@ -71,6 +85,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
             subscriber: bus.actors[e.subscriber].name.clone(),
             policy: e.policy,
             counters,
+            to_handle: bus.actors[e.subscriber].handle.is_some(),
         });
     }
 
@@ -89,14 +104,22 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         })
         .collect();
     let mut actor_infos = Vec::new();
+    let mut pending_handles = Vec::new();
     let decls = std::mem::take(&mut bus.actors);
     for (i, ((decl, wiring), outs)) in decls.into_iter().zip(wirings).zip(outputs).enumerate() {
         let counters = Arc::new(ActorCounters::default());
         actor_infos.push(ActorInfo {
             name: decl.name.clone(),
-            thread: plan.threads[plan.thread_of[i]].clone(),
+            thread: match decl.handle {
+                Some(_) => HANDLE_THREAD.to_owned(),
+                None => plan.threads[plan.thread_of[i]].clone(),
+            },
             counters: Arc::clone(&counters),
         });
+        if let Some(handle) = decl.handle {
+            pending_handles.push((handle, plan.thread_of[i], decl.name, wiring, outs, counters));
+            continue;
+        }
         let slot = (decl.make_slot)(SlotParts {
             wiring,
             outputs: outs,
@@ -111,10 +134,36 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
 
     // Threads.
     let control = Arc::new(Control::new(bells.into_iter().flatten().collect()));
+    let mut handle_idles: Vec<Option<Box<dyn crate::wait::IdleStrategy>>> = Vec::new();
+    let mut spawn = Vec::new();
+    for (thread_plan, is_handle) in plans.into_iter().zip(&handle_thread) {
+        if *is_handle {
+            handle_idles.push(Some(thread_plan.idle));
+        } else {
+            handle_idles.push(None);
+            spawn.push(thread_plan);
+        }
+    }
+    let mut handles_made: Vec<Option<Box<dyn std::any::Any + Send>>> =
+        (0..bus.handles).map(|_| None).collect();
+    for (decl, thread, name, wiring, outputs, counters) in pending_handles {
+        let idle = handle_idles[thread].take().unwrap_or_else(handle_idle);
+        let made = (decl.make)(HandleParts {
+            name,
+            wiring,
+            outputs,
+            counters,
+            idle,
+            control: Arc::clone(&control),
+        });
+        if let Some(slot) = handles_made.get_mut(decl.index) {
+            *slot = Some(made);
+        }
+    }
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut handles = Vec::new();
     let mut failure = None;
-    for thread_plan in plans {
+    for thread_plan in spawn {
         let name = thread_plan.name.clone();
         let control = Arc::clone(&control);
         let ready = ready_tx.clone();
@@ -155,7 +204,31 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         return Err(e);
     }
     control.set_go(GO_RUN);
+    #[cfg(unix)]
+    let counters_file = if bus.counters_file != Some(false) {
+        let name = bus
+            .name
+            .clone()
+            .unwrap_or_else(super::counters_file::default_bus_name);
+        let live = super::counters_file::Live {
+            edges: edge_reports.clone(),
+            actors: actor_infos.clone(),
+        };
+        match super::counters_file::CountersFile::create(&name, live) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                log::warn!(
+                    "bus '{name}' runs without a counters file (the llbus command will not see it): {e}"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     Ok(RunningBus {
+        #[cfg(unix)]
+        counters_file,
         control,
         threads: handles,
         edges: edge_reports,
@@ -163,19 +236,29 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         warnings: plan.warnings,
         stop_timeout: bus.stop_timeout.unwrap_or(Duration::from_secs(10)),
         joined: false,
+        handles: handles_made,
+        serial: bus.serial,
     })
 }
 
+#[derive(Clone)]
 pub(super) struct EdgeInfo {
     pub(super) topic: &'static str,
     pub(super) publisher: String,
     pub(super) subscriber: String,
     pub(super) policy: Backpressure,
     pub(super) counters: Arc<EdgeCounters>,
+    /// The subscriber is an external [`Subscription`](crate::Subscription): the drain does not
+    /// wait for it (its reader may be the thread that stops the bus).
+    pub(super) to_handle: bool,
 }
 
+#[derive(Clone)]
 pub(super) struct ActorInfo {
     pub(super) name: String,
     pub(super) thread: String,
     pub(super) counters: Arc<ActorCounters>,
 }
+
+/// What the report shows as the thread of an external handle.
+pub(super) const HANDLE_THREAD: &str = "(handle)";

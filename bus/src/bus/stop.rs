@@ -169,6 +169,13 @@ pub struct RunningBus {
     pub(super) warnings: Vec<String>,
     pub(super) stop_timeout: Duration,
     pub(super) joined: bool,
+    /// External handles made by `start()`, until redeemed (`publisher`, `subscription`).
+    pub(super) handles: Vec<Option<Box<dyn std::any::Any + Send>>>,
+    /// Matches the keys of the handles declared on this bus.
+    pub(super) serial: u64,
+    /// The live counters file, removed when the bus is joined.
+    #[cfg(unix)]
+    pub(super) counters_file: Option<super::counters_file::CountersFile>,
 }
 
 impl std::fmt::Debug for RunningBus {
@@ -213,47 +220,26 @@ impl RunningBus {
         &self.warnings
     }
 
+    /// Every counter of the report, read now while the bus runs: the same figures as
+    /// [`report`](Self::report). Reading takes no lock that a hot path takes and makes no
+    /// syscall; the bus's threads do no extra work for it (each counter is a plain atomic
+    /// that its one writer thread stores, and this reads). Every edge balances in it, with
+    /// what is still queued as `in_flight`. Only the actors' named metrics are read under
+    /// the lock they are registered with, which no message path takes.
+    pub fn snapshot(&self) -> Report {
+        self.report()
+    }
+
     /// The figures now, taken while the bus runs.
     pub fn report(&self) -> Report {
-        Report {
-            edges: self
-                .edges
-                .iter()
-                .map(|e| {
-                    let snap = e.counters.snapshot();
-                    EdgeReport {
-                        topic: e.topic,
-                        publisher: e.publisher.clone(),
-                        subscriber: e.subscriber.clone(),
-                        policy: e.policy,
-                        published: snap.published(),
-                        handled: snap.handled,
-                        panicked: snap.panicked,
-                        dropped: snap.dropped,
-                        conflated: snap.conflated,
-                        waited: snap.waited,
-                        lost: snap.publisher_lost + snap.subscriber_lost,
-                        // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
-                        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
-                        max_depth: snap.max_depth,
-                    }
-                })
-                .collect(),
-            actors: self
-                .actors
-                .iter()
-                .map(|a| ActorReport {
-                    name: a.name.clone(),
-                    thread: a.thread.clone(),
-                    handled: a.counters.handled.get(),
-                    ticks: a.counters.ticks.get(),
-                    idle_rounds: a.counters.idle_rounds.get(),
-                    restarts: a.counters.restarts.get(),
-                    panics: a.counters.panics.get(),
-                    metrics: a.counters.named_snapshot(),
-                })
-                .collect(),
-        }
+        report_of(&self.edges, &self.actors)
+    }
+
+    /// The path of the bus's live counters file, if it writes one
+    /// ([`BusBuilder::counters_file`](crate::BusBuilder::counters_file)).
+    #[cfg(unix)]
+    pub fn counters_path(&self) -> Option<&std::path::Path> {
+        self.counters_file.as_ref().map(|f| f.path())
     }
 
     /// Waits for a stop to be requested, stops the bus gracefully, joins every thread and
@@ -265,7 +251,9 @@ impl RunningBus {
     /// ([`BusBuilder::stop_timeout`](crate::BusBuilder::stop_timeout), default 10 s) plus a
     /// margin of under a second: if draining takes longer, every `Block` wait gives up and what
     /// is left is counted as lost. Every edge of the report balances (`published == handled +
-    /// panicked + dropped + conflated + lost + in_flight`) with nothing in flight.
+    /// panicked + dropped + conflated + lost + in_flight`) with nothing in flight, except an
+    /// edge into an external [`Subscription`](crate::Subscription): the stop does not wait for
+    /// its reader, and what it has not read yet is `in_flight` (still readable after `join`).
     ///
     /// # Errors
     /// [`BusError::ActorPanicked`] if an actor panicked and its policy escalated (the first
@@ -290,7 +278,14 @@ impl RunningBus {
             deadline,
             step_deadline: deadline,
         };
-        let edges: Vec<&EdgeCounters> = self.edges.iter().map(|e| &*e.counters).collect();
+        // The drain waits for every edge but those into external subscriptions, whose reader
+        // may well be this thread; what they have not read stays readable after `join`.
+        let edges: Vec<&EdgeCounters> = self
+            .edges
+            .iter()
+            .filter(|e| !e.to_handle)
+            .map(|e| &*e.counters)
+            .collect();
         drive_stop(&self.control, &edges, self.threads.len(), &mut clock);
 
         // The threads leave their loops within a round; wait for them until the deadline and
@@ -322,6 +317,9 @@ impl RunningBus {
             }
         }
         let report = self.report();
+        // The bus no longer runs: its counters file goes.
+        #[cfg(unix)]
+        drop(self.counters_file.take());
         if let Some((thread, message)) = thread_failure {
             return Err(BusError::ThreadPanicked {
                 thread,
@@ -360,5 +358,61 @@ impl Drop for RunningBus {
             self.control.request_stop();
             let _ = self.finish();
         }
+    }
+}
+
+/// The figures of `edges` and `actors` now.
+pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
+    Report {
+        edges: edges
+            .iter()
+            .map(|e| {
+                edge_report_of(
+                    e,
+                    &e.counters.snapshot(),
+                    e.publisher.clone(),
+                    e.subscriber.clone(),
+                )
+            })
+            .collect(),
+        actors: actors
+            .iter()
+            .map(|a| ActorReport {
+                name: a.name.clone(),
+                thread: a.thread.clone(),
+                handled: a.counters.handled.get(),
+                ticks: a.counters.ticks.get(),
+                idle_rounds: a.counters.idle_rounds.get(),
+                restarts: a.counters.restarts.get(),
+                panics: a.counters.panics.get(),
+                metrics: a.counters.named_snapshot(),
+            })
+            .collect(),
+    }
+}
+
+/// The report row of edge `e` from `snap`, with the given publisher and subscriber names (the
+/// counters file passes empty ones, so that it allocates nothing).
+pub(super) fn edge_report_of(
+    e: &EdgeInfo,
+    snap: &EdgeSnapshot,
+    publisher: String,
+    subscriber: String,
+) -> EdgeReport {
+    EdgeReport {
+        topic: e.topic,
+        publisher,
+        subscriber,
+        policy: e.policy,
+        published: snap.published(),
+        handled: snap.handled,
+        panicked: snap.panicked,
+        dropped: snap.dropped,
+        conflated: snap.conflated,
+        waited: snap.waited,
+        lost: snap.publisher_lost + snap.subscriber_lost,
+        // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
+        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
+        max_depth: snap.max_depth,
     }
 }

@@ -1,0 +1,525 @@
+//! Ways in and out of a running bus for code that is not an actor: the external
+//! [`Publisher`] and [`Subscription`] handles.
+//!
+//! A handle is declared on the builder like an actor ([`BusBuilder::publisher`],
+//! [`BusBuilder::subscription`]) and is wired by `start()` exactly as one: a publisher handle
+//! gets one SPSC ring per subscriber of its topic, a subscription one ring per publisher, with
+//! the usual backpressure, counters and report rows. What differs is who drives it: no bus
+//! thread runs a handle; the thread that holds it does (any one thread at a time: a handle is
+//! `Send`, not `Sync`). Each handle waits with its own [`Park`](crate::Park) strategy, whose
+//! doorbell the other end of its rings rings, so a `recv` or a `Block` publish sleeps instead
+//! of spinning, and a push or pop costs the other side no syscall unless the handle sleeps.
+//!
+//! Stop protocol: once a stop is requested, [`Publisher::publish`] hands the message back
+//! ([`PublishError::Stopped`]); what was published before is drained like any actor's. The
+//! drain does not wait for subscriptions (the thread that reads one may be the one calling
+//! `join`): what they have not read yet stays readable after `join` and shows as `in_flight`
+//! on their edges, then `recv` reports [`RecvError`] once the bus has exited and the rings are
+//! empty. A dropped subscription counts what it left unread as lost.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::builder::{ActorDecl, BusBuilder, OutputDecl, SlotMaker, SubscriptionDecl};
+use super::control::{Control, EXIT};
+use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
+use super::metrics::ActorCounters;
+use super::stop::RunningBus;
+use super::{Backpressure, Idle, Supervision};
+use crate::message::{Message, TopicSpec};
+use crate::wait::IdleStrategy;
+
+/// The longest a handle sleeps without being rung, so that it notices a publisher that went
+/// away without a last push.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// What `start()` hands a handle's maker.
+pub(super) struct HandleParts {
+    pub(super) name: String,
+    pub(super) wiring: Wiring,
+    pub(super) outputs: Vec<Box<dyn AnyOutput>>,
+    pub(super) counters: Arc<ActorCounters>,
+    pub(super) idle: Box<dyn IdleStrategy>,
+    pub(super) control: Arc<Control>,
+}
+
+/// A declared handle: its place in the running bus's list and how to make it.
+pub(super) struct HandleDecl {
+    pub(super) index: usize,
+    pub(super) make: fn(HandleParts) -> Box<dyn Any + Send>,
+}
+
+/// The idle strategy of every handle.
+pub(super) fn handle_idle() -> Box<dyn IdleStrategy> {
+    Box::new(crate::wait::Park::new().with_max_sleep(MAX_SLEEP))
+}
+
+/// Numbers buses that declare handles, so a key is only redeemed on its own bus.
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The key to a [`Publisher`] declared with [`BusBuilder::publisher`]: redeem it once, on the
+/// bus it was declared on, with [`RunningBus::publisher`].
+#[must_use = "redeem the key with RunningBus::publisher after start()"]
+#[derive(Debug)]
+pub struct PublisherKey<T> {
+    serial: u64,
+    index: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// The key to a [`Subscription`] declared with [`BusBuilder::subscription`]: redeem it once, on
+/// the bus it was declared on, with [`RunningBus::subscription`].
+#[must_use = "redeem the key with RunningBus::subscription after start()"]
+#[derive(Debug)]
+pub struct SubscriptionKey<T> {
+    serial: u64,
+    index: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl BusBuilder {
+    /// Declares an external publisher of topic `T` called `name`: code outside the bus (a
+    /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`]
+    /// that [`RunningBus::publisher`] gives for the returned key after `start()`. It is wired,
+    /// checked and reported like an actor that publishes `T` (its name must not clash with an
+    /// actor's).
+    pub fn publisher<T: Message + Clone>(&mut self, name: &str) -> PublisherKey<T> {
+        let index = self.declare_handle(name, make_publisher::<T>);
+        let decl = self.actors.last_mut();
+        if let Some(decl) = decl {
+            decl.outputs.push(OutputDecl {
+                spec: TopicSpec::of::<T>(),
+                new_output: Output::<T>::new_erased,
+                make_edge: super::builder::edge_maker::<T>,
+            });
+        }
+        PublisherKey {
+            serial: self.serial,
+            index,
+            _t: PhantomData,
+        }
+    }
+
+    /// Declares an external subscription to topic `T` called `name`, with `Block`
+    /// backpressure and the default capacity: see [`subscription_with`](Self::subscription_with).
+    pub fn subscription<T: Message>(&mut self, name: &str) -> SubscriptionKey<T> {
+        self.subscription_with(name, Backpressure::Block, super::DEFAULT_CAPACITY)
+    }
+
+    /// Declares an external subscription to topic `T` called `name`: code outside the bus reads
+    /// what every publisher of `T` publishes through the [`Subscription`] that
+    /// [`RunningBus::subscription`] gives for the returned key after `start()`. One ring of
+    /// `capacity` per publisher, under `policy`, as for an actor's subscription; `start()`
+    /// refuses it if nothing publishes `T`.
+    pub fn subscription_with<T: Message>(
+        &mut self,
+        name: &str,
+        policy: Backpressure,
+        capacity: usize,
+    ) -> SubscriptionKey<T> {
+        let index = self.declare_handle(name, make_subscription::<T>);
+        if let Some(decl) = self.actors.last_mut() {
+            let spec = TopicSpec::of::<T>();
+            decl.taken.push(spec);
+            decl.settings
+                .insert(spec.type_id, SubscriptionDecl { policy, capacity });
+        }
+        SubscriptionKey {
+            serial: self.serial,
+            index,
+            _t: PhantomData,
+        }
+    }
+
+    /// Adds the declaration of a handle: an actor that no thread runs, on a "thread" of its own
+    /// (which `start()` does not spawn; the handle takes its idle strategy).
+    fn declare_handle(
+        &mut self,
+        name: &str,
+        make: fn(HandleParts) -> Box<dyn Any + Send>,
+    ) -> usize {
+        if self.serial == 0 {
+            self.serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+        }
+        let index = self.handles;
+        self.handles += 1;
+        let make_slot: SlotMaker = Box::new(|_| unreachable!("no thread runs a handle"));
+        self.actors.push(ActorDecl {
+            name: name.to_owned(),
+            group: None,
+            core: None,
+            idle: Some(Idle::Park),
+            tick: None,
+            supervision: Supervision::Stop,
+            inbox: Vec::new(),
+            taken: Vec::new(),
+            never_waits: false,
+            inbox_name: "()",
+            subscribed: true,
+            settings: std::collections::HashMap::new(),
+            default_capacity: super::DEFAULT_CAPACITY,
+            outputs: Vec::new(),
+            make_slot,
+            errors: Vec::new(),
+            handle: Some(HandleDecl { index, make }),
+        });
+        index
+    }
+}
+
+fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + Send> {
+    let output = parts
+        .outputs
+        .pop()
+        .and_then(|mut o| {
+            o.as_any_mut()
+                .downcast_mut::<Output<T>>()
+                .map(|o| std::mem::replace(o, Output::empty()))
+        })
+        .unwrap_or_else(Output::empty);
+    Box::new(Publisher {
+        name: parts.name,
+        output,
+        idle: parts.idle,
+        control: parts.control,
+        _counters: parts.counters,
+    })
+}
+
+fn make_subscription<T: Message>(mut parts: HandleParts) -> Box<dyn Any + Send> {
+    Box::new(Subscription {
+        name: parts.name,
+        inputs: Inputs::<T>::take(&mut parts.wiring),
+        next: 0,
+        idle: parts.idle,
+        control: parts.control,
+        counters: parts.counters,
+    })
+}
+
+impl RunningBus {
+    /// The publisher declared with `key`.
+    ///
+    /// # Errors
+    /// [`HandleError`] if `key` was declared on another bus.
+    pub fn publisher<T: Message + Clone>(
+        &mut self,
+        key: PublisherKey<T>,
+    ) -> Result<Publisher<T>, HandleError> {
+        self.redeem(key.serial, key.index)
+    }
+
+    /// The subscription declared with `key`.
+    ///
+    /// # Errors
+    /// [`HandleError`] if `key` was declared on another bus.
+    pub fn subscription<T: Message>(
+        &mut self,
+        key: SubscriptionKey<T>,
+    ) -> Result<Subscription<T>, HandleError> {
+        self.redeem(key.serial, key.index)
+    }
+
+    fn redeem<H: Any>(&mut self, serial: u64, index: usize) -> Result<H, HandleError> {
+        if serial != self.serial {
+            return Err(HandleError);
+        }
+        let slot = self.handles.get_mut(index).ok_or(HandleError)?;
+        match slot.take().map(|b| b.downcast::<H>()) {
+            Some(Ok(h)) => Ok(*h),
+            Some(Err(other)) => {
+                *slot = Some(other);
+                Err(HandleError)
+            }
+            None => Err(HandleError),
+        }
+    }
+}
+
+/// A handle key redeemed on a bus other than the one it was declared on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleError;
+
+impl std::fmt::Display for HandleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "this handle key belongs to another bus: redeem it on the bus it was declared on",
+        )
+    }
+}
+
+impl std::error::Error for HandleError {}
+
+/// A way into a running bus for code that is not an actor: publishes topic `T` to every
+/// subscriber of it, from whichever one thread holds it.
+///
+/// Made by [`RunningBus::publisher`]. Publishing allocates nothing and takes no lock (a
+/// counting-allocator test proves it). Dropping it ends its rings, as an actor's end does.
+pub struct Publisher<T> {
+    name: String,
+    output: Output<T>,
+    idle: Box<dyn IdleStrategy>,
+    control: Arc<Control>,
+    /// Keeps the handle's report row alive with it.
+    _counters: Arc<ActorCounters>,
+}
+
+impl<T> std::fmt::Debug for Publisher<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("name", &self.name)
+            .field("topic_type", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A publish refused by a [`Publisher`]; the message is handed back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishError<T> {
+    /// The bus is stopping or stopped: nothing is published any more.
+    Stopped(T),
+}
+
+impl<T> PublishError<T> {
+    /// The message that was not published.
+    pub fn into_inner(self) -> T {
+        match self {
+            PublishError::Stopped(m) => m,
+        }
+    }
+}
+
+impl<T> std::fmt::Display for PublishError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the bus is stopping, so the message was not published: stop publishing")
+    }
+}
+
+impl<T: std::fmt::Debug> std::error::Error for PublishError<T> {}
+
+impl<T: Message + Clone> Publisher<T> {
+    /// Publishes `msg` to every subscriber of `T`, as an actor's `Context::publish` does:
+    /// `Block` subscriptions make it wait (sleeping on its doorbell) while their ring is full,
+    /// `DropNewest` ones drop and count, `Latest` ones overwrite and count. A `Block` wait gives
+    /// up, counting the message lost, if the bus's stop runs past its drain phase.
+    ///
+    /// # Errors
+    /// [`PublishError::Stopped`] with the message once a stop has been requested.
+    #[inline]
+    pub fn publish(&mut self, msg: T) -> Result<(), PublishError<T>> {
+        if self.control.is_stopping() {
+            return Err(PublishError::Stopped(msg));
+        }
+        let control: &Control = &self.control;
+        self.output.publish(
+            msg,
+            Some(&mut Wait {
+                idle: &mut *self.idle,
+                control,
+            }),
+        );
+        Ok(())
+    }
+
+    /// Publishes `msg` like [`publish`](Self::publish) but never waits: a subscriber whose
+    /// `Block` ring is full does not get it, and it is counted as dropped on that edge.
+    ///
+    /// # Errors
+    /// [`PublishError::Stopped`] with the message once a stop has been requested.
+    #[inline]
+    pub fn try_publish(&mut self, msg: T) -> Result<(), PublishError<T>> {
+        if self.control.is_stopping() {
+            return Err(PublishError::Stopped(msg));
+        }
+        self.output.publish(msg, None);
+        Ok(())
+    }
+
+    /// The name it was declared with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A way out of a running bus for code that is not an actor: receives topic `T` from every
+/// publisher of it, in each publisher's order (rings are taken in turn), on whichever one thread
+/// holds it.
+///
+/// Made by [`RunningBus::subscription`]. Receiving allocates nothing and takes no lock; a
+/// message received counts as handled on its edge. Waiting (`recv`, `recv_timeout`) spins,
+/// yields, then sleeps until a publisher pushes.
+pub struct Subscription<T> {
+    name: String,
+    inputs: Inputs<T>,
+    next: usize,
+    idle: Box<dyn IdleStrategy>,
+    control: Arc<Control>,
+    counters: Arc<ActorCounters>,
+}
+
+impl<T> std::fmt::Debug for Subscription<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("name", &self.name)
+            .field("topic_type", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Subscription::try_recv`] returned nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TryRecvError {
+    /// Nothing is queued now.
+    Empty,
+    /// Nothing is queued and nothing will be: every publisher is gone or the bus has exited.
+    Closed,
+}
+
+/// [`Subscription::recv`] found the subscription closed: every publisher is gone (or the bus
+/// has exited) and everything queued was received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvError;
+
+/// Why [`Subscription::recv_timeout`] returned nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvTimeoutError {
+    /// Nothing arrived in time.
+    Timeout,
+    /// The subscription is closed (see [`RecvError`]).
+    Closed,
+}
+
+impl std::fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TryRecvError::Empty => "nothing is queued yet: try again later",
+            TryRecvError::Closed => "the subscription is closed: every publisher is gone",
+        })
+    }
+}
+
+impl std::fmt::Display for RecvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the subscription is closed: every publisher is gone")
+    }
+}
+
+impl std::fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RecvTimeoutError::Timeout => "nothing arrived within the timeout",
+            RecvTimeoutError::Closed => "the subscription is closed: every publisher is gone",
+        })
+    }
+}
+
+impl std::error::Error for TryRecvError {}
+impl std::error::Error for RecvError {}
+impl std::error::Error for RecvTimeoutError {}
+
+impl<T: Send + 'static> Subscription<T> {
+    /// The next message, if one is queued.
+    ///
+    /// # Errors
+    /// [`TryRecvError::Empty`] if nothing is queued now; [`TryRecvError::Closed`] if nothing
+    /// ever will be.
+    #[inline]
+    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        if let Some(m) = self.inputs.next_one(&mut self.next) {
+            self.counters.handled.add(1);
+            return Ok(m);
+        }
+        if self.is_closed() {
+            Err(TryRecvError::Closed)
+        } else {
+            Err(TryRecvError::Empty)
+        }
+    }
+
+    /// Waits for the next message.
+    ///
+    /// # Errors
+    /// [`RecvError`] once the subscription is closed and everything queued was received.
+    pub fn recv(&mut self) -> Result<T, RecvError> {
+        self.wait(None).map_err(|_| RecvError)
+    }
+
+    /// Waits at most `timeout` for the next message.
+    ///
+    /// # Errors
+    /// [`RecvTimeoutError::Timeout`] if none came in time; [`RecvTimeoutError::Closed`] once
+    /// the subscription is closed and everything queued was received.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        let now = Instant::now();
+        self.wait(Some(
+            now.checked_add(timeout).unwrap_or(now + MAX_SLEEP * 1000),
+        ))
+    }
+
+    /// The messages as they come, until the subscription is closed.
+    pub fn iter(&mut self) -> Iter<'_, T> {
+        Iter { sub: self }
+    }
+
+    /// The name it was declared with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_closed(&self) -> bool {
+        self.inputs.is_finished() || (self.control.phase() == EXIT && self.inputs.is_empty())
+    }
+
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        loop {
+            match self.try_recv() {
+                Ok(m) => {
+                    self.idle.reset();
+                    return Ok(m);
+                }
+                Err(TryRecvError::Closed) => {
+                    self.idle.reset();
+                    return Err(RecvTimeoutError::Closed);
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            match deadline {
+                Some(deadline) => {
+                    if Instant::now() >= deadline {
+                        self.idle.reset();
+                        return Err(RecvTimeoutError::Timeout);
+                    }
+                    self.idle.idle_until(0, deadline);
+                }
+                None => self.idle.idle(0),
+            }
+        }
+    }
+}
+
+/// The messages of a [`Subscription`] as they come ([`Subscription::iter`]); ends when it is
+/// closed.
+#[derive(Debug)]
+pub struct Iter<'a, T> {
+    sub: &'a mut Subscription<T>,
+}
+
+impl<T: Send + 'static> Iterator for Iter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.sub.recv().ok()
+    }
+}
+
+impl<'a, T: Send + 'static> IntoIterator for &'a mut Subscription<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
