@@ -27,7 +27,9 @@
 //!   afterwards, as lost; `Escalate` stops the bus and [`RunningBus::join`] returns
 //!   [`BusError::ActorPanicked`]. A panic in any hook, the factory or the actor's `Drop` is
 //!   supervised; one anywhere else in a bus thread stops the bus and `join` returns
-//!   [`BusError::ThreadPanicked`]. If the process dies, what is in the rings is gone.
+//!   [`BusError::ThreadPanicked`]. An actor reports an error it cannot recover from without
+//!   panicking with [`Context::fail`]: the bus stops gracefully and `join` returns
+//!   [`BusError::ActorFailed`]. If the process dies, what is in the rings is gone.
 //! - **Accounting.** Every edge balances, in every [`RunningBus::report`] and in the report of
 //!   `join`: `published == handled + panicked + dropped + conflated + lost + in_flight`
 //!   ([`EdgeReport`]), with `in_flight == 0` after `join` (but for what an external
