@@ -42,12 +42,15 @@ mod codec;
 mod component;
 #[cfg(unix)]
 mod file;
+mod handshake;
 mod layout;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod region;
 mod ring;
 mod sys;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use channel::{

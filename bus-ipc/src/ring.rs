@@ -23,10 +23,11 @@
 //!   and loads the word, making the wake-up system call only when it is set (Dekker's pattern:
 //!   the fences forbid both sides missing each other). The loom model in `loom_models` checks it.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::handshake;
 use crate::layout::{Geometry, LayoutError, HEADER_LEN};
 use crate::region::Region;
 use crate::sys;
@@ -223,26 +224,22 @@ impl RingWriter {
         // A clone so the header outlives the `&mut self` calls below (park is the slow path).
         let region = Arc::clone(&self.region);
         let word = &region.header().writer_sleeps.0;
-        word.store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        let fresh = self.refresh_head();
-        if fresh.is_ok() && self.tail.wrapping_sub(self.head_cache) == self.geo.capacity as u64 {
+        let full = handshake::announce(word, || {
+            self.refresh_head()?;
+            Ok(self.tail.wrapping_sub(self.head_cache) == self.geo.capacity as u64)
+        });
+        if full == Ok(true) {
             sys::futex_wait(word, 1, timeout);
         }
         word.store(0, Ordering::Relaxed);
-        fresh
+        full.map(|_| ())
     }
 }
 
 /// The waking side of the sleep handshake: after a `Release` store of an index.
 #[inline]
 fn wake(word: &std::sync::atomic::AtomicU32) {
-    // NB: a SeqCst fence and one load per batch when nobody sleeps; the system call only when
-    // the peer announced a sleep. Without the fence the store of the index and the load of the
-    // word may be reordered (store buffering) and a wake-up lost until the sleeper's timeout.
-    fence(Ordering::SeqCst);
-    if word.load(Ordering::Relaxed) != 0 {
-        word.store(0, Ordering::Relaxed);
+    if handshake::must_wake(word) {
         sys::futex_wake(word);
     }
 }
@@ -375,13 +372,14 @@ impl RingReader {
         // A clone so the header outlives the `&mut self` calls below (park is the slow path).
         let region = Arc::clone(&self.region);
         let word = &region.header().reader_sleeps.0;
-        word.store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        let fresh = self.refresh_tail();
-        if fresh.is_ok() && self.tail_cache == self.head {
+        let empty = handshake::announce(word, || {
+            self.refresh_tail()?;
+            Ok(self.tail_cache == self.head)
+        });
+        if empty == Ok(true) {
             sys::futex_wait(word, 1, timeout);
         }
         word.store(0, Ordering::Relaxed);
-        fresh
+        empty.map(|_| ())
     }
 }
