@@ -1,4 +1,4 @@
-//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|all]`.
+//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|ipc|all]`.
 //!
 //! Each suite is one module (`ring`, `bus`, `udp`) built on the shared pieces in
 //! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
@@ -8,6 +8,7 @@
 mod bus;
 mod drive;
 mod harness;
+mod ipc;
 mod onbus;
 mod ring;
 mod udp;
@@ -15,6 +16,10 @@ mod udp;
 use harness::{Args, Command, Pinning, Suite, USAGE};
 
 fn main() {
+    // The `ipc` suite re-executes this binary as its echo process.
+    if let Ok(base) = std::env::var(ipc::ECHO_VAR) {
+        std::process::exit(ipc::echo_main(&base));
+    }
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(Command::Run(args)) => args,
         Ok(Command::Help) => {
@@ -35,5 +40,8 @@ fn main() {
     }
     if args.suite.includes(Suite::Udp) {
         udp::run(&args, &pinning);
+    }
+    if args.suite.includes(Suite::Ipc) {
+        ipc::run(&args, &pinning);
     }
 }
