@@ -315,9 +315,11 @@ impl<T: Message + Clone, C: SlotCodec<T>> ShmImport<T, C> {
         })
     }
 
-    /// When the shared ring is empty, sleep on the mapping's futex up to `max` (the exporter
-    /// wakes it in microseconds) instead of returning to the bus's idle strategy. For an
-    /// import actor alone on its thread; default off.
+    /// When the shared ring is empty, sleep in `poll` on the mapping's futex up to `max`
+    /// (capped at 1 ms; the exporter wakes it in microseconds) instead of returning to the
+    /// bus's idle strategy at once. For an import actor alone on its thread, with
+    /// `Idle::Backoff` (with `Idle::Park` the thread would then sleep on the bus's doorbell,
+    /// which the other process cannot ring, until the next tick). Default off.
     pub fn park_on_futex(mut self, max: Duration) -> Self {
         self.park = Some(max);
         self
