@@ -16,6 +16,9 @@
 //!   duplicates and reordering are inferred from the counter values, and no latency is shown.
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //!
+//! `--transport shm` receives from a `publisher --transport shm` on this host through shared
+//! memory (llbus-ipc channel `demo.counter` in /dev/shm) instead of UDP.
+//!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=.. p50_us=..
 //! p99_us=.. p999_us=.. max_us=..` (`first` and `highest` are the counter values that opened and lead the
@@ -164,13 +167,14 @@ struct Args {
     timeout: Duration,
     compat: bool,
     idle: Idle,
+    shm: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("subscriber: {problem}");
     eprintln!(
         "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
-         [--compat ll-udp] [--idle spin|backoff|park]"
+         [--compat ll-udp] [--idle spin|backoff|park] [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -191,6 +195,7 @@ fn parse_args() -> Args {
         timeout: Duration::from_secs(10),
         compat: false,
         idle: Idle::Backoff,
+        shm: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -203,6 +208,7 @@ fn parse_args() -> Args {
                 a.timeout = Duration::try_from_secs_f64(s)
                     .unwrap_or_else(|_| usage("--timeout-s takes a number of seconds >= 0"));
             }
+            "--transport" => a.shm = args.next().as_deref() == Some("shm"),
             "--compat" => match args.next().as_deref() {
                 Some("ll-udp") => a.compat = true,
                 _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
@@ -266,7 +272,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .import::<Counter>(args.publisher)
     };
     let status = bridge.status();
-    bus.add(bridge).idle(args.idle);
+    if args.shm {
+        let import = llbus_ipc::ShmImport::<Counter, llbus_ipc::Bincode>::new(
+            Counter::TOPIC,
+            &llbus_ipc::ChannelConfig::default(),
+        )?;
+        bus.add(import).idle(args.idle);
+    } else {
+        bus.add(bridge).idle(args.idle);
+    }
     let (count, sink_shared) = (args.count, Arc::clone(&shared));
     // The bridge never waits for the sink: a message that finds the sink's ring full is dropped
     // (and counted as `ring_dropped`). A deep ring (about 13 s at 5000/s) rides out a sink
