@@ -6,7 +6,7 @@ use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::handshake::{announce, must_wake};
+use crate::handshake::{announce, must_wake, Decision};
 
 /// One writer publishes (tail 0 -> 1) and wakes; one reader that found the ring empty
 /// announces a sleep and re-checks. In no interleaving may the reader decide to sleep on an
@@ -21,8 +21,8 @@ fn loom_reader_sleep_is_never_missed() {
             t.store(1, Ordering::Release);
             must_wake(&*w)
         });
-        let sleeps =
-            announce::<_, ()>(&*word, || Ok(tail.load(Ordering::Acquire) == 0)).unwrap_or(false);
+        let sleeps = announce::<_, ()>(&*word, || Ok(tail.load(Ordering::Acquire) == 0))
+            == Ok(Decision::Sleep);
         let woke = writer.join().unwrap();
         assert!(
             !sleeps || woke,
@@ -50,13 +50,13 @@ fn loom_both_sides_sleeping_never_miss_each_other() {
             h.store(1, Ordering::Release); // frees the slot
             let woke_writer = must_wake(&*ww);
             // Then finds the ring empty and wants to sleep.
-            let sleeps =
-                announce::<_, ()>(&*rw, || Ok(t2.load(Ordering::Acquire) == 1)).unwrap_or(false);
+            let sleeps = announce::<_, ()>(&*rw, || Ok(t2.load(Ordering::Acquire) == 1))
+                == Ok(Decision::Sleep);
             (woke_writer, sleeps)
         });
         let writer_sleeps =
             announce::<_, ()>(&*writer_word, || Ok(head.load(Ordering::Acquire) == 0))
-                .unwrap_or(false);
+                == Ok(Decision::Sleep);
         let woke_reader = if writer_sleeps {
             false
         } else {

@@ -95,6 +95,7 @@ impl RingWriter {
         if geo.validate()? != region.len() {
             return Err(LayoutError::Corrupt("mapping length"));
         }
+        handshake::prepare();
         let h = region.header();
         h.tail.0.store(0, Ordering::Relaxed);
         h.head.0.store(0, Ordering::Relaxed);
@@ -228,11 +229,24 @@ impl RingWriter {
             self.refresh_head()?;
             Ok(self.tail.wrapping_sub(self.head_cache) == self.geo.capacity as u64)
         });
-        if full == Ok(true) {
-            sys::futex_wait(word, 1, timeout);
-        }
+        sleep(word, full, timeout);
         word.store(0, Ordering::Relaxed);
         full.map(|_| ())
+    }
+}
+
+/// Sleeps on `word` as the handshake decided.
+fn sleep<E>(
+    word: &std::sync::atomic::AtomicU32,
+    decision: Result<handshake::Decision, E>,
+    timeout: Duration,
+) {
+    match decision {
+        Ok(handshake::Decision::Sleep) => sys::futex_wait(word, 1, timeout),
+        Ok(handshake::Decision::SleepBriefly) => {
+            sys::futex_wait(word, 1, timeout.min(Duration::from_micros(50)))
+        }
+        _ => {}
     }
 }
 
@@ -252,6 +266,7 @@ impl RingReader {
     /// [`LayoutError`] if the header is not ready, of another version, or out of range.
     pub fn attach(region: Arc<Region>) -> Result<RingReader, LayoutError> {
         let geo = Geometry::read(region.header(), region.len())?;
+        handshake::prepare();
         let h = region.header();
         let head = h.head.0.load(Ordering::Acquire);
         let tail = h.tail.0.load(Ordering::Acquire);
@@ -376,9 +391,7 @@ impl RingReader {
             self.refresh_tail()?;
             Ok(self.tail_cache == self.head)
         });
-        if empty == Ok(true) {
-            sys::futex_wait(word, 1, timeout);
-        }
+        sleep(word, empty, timeout);
         word.store(0, Ordering::Relaxed);
         empty.map(|_| ())
     }

@@ -99,3 +99,57 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
         pid == my_pid()
     }
 }
+
+/// Whether this process may use the asymmetric fence: registered for
+/// `MEMBARRIER_CMD_GLOBAL_EXPEDITED`, so that a sleeper in another process can force a barrier
+/// on our threads and we need none on the hot path. Decided once.
+pub(crate) fn asymmetric_fences() -> bool {
+    use std::sync::OnceLock;
+    static MODE: OnceLock<bool> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        {
+            // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
+            let supported = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0) };
+            if supported < 0 || supported & MEMBARRIER_CMD_GLOBAL_EXPEDITED == 0 {
+                return false;
+            }
+            // SAFETY: as above.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+                    0,
+                )
+            };
+            rc == 0
+        }
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        {
+            false
+        }
+    })
+}
+
+#[cfg(all(target_os = "linux", not(miri)))]
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+#[cfg(all(target_os = "linux", not(miri)))]
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+#[cfg(all(target_os = "linux", not(miri)))]
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+/// The heavy side of the asymmetric fence: a memory barrier on every running thread of every
+/// process registered for it (and on ours). Returns false if the kernel refused, in which case
+/// a peer that relies on it may miss us: the caller sleeps only briefly.
+pub(crate) fn heavy_fence() -> bool {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        // SAFETY: membarrier takes two integer arguments and touches no memory of ours.
+        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0) };
+        rc == 0
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        false
+    }
+}

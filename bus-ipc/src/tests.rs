@@ -290,3 +290,28 @@ fn two_threads_keep_order() {
     }
     writer.join().unwrap();
 }
+
+/// The fence mode this host gives (printed: CI machines differ), and that a reader parked on an
+/// empty ring is woken by a publish from another thread long before its timeout, in either mode.
+#[test]
+#[cfg_attr(miri, ignore)] // real futexes and membarrier
+fn a_parked_reader_wakes_at_a_publish() {
+    println!("asymmetric fences: {}", crate::sys::asymmetric_fences());
+    let (mut tx, mut rx) = pair(4);
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        push(&mut tx, 7);
+        tx
+    });
+    let started = std::time::Instant::now();
+    // A 10 s timeout: only a wake-up ends the park early.
+    while rx.available().unwrap() == 0 {
+        rx.park(std::time::Duration::from_secs(10)).unwrap();
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "woken late"
+    );
+    assert_eq!(pop_all(&mut rx, 4), [7]);
+    drop(writer.join());
+}
