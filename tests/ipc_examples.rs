@@ -20,6 +20,18 @@ fn shm_files(needle: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Waits for `run` to exit 0 within `timeout` and returns its stdout and its RESULT fields.
+fn result(run: Running, timeout: Duration) -> (String, Option<Fields>) {
+    let name = run.name().to_owned();
+    let (status, out, err) = run.finish(timeout);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{name} failed ({status:?}):\n{out}\n{err}"
+    );
+    let fields = Fields::find(&out, "RESULT ");
+    (out, fields)
+}
+
 #[test]
 fn pingpong_over_shm_prints_percentiles_from_two_processes() {
     let mut cmd = Command::new(example("pingpong"));
@@ -32,13 +44,8 @@ fn pingpong_over_shm_prints_percentiles_from_two_processes() {
         "--count",
         "2000",
     ]);
-    let run = Running::spawn("pingpong", cmd);
-    let (status, out, err) = run.finish(Duration::from_secs(60));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "pingpong failed ({status:?}):\n{out}\n{err}"
-    );
-    let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
+    let (out, r) = result(Running::spawn("pingpong", cmd), Duration::from_secs(60));
+    let r = r.unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
     assert_eq!(r.get("transport"), Some("shm"));
     assert_eq!(r.u64("count"), 2000);
     let (p50, p99, p999) = (r.u64("p50_ns"), r.u64("p99_ns"), r.u64("p999_ns"));
@@ -78,24 +85,15 @@ fn publisher_and_subscriber_over_shm_deliver_everything() {
         "--idle",
         "park",
     ]);
-    let sub = Running::spawn("subscriber", sub);
-    let (status, out, err) = sub.finish(Duration::from_secs(45));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "subscriber failed ({status:?}):\n{out}\n{err}"
-    );
-    let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
+    let (out, r) = result(Running::spawn("subscriber", sub), Duration::from_secs(45));
+    let r = r.unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
     assert_eq!(r.u64("received"), 3000, "{r}");
     assert_eq!(
         r.u64("lost") + r.u64("duplicates") + r.u64("reordered"),
         0,
         "{r}"
     );
-    let (status, out, err) = publ.finish(Duration::from_secs(20));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "publisher failed ({status:?}):\n{out}\n{err}"
-    );
+    let (out, _) = result(publ, Duration::from_secs(20));
     assert!(out.contains("SHM moved=3000 dropped=0"), "{out}");
     let leftovers = shm_files("demo.counter");
     assert!(leftovers.is_empty(), "left in /dev/shm: {leftovers:?}");

@@ -90,13 +90,9 @@ fn echo(base: &str, idle: Idle) -> Result<(), Box<dyn std::error::Error>> {
     let running = b.start()?;
     // Ends when the pinger's process leaves (or dies), or after LIFETIME.
     let started = Instant::now();
-    let mut was_connected = false;
-    while started.elapsed() < LIFETIME {
-        let connected = status.is_connected();
-        if was_connected && !connected {
-            break;
-        }
-        was_connected |= connected;
+    // (`connects` counts every attach, so a run shorter than one sleep is not missed.)
+    let finished = || status.connects() > 0 && !status.is_connected();
+    while started.elapsed() < LIFETIME && !finished() {
         std::thread::sleep(Duration::from_millis(10));
     }
     running.stop();
@@ -104,20 +100,22 @@ fn echo(base: &str, idle: Idle) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Kills the echo process if it is still there when dropped.
-struct Child(std::process::Child);
+/// Kills the echo process if it is still there when dropped, and reclaims its channel file
+/// (which a killed exporter cannot remove itself).
+struct Child(std::process::Child, std::path::PathBuf);
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.0.try_wait() {
-                return;
+                break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let _ = std::fs::remove_file(&self.1);
     }
 }
 
@@ -135,6 +133,7 @@ pub fn run(
             .args([ECHO_ARG, &base, idle_name(idle)])
             .stdin(Stdio::null())
             .spawn()?,
+        ChannelConfig::default().path(&format!("{base}-pong")),
     );
     let import = import_of::<Pong>(&format!("{base}-pong"), idle)?;
     let mut a = Bus::builder();
