@@ -3,7 +3,7 @@
 //! through two network bridges on loopback (two buses in one process, as if on two hosts).
 //!
 //! ```text
-//! cargo run --release --example pingpong -- --strategy spin|backoff|park [--count N] [--transport bus|udp]
+//! cargo run --release --example pingpong -- --strategy spin|backoff|park [--count N] [--transport bus|udp|shm]
 //! ```
 //!
 //! `spin` burns both cores (pin them: the example pins ping to core 0 and pong to core 1 when
@@ -22,6 +22,9 @@ use hdrhistogram::Histogram;
 use llbus::{Actor, Backpressure, Bus, Context, Idle, Message, Out, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
+
+#[path = "ipc/pingpong_shm.rs"]
+mod shm;
 
 /// A ping: its number and when it left (this process's monotonic clock).
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
@@ -142,7 +145,9 @@ impl Actor for Ponger {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pingpong [--strategy spin|backoff|park] [--count N] [--transport bus|udp]");
+    eprintln!(
+        "usage: pingpong [--strategy spin|backoff|park] [--count N] [--transport bus|udp|shm]"
+    );
     std::process::exit(2);
 }
 
@@ -259,6 +264,10 @@ fn over_udp(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(echo) = shm::echo_if_asked() {
+        return echo;
+    }
+    let mut shm = false;
     let mut idle = Idle::Backoff;
     let mut name = "backoff";
     let mut count: u64 = 100_000;
@@ -284,6 +293,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 udp = match args.next().as_deref() {
                     Some("bus") => false,
                     Some("udp") => true,
+                    Some("shm") => {
+                        shm = true;
+                        false
+                    }
                     _ => usage(),
                 }
             }
@@ -292,7 +305,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let result = Arc::new(Mutex::new(None));
-    if udp {
+    if shm {
+        shm::run(idle, count, &result)?;
+    } else if udp {
         over_udp(idle, count, &result)?;
     } else {
         over_the_bus(idle, count, &result)?;
@@ -306,7 +321,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if h.len() < count {
         return Err(format!("only {} of {count} round trips completed", h.len()).into());
     }
-    let transport = if udp {
+    let transport = if shm {
+        "shared memory to a second process"
+    } else if udp {
         "UDP through two bridges on loopback"
     } else {
         "the bus"
@@ -318,6 +335,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         h.value_at_quantile(0.99),
         h.value_at_quantile(0.999),
         h.max()
+    );
+    println!(
+        "RESULT transport={} strategy={name} count={} p50_ns={} p99_ns={} p999_ns={}",
+        if shm {
+            "shm"
+        } else if udp {
+            "udp"
+        } else {
+            "bus"
+        },
+        h.len(),
+        h.value_at_quantile(0.50),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999)
     );
     Ok(())
 }

@@ -24,6 +24,8 @@
 //! - `--psk HEX64`: a pre-shared key (64 hex digits): every datagram is sealed with the
 //!   replay-resistant MAC, and unsealed or replayed ones are dropped. The subscriber needs the
 //!   same key.
+//! - `--transport shm`: export the counter through shared memory (llbus-ipc channel
+//!   `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host, not over UDP.
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
@@ -137,6 +139,7 @@ struct Args {
     idle: Idle,
     allow: Option<llbus_net::Allowlist>,
     psk: Option<[u8; 32]>,
+    shm: bool,
 }
 
 fn usage(problem: &str) -> ! {
@@ -144,7 +147,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
          [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park] \
-         [--psk HEX64]"
+         [--psk HEX64] [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -181,6 +184,7 @@ fn parse_args() -> Args {
         idle: Idle::Backoff,
         allow: None,
         psk: None,
+        shm: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -200,6 +204,7 @@ fn parse_args() -> Args {
                 }
             }
             "--wait-subscriber" => a.wait_subscriber = true,
+            "--transport" => a.shm = args.next().as_deref() == Some("shm"),
             "--subscriber-timeout-s" => {
                 let s: f64 = value(&arg, args.next());
                 a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
@@ -263,7 +268,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .name("bridge")
             .export::<Counter>()
     };
-    bus.add(bridge).idle(args.idle);
+    let shm = if args.shm {
+        let export = llbus_ipc::ShmExport::<Counter, llbus_ipc::Bincode>::new(
+            Counter::TOPIC,
+            &llbus_ipc::ChannelConfig::default(),
+        )?;
+        let status = export.status();
+        bus.add(export).idle(args.idle);
+        Some(status)
+    } else {
+        bus.add(bridge).idle(args.idle);
+        None
+    };
     let feed_shared = Arc::clone(&shared);
     let (rate, count) = (args.rate, args.count);
     if args.compat {
@@ -323,7 +339,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // takes a round trip or, if the challenge is lost, a renewal period); in compat mode,
         // which has no handshake, at its first Subscribe.
         let r = running.report();
-        let subscribed = if args.compat {
+        let subscribed = if let Some(shm) = &shm {
+            shm.is_connected()
+        } else if args.compat {
             metric(&r, "datagrams_in") > 0
         } else {
             metric(&r, &subscribers) > 0
@@ -380,6 +398,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metric(&report, "drop.replayed"),
         metric(&report, "drop.bad_mac"),
     );
+    if let Some(shm) = &shm {
+        println!("SHM moved={} dropped={}", shm.moved(), shm.dropped());
+    }
     Ok(())
 }
 

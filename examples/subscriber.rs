@@ -19,6 +19,9 @@
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //! - `--psk HEX64`: the publisher's pre-shared key (64 hex digits).
 //!
+//! `--transport shm` receives from a `publisher --transport shm` on this host through shared
+//! memory (llbus-ipc channel `demo.counter` in /dev/shm) instead of UDP.
+//!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
 //! bad_source=.. bad_nonce=.. replayed=.. bad_mac=.. unknown_session=.. resubscribes=.. control_duplicates=..
@@ -171,13 +174,14 @@ struct Args {
     compat: bool,
     idle: Idle,
     psk: Option<[u8; 32]>,
+    shm: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("subscriber: {problem}");
     eprintln!(
         "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
-         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64]"
+         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64] [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -212,6 +216,7 @@ fn parse_args() -> Args {
         compat: false,
         idle: Idle::Backoff,
         psk: None,
+        shm: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -224,6 +229,7 @@ fn parse_args() -> Args {
                 a.timeout = Duration::try_from_secs_f64(s)
                     .unwrap_or_else(|_| usage("--timeout-s takes a number of seconds >= 0"));
             }
+            "--transport" => a.shm = args.next().as_deref() == Some("shm"),
             "--compat" => match args.next().as_deref() {
                 Some("ll-udp") => a.compat = true,
                 _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
@@ -296,7 +302,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .import::<Counter>(args.publisher)
     };
     let status = bridge.status();
-    bus.add(bridge).idle(args.idle);
+    if args.shm {
+        let import = llbus_ipc::ShmImport::<Counter, llbus_ipc::Bincode>::new(
+            Counter::TOPIC,
+            &llbus_ipc::ChannelConfig::default(),
+        )?;
+        bus.add(import).idle(args.idle);
+    } else {
+        bus.add(bridge).idle(args.idle);
+    }
     let (count, sink_shared) = (args.count, Arc::clone(&shared));
     // The bridge never waits for the sink: a message that finds the sink's ring full is dropped
     // (and counted as `ring_dropped`). A deep ring (about 13 s at 5000/s) rides out a sink

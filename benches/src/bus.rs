@@ -503,9 +503,16 @@ mod tests {
         };
         for subscribers in [1, 3] {
             // Every subscriber got the same count, in order, with nothing dropped or lost, or
-            // this is an error.
-            let per_sec = fanout(subscribers, &pinning, plan).expect("fan-out");
-            assert!(per_sec > 0.0, "{per_sec}");
+            // this is an error. A loaded machine can deschedule the sinks for a whole 20 ms
+            // window (a rate of 0): one of a few windows must see them move.
+            let rates: Vec<f64> = (0..5)
+                .map(|_| fanout(subscribers, &pinning, plan).expect("fan-out"))
+                .collect();
+            assert!(rates.iter().any(|&r| r > 0.0), "{rates:?}");
+            assert!(
+                rates.iter().all(|r| r.is_finite() && *r >= 0.0),
+                "{rates:?}"
+            );
         }
     }
 }

@@ -60,6 +60,12 @@ SUITES:
             loss_single) and the messages per datagram sent
             (msgs_per_datagram_batch, msgs_per_datagram_single). Targets:
             rtt p50 llbus - raw-spin <= +1000 ns; batch / single >= 5
+    ipc     llbus-ipc's shared-memory ring (impls shm-threads: both ends in
+            this process; shm-process: echo in a second process) against the
+            in-process ring and udp-loopback: round trip (rtt_p50, rtt_p99,
+            rtt_p999) and values/s one at a time and in batches of 64
+            (throughput_single, throughput_batch). Targets: rtt p50
+            shm-process / ring <= 1.3; batch shm-process / ring >= 0.5
     all     every suite above, in turn (the default)
 
 OPTIONS:
@@ -93,6 +99,8 @@ pub enum Suite {
     Bus,
     /// UDP loopback round trip.
     Udp,
+    /// Shared-memory IPC (llbus-ipc) against the in-process ring and UDP.
+    Ipc,
     /// Every suite.
     All,
 }
@@ -103,6 +111,7 @@ impl Suite {
             "ring" => Some(Self::Ring),
             "bus" => Some(Self::Bus),
             "udp" => Some(Self::Udp),
+            "ipc" => Some(Self::Ipc),
             "all" => Some(Self::All),
             _ => None,
         }
@@ -209,7 +218,7 @@ impl Args {
                 _ => {
                     let s = Suite::from_name(arg).ok_or_else(|| {
                         ArgError(format!(
-                            "unknown suite `{arg}`; expected ring, bus, udp or all"
+                            "unknown suite `{arg}`; expected ring, bus, udp, ipc or all"
                         ))
                     })?;
                     if suite.replace(s).is_some() {

@@ -1,4 +1,4 @@
-//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|all]`.
+//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|ipc|all]`.
 //!
 //! Each suite is one module (`ring`, `bus`, `udp`) built on the shared pieces in
 //! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
@@ -9,6 +9,7 @@
 mod bus;
 mod drive;
 mod harness;
+mod ipc;
 mod onbus;
 mod plot;
 mod ring;
@@ -17,6 +18,10 @@ mod udp;
 use harness::{human, machine, seed, Args, Command, Pinning, Suite, USAGE};
 
 fn main() {
+    // The `ipc` suite re-executes this binary as its echo process.
+    if let Ok(base) = std::env::var(ipc::ECHO_VAR) {
+        std::process::exit(ipc::echo_main(&base));
+    }
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(Command::Run(args)) => args,
         Ok(Command::Help) => {
@@ -44,6 +49,9 @@ fn main() {
     }
     if args.suite.includes(Suite::Udp) {
         collected.push(udp::run(&args, &pinning, seed));
+    }
+    if args.suite.includes(Suite::Ipc) {
+        collected.push(ipc::run(&args, &pinning, seed));
     }
     if let Some(dir) = &args.plot {
         for out in &collected {

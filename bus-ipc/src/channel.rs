@@ -1,0 +1,648 @@
+//! Channels: one shared ring in one file, a [`Sender`] that creates it and a [`Receiver`] that
+//! attaches to it, each stamping its liveness into the header and watching the other's.
+//!
+//! Liveness: each side writes its pid when it takes its side and a `CLOCK_MONOTONIC` stamp on
+//! every [`Sender::heartbeat`] / [`Receiver::heartbeat`]. A side is dead when its process is
+//! gone (`kill(pid, 0)`) or its stamp is older than [`ChannelConfig::stale_after`] (which also
+//! covers a zombie and a reused pid), so a `kill -9` is noticed within `stale_after` plus the
+//! watcher's own heartbeat period.
+
+use std::io;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use llbus::Message;
+
+use crate::codec::{CodecError, SlotCodec};
+use crate::file::{self, FileId};
+use crate::layout::{Geometry, LayoutError, Side};
+use crate::region::Region;
+use crate::ring::{RingError, RingReader, RingWriter};
+use crate::sys;
+
+/// The start of every channel file's name.
+pub const PREFIX: &str = "llbus-ipc-";
+
+/// Where channel files go, and how they are made.
+#[derive(Clone, Debug)]
+pub struct ChannelConfig {
+    /// The directory of channel files (default `/dev/shm`).
+    pub dir: PathBuf,
+    /// Slots per ring (rounded up to a power of two; default 1024).
+    pub capacity: usize,
+    /// The largest encoded message for bincode channels (default 1024 bytes; ignored for
+    /// plain data, whose slot is the type's size).
+    pub max_message: usize,
+    /// A group that may also open the files (mode 0660 instead of 0600). Default: none.
+    pub group: Option<u32>,
+    /// A peer whose stamp is older than this is dead (default 1 s).
+    pub stale_after: Duration,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        ChannelConfig {
+            dir: PathBuf::from("/dev/shm"),
+            capacity: 1024,
+            max_message: 1024,
+            group: None,
+            stale_after: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ChannelConfig {
+    /// The file of channel `name`: `DIR/llbus-ipc-NAME`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{PREFIX}{name}"))
+    }
+
+    fn mode(&self) -> u32 {
+        if self.group.is_some() {
+            0o660
+        } else {
+            0o600
+        }
+    }
+}
+
+/// Why a channel could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The channel name is empty, too long, or holds a character other than `[A-Za-z0-9._-]`.
+    BadName(String),
+    /// A live process already writes (or reads) this channel.
+    InUse {
+        /// The channel.
+        name: String,
+        /// The process that holds it.
+        pid: u32,
+    },
+    /// No file yet, or its creator has not finished it: try again later.
+    NotReady,
+    /// The file's header is from another version or corrupt.
+    Layout(LayoutError),
+    /// The two sides disagree on the topic's type: its schema fingerprint or slot encoding.
+    Fingerprint {
+        /// The topic.
+        topic: &'static str,
+        /// Our fingerprint (and slot size) for it.
+        ours: (u64, usize),
+        /// The other side's.
+        theirs: (u64, usize),
+    },
+    /// The operating system refused.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::BadName(n) => write!(
+                f,
+                "bad channel name {n:?}: use 1-200 characters of [A-Za-z0-9._-]"
+            ),
+            OpenError::InUse { name, pid } => {
+                write!(f, "channel '{name}' is in use by live process {pid}")
+            }
+            OpenError::NotReady => f.write_str("channel not created yet: retry"),
+            OpenError::Layout(e) => e.fmt(f),
+            OpenError::Fingerprint {
+                topic,
+                ours,
+                theirs,
+            } => write!(
+                f,
+                "topic '{topic}': schema mismatch between the processes (fingerprint {:#018x}, slot {} here; {:#018x}, slot {} there): build both from the same message type",
+                ours.0, ours.1, theirs.0, theirs.1
+            ),
+            OpenError::Io(e) => write!(f, "channel file: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::NotFound {
+            OpenError::NotReady
+        } else {
+            OpenError::Io(e)
+        }
+    }
+}
+
+fn check_name(name: &str) -> Result<(), OpenError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(OpenError::BadName(name.to_owned()))
+    }
+}
+
+/// What a side knows of the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    /// Nobody holds the other side (yet, or any more).
+    Absent,
+    /// The other side is held by a live process.
+    Alive(u32),
+    /// The other side left gracefully.
+    Closed,
+    /// The other side's process died, or stopped stamping for longer than `stale_after`.
+    Dead(u32),
+    /// The reader found the ring corrupt and left: the writer must [`Sender::reset`] it.
+    Broken,
+}
+
+/// `Side::closed` values.
+const OPEN: u32 = 0;
+const CLOSED: u32 = 1;
+const BROKEN: u32 = 2;
+
+fn peer_state(side: &Side, stale_after: Duration, check_pid: bool) -> PeerState {
+    let pid = side.pid.load(Ordering::Acquire);
+    match side.closed.load(Ordering::Acquire) {
+        OPEN => {}
+        BROKEN => return PeerState::Broken,
+        _ => return PeerState::Closed,
+    }
+    if pid == 0 {
+        return PeerState::Absent;
+    }
+    let stamp = side.stamp.load(Ordering::Acquire);
+    let age = sys::now_ns().saturating_sub(stamp);
+    if age > stale_after.as_nanos() as u64 || (check_pid && !sys::pid_alive(pid)) {
+        PeerState::Dead(pid)
+    } else {
+        PeerState::Alive(pid)
+    }
+}
+
+fn take_side(side: &Side) {
+    side.closed.store(OPEN, Ordering::Relaxed);
+    side.stamp.store(sys::now_ns(), Ordering::Relaxed);
+    side.generation.fetch_add(1, Ordering::Relaxed);
+    side.pid.store(sys::my_pid(), Ordering::Release);
+}
+
+/// Removes stale channel files from `dir`: channel files whose writer is dead (or gone) and
+/// that no live reader holds, and temporary files of dead processes. Returns how many it
+/// removed. Files it cannot read are left alone.
+///
+/// # Errors
+/// If `dir` cannot be listed.
+pub fn remove_stale(dir: &Path, stale_after: Duration) -> io::Result<usize> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        if let Some((_, pid)) = name.rsplit_once(".tmp.") {
+            if pid.parse().map(|p| !sys::pid_alive(p)).unwrap_or(false) {
+                removed += std::fs::remove_file(&path).is_ok() as usize;
+            }
+            continue;
+        }
+        let Ok((region, id)) = file::open(&path) else {
+            continue;
+        };
+        let h = region.header();
+        if Geometry::read(h, region.len()).is_err() {
+            // Not initialised: a creator writes under a temporary name, so this is garbage.
+            removed += file::unlink_if(&path, id) as usize;
+            continue;
+        }
+        let writer = peer_state(&h.writer.0, stale_after, true);
+        let reader = peer_state(&h.reader.0, stale_after, true);
+        let writer_gone = !matches!(writer, PeerState::Alive(_));
+        let reader_gone = !matches!(reader, PeerState::Alive(_));
+        if writer_gone && reader_gone {
+            removed += file::unlink_if(&path, id) as usize;
+        }
+    }
+    Ok(removed)
+}
+
+fn create_ring(
+    path: &Path,
+    geo: Geometry,
+    len: usize,
+    mode: u32,
+    group: Option<u32>,
+) -> Result<(RingWriter, FileId), OpenError> {
+    file::create(path, len, mode, group, |region| {
+        take_side(&region.header().writer.0);
+        RingWriter::create(region, geo).map_err(OpenError::Layout)
+    })
+}
+
+/// Marks the writer's side closed and wakes a sleeping reader so that it sees it at once.
+fn close_writer(h: &crate::layout::Header) {
+    h.writer.0.closed.store(CLOSED, Ordering::Release);
+    h.reader_sleeps.0.store(0, Ordering::Relaxed);
+    sys::futex_wake(&h.reader_sleeps.0);
+}
+
+/// The writing side of a channel: creates the file, owns the ring's writer.
+#[derive(Debug)]
+pub struct Sender<T, C> {
+    ring: RingWriter,
+    path: PathBuf,
+    id: FileId,
+    topic: &'static str,
+    stale_after: Duration,
+    mode: u32,
+    group: Option<u32>,
+    _t: PhantomData<fn(T, C)>,
+}
+
+/// Why a message was not sent; the ring is unusable after `Corrupt`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The reader wrote an out-of-range index: drop this sender and make a new one.
+    Corrupt(RingError),
+    /// The message does not fit a slot (bincode channels): it was not sent.
+    Codec(CodecError),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Corrupt(e) => e.fmt(f),
+            SendError::Codec(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
+    /// Creates channel `name` for topic `T` in `config.dir`. A file left there by a dead
+    /// writer is removed first (and counted in the log); one held by a live writer is refused.
+    ///
+    /// # Errors
+    /// [`OpenError::BadName`], [`OpenError::InUse`], or [`OpenError::Io`].
+    pub fn create(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
+        check_name(name)?;
+        let path = config.path(name);
+        if let Ok((old, old_id)) = file::open(&path) {
+            let h = old.header();
+            match peer_state(&h.writer.0, config.stale_after, true) {
+                PeerState::Alive(pid) => {
+                    return Err(OpenError::InUse {
+                        name: name.to_owned(),
+                        pid,
+                    })
+                }
+                state => {
+                    log::info!(
+                        "llbus-ipc: replacing channel file {} left by a writer that is {state:?}",
+                        path.display()
+                    );
+                    // Tell a reader still attached that this file is finished.
+                    h.writer.0.closed.store(CLOSED, Ordering::Release);
+                    file::unlink_if(&path, old_id);
+                }
+            }
+        }
+        let capacity = config
+            .capacity
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or(OpenError::Layout(LayoutError::Corrupt("capacity")))?;
+        let geo = Geometry {
+            kind: C::KIND,
+            slot_size: C::slot_size(config.max_message),
+            capacity,
+            fingerprint: T::FINGERPRINT,
+            topic_id: T::TOPIC_ID,
+        };
+        let len = geo.validate().map_err(OpenError::Layout)?;
+        let (ring, id) = create_ring(&path, geo, len, config.mode(), config.group)?;
+        Ok(Sender {
+            ring,
+            path,
+            id,
+            topic: T::TOPIC,
+            stale_after: config.stale_after,
+            mode: config.mode(),
+            group: config.group,
+            _t: PhantomData,
+        })
+    }
+
+    /// Replaces the channel's file with a fresh, empty one (after the reader reported the ring
+    /// [`PeerState::Broken`], or [`SendError::Corrupt`]); the reader attaches to the new one.
+    /// Returns how many messages the old ring still held (lost).
+    ///
+    /// # Errors
+    /// [`OpenError::Io`] if the new file cannot be made; the old one is gone either way.
+    pub fn reset(&mut self) -> Result<u64, OpenError> {
+        let geo = *self.ring.geometry();
+        let h = self.ring.region().header();
+        let head = h.head.0.load(Ordering::Acquire);
+        let lost = self
+            .ring
+            .published()
+            .wrapping_sub(head)
+            .min(geo.capacity as u64);
+        close_writer(h);
+        file::unlink_if(&self.path, self.id);
+        let len = geo.validate().map_err(OpenError::Layout)?;
+        let (ring, id) = create_ring(&self.path, geo, len, self.mode, self.group)?;
+        self.ring = ring;
+        self.id = id;
+        Ok(lost)
+    }
+
+    /// Sends `value` if a slot is free; returns whether it was sent.
+    ///
+    /// # Errors
+    /// [`SendError::Corrupt`] if the reader broke the ring; [`SendError::Codec`] if the value
+    /// does not fit a slot.
+    #[inline]
+    pub fn try_send(&mut self, value: &T) -> Result<bool, SendError> {
+        let mut codec = Ok(());
+        let n = self
+            .ring
+            .write_batch(1, |slot| {
+                codec = C::encode(value, slot);
+                codec.is_ok()
+            })
+            .map_err(SendError::Corrupt)?;
+        codec.map_err(SendError::Codec)?;
+        Ok(n == 1)
+    }
+
+    /// Sends values from `next` into free slots, at most `max`, publishing them together;
+    /// `next` returns `None` when it has no more. Returns how many were sent. A value that does
+    /// not fit a slot is skipped and counted in the second figure.
+    ///
+    /// # Errors
+    /// [`SendError::Corrupt`] if the reader broke the ring.
+    pub fn send_batch<F: FnMut() -> Option<T>>(
+        &mut self,
+        max: usize,
+        mut next: F,
+    ) -> Result<(usize, usize), SendError> {
+        let mut skipped = 0;
+        let n = self
+            .ring
+            .write_batch(max, |slot| loop {
+                match next() {
+                    None => return false,
+                    Some(v) => match C::encode(&v, slot) {
+                        Ok(()) => return true,
+                        Err(_) => skipped += 1,
+                    },
+                }
+            })
+            .map_err(SendError::Corrupt)?;
+        Ok((n, skipped))
+    }
+
+    /// Free slots now.
+    ///
+    /// # Errors
+    /// [`SendError::Corrupt`] if the reader broke the ring.
+    pub fn free(&mut self) -> Result<usize, SendError> {
+        self.ring.free().map_err(SendError::Corrupt)
+    }
+
+    /// Sleeps on the mapping's futex until a slot frees or `timeout` passes.
+    ///
+    /// # Errors
+    /// [`SendError::Corrupt`] if the reader broke the ring.
+    pub fn park(&mut self, timeout: Duration) -> Result<(), SendError> {
+        self.ring.park(timeout).map_err(SendError::Corrupt)
+    }
+
+    /// Stamps our liveness (call at least every `stale_after / 4`), and returns the reader's
+    /// state. A dead reader's side is reclaimed (a new reader may take it and resume at its
+    /// position). `check_pid` also asks the kernel whether the reader's process exists.
+    pub fn heartbeat(&mut self, check_pid: bool) -> PeerState {
+        let h = self.ring.region().header();
+        h.writer.0.stamp.store(sys::now_ns(), Ordering::Release);
+        let state = peer_state(&h.reader.0, self.stale_after, check_pid);
+        if let PeerState::Dead(pid) = state {
+            // Reclaim: only if nobody replaced it meanwhile.
+            let _ = h
+                .reader
+                .0
+                .pid
+                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        if state == PeerState::Closed && h.reader.0.pid.load(Ordering::Acquire) != 0 {
+            return PeerState::Alive(h.reader.0.pid.load(Ordering::Acquire));
+        }
+        state
+    }
+
+    /// The channel's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &'static str {
+        self.topic
+    }
+}
+
+impl<T, C> Drop for Sender<T, C> {
+    fn drop(&mut self) {
+        let h = self.ring.region().header();
+        close_writer(h);
+        // Nobody to drain it: the file goes now. Otherwise the reader removes it once drained.
+        if !matches!(
+            peer_state(&h.reader.0, self.stale_after, true),
+            PeerState::Alive(_)
+        ) {
+            file::unlink_if(&self.path, self.id);
+        }
+    }
+}
+
+/// The reading side of a channel: attaches to the file a [`Sender`] made.
+#[derive(Debug)]
+pub struct Receiver<T, C> {
+    ring: RingReader,
+    path: PathBuf,
+    id: FileId,
+    topic: &'static str,
+    stale_after: Duration,
+    _t: PhantomData<fn() -> (T, C)>,
+}
+
+/// Why a receive failed; the receiver is unusable after it and should reconnect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvError {
+    /// The writer wrote an out-of-range index.
+    Corrupt(RingError),
+}
+
+impl std::fmt::Display for RecvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecvError::Corrupt(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
+impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
+    /// Attaches to channel `name` of topic `T` in `config.dir`, checking the header, the
+    /// slot encoding and the schema fingerprint, and takes the reader's side (from a dead
+    /// reader too, resuming at its position).
+    ///
+    /// # Errors
+    /// [`OpenError::NotReady`] (retry later), [`OpenError::Fingerprint`] naming the topic,
+    /// [`OpenError::InUse`] if a live reader holds it, [`OpenError::Layout`], [`OpenError::Io`].
+    pub fn open(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
+        check_name(name)?;
+        let path = config.path(name);
+        let (region, id) = file::open(&path)?;
+        Self::attach(region, path, id, config.stale_after)
+    }
+
+    fn attach(
+        region: Arc<Region>,
+        path: PathBuf,
+        id: FileId,
+        stale_after: Duration,
+    ) -> Result<Self, OpenError> {
+        let ring = RingReader::attach(region).map_err(|e| match e {
+            LayoutError::NotReady => OpenError::NotReady,
+            e => OpenError::Layout(e),
+        })?;
+        let geo = *ring.geometry();
+        let slot = C::slot_size(geo.slot_size.saturating_sub(8));
+        let ours = (T::FINGERPRINT, slot);
+        if geo.kind != C::KIND || geo.fingerprint != T::FINGERPRINT || geo.slot_size != slot {
+            return Err(OpenError::Fingerprint {
+                topic: T::TOPIC,
+                ours,
+                theirs: (geo.fingerprint, geo.slot_size),
+            });
+        }
+        let h = ring.region().header();
+        if h.writer.0.closed.load(Ordering::Acquire) != OPEN {
+            // A finished file (its writer left or was replaced): wait for the next one.
+            return Err(OpenError::NotReady);
+        }
+        match peer_state(&h.reader.0, stale_after, true) {
+            PeerState::Alive(pid) if pid != sys::my_pid() => {
+                return Err(OpenError::InUse {
+                    name: path.display().to_string(),
+                    pid,
+                })
+            }
+            _ => take_side(&h.reader.0),
+        }
+        Ok(Receiver {
+            ring,
+            path,
+            id,
+            topic: T::TOPIC,
+            stale_after,
+            _t: PhantomData,
+        })
+    }
+
+    /// Hands up to `max` messages to `handler`, in order, and returns how many slots it read
+    /// and how many of them were malformed (not a value of `T`: counted, skipped).
+    ///
+    /// # Errors
+    /// [`RecvError::Corrupt`] if the writer broke the ring: reconnect.
+    #[inline]
+    pub fn recv_batch<F: FnMut(T)>(
+        &mut self,
+        max: usize,
+        mut handler: F,
+    ) -> Result<(usize, usize), RecvError> {
+        let mut malformed = 0;
+        let n = self
+            .ring
+            .read_batch(max, |slot| match C::decode(slot) {
+                Ok(v) => handler(v),
+                Err(_) => malformed += 1,
+            })
+            .map_err(|e| self.broken(e))?;
+        Ok((n, malformed))
+    }
+
+    /// Tells the writer the ring is broken (it resets the channel) and returns the error.
+    fn broken(&self, e: RingError) -> RecvError {
+        let h = self.ring.region().header();
+        h.reader.0.closed.store(BROKEN, Ordering::Release);
+        RecvError::Corrupt(e)
+    }
+
+    /// Messages ready now.
+    ///
+    /// # Errors
+    /// [`RecvError::Corrupt`] if the writer broke the ring.
+    pub fn available(&mut self) -> Result<usize, RecvError> {
+        self.ring.available().map_err(|e| self.broken(e))
+    }
+
+    /// Sleeps on the mapping's futex until a message arrives or `timeout` passes.
+    ///
+    /// # Errors
+    /// [`RecvError::Corrupt`] if the writer broke the ring.
+    pub fn park(&mut self, timeout: Duration) -> Result<(), RecvError> {
+        self.ring.park(timeout).map_err(|e| self.broken(e))
+    }
+
+    /// Stamps our liveness (call at least every `stale_after / 4`) and returns the writer's
+    /// state. `check_pid` also asks the kernel whether the writer's process exists.
+    pub fn heartbeat(&mut self, check_pid: bool) -> PeerState {
+        let h = self.ring.region().header();
+        h.reader.0.stamp.store(sys::now_ns(), Ordering::Release);
+        peer_state(&h.writer.0, self.stale_after, check_pid)
+    }
+
+    /// The channel's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &'static str {
+        self.topic
+    }
+}
+
+impl<T, C> Drop for Receiver<T, C> {
+    fn drop(&mut self) {
+        let h = self.ring.region().header();
+        let writer = peer_state(&h.writer.0, self.stale_after, true);
+        // Release our side so the next reader may take it.
+        let _ =
+            h.reader
+                .0
+                .pid
+                .compare_exchange(sys::my_pid(), 0, Ordering::AcqRel, Ordering::Relaxed);
+        // The writer is gone for good: reclaim its file (if the name still points at it).
+        if !matches!(writer, PeerState::Alive(_)) {
+            file::unlink_if(&self.path, self.id);
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The shared SPSC ring: llbus's in-process ring (Lamport's buffer with rigtorp's and rtrb's
+//! cached indices and batching) laid over a [`Region`] that another process also maps.
+//!
+//! The protocol is the in-process one: the writer fills slots, then publishes them with one
+//! `Release` store of `tail`; the reader loads `tail` with `Acquire`, copies slots out, then
+//! frees them with one `Release` store of `head`. Each side keeps its own index privately (it
+//! never reads it back from the mapping) and a cached copy of the other's, refreshed only when
+//! the cache says full (writer) or empty (reader).
+//!
+//! Where it differs, because the other side is another process that is not trusted:
+//! - **Every index read from the mapping is checked** before use: the writer requires
+//!   `tail - head <= capacity` of the `head` it loads, the reader `0 <= tail - head <= capacity`
+//!   of the `tail` it loads (wrapping u64 arithmetic). A value outside makes the half
+//!   [`RingError::Corrupt`] for good: the caller counts it and reconnects. Slot offsets come
+//!   only from the private, checked [`Geometry`] and the private index, so no value in the
+//!   mapping can steer an access outside the region.
+//! - **Slots are copied, never referenced**: a reader copies a slot's bytes out (plain data) or
+//!   decodes them (bincode, with the length prefix checked against the slot size), so a peer
+//!   that scribbles on a slot it published yields a wrong value, never undefined behaviour.
+//! - **Sleeping is announced in the mapping** (`reader_sleeps`, `writer_sleeps`): a side that
+//!   wants to sleep sets its word, issues a `SeqCst` fence, re-checks the ring, and sleeps on
+//!   the word with a futex; the other side, after its `Release` store, issues a `SeqCst` fence
+//!   and loads the word, making the wake-up system call only when it is set (Dekker's pattern:
+//!   the fences forbid both sides missing each other). The loom model in `loom_models` checks it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::handshake;
+use crate::layout::{Geometry, LayoutError, HEADER_LEN};
+use crate::region::Region;
+use crate::sys;
+
+/// Why a ring operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingError {
+    /// The peer wrote an index or length that breaks the ring's invariants: the ring cannot be
+    /// trusted any more. Count it, drop this half and reconnect.
+    Corrupt(&'static str),
+}
+
+impl std::fmt::Display for RingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RingError::Corrupt(what) => write!(
+                f,
+                "shared ring is corrupt ({what}): the peer is faulty or hostile; reconnect"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RingError {}
+
+/// The writing half of a shared ring.
+#[derive(Debug)]
+pub struct RingWriter {
+    region: Arc<Region>,
+    geo: Geometry,
+    mask: u64,
+    /// Next slot to write; the only copy that counts (the mapping's `tail` is a publication).
+    tail: u64,
+    /// Last `head` read from the mapping. Invariant: `tail - head_cache <= capacity`.
+    head_cache: u64,
+    poisoned: Option<&'static str>,
+}
+
+/// The reading half of a shared ring.
+#[derive(Debug)]
+pub struct RingReader {
+    region: Arc<Region>,
+    geo: Geometry,
+    mask: u64,
+    /// Next slot to read; the only copy that counts.
+    head: u64,
+    /// Last `tail` read from the mapping. Invariant: `tail_cache - head <= capacity`.
+    tail_cache: u64,
+    poisoned: Option<&'static str>,
+}
+
+fn slot_ptr(region: &Region, geo: &Geometry, mask: u64, index: u64) -> *mut u8 {
+    let offset = HEADER_LEN + (index & mask) as usize * geo.slot_size;
+    debug_assert!(offset + geo.slot_size <= region.len());
+    region.at(offset)
+}
+
+impl RingWriter {
+    /// Lays a fresh ring of geometry `geo` over `region` (which must be zeroed and exactly
+    /// `geo.mapping_len()` bytes) and returns its writer. The header's magic is written last.
+    ///
+    /// # Errors
+    /// [`LayoutError::Corrupt`] if `geo` is out of range or does not match the region's length.
+    pub fn create(region: Arc<Region>, geo: Geometry) -> Result<RingWriter, LayoutError> {
+        if geo.validate()? != region.len() {
+            return Err(LayoutError::Corrupt("mapping length"));
+        }
+        handshake::prepare();
+        let h = region.header();
+        h.tail.0.store(0, Ordering::Relaxed);
+        h.head.0.store(0, Ordering::Relaxed);
+        geo.write(h);
+        Ok(RingWriter {
+            region,
+            geo,
+            mask: geo.capacity as u64 - 1,
+            tail: 0,
+            head_cache: 0,
+            poisoned: None,
+        })
+    }
+
+    /// The ring's geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The region the ring lives in.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Slots published so far (the private tail).
+    pub fn published(&self) -> u64 {
+        self.tail
+    }
+
+    fn check(&self) -> Result<(), RingError> {
+        match self.poisoned {
+            Some(what) => Err(RingError::Corrupt(what)),
+            None => Ok(()),
+        }
+    }
+
+    /// Loads and checks the reader's `head`.
+    fn refresh_head(&mut self) -> Result<(), RingError> {
+        let head = self.region.header().head.0.load(Ordering::Acquire);
+        let used = self.tail.wrapping_sub(head);
+        // The reader's head never passes our tail nor falls more than a ring behind it, and
+        // never moves backwards.
+        if used > self.geo.capacity as u64
+            || head.wrapping_sub(self.head_cache) > self.geo.capacity as u64
+        {
+            self.poisoned = Some("head out of range");
+            return Err(RingError::Corrupt("head out of range"));
+        }
+        self.head_cache = head;
+        Ok(())
+    }
+
+    /// How many slots are free now (one `Acquire` load of the reader's `head`).
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the reader's `head` is out of range.
+    pub fn free(&mut self) -> Result<usize, RingError> {
+        self.check()?;
+        self.refresh_head()?;
+        self.cached_free()
+    }
+
+    /// Free slots by the cached head, refreshed only if the cache says none.
+    fn cached_free(&mut self) -> Result<usize, RingError> {
+        self.check()?;
+        let cap = self.geo.capacity as u64;
+        if self.tail.wrapping_sub(self.head_cache) == cap {
+            self.refresh_head()?;
+        }
+        Ok((cap - self.tail.wrapping_sub(self.head_cache)) as usize)
+    }
+
+    /// Fills up to `max` free slots with `fill` (called with each slot's bytes; it returns
+    /// `false` to stop without using the slot), then publishes them with one `Release` store,
+    /// and wakes the reader if it announced that it sleeps. Returns how many it published.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the reader's `head` is out of range.
+    pub fn write_batch<F: FnMut(&mut [u8]) -> bool>(
+        &mut self,
+        max: usize,
+        mut fill: F,
+    ) -> Result<usize, RingError> {
+        let mut free = self.cached_free()?;
+        if free < max && free < self.geo.capacity {
+            // The cache says fewer than asked: one Acquire load for the true figure.
+            self.refresh_head()?;
+            free = (self.geo.capacity as u64 - self.tail.wrapping_sub(self.head_cache)) as usize;
+        }
+        let free = free.min(max);
+        let mut n = 0;
+        while n < free {
+            let p = slot_ptr(
+                &self.region,
+                &self.geo,
+                self.mask,
+                self.tail.wrapping_add(n as u64),
+            );
+            // SAFETY: the slot lies inside the region (private geometry and index) and is free
+            // (`[tail, head + capacity)`): a well-behaved reader does not touch it until we
+            // publish it. A hostile one may scribble on it; that changes bytes, which any bit
+            // pattern of `[u8]` tolerates, and the reader copies rather than references them.
+            let slot = unsafe { std::slice::from_raw_parts_mut(p, self.geo.slot_size) };
+            if !fill(slot) {
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.tail = self.tail.wrapping_add(n as u64);
+            let h = self.region.header();
+            h.tail.0.store(self.tail, Ordering::Release);
+            wake(&h.reader_sleeps.0);
+        }
+        Ok(n)
+    }
+
+    /// Sleeps until the ring has a free slot or `timeout` passes (the futex in the mapping,
+    /// announced in `writer_sleeps`).
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the reader's `head` is out of range.
+    pub fn park(&mut self, timeout: Duration) -> Result<(), RingError> {
+        if self.cached_free()? > 0 {
+            return Ok(());
+        }
+        // A clone so the header outlives the `&mut self` calls below (park is the slow path).
+        let region = Arc::clone(&self.region);
+        let word = &region.header().writer_sleeps.0;
+        let full = handshake::announce(word, || {
+            self.refresh_head()?;
+            Ok(self.tail.wrapping_sub(self.head_cache) == self.geo.capacity as u64)
+        });
+        sleep(word, full, timeout);
+        word.store(0, Ordering::Relaxed);
+        full.map(|_| ())
+    }
+}
+
+/// Sleeps on `word` as the handshake decided.
+fn sleep<E>(
+    word: &std::sync::atomic::AtomicU32,
+    decision: Result<handshake::Decision, E>,
+    timeout: Duration,
+) {
+    match decision {
+        Ok(handshake::Decision::Sleep) => sys::futex_wait(word, 1, timeout),
+        Ok(handshake::Decision::SleepBriefly) => {
+            sys::futex_wait(word, 1, timeout.min(Duration::from_micros(50)))
+        }
+        _ => {}
+    }
+}
+
+/// The waking side of the sleep handshake: after a `Release` store of an index.
+#[inline]
+fn wake(word: &std::sync::atomic::AtomicU32) {
+    if handshake::must_wake(word) {
+        sys::futex_wake(word);
+    }
+}
+
+impl RingReader {
+    /// Attaches to the ring in `region`: reads and checks its header, and resumes at its
+    /// current `head` (a reader that replaces a dead one takes over its position).
+    ///
+    /// # Errors
+    /// [`LayoutError`] if the header is not ready, of another version, or out of range.
+    pub fn attach(region: Arc<Region>) -> Result<RingReader, LayoutError> {
+        let geo = Geometry::read(region.header(), region.len())?;
+        handshake::prepare();
+        let h = region.header();
+        let head = h.head.0.load(Ordering::Acquire);
+        let tail = h.tail.0.load(Ordering::Acquire);
+        if tail.wrapping_sub(head) > geo.capacity as u64 {
+            return Err(LayoutError::Corrupt("head and tail out of range"));
+        }
+        Ok(RingReader {
+            region,
+            geo,
+            mask: geo.capacity as u64 - 1,
+            head,
+            tail_cache: head,
+            poisoned: None,
+        })
+    }
+
+    /// The ring's geometry, as checked at attach.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The region the ring lives in.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn check(&self) -> Result<(), RingError> {
+        match self.poisoned {
+            Some(what) => Err(RingError::Corrupt(what)),
+            None => Ok(()),
+        }
+    }
+
+    /// Loads and checks the writer's `tail`.
+    fn refresh_tail(&mut self) -> Result<(), RingError> {
+        let tail = self.region.header().tail.0.load(Ordering::Acquire);
+        // The writer's tail is never behind our head (nor behind what it published before)
+        // and never more than a ring ahead of it.
+        if tail.wrapping_sub(self.head) > self.geo.capacity as u64
+            || tail.wrapping_sub(self.tail_cache) > self.geo.capacity as u64
+        {
+            self.poisoned = Some("tail out of range");
+            return Err(RingError::Corrupt("tail out of range"));
+        }
+        self.tail_cache = tail;
+        Ok(())
+    }
+
+    /// How many slots are ready now (one `Acquire` load of the writer's `tail`).
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the writer's `tail` is out of range.
+    pub fn available(&mut self) -> Result<usize, RingError> {
+        self.check()?;
+        self.refresh_tail()?;
+        self.cached_available()
+    }
+
+    /// Ready slots by the cached tail, refreshed only if the cache says none.
+    fn cached_available(&mut self) -> Result<usize, RingError> {
+        self.check()?;
+        if self.tail_cache == self.head {
+            self.refresh_tail()?;
+        }
+        Ok(self.tail_cache.wrapping_sub(self.head) as usize)
+    }
+
+    /// Hands up to `max` ready slots to `read` (each slot's bytes, in order), then frees them
+    /// with one `Release` store, and wakes the writer if it announced that it sleeps. Returns
+    /// how many it handed over.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the writer's `tail` is out of range.
+    pub fn read_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        mut read: F,
+    ) -> Result<usize, RingError> {
+        let mut n = self.cached_available()?;
+        if n < max && n < self.geo.capacity {
+            // The cache says fewer than asked: one Acquire load for the true figure.
+            self.refresh_tail()?;
+            n = self.tail_cache.wrapping_sub(self.head) as usize;
+        }
+        let n = n.min(max);
+        for i in 0..n {
+            let p = slot_ptr(
+                &self.region,
+                &self.geo,
+                self.mask,
+                self.head.wrapping_add(i as u64),
+            );
+            // SAFETY: the slot lies inside the region (private geometry and index) and was
+            // published (`[head, tail)` with the Acquire load of `tail` ordering the writer's
+            // bytes before our reads). A hostile writer may still change the bytes: `read`
+            // copies or decodes them, which tolerates any bit pattern.
+            let slot = unsafe { std::slice::from_raw_parts(p, self.geo.slot_size) };
+            read(slot);
+        }
+        if n > 0 {
+            self.head = self.head.wrapping_add(n as u64);
+            let h = self.region.header();
+            h.head.0.store(self.head, Ordering::Release);
+            wake(&h.writer_sleeps.0);
+        }
+        Ok(n)
+    }
+
+    /// Sleeps until the ring has a ready slot or `timeout` passes (the futex in the mapping,
+    /// announced in `reader_sleeps`): a writer that publishes wakes it at once.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the writer's `tail` is out of range.
+    pub fn park(&mut self, timeout: Duration) -> Result<(), RingError> {
+        if self.cached_available()? > 0 {
+            return Ok(());
+        }
+        // A clone so the header outlives the `&mut self` calls below (park is the slow path).
+        let region = Arc::clone(&self.region);
+        let word = &region.header().reader_sleeps.0;
+        let empty = handshake::announce(word, || {
+            self.refresh_tail()?;
+            Ok(self.tail_cache == self.head)
+        });
+        sleep(word, empty, timeout);
+        word.store(0, Ordering::Relaxed);
+        empty.map(|_| ())
+    }
+}

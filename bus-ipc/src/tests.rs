@@ -1,0 +1,317 @@
+//! The shared ring's unit tests: heap regions, so that they run under miri.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use crate::codec::{Bincode, Pod, SlotCodec};
+use crate::layout::{Geometry, Kind, LayoutError, HEADER_LEN};
+use crate::region::Region;
+use crate::ring::{RingError, RingReader, RingWriter};
+
+fn geo(capacity: usize) -> Geometry {
+    Geometry {
+        kind: Kind::Pod,
+        slot_size: 8,
+        capacity,
+        fingerprint: 0xfeed,
+        topic_id: 9,
+    }
+}
+
+fn pair(capacity: usize) -> (RingWriter, RingReader) {
+    let g = geo(capacity);
+    let region = Arc::new(Region::heap(g.mapping_len()));
+    let tx = RingWriter::create(region.clone(), g).unwrap();
+    let rx = RingReader::attach(region).unwrap();
+    (tx, rx)
+}
+
+fn push(tx: &mut RingWriter, v: u64) -> bool {
+    tx.write_batch(1, |s| Pod::encode(&v, s).is_ok()).unwrap() == 1
+}
+
+fn pop_all(rx: &mut RingReader, max: usize) -> Vec<u64> {
+    let mut out = Vec::new();
+    rx.read_batch(max, |s| {
+        out.push(<Pod as SlotCodec<u64>>::decode(s).unwrap())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn fifo_full_and_wrap() {
+    let (mut tx, mut rx) = pair(4);
+    for v in 0..4 {
+        assert!(push(&mut tx, v));
+    }
+    assert!(!push(&mut tx, 99), "a full ring takes nothing");
+    assert_eq!(pop_all(&mut rx, 3), [0, 1, 2]);
+    for v in 4..7 {
+        assert!(push(&mut tx, v));
+    }
+    assert_eq!(pop_all(&mut rx, 100), [3, 4, 5, 6]);
+    assert_eq!(rx.available().unwrap(), 0);
+}
+
+#[test]
+fn header_is_checked_at_attach() {
+    let g = geo(4);
+    let region = Arc::new(Region::heap(g.mapping_len()));
+    assert_eq!(
+        RingReader::attach(region.clone()).unwrap_err(),
+        LayoutError::NotReady
+    );
+    let _tx = RingWriter::create(region.clone(), g).unwrap();
+    let poke = |at: usize, b: &[u8]| {
+        // SAFETY: the halves are idle while we scribble.
+        unsafe { region.poke(at, b) }
+    };
+    poke(8, &[2]); // version
+    assert_eq!(
+        RingReader::attach(region.clone()).unwrap_err(),
+        LayoutError::Version(2)
+    );
+    poke(8, &[1]);
+    poke(20, &3u32.to_le_bytes()); // capacity 3: not a power of two
+    assert_eq!(
+        RingReader::attach(region.clone()).unwrap_err(),
+        LayoutError::Corrupt("capacity")
+    );
+    poke(20, &8u32.to_le_bytes()); // bigger than the mapping
+    assert_eq!(
+        RingReader::attach(region.clone()).unwrap_err(),
+        LayoutError::Corrupt("mapping length")
+    );
+    poke(20, &4u32.to_le_bytes());
+    poke(12, &7u32.to_le_bytes()); // unknown kind
+    assert_eq!(
+        RingReader::attach(region.clone()).unwrap_err(),
+        LayoutError::Corrupt("kind")
+    );
+}
+
+#[test]
+fn forged_tail_poisons_the_reader() {
+    let (mut tx, mut rx) = pair(4);
+    assert!(push(&mut tx, 1));
+    let region = rx.region().clone();
+    let tail_at = 384;
+    for forged in [5u64, u64::MAX, 1 << 40] {
+        let (_, mut rx2) = (0, RingReader::attach(region.clone()).unwrap());
+        // SAFETY: the halves are idle while we scribble.
+        unsafe { region.poke(tail_at, &forged.to_le_bytes()) };
+        assert!(matches!(
+            rx2.read_batch(8, |_| ()),
+            Err(RingError::Corrupt(_))
+        ));
+        // Poisoned for good, even once the value looks right again.
+        // SAFETY: as above.
+        unsafe { region.poke(tail_at, &1u64.to_le_bytes()) };
+        assert!(rx2.available().is_err());
+    }
+    // A tail that moves backwards is refused too.
+    assert_eq!(pop_all(&mut rx, 8), [1]);
+    // SAFETY: as above.
+    unsafe { region.poke(tail_at, &0u64.to_le_bytes()) };
+    assert!(rx.available().is_err());
+}
+
+#[test]
+fn forged_head_poisons_the_writer() {
+    let (mut tx, _rx) = pair(4);
+    for v in 0..4 {
+        assert!(push(&mut tx, v));
+    }
+    let region = tx.region().clone();
+    // A head past the tail would claim more free slots than exist.
+    // SAFETY: the halves are idle while we scribble.
+    unsafe { region.poke(512, &9u64.to_le_bytes()) };
+    assert!(matches!(tx.free(), Err(RingError::Corrupt(_))));
+    assert!(tx.write_batch(1, |_| true).is_err());
+}
+
+#[test]
+fn bincode_slots_check_their_length() {
+    let mut slot = vec![0u8; <Bincode as SlotCodec<String>>::slot_size(32)];
+    Bincode::encode(&"hello".to_string(), &mut slot).unwrap();
+    assert_eq!(
+        <Bincode as SlotCodec<String>>::decode(&slot).unwrap(),
+        "hello"
+    );
+    assert!(Bincode::encode(&"x".repeat(64), &mut slot).is_err());
+    slot[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(<Bincode as SlotCodec<String>>::decode(&slot).is_err());
+    // A length prefix inside the value that claims a huge string fails without allocating it.
+    slot[..4].copy_from_slice(&8u32.to_le_bytes());
+    slot[8..16].copy_from_slice(&(1u64 << 62).to_le_bytes());
+    assert!(<Bincode as SlotCodec<String>>::decode(&slot).is_err());
+}
+
+#[test]
+fn arbitrary_mappings_never_panic() {
+    // The fuzz target's property, on a few fixed patterns (miri runs this one too).
+    let g = geo(4);
+    for fill in [0u8, 0xff, 0x01, 0x80] {
+        let region = Arc::new(Region::heap(g.mapping_len()));
+        let mut bytes = vec![fill; region.len()];
+        bytes[..8].copy_from_slice(&crate::MAGIC.to_le_bytes());
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        bytes[12..16].copy_from_slice(&2u32.to_le_bytes());
+        bytes[16..20].copy_from_slice(&8u32.to_le_bytes());
+        bytes[20..24].copy_from_slice(&4u32.to_le_bytes());
+        // SAFETY: nothing else holds the region yet.
+        unsafe { region.poke(0, &bytes) };
+        if let Ok(mut rx) = RingReader::attach(region) {
+            for _ in 0..3 {
+                let _ = rx.read_batch(8, |s| {
+                    let _ = <Bincode as SlotCodec<Vec<u8>>>::decode(s);
+                });
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Push(u64),
+    PushN(u8),
+    Pop(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        any::<u64>().prop_map(Op::Push),
+        (0u8..12).prop_map(Op::PushN),
+        (0u8..12).prop_map(Op::Pop),
+    ]
+}
+
+proptest! {
+    // Under miri: few cases and no failure file (miri isolates the file system).
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 256 },
+        failure_persistence: if cfg!(miri) { None } else { ProptestConfig::default().failure_persistence },
+        ..ProptestConfig::default()
+    })]
+
+    /// The shared ring against a `VecDeque` model of the same capacity.
+    #[test]
+    fn matches_vecdeque(cap_log in 0u32..4, ops in proptest::collection::vec(op(), 0..64)) {
+        let cap = 1usize << cap_log;
+        let (mut tx, mut rx) = pair(cap);
+        let mut model = VecDeque::new();
+        let mut next = 0u64;
+        for op in ops {
+            match op {
+                Op::Push(v) => {
+                    let ok = push(&mut tx, v);
+                    prop_assert_eq!(ok, model.len() < cap);
+                    if ok { model.push_back(v); }
+                }
+                Op::PushN(n) => {
+                    let before = next;
+                    let wrote = tx.write_batch(n as usize, |s| {
+                        let v = next;
+                        next += 1;
+                        Pod::encode(&v, s).is_ok()
+                    }).unwrap();
+                    prop_assert_eq!(wrote, (n as usize).min(cap - model.len()));
+                    model.extend(before..before + wrote as u64);
+                }
+                Op::Pop(n) => {
+                    let got = pop_all(&mut rx, n as usize);
+                    let want: Vec<u64> = (0..(n as usize).min(model.len()))
+                        .filter_map(|_| model.pop_front())
+                        .collect();
+                    prop_assert_eq!(got, want);
+                }
+            }
+            prop_assert_eq!(rx.available().unwrap(), model.len());
+            prop_assert_eq!(tx.free().unwrap(), cap - model.len());
+        }
+    }
+
+    /// Whatever bytes a peer leaves in the mapping, the reader returns values or errors.
+    #[test]
+    fn reader_survives_any_mapping(bytes in proptest::collection::vec(any::<u8>(), 0..256), tail in any::<u64>(), head in any::<u64>()) {
+        let g = Geometry { kind: Kind::Bytes, slot_size: 64, capacity: 2, fingerprint: 0, topic_id: 0 };
+        let region = Arc::new(Region::heap(g.mapping_len()));
+        let _tx = RingWriter::create(region.clone(), g).unwrap();
+        // SAFETY: the halves are idle while we scribble.
+        unsafe {
+            region.poke(HEADER_LEN, &bytes);
+            region.poke(512, &head.to_le_bytes());
+            region.poke(384, &tail.to_le_bytes());
+        }
+        match RingReader::attach(region) {
+            Ok(mut rx) => {
+                let r = rx.read_batch(8, |s| { let _ = <Bincode as SlotCodec<String>>::decode(s); });
+                prop_assert!(r.is_ok() == (tail.wrapping_sub(head) <= 2));
+            }
+            Err(e) => prop_assert!(matches!(e, LayoutError::Corrupt(_)), "{:?}", e),
+        }
+    }
+}
+
+#[test]
+fn two_threads_keep_order() {
+    let (mut tx, mut rx) = pair(8);
+    let n: u64 = if cfg!(miri) { 200 } else { 100_000 };
+    let writer = std::thread::spawn(move || {
+        let mut v = 0;
+        while v < n {
+            let wrote = tx
+                .write_batch(4, |s| {
+                    let ok = v < n && Pod::encode(&v, s).is_ok();
+                    v += ok as u64;
+                    ok
+                })
+                .unwrap();
+            if wrote == 0 {
+                tx.park(std::time::Duration::from_millis(1)).unwrap();
+            }
+        }
+    });
+    let mut expect = 0u64;
+    while expect < n {
+        let got = rx
+            .read_batch(16, |s| {
+                let v: u64 = Pod::decode(s).unwrap();
+                assert_eq!(v, expect);
+                expect += 1;
+            })
+            .unwrap();
+        if got == 0 {
+            rx.park(std::time::Duration::from_millis(1)).unwrap();
+        }
+    }
+    writer.join().unwrap();
+}
+
+/// The fence mode this host gives (printed: CI machines differ), and that a reader parked on an
+/// empty ring is woken by a publish from another thread long before its timeout, in either mode.
+#[test]
+#[cfg_attr(miri, ignore)] // real futexes and membarrier
+fn a_parked_reader_wakes_at_a_publish() {
+    println!("asymmetric fences: {}", crate::sys::asymmetric_fences());
+    let (mut tx, mut rx) = pair(4);
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        push(&mut tx, 7);
+        tx
+    });
+    let started = std::time::Instant::now();
+    // A 10 s timeout: only a wake-up ends the park early.
+    while rx.available().unwrap() == 0 {
+        rx.park(std::time::Duration::from_secs(10)).unwrap();
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "woken late"
+    );
+    assert_eq!(pop_all(&mut rx, 4), [7]);
+    drop(writer.join());
+}
