@@ -1,19 +1,22 @@
-//! The `ipc` suite: llbus-ipc's shared-memory ring against the in-process ring and UDP
-//! loopback, in one run, alternating rounds.
+//! The `ipc` suite: llbus-ipc's shared-memory ring against the in-process ring, raw UDP
+//! loopback and the UDP bridges, in one run.
 //!
 //! - `ring`: llbus's in-process `Ring`, two threads (the floor the issue's targets refer to).
 //! - `shm-threads`: a llbus-ipc channel in `/dev/shm`, both ends in this process (two threads):
 //!   the shared ring's own cost, validation and all.
 //! - `shm-process`: the same channel with its other end in a second process (this binary
 //!   re-executed with `LLBUS_BENCH_IPC_ECHO` set): the user's setting. Round trip: the echo
-//!   process returns every ping. Throughput: this process sends `items` values (in batches for
-//!   the batch case), the other checks their order and answers the final marker with its count;
-//!   the time runs from the first send to that answer.
-//! - `udp-loopback`: two non-blocking UDP sockets on 127.0.0.1, spinning (the transport
-//!   llbus offered between processes before llbus-ipc; the bridge adds its own cost on top,
-//!   see the `udp` suite).
+//!   process returns every ping. Throughput: this process sends values (in batches for the
+//!   batch case) through the warm-up and the window, the other checks their order and answers
+//!   the final marker with its count, which must be all of them; the rate is what was sent in
+//!   the window (the ring holds at most 1024 of the millions).
+//! - `udp-loopback`: two non-blocking UDP sockets on 127.0.0.1, spinning (raw UDP).
+//! - `udp-bridge`: the round trip through two llbus bridges over loopback (the transport llbus
+//!   offered between processes before llbus-ipc; the `udp` suite's `llbus` case).
 //!
-//! All ends busy-spin (pinned to cores 0 and 1 when pinning works). Values are u64 counters.
+//! Every measurement runs a warm-up and then a fixed window, in a fresh random order per round
+//! (the harness's `run_rounds`). All ends busy-spin (pinned to cores 0 and 1 when pinning
+//! works). Values are u64 counters.
 
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
@@ -34,6 +37,7 @@ const RING: &str = "ring";
 const SHM_THREADS: &str = "shm-threads";
 const SHM_PROCESS: &str = "shm-process";
 const UDP: &str = "udp-loopback";
+const BRIDGE: &str = "udp-bridge";
 /// Slots per ring (every contender).
 const CAPACITY: usize = 1024;
 /// Items per batch in the batch throughput case.
@@ -606,12 +610,31 @@ fn udp_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     record_rtt(UDP, r, out);
 }
 
+/// The round trip through two llbus bridges over loopback (the `udp` suite's `llbus`).
+fn bridge_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase != 0 {
+        return;
+    }
+    let config = llbus_net::BridgeConfig::default();
+    record_rtt(
+        BRIDGE,
+        crate::udp::llbus_round_trip(pinning, plan.rtt, &config),
+        out,
+    );
+}
+
 type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
 
-const CONTENDERS: &[CaseFn] = &[ring_case, shm_threads_case, shm_process_case, udp_case];
+const CONTENDERS: &[CaseFn] = &[
+    ring_case,
+    shm_threads_case,
+    shm_process_case,
+    udp_case,
+    bridge_case,
+];
 
 /// The contenders' names, in [`CONTENDERS`]' order.
-const NAMES: &[&str] = &[RING, SHM_THREADS, SHM_PROCESS, UDP];
+const NAMES: &[&str] = &[RING, SHM_THREADS, SHM_PROCESS, UDP, BRIDGE];
 
 /// Runs the suite, prints its figures and returns what it collected.
 pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
@@ -621,7 +644,7 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
         args,
         &format!(
             "== ipc: shared-memory ring (threads; a second process) against the in-process \
-             ring and UDP loopback ==\n\
+             ring, raw UDP loopback and the UDP bridges ==\n\
              threads: {}\n\
              plan: {} rounds in random order (seed {seed}); per round and impl: round trips \
              and throughput streams (single values; batches of {BATCH}), each {} of warm-up \

@@ -464,8 +464,8 @@ fn wait_subscribed(bus: &RunningBus, actor: &str, topic: &str) -> Result<(), Str
 }
 
 /// One round trip measurement through two bridges on two fresh buses (see the module docs);
-/// `config` is both bridges' settings.
-fn llbus_round_trip(
+/// `config` is both bridges' settings. The `ipc` suite measures it beside shared memory too.
+pub(crate) fn llbus_round_trip(
     pinning: &Pinning,
     plan: RttPlan,
     config: &BridgeConfig,
