@@ -27,7 +27,7 @@ run=$(sed -n 's/^llbus benchmarks on \(.*\); seed \([0-9]*\) .*/seed \2, \1/p' "
 
 tmp=$(mktemp)
 cp "$readme" "$tmp"
-for suite in ring bus udp; do
+for suite in ring bus udp ipc; do
   text=$(block "$suite")
   [ -n "$text" ] || { echo "no $suite table in $out" >&2; rm -f "$tmp"; exit 1; }
   grep -q "^<!-- bench:$suite -->$" "$tmp" || { echo "$readme has no <!-- bench:$suite --> marker" >&2; rm -f "$tmp"; exit 1; }
