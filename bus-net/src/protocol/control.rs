@@ -261,7 +261,8 @@ impl Control {
             });
         }
         Ok(match h.kind {
-            Kind::Data => return Err(DropReason::BadControl),
+            // Data, and the reliable-topic frames (`super::reliable`), are not handshake control.
+            Kind::Data | Kind::Nak | Kind::Unavailable => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {
