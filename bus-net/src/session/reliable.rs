@@ -438,6 +438,8 @@ pub struct ReliableReceiver {
     highest: u64,
     buffer: Slots,
     gap_since: Option<u64>,
+    /// The value of `next` when `gap_since` was taken.
+    gap_at: u64,
     last_nak: Option<u64>,
     nonces: [u64; NONCES],
     nonce_at: usize,
@@ -456,6 +458,7 @@ impl ReliableReceiver {
             highest: 0,
             buffer: Slots::new(config.reorder, config.max_frame),
             gap_since: None,
+            gap_at: 0,
             last_nak: None,
             nonces: [0; NONCES],
             nonce_at: 0,
@@ -502,9 +505,15 @@ impl ReliableReceiver {
         self.buffer.count()
     }
 
-    /// Whether a gap holds up delivery, and keeps its age.
+    /// Whether a gap holds up delivery, and keeps its age: the age of the gap at the head,
+    /// so a stream that always has some gap somewhere (steady loss) gives up none of them
+    /// while it makes progress.
     fn update_gap(&mut self, now_ns: u64) {
         if self.next != 0 && self.highest >= self.next {
+            if self.gap_at != self.next {
+                self.gap_at = self.next;
+                self.gap_since = Some(now_ns);
+            }
             self.gap_since.get_or_insert(now_ns);
         } else {
             self.gap_since = None;
