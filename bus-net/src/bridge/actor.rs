@@ -32,6 +32,10 @@ use crate::{
     RecvBatch, ReplayGuard, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable,
     UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
 };
+use crate::{
+    Delivery, ImportState, Nak, ReliableConfig, ReliableExport, ReliableReceiver, Retransmit,
+    Unavailable,
+};
 
 /// Messages taken from one ring per poll of an export.
 const BUDGET: usize = 256;
@@ -46,6 +50,81 @@ struct ImportSlot {
     session: SubscriberSession,
     /// Whether a transient refusal was reported since the import was last established.
     warned: bool,
+    /// The reorder buffer and NAK state of a reliable import.
+    reliable: Option<ReliableReceiver>,
+    /// The state of this import's NAK nonces (splitmix64 from a random seed: an off-path host
+    /// does not see them).
+    nonce: u64,
+}
+
+/// Hands what a reliable import delivers, in order, to its port.
+struct PortSink<'a, 'b> {
+    port: &'a mut dyn ImportPort,
+    ctx: &'a mut Context<'b>,
+    metrics: &'a NetMetrics,
+    topic: &'static str,
+}
+
+impl Delivery for PortSink<'_, '_> {
+    #[inline]
+    fn deliver(&mut self, _seq: u64, payload: &[u8]) {
+        if let Err(reason) = self.port.deliver(payload, self.ctx, self.metrics) {
+            self.metrics.drop(reason);
+        }
+    }
+
+    fn unrecovered(&mut self, first: u64, last: u64) {
+        log::warn!(
+            "reliable import of topic '{}': messages {first}..={last} could not be recovered",
+            self.topic
+        );
+    }
+}
+
+/// The next NAK nonce of an import (splitmix64; never 0).
+fn next_nonce(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
+}
+
+/// Seals `buf[..len]` with `mac` (if any) and sends it to `dest`; counts it. A socket that
+/// fails for good is recorded in `failed`.
+#[allow(clippy::too_many_arguments)]
+fn send_sealed(
+    endpoint: &mut UdpEndpoint,
+    mac: Option<&FrameMac>,
+    buf: &mut [u8],
+    len: usize,
+    dest: SocketAddr,
+    metrics: &NetMetrics,
+    failed: &mut Option<std::io::Error>,
+) {
+    if failed.is_some() {
+        return;
+    }
+    let mut len = len;
+    if let Some(mac) = mac {
+        if mac.must_seal(buf.get(..len).unwrap_or_default()) {
+            match mac.seal(buf, len) {
+                Ok(sealed) => len = sealed,
+                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
+            }
+        }
+    }
+    let Some(bytes) = buf.get(..len) else {
+        return;
+    };
+    match endpoint.send_to(bytes, dest) {
+        Ok(true) => {
+            metrics.datagrams_out.add(1);
+            metrics.bytes_out.add(len as u64);
+        }
+        Ok(false) => {}
+        Err(e) => *failed = Some(e),
+    }
 }
 
 /// A compat export's socket, subscribers and health.
@@ -90,6 +169,8 @@ pub struct BridgeActor {
     replay: ReplayGuard,
     publisher: PublisherSession,
     replies: Replies,
+    /// The plan of the answer to one NAK (preallocated).
+    retransmit: Retransmit,
     exports: Vec<Box<dyn ExportPort>>,
     imports: Vec<ImportSlot>,
     compat_exports: Vec<CompatExportSlot>,
@@ -145,7 +226,26 @@ impl BridgeActor {
             status,
         } = parts;
         let export_allow: Vec<_> = exports.iter().map(|e| e.allow.clone()).collect();
-        let exports: Vec<Box<dyn ExportPort>> = exports.iter().map(|e| (e.make)(setup)).collect();
+        let reliable_config = ReliableConfig {
+            max_frame: max_datagram,
+            ..config.reliable
+        };
+        let exports: Vec<Box<dyn ExportPort>> = exports
+            .iter()
+            .map(|e| {
+                let mut port = (e.make)(setup);
+                if e.reliable {
+                    port.set_reliable(ReliableExport::new(
+                        port.topic_id(),
+                        port.fingerprint(),
+                        session,
+                        config.subscribers_per_topic,
+                        &reliable_config,
+                    ));
+                }
+                port
+            })
+            .collect();
         let mut topics = Vec::with_capacity(exports.len() + directs.len());
         for (e, allow) in exports.iter().zip(export_allow) {
             topics.push(ExportedTopic {
@@ -171,6 +271,7 @@ impl BridgeActor {
             .iter()
             .map(|decl| {
                 let port = (decl.make)(setup);
+                let seed = secret_or(session, "NAK nonces");
                 let session = SubscriberSession::new(
                     port.topic_id(),
                     port.fingerprint(),
@@ -179,11 +280,17 @@ impl BridgeActor {
                     config.renew_every,
                     config.late,
                 );
+                let mut nonce = [0u8; 8];
+                nonce.copy_from_slice(&seed[..8]);
                 ImportSlot {
                     port,
                     publisher: decl.publisher,
                     session,
                     warned: false,
+                    reliable: decl
+                        .reliable
+                        .then(|| ReliableReceiver::new(&reliable_config)),
+                    nonce: u64::from_le_bytes(nonce),
                 }
             })
             .collect();
@@ -226,6 +333,7 @@ impl BridgeActor {
             replay: ReplayGuard::new(session, REPLAY_SENDERS),
             publisher,
             replies: Replies::with_capacity(recv_max / HEADER_LEN + 1),
+            retransmit: Retransmit::with_capacity(config.reliable.retransmit_per_nak),
             next_reseed: now + config.cookie_window,
             session,
             directs,
@@ -289,27 +397,15 @@ impl BridgeActor {
 
     /// Sends `len` bytes of `control_buf` (sealed first with a key) to `dest`.
     fn send_control_buf(&mut self, len: usize, dest: SocketAddr) {
-        if self.failed.is_some() {
-            return;
-        }
-        let mut len = len;
-        if let Some(mac) = &self.mac {
-            match mac.seal(&mut self.control_buf, len) {
-                Ok(sealed) => len = sealed,
-                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
-            }
-        }
-        let Some(bytes) = self.control_buf.get(..len) else {
-            return;
-        };
-        match self.endpoint.send_to(bytes, dest) {
-            Ok(true) => {
-                self.metrics.datagrams_out.add(1);
-                self.metrics.bytes_out.add(len as u64);
-            }
-            Ok(false) => {}
-            Err(e) => self.failed = Some(e),
-        }
+        send_sealed(
+            &mut self.endpoint,
+            self.mac.as_ref(),
+            &mut self.control_buf,
+            len,
+            dest,
+            &self.metrics,
+            &mut self.failed,
+        );
     }
 
     /// The room for frames in a control datagram (the tag is added after, with a key).
@@ -405,13 +501,14 @@ impl BridgeActor {
             // A datagram is counted under one drop reason at most: its first.
             let mut dropped = None;
             for frame in frames {
-                let result = if frame.header.kind == Kind::Data {
-                    self.on_data(&frame, src, now_ns, ctx)
-                } else {
-                    match Control::from_frame(&frame) {
+                let result = match frame.header.kind {
+                    Kind::Data => self.on_data(&frame, src, now_ns, ctx),
+                    Kind::Nak => self.on_nak(&frame, src, now_ns),
+                    Kind::Unavailable => self.on_unavailable(&frame, src, now_ns, ctx),
+                    _ => match Control::from_frame(&frame) {
                         Ok(control) => self.on_control(&control, src, now_ns),
                         Err(reason) => Err(reason),
-                    }
+                    },
                 };
                 if let Err(reason) = result {
                     dropped.get_or_insert(reason);
@@ -457,10 +554,181 @@ impl BridgeActor {
                 DropReason::UnknownTopic
             });
         };
+        if let Some(receiver) = import.reliable.as_mut() {
+            let h = &frame.header;
+            if import
+                .session
+                .follows_reliable(h.fingerprint, h.session, now_ns)?
+            {
+                let mut sink = PortSink {
+                    port: &mut *import.port,
+                    ctx,
+                    metrics: &self.metrics,
+                    topic: "",
+                };
+                sink.topic = sink.port.topic();
+                receiver.on_data(h.seq, frame.payload, now_ns, &mut sink);
+            }
+            return Ok(());
+        }
         if import.session.on_data(&frame.header, now_ns)?.is_deliver() {
             import.port.deliver(frame.payload, ctx, &self.metrics)?;
         }
         Ok(())
+    }
+
+    /// A NAK: answered only for a reliable export, from an admitted subscriber whose cookie
+    /// proves its address ([`PublisherSession::admit_nak`]); the retransmissions (within the
+    /// per-NAK cap and the subscriber's byte budget) and the `Unavailable` for what left
+    /// history go to it alone.
+    fn on_nak(
+        &mut self,
+        frame: &crate::Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        let nak = Nak::from_frame(frame)?;
+        let Some(i) = self
+            .exports
+            .iter()
+            .position(|e| e.topic_id() == nak.topic_id && e.reliable().is_some())
+        else {
+            return Err(DropReason::UnknownTopic);
+        };
+        self.publisher.admit_nak(&nak, src, now_ns)?;
+        let room = self.control_room();
+        let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) else {
+            return Err(DropReason::UnknownTopic);
+        };
+        history.on_nak(&nak, src, now_ns, &mut self.retransmit);
+        let buf = &mut self.control_buf[..];
+        let mut len = 0usize;
+        let flush =
+            |buf: &mut [u8], len: &mut usize, endpoint: &mut UdpEndpoint, failed: &mut _| {
+                if *len > 0 {
+                    send_sealed(
+                        endpoint,
+                        self.mac.as_ref(),
+                        buf,
+                        *len,
+                        src,
+                        &self.metrics,
+                        failed,
+                    );
+                    *len = 0;
+                }
+            };
+        if let Some(u) = self.retransmit.unavailable() {
+            let mut enc = BatchEncoder::new(&mut buf[..room]);
+            if enc.push_unavailable(u).is_ok() {
+                len = enc.len();
+                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+            }
+        }
+        for &seq in self.retransmit.seqs() {
+            let Some(frame) = history.frame(seq) else {
+                continue;
+            };
+            if len + frame.len() > room {
+                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+            }
+            if let Some(dst) = buf.get_mut(len..len + frame.len()) {
+                dst.copy_from_slice(frame);
+                len += frame.len();
+            }
+        }
+        flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+        Ok(())
+    }
+
+    /// An `Unavailable` for a reliable import: the range left the publisher's history.
+    fn on_unavailable(
+        &mut self,
+        frame: &crate::Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), DropReason> {
+        let u = Unavailable::from_frame(frame)?;
+        let Some(import) = self
+            .imports
+            .iter_mut()
+            .find(|i| i.publisher == src && i.session.topic_id() == u.topic_id)
+        else {
+            return Err(DropReason::UnknownSender);
+        };
+        let Some(receiver) = import.reliable.as_mut() else {
+            return Err(DropReason::BadControl);
+        };
+        if !import
+            .session
+            .follows_reliable(u.fingerprint, u.session, now_ns)?
+        {
+            return Err(DropReason::UnknownSender);
+        }
+        let topic = import.port.topic();
+        let mut sink = PortSink {
+            port: &mut *import.port,
+            ctx,
+            metrics: &self.metrics,
+            topic,
+        };
+        receiver.on_unavailable(&u, now_ns, &mut sink)
+    }
+
+    /// The reliable imports' timers: gaps past their deadline are given up, due NAKs sent.
+    fn poll_reliable(&mut self, now_ns: u64, ctx: &mut Context<'_>) {
+        let room = self.control_room();
+        for import in &mut self.imports {
+            let Some(receiver) = import.reliable.as_mut() else {
+                continue;
+            };
+            let topic = import.port.topic();
+            let cookie = import.session.cookie();
+            let (topic_id, dest) = (import.session.topic_id(), import.publisher);
+            let fingerprint = import.port.fingerprint();
+            let own_session = self.session;
+            let mut sink = PortSink {
+                port: &mut *import.port,
+                ctx,
+                metrics: &self.metrics,
+                topic,
+            };
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            let nonce = &mut import.nonce;
+            receiver.poll(
+                now_ns,
+                &mut sink,
+                || next_nonce(nonce),
+                |first, last, nonce| {
+                    if let Some(cookie) = cookie {
+                        // A round is at most `max_nak_ranges` frames: one datagram holds them
+                        // (else the rest waits for the next round).
+                        let _ = enc.push_nak(&Nak {
+                            topic_id,
+                            fingerprint,
+                            session: own_session,
+                            cookie,
+                            nonce,
+                            first,
+                            last,
+                        });
+                    }
+                },
+            );
+            let len = enc.len();
+            if len > 0 {
+                send_sealed(
+                    &mut self.endpoint,
+                    self.mac.as_ref(),
+                    &mut self.control_buf,
+                    len,
+                    dest,
+                    &self.metrics,
+                    &mut self.failed,
+                );
+            }
+        }
     }
 
     fn on_control(
@@ -502,6 +770,30 @@ impl BridgeActor {
                     self.imports[i]
                         .session
                         .on_control(control, now_ns, &mut self.replies)?;
+                if let Some(im) = self.imports.get_mut(i) {
+                    let following = match im.session.state() {
+                        ImportState::Established { session, .. } => Some(session),
+                        _ => None,
+                    };
+                    match (im.reliable.as_mut(), *control, event) {
+                        (
+                            Some(r),
+                            Control::SubscribeAck { last_seq, .. },
+                            SubscriberEvent::Established { .. },
+                        ) => {
+                            r.reset();
+                            r.start(last_seq);
+                        }
+                        (
+                            Some(r),
+                            Control::Heartbeat {
+                                session, last_seq, ..
+                            },
+                            _,
+                        ) if following == Some(session) => r.on_heartbeat(last_seq, now_ns),
+                        _ => {}
+                    }
+                }
                 self.on_import_event(i, event);
                 Ok(())
             }
@@ -742,10 +1034,26 @@ impl BridgeActor {
     /// Refreshes the figures that are sums or gauges.
     fn refresh_metrics(&mut self) {
         let mut loss = LossCounts::default();
-        for import in &self.imports {
+        // A reliable import's loss is what it could not recover (`unrecovered`); its loss
+        // tracker sees heartbeats only.
+        for import in self.imports.iter().filter(|i| i.reliable.is_none()) {
             add_loss(&mut loss, import.session.loss());
         }
         self.metrics.set_loss(&loss);
+        let (mut nak_sent, mut unrecovered) = (0u64, 0u64);
+        for r in self.imports.iter().filter_map(|i| i.reliable.as_ref()) {
+            nak_sent = nak_sent.saturating_add(r.counts().naks_sent);
+            unrecovered = unrecovered.saturating_add(r.counts().unrecovered);
+        }
+        let (mut retransmitted, mut unavailable) = (0u64, 0u64);
+        for r in self.exports.iter().filter_map(|e| e.reliable()) {
+            retransmitted = retransmitted.saturating_add(r.counts().retransmitted);
+            unavailable = unavailable.saturating_add(r.counts().unavailable);
+        }
+        self.metrics.nak_sent.set(nak_sent);
+        self.metrics.unrecovered.set(unrecovered);
+        self.metrics.retransmitted.set(retransmitted);
+        self.metrics.unavailable.set(unavailable);
         self.metrics.set_sessions(
             self.publisher.counts(),
             self.imports.iter().map(|i| i.session.counts()),
@@ -832,6 +1140,7 @@ impl Actor for BridgeActor {
         }
         // The machines know when their requests are due (renewals, retries, resubscribes).
         self.renew(now_ns, compat_due);
+        self.poll_reliable(now_ns, ctx);
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.config.heartbeat_every;
             self.heartbeat();
