@@ -25,6 +25,9 @@
 //!   replay-resistant MAC, and unsealed or replayed ones are dropped. The subscriber needs the
 //!   same key.
 //!
+//! - `--reliable`: export the counter as a reliable topic: the last 1024 messages are kept and
+//!   retransmitted to a subscriber (started with `--reliable` too) that NAKs a gap.
+//!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
 
@@ -137,6 +140,7 @@ struct Args {
     idle: Idle,
     allow: Option<llbus_net::Allowlist>,
     psk: Option<[u8; 32]>,
+    reliable: bool,
 }
 
 fn usage(problem: &str) -> ! {
@@ -144,7 +148,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
          [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park] \
-         [--psk HEX64]"
+         [--psk HEX64] [--reliable]"
     );
     std::process::exit(2);
 }
@@ -181,6 +185,7 @@ fn parse_args() -> Args {
         idle: Idle::Backoff,
         allow: None,
         psk: None,
+        reliable: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -200,6 +205,7 @@ fn parse_args() -> Args {
                 }
             }
             "--wait-subscriber" => a.wait_subscriber = true,
+            "--reliable" => a.reliable = true,
             "--subscriber-timeout-s" => {
                 let s: f64 = value(&arg, args.next());
                 a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
@@ -258,6 +264,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
             .export_compat::<Count>(args.bind)?
+    } else if args.reliable {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export_reliable::<Counter>()
     } else {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")

@@ -18,11 +18,15 @@
 //!   duplicates and reordering are inferred from the counter values, and no latency is shown.
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //! - `--psk HEX64`: the publisher's pre-shared key (64 hex digits).
+//! - `--reliable`: import the counter as a reliable topic (the publisher needs `--reliable`):
+//!   gaps are NAKed and retransmitted, messages arrive in order. Exits 4 if any message could
+//!   not be recovered (`unrecovered > 0`) or arrived out of order (`out_of_order > 0`).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
 //! bad_source=.. bad_nonce=.. replayed=.. bad_mac=.. unknown_session=.. resubscribes=.. control_duplicates=..
-//! control_stale=.. send_dropped=.. errors=.. p50_us=.. p99_us=.. p999_us=.. max_us=..`
+//! control_stale=.. send_dropped=.. errors=.. unrecovered=.. out_of_order=.. nak_sent=.. p50_us=.. p99_us=..
+//! p999_us=.. max_us=..` (`out_of_order` counts counter values that did not exceed the one before)
 //! (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
 //! sink because its ring was full; the latency fields are `na` in compat mode).
@@ -63,6 +67,8 @@ struct Summary {
     /// The counter value that opened the current run of the publisher, and the highest since.
     first: Option<u64>,
     highest: Option<u64>,
+    /// Counter values that did not exceed the previous one.
+    out_of_order: u64,
     latency_ns: Histogram<u64>,
 }
 
@@ -86,6 +92,8 @@ struct Sink<T> {
     tracker: SeqTracker,
     session: u64,
     first: Option<u64>,
+    previous: Option<u64>,
+    out_of_order: u64,
     latency_ns: Histogram<u64>,
     shared: Arc<Shared>,
 }
@@ -105,6 +113,8 @@ impl<T> Sink<T> {
             tracker: SeqTracker::new(LatePolicy::Deliver),
             session: 1,
             first: None,
+            previous: None,
+            out_of_order: 0,
             latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                 .expect("static histogram bounds are valid"),
             shared,
@@ -133,6 +143,10 @@ impl<T: Message + Clone> Actor for Sink<T> {
             self.session += 1;
             self.first = None;
         }
+        if self.previous.is_some_and(|p| n <= p) {
+            self.out_of_order += 1;
+        }
+        self.previous = Some(n);
         let verdict = self.tracker.observe(self.session, seq);
         if self.dedup && !verdict.is_deliver() {
             return;
@@ -152,6 +166,7 @@ impl<T: Message + Clone> Actor for Sink<T> {
             by_counter: *self.tracker.counts(),
             first: self.first,
             highest: self.tracker.position().map(|(_, h)| h - 1),
+            out_of_order: self.out_of_order,
             latency_ns: self.latency_ns.clone(),
         };
         *self
@@ -170,13 +185,14 @@ struct Args {
     compat: bool,
     idle: Idle,
     psk: Option<[u8; 32]>,
+    reliable: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("subscriber: {problem}");
     eprintln!(
         "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
-         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64]"
+         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64] [--reliable]"
     );
     std::process::exit(2);
 }
@@ -211,6 +227,7 @@ fn parse_args() -> Args {
         compat: false,
         idle: Idle::Backoff,
         psk: None,
+        reliable: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -240,9 +257,13 @@ fn parse_args() -> Args {
                     _ => usage("--idle takes spin, backoff or park"),
                 }
             }
+            "--reliable" => a.reliable = true,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other:?}")),
         }
+    }
+    if a.reliable && a.compat {
+        usage("--reliable needs the ll-udp format (not --compat)");
     }
     if a.count == 0 {
         usage("--count must be at least 1");
@@ -290,9 +311,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             psk: args.psk,
             ..llbus_net::BridgeConfig::default()
         };
-        Bridge::bind_with(args.bind, config)?
-            .name("bridge")
-            .import::<Counter>(args.publisher)
+        let bridge = Bridge::bind_with(args.bind, config)?.name("bridge");
+        if args.reliable {
+            bridge.import_reliable::<Counter>(args.publisher)
+        } else {
+            bridge.import::<Counter>(args.publisher)
+        }
     };
     let status = bridge.status();
     bus.add(bridge).idle(args.idle);
@@ -400,6 +424,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     let invalid = invalid(&report);
+    let unrecovered = metric(&report, "unrecovered");
     let topic = if args.compat {
         Count::TOPIC
     } else {
@@ -449,7 +474,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
          ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} replayed={} \
          bad_mac={} unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
-         send_dropped={} errors={} p50_us={} p99_us={} p999_us={} max_us={max_us}",
+         send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} nak_sent={} \
+         p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
         opt(summary.highest),
@@ -464,6 +490,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metric(&report, "control_stale"),
         metric(&report, "send_dropped"),
         status.errors().len(),
+        summary.out_of_order,
+        metric(&report, "nak_sent"),
         us(0.50),
         us(0.99),
         us(0.999),
@@ -471,6 +499,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Err((code, why)) = outcome {
         eprintln!("subscriber: {why}");
         std::process::exit(code);
+    }
+    if args.reliable && (unrecovered > 0 || summary.out_of_order > 0) {
+        eprintln!(
+            "subscriber: reliable topic: {unrecovered} messages unrecovered, {} out of order",
+            summary.out_of_order
+        );
+        std::process::exit(4);
     }
     Ok(())
 }
