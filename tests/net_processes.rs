@@ -303,7 +303,7 @@ fn lossy_relay(
         let mut buf = vec![0u8; 65_536];
         let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
         let mut dropped = 0u64;
-        let mut lose = |rng: &mut u64| {
+        let lose = |rng: &mut u64| {
             *rng ^= *rng << 13;
             *rng ^= *rng >> 7;
             *rng ^= *rng << 17;
