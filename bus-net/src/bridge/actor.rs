@@ -171,6 +171,9 @@ pub struct BridgeActor {
     replies: Replies,
     /// The plan of the answer to one NAK (preallocated).
     retransmit: Retransmit,
+    /// Subscribers admitted by the datagram being handled, to send the last messages of a
+    /// late-join export once the acknowledgement has gone (preallocated, bounded).
+    joins: Vec<(u64, SocketAddr)>,
     exports: Vec<Box<dyn ExportPort>>,
     imports: Vec<ImportSlot>,
     compat_exports: Vec<CompatExportSlot>,
@@ -235,13 +238,16 @@ impl BridgeActor {
             .map(|e| {
                 let mut port = (e.make)(setup);
                 if e.reliable {
-                    port.set_reliable(ReliableExport::new(
-                        port.topic_id(),
-                        port.fingerprint(),
-                        session,
-                        config.subscribers_per_topic,
-                        &reliable_config,
-                    ));
+                    port.set_reliable(
+                        ReliableExport::new(
+                            port.topic_id(),
+                            port.fingerprint(),
+                            session,
+                            config.subscribers_per_topic,
+                            &reliable_config,
+                        )
+                        .with_late_join(e.late_join),
+                    );
                 }
                 port
             })
@@ -334,6 +340,7 @@ impl BridgeActor {
             publisher,
             replies: Replies::with_capacity(recv_max / HEADER_LEN + 1),
             retransmit: Retransmit::with_capacity(config.reliable.retransmit_per_nak),
+            joins: Vec::with_capacity(recv_max / HEADER_LEN + 1),
             next_reseed: now + config.cookie_window,
             session,
             directs,
@@ -518,8 +525,69 @@ impl BridgeActor {
                 self.metrics.drop(reason);
             }
             self.send_replies(bytes.len());
+            self.send_joins(now_ns);
         }
         n
+    }
+
+    /// Sends each subscriber admitted by the last datagram the last messages of a late-join
+    /// export (after its acknowledgement, so it follows the session already).
+    fn send_joins(&mut self, now_ns: u64) {
+        while let Some((topic_id, dest)) = self.joins.pop() {
+            let Some(i) = self.exports.iter().position(|e| e.topic_id() == topic_id) else {
+                continue;
+            };
+            if let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) {
+                history.on_join(dest, now_ns, &mut self.retransmit);
+            }
+            self.send_retransmit(i, dest);
+        }
+    }
+
+    /// Sends what `self.retransmit` planned for export `i` to `dest`: the `Unavailable`, then
+    /// the history frames packed into as few datagrams as they fit in, each sealed.
+    fn send_retransmit(&mut self, i: usize, dest: SocketAddr) {
+        let room = self.control_room();
+        let Some(history) = self.exports.get(i).and_then(|e| e.reliable()) else {
+            return;
+        };
+        let buf = &mut self.control_buf[..];
+        let mut len = 0usize;
+        let flush =
+            |buf: &mut [u8], len: &mut usize, endpoint: &mut UdpEndpoint, failed: &mut _| {
+                if *len > 0 {
+                    send_sealed(
+                        endpoint,
+                        self.mac.as_ref(),
+                        buf,
+                        *len,
+                        dest,
+                        &self.metrics,
+                        failed,
+                    );
+                    *len = 0;
+                }
+            };
+        if let Some(u) = self.retransmit.unavailable() {
+            let mut enc = BatchEncoder::new(&mut buf[..room]);
+            if enc.push_unavailable(u).is_ok() {
+                len = enc.len();
+                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+            }
+        }
+        for &seq in self.retransmit.seqs() {
+            let Some(frame) = history.frame(seq) else {
+                continue;
+            };
+            if len + frame.len() > room {
+                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+            }
+            if let Some(dst) = buf.get_mut(len..len + frame.len()) {
+                dst.copy_from_slice(frame);
+                len += frame.len();
+            }
+        }
+        flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
     }
 
     /// Hands a data frame to the import of its (source, topic). A frame of a topic this bridge
@@ -596,48 +664,11 @@ impl BridgeActor {
             return Err(DropReason::UnknownTopic);
         };
         self.publisher.admit_nak(&nak, src, now_ns)?;
-        let room = self.control_room();
         let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) else {
             return Err(DropReason::UnknownTopic);
         };
         history.on_nak(&nak, src, now_ns, &mut self.retransmit);
-        let buf = &mut self.control_buf[..];
-        let mut len = 0usize;
-        let flush =
-            |buf: &mut [u8], len: &mut usize, endpoint: &mut UdpEndpoint, failed: &mut _| {
-                if *len > 0 {
-                    send_sealed(
-                        endpoint,
-                        self.mac.as_ref(),
-                        buf,
-                        *len,
-                        src,
-                        &self.metrics,
-                        failed,
-                    );
-                    *len = 0;
-                }
-            };
-        if let Some(u) = self.retransmit.unavailable() {
-            let mut enc = BatchEncoder::new(&mut buf[..room]);
-            if enc.push_unavailable(u).is_ok() {
-                len = enc.len();
-                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
-            }
-        }
-        for &seq in self.retransmit.seqs() {
-            let Some(frame) = history.frame(seq) else {
-                continue;
-            };
-            if len + frame.len() > room {
-                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
-            }
-            if let Some(dst) = buf.get_mut(len..len + frame.len()) {
-                dst.copy_from_slice(frame);
-                len += frame.len();
-            }
-        }
-        flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+        self.send_retransmit(i, src);
         Ok(())
     }
 
@@ -740,7 +771,7 @@ impl BridgeActor {
         match control {
             Control::Subscribe { .. } | Control::Unsubscribe { .. } => {
                 let (exports, directs) = (&self.exports, &self.directs);
-                let last_seq = |topic_id: u64| last_seq_of(exports, directs, topic_id);
+                let last_seq = |topic_id: u64| ack_seq_of(exports, directs, topic_id);
                 let queued = self.replies.frames().len();
                 let event =
                     self.publisher
@@ -750,6 +781,13 @@ impl BridgeActor {
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
                     self.refresh_direct(topic_id);
+                    let late_join = self.exports.iter().any(|e| {
+                        e.topic_id() == topic_id && e.reliable().is_some_and(|r| r.late_join() > 0)
+                    });
+                    let joined = matches!(control, Control::Subscribe { .. }) && late_join;
+                    if joined && self.joins.len() < self.joins.capacity() {
+                        self.joins.push((topic_id, src));
+                    }
                 }
                 event.map(|_| ())
             }
@@ -1094,6 +1132,20 @@ fn receive_counted(
         metrics.bytes_in.add(bytes.len() as u64);
     }
     n
+}
+
+/// The `last_seq` a subscription to `topic_id` is acknowledged with: the last sequence number
+/// sent, less the messages a late-join export sends a new subscriber.
+fn ack_seq_of(exports: &[Box<dyn ExportPort>], directs: &[DirectPort], topic_id: u64) -> u64 {
+    let last = last_seq_of(exports, directs, topic_id);
+    match exports
+        .iter()
+        .find(|e| e.topic_id() == topic_id)
+        .and_then(|e| e.reliable())
+    {
+        Some(r) => last.saturating_sub(r.history().newest().saturating_sub(r.ack_seq())),
+        None => last,
+    }
 }
 
 /// The last sequence number sent on an exported topic (ring-fed or direct); 0 if none.

@@ -93,6 +93,8 @@ struct ExportDecl {
     allow: Option<Allowlist>,
     /// Kept in history and retransmitted on NAK (`export_reliable`).
     reliable: bool,
+    /// Messages sent to a newly admitted subscriber (`export_reliable_last`).
+    late_join: usize,
     declare: Declare,
     make: fn(&mut Setup<'_>) -> Box<dyn ExportPort>,
 }
@@ -282,6 +284,7 @@ impl Bridge {
         self.parts.exports.push(ExportDecl {
             allow: None,
             reliable: false,
+            late_join: 0,
             declare: |b| b.takes::<T>(),
             make: Export::<T>::make,
         });
@@ -298,6 +301,19 @@ impl Bridge {
         self = self.export::<T>();
         if let Some(decl) = self.parts.exports.last_mut() {
             decl.reliable = true;
+        }
+        self
+    }
+
+    /// Serves topic `T` like [`export_reliable`](Self::export_reliable), and sends a newly
+    /// admitted subscriber the last `k` messages (at most the history; `1`: the last value),
+    /// so a late joiner starts with state. Messages are kept even while nobody subscribes.
+    /// The subscription is acknowledged with the sequence number before them, so the
+    /// subscriber expects them (a reliable one NAKs any it misses).
+    pub fn export_reliable_last<T: Message + Serialize + Clone>(mut self, k: usize) -> Self {
+        self = self.export_reliable::<T>();
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.late_join = k;
         }
         self
     }

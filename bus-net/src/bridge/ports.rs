@@ -145,7 +145,9 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             seal,
             failed,
         } = out;
-        let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some();
+        // A late-join history keeps messages even while nobody subscribes.
+        let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some()
+            || self.reliable.as_ref().is_some_and(|r| r.late_join() > 0);
         let mut enc = BatchEncoder::new(buf);
         // Read once per pump, and only if there is something to stamp.
         let mut timestamp_ns = None;

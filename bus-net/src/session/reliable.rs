@@ -246,6 +246,8 @@ pub struct ReliableExport {
     budgets: Vec<Budget>,
     per_nak: usize,
     rate: (u64, u64),
+    /// Messages sent to a subscriber when it is admitted (late joiners start with state).
+    late_join: usize,
     counts: ReliableSendCounts,
 }
 
@@ -267,8 +269,46 @@ impl ReliableExport {
             budgets: Vec::with_capacity(subscribers.max(1)),
             per_nak: config.retransmit_per_nak.max(1),
             rate: config.retransmit_rate,
+            late_join: 0,
             counts: ReliableSendCounts::default(),
         }
+    }
+
+    /// Sends the last `k` messages (at most the history) to each newly admitted subscriber;
+    /// 0 (the default): none.
+    pub fn with_late_join(mut self, k: usize) -> Self {
+        self.late_join = k.min(self.history.slots.seqs.len());
+        self
+    }
+
+    /// How many messages a late joiner is sent.
+    pub fn late_join(&self) -> usize {
+        self.late_join
+    }
+
+    /// The `last_seq` to acknowledge a subscription with: the newest sequence number, less the
+    /// messages a late joiner is sent (so that it expects them, NAKs them if lost, and a
+    /// best-effort import counts them like any other message).
+    pub fn ack_seq(&self) -> u64 {
+        let newest = self.history.newest();
+        let kept = newest
+            .saturating_sub(self.history.oldest())
+            .saturating_add(1);
+        let k = (self.late_join as u64).min(kept).min(newest);
+        newest - k
+    }
+
+    /// Plans what a newly admitted subscriber `src` is sent: the messages after
+    /// [`ack_seq`](Self::ack_seq), within the per-NAK cap and the byte budget of `src` (what
+    /// does not fit, it NAKs).
+    pub fn on_join(&mut self, src: SocketAddr, now_ns: u64, out: &mut Retransmit) {
+        out.seqs.clear();
+        out.unavailable = None;
+        let (first, last) = (self.ack_seq() + 1, self.history.newest());
+        if self.late_join == 0 || first > last {
+            return;
+        }
+        self.plan(first, last, src, now_ns, out);
     }
 
     /// The topic id.
@@ -361,6 +401,11 @@ impl ReliableExport {
         if first > last {
             return;
         }
+        self.plan(first, last, src, now_ns, out);
+    }
+
+    /// Plans the retransmission of `first..=last` (all in history) to `src`.
+    fn plan(&mut self, first: u64, last: u64, src: SocketAddr, now_ns: u64, out: &mut Retransmit) {
         let per_nak = self.per_nak;
         let mut tokens = self.budget(src, now_ns).tokens;
         let mut seq = first;
@@ -874,6 +919,34 @@ mod tests {
         // Numbers never sent get nothing.
         e.on_nak(&nak(25, 30), addr("127.0.0.1:1"), 0, &mut out);
         assert!(out.seqs().is_empty() && out.unavailable().is_none());
+    }
+
+    #[test]
+    fn late_joiners_are_acknowledged_before_the_last_k_and_sent_them() {
+        let mut e = ReliableExport::new(1, 2, 9, 2, &config(8)).with_late_join(3);
+        let src = addr("127.0.0.1:1");
+        let mut out = Retransmit::with_capacity(64);
+        // Nothing sent yet: nothing to join with.
+        assert_eq!(e.ack_seq(), 0);
+        e.on_join(src, 0, &mut out);
+        assert!(out.seqs().is_empty());
+        e.record(1, &[1; 10]);
+        e.record(2, &[2; 10]);
+        assert_eq!(e.ack_seq(), 0);
+        e.on_join(src, 0, &mut out);
+        assert_eq!(out.seqs(), [1, 2]);
+        for seq in 3..=20u64 {
+            e.record(seq, &[seq as u8; 10]);
+        }
+        assert_eq!(e.ack_seq(), 17);
+        e.on_join(src, 0, &mut out);
+        assert_eq!(out.seqs(), [18, 19, 20]);
+        // Without late join: acknowledged at the newest, sent nothing.
+        let plain = ReliableExport::new(1, 2, 9, 2, &config(8));
+        assert_eq!(plain.late_join(), 0);
+        // K larger than history is capped by it.
+        let big = ReliableExport::new(1, 2, 9, 2, &config(8)).with_late_join(100);
+        assert_eq!(big.late_join(), 8);
     }
 
     #[test]
