@@ -470,6 +470,11 @@ pub struct ReliableRecvCounts {
     pub oversized: u64,
 }
 
+/// Sequence numbers above this are never genuine (a publisher sending a million messages a
+/// second takes 290,000 years to reach it): frames that claim one are ignored, so no
+/// arithmetic on them can overflow.
+pub const MAX_SEQ: u64 = u64::MAX / 2;
+
 /// How many NAK nonces are remembered for `Unavailable` answers.
 const NONCES: usize = 8;
 
@@ -540,7 +545,7 @@ impl ReliableReceiver {
     /// The publisher acknowledged the subscription with `last_seq` sent so far: delivery starts
     /// after it (a late joiner does not NAK what was sent before it joined).
     pub fn start(&mut self, last_seq: u64) {
-        if self.next == 0 {
+        if self.next == 0 && last_seq < MAX_SEQ {
             self.next = last_seq.saturating_add(1);
             self.highest = last_seq;
         }
@@ -616,7 +621,7 @@ impl ReliableReceiver {
     /// Message `seq` with `payload` arrived (its header already checked by the import's
     /// session machine). Delivers what is now in order.
     pub fn on_data(&mut self, seq: u64, payload: &[u8], now_ns: u64, sink: &mut impl Delivery) {
-        if seq == 0 {
+        if seq == 0 || seq > MAX_SEQ {
             return;
         }
         if self.next == 0 {
@@ -648,6 +653,9 @@ impl ReliableReceiver {
 
     /// A heartbeat says `last_seq` was sent: a gap at the tail is now known.
     pub fn on_heartbeat(&mut self, last_seq: u64, now_ns: u64) {
+        if last_seq > MAX_SEQ {
+            return;
+        }
         if self.next == 0 {
             self.start(last_seq);
             return;
@@ -671,7 +679,7 @@ impl ReliableReceiver {
         if u.nonce == 0 || !self.nonces.contains(&u.nonce) {
             return Err(DropReason::BadNonce);
         }
-        if self.next != 0 && u.last >= self.next && u.last <= self.highest {
+        if self.next != 0 && u.last >= self.next && u.last <= self.highest && u.last < MAX_SEQ {
             self.advance_to(u.last + 1, sink);
             self.gap_since = None;
             self.update_gap(now_ns);
@@ -848,10 +856,15 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         r.on_data(2, &2u64.to_le_bytes(), 0, &mut s);
-        r.on_data(u64::MAX - 1, &(u64::MAX - 1).to_le_bytes(), 0, &mut s);
+        r.on_data(MAX_SEQ, &MAX_SEQ.to_le_bytes(), 0, &mut s);
         assert_eq!(s.got, [2]);
-        assert_eq!(s.lost, [(1, 1), (3, u64::MAX - 5)]);
-        assert_eq!(r.next(), u64::MAX - 4);
+        assert_eq!(s.lost, [(1, 1), (3, MAX_SEQ - 4)]);
+        assert_eq!(r.next(), MAX_SEQ - 3);
+        // Numbers above the ceiling are ignored: nothing can overflow.
+        r.on_data(u64::MAX, &u64::MAX.to_le_bytes(), 0, &mut s);
+        r.on_heartbeat(u64::MAX, 0);
+        assert_eq!(s.got, [2]);
+        assert_eq!(r.next(), MAX_SEQ - 3);
     }
 
     #[test]
