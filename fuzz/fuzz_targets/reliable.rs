@@ -36,7 +36,11 @@ impl Delivery for Sink {
     }
     fn unrecovered(&mut self, first: u64, last: u64) {
         assert!(first <= last, "range {first}..={last}");
-        assert!(first > self.last, "{first}..={last} given up after {}", self.last);
+        assert!(
+            first > self.last,
+            "{first}..={last} given up after {}",
+            self.last
+        );
         self.last = last;
     }
 }
@@ -87,7 +91,11 @@ fuzz_target!(|data: &[u8]| {
         match op[0] % 7 {
             0 | 1 => {
                 // Data near the stream (or anywhere, sometimes).
-                let seq = if op[0] & 0x80 != 0 { a } else { sink.last.saturating_add(a % 40) };
+                let seq = if op[0] & 0x80 != 0 {
+                    a
+                } else {
+                    sink.last.saturating_add(a % 40)
+                };
                 let len = (b % 9) as usize;
                 rx.on_data(seq, &seq.to_le_bytes()[..len], now, &mut sink);
             }
