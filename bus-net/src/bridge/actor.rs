@@ -710,7 +710,10 @@ impl BridgeActor {
     /// The reliable imports' timers: gaps past their deadline are given up, due NAKs sent.
     fn poll_reliable(&mut self, now_ns: u64, ctx: &mut Context<'_>) {
         let room = self.control_room();
-        for import in &mut self.imports {
+        for i in 0..self.imports.len() {
+            let Some(import) = self.imports.get_mut(i) else {
+                continue;
+            };
             let Some(receiver) = import.reliable.as_mut() else {
                 continue;
             };
@@ -749,15 +752,7 @@ impl BridgeActor {
             );
             let len = enc.len();
             if len > 0 {
-                send_sealed(
-                    &mut self.endpoint,
-                    self.mac.as_ref(),
-                    &mut self.control_buf,
-                    len,
-                    dest,
-                    &self.metrics,
-                    &mut self.failed,
-                );
+                self.send_control_buf(len, dest);
             }
         }
     }

@@ -363,7 +363,12 @@ impl BatchEncoder<'_> {
 }
 
 /// A control frame's header: everything but the payload length.
-const fn control_header(kind: Kind, topic_id: u64, fingerprint: u64, session: u64) -> Header {
+pub(crate) const fn control_header(
+    kind: Kind,
+    topic_id: u64,
+    fingerprint: u64,
+    session: u64,
+) -> Header {
     Header {
         kind,
         flags: Flags::NONE,

@@ -20,10 +20,11 @@
 //! `first <= last`, and `first >= 1` (sequence numbers start at 1); anything else is
 //! [`DropReason::BadControl`].
 
+use super::control::control_header as header;
 use super::cookie::{Cookie, COOKIE_LEN};
 use super::decode::{DropReason, Frame};
 use super::encode::{BatchEncoder, EncodeError};
-use super::header::{Flags, Header, Kind};
+use super::header::Kind;
 
 /// The payload length of a `Nak`: cookie, nonce, first, last.
 pub const NAK_PAYLOAD_LEN: usize = COOKIE_LEN + 24;
@@ -146,20 +147,6 @@ impl Unavailable {
             first,
             last,
         })
-    }
-}
-
-/// The header of a reliable-topic frame.
-const fn header(kind: Kind, topic_id: u64, fingerprint: u64, session: u64) -> Header {
-    Header {
-        kind,
-        flags: Flags::NONE,
-        payload_len: 0,
-        topic_id,
-        fingerprint,
-        session,
-        seq: 0,
-        timestamp_ns: 0,
     }
 }
 
