@@ -27,6 +27,9 @@
 //! - `--transport shm`: export the counter through shared memory (llbus-ipc channel
 //!   `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host, not over UDP.
 //!
+//! - `--reliable`: export the counter as a reliable topic: the last 1024 messages are kept and
+//!   retransmitted to a subscriber (started with `--reliable` too) that NAKs a gap.
+//!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
 
@@ -140,6 +143,7 @@ struct Args {
     allow: Option<llbus_net::Allowlist>,
     psk: Option<[u8; 32]>,
     shm: bool,
+    reliable: bool,
 }
 
 fn usage(problem: &str) -> ! {
@@ -147,7 +151,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
          [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park] \
-         [--psk HEX64] [--transport udp|shm]"
+         [--psk HEX64] [--reliable] [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -185,6 +189,7 @@ fn parse_args() -> Args {
         allow: None,
         psk: None,
         shm: false,
+        reliable: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -204,7 +209,14 @@ fn parse_args() -> Args {
                 }
             }
             "--wait-subscriber" => a.wait_subscriber = true,
-            "--transport" => a.shm = args.next().as_deref() == Some("shm"),
+            "--transport" => {
+                a.shm = match args.next().as_deref() {
+                    Some("udp") => false,
+                    Some("shm") => true,
+                    _ => usage("--transport takes `udp` or `shm`"),
+                }
+            }
+            "--reliable" => a.reliable = true,
             "--subscriber-timeout-s" => {
                 let s: f64 = value(&arg, args.next());
                 a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
@@ -263,6 +275,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
             .export_compat::<Count>(args.bind)?
+    } else if args.reliable {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export_reliable::<Counter>()
     } else {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")

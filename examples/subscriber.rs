@@ -18,6 +18,9 @@
 //!   duplicates and reordering are inferred from the counter values, and no latency is shown.
 //! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
 //! - `--psk HEX64`: the publisher's pre-shared key (64 hex digits).
+//! - `--reliable`: import the counter as a reliable topic (the publisher needs `--reliable`):
+//!   gaps are NAKed and retransmitted, messages arrive in order. Exits 4 if any message could
+//!   not be recovered (`unrecovered > 0`) or arrived out of order (`out_of_order > 0`).
 //!
 //! `--transport shm` receives from a `publisher --transport shm` on this host through shared
 //! memory (llbus-ipc channel `demo.counter` in /dev/shm) instead of UDP.
@@ -25,7 +28,8 @@
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
 //! bad_source=.. bad_nonce=.. replayed=.. bad_mac=.. unknown_session=.. resubscribes=.. control_duplicates=..
-//! control_stale=.. send_dropped=.. errors=.. p50_us=.. p99_us=.. p999_us=.. max_us=..`
+//! control_stale=.. send_dropped=.. errors=.. unrecovered=.. out_of_order=.. nak_sent=.. p50_us=.. p99_us=..
+//! p999_us=.. max_us=..` (`out_of_order` counts counter values that did not exceed the one before)
 //! (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
 //! sink because its ring was full; the latency fields are `na` in compat mode).
@@ -66,6 +70,8 @@ struct Summary {
     /// The counter value that opened the current run of the publisher, and the highest since.
     first: Option<u64>,
     highest: Option<u64>,
+    /// Counter values that did not exceed the previous one.
+    out_of_order: u64,
     latency_ns: Histogram<u64>,
 }
 
@@ -89,6 +95,8 @@ struct Sink<T> {
     tracker: SeqTracker,
     session: u64,
     first: Option<u64>,
+    previous: Option<u64>,
+    out_of_order: u64,
     latency_ns: Histogram<u64>,
     shared: Arc<Shared>,
 }
@@ -108,6 +116,8 @@ impl<T> Sink<T> {
             tracker: SeqTracker::new(LatePolicy::Deliver),
             session: 1,
             first: None,
+            previous: None,
+            out_of_order: 0,
             latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                 .expect("static histogram bounds are valid"),
             shared,
@@ -137,6 +147,10 @@ impl<T: Message + Clone> Actor for Sink<T> {
             self.session += 1;
             self.first = None;
         }
+        if self.previous.is_some_and(|p| n <= p) {
+            self.out_of_order += 1;
+        }
+        self.previous = Some(n);
         let verdict = self.tracker.observe(self.session, seq);
         if self.dedup && !verdict.is_deliver() {
             return;
@@ -156,6 +170,7 @@ impl<T: Message + Clone> Actor for Sink<T> {
             by_counter: *self.tracker.counts(),
             first: self.first,
             highest: self.tracker.position().map(|(_, h)| h - 1),
+            out_of_order: self.out_of_order,
             latency_ns: self.latency_ns.clone(),
         };
         *self
@@ -175,13 +190,15 @@ struct Args {
     idle: Idle,
     psk: Option<[u8; 32]>,
     shm: bool,
+    reliable: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("subscriber: {problem}");
     eprintln!(
         "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
-         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64] [--transport udp|shm]"
+         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64] [--reliable] \
+         [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -217,6 +234,7 @@ fn parse_args() -> Args {
         idle: Idle::Backoff,
         psk: None,
         shm: false,
+        reliable: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -229,7 +247,13 @@ fn parse_args() -> Args {
                 a.timeout = Duration::try_from_secs_f64(s)
                     .unwrap_or_else(|_| usage("--timeout-s takes a number of seconds >= 0"));
             }
-            "--transport" => a.shm = args.next().as_deref() == Some("shm"),
+            "--transport" => {
+                a.shm = match args.next().as_deref() {
+                    Some("udp") => false,
+                    Some("shm") => true,
+                    _ => usage("--transport takes `udp` or `shm`"),
+                }
+            }
             "--compat" => match args.next().as_deref() {
                 Some("ll-udp") => a.compat = true,
                 _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
@@ -247,9 +271,13 @@ fn parse_args() -> Args {
                     _ => usage("--idle takes spin, backoff or park"),
                 }
             }
+            "--reliable" => a.reliable = true,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other:?}")),
         }
+    }
+    if a.reliable && a.compat {
+        usage("--reliable needs the ll-udp format (not --compat)");
     }
     if a.count == 0 {
         usage("--count must be at least 1");
@@ -297,9 +325,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             psk: args.psk,
             ..llbus_net::BridgeConfig::default()
         };
-        Bridge::bind_with(args.bind, config)?
-            .name("bridge")
-            .import::<Counter>(args.publisher)
+        let bridge = Bridge::bind_with(args.bind, config)?.name("bridge");
+        if args.reliable {
+            bridge.import_reliable::<Counter>(args.publisher)
+        } else {
+            bridge.import::<Counter>(args.publisher)
+        }
     };
     let status = bridge.status();
     if args.shm {
@@ -415,6 +446,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     let invalid = invalid(&report);
+    let unrecovered = metric(&report, "unrecovered");
     let topic = if args.compat {
         Count::TOPIC
     } else {
@@ -464,7 +496,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
          ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} replayed={} \
          bad_mac={} unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
-         send_dropped={} errors={} p50_us={} p99_us={} p999_us={} max_us={max_us}",
+         send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} nak_sent={} \
+         p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
         opt(summary.highest),
@@ -479,6 +512,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metric(&report, "control_stale"),
         metric(&report, "send_dropped"),
         status.errors().len(),
+        summary.out_of_order,
+        metric(&report, "nak_sent"),
         us(0.50),
         us(0.99),
         us(0.999),
@@ -486,6 +521,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Err((code, why)) = outcome {
         eprintln!("subscriber: {why}");
         std::process::exit(code);
+    }
+    if args.reliable && (unrecovered > 0 || summary.out_of_order > 0) {
+        eprintln!(
+            "subscriber: reliable topic: {unrecovered} messages unrecovered, {} out of order",
+            summary.out_of_order
+        );
+        std::process::exit(4);
     }
     Ok(())
 }

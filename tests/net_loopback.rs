@@ -319,3 +319,114 @@ fn a_direct_sender_publishes_from_the_actors_own_thread() {
     // The bridge answered the subscription for the direct topic and sent heartbeats.
     assert!(metric(&report_a, "direct-a", "datagrams_out") > 0);
 }
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "net.state")]
+struct State {
+    n: u64,
+}
+
+/// Publishes `State { n }` for n in 1..=`before` at once, then `before+1..=total` once `go`.
+struct StateFeed {
+    out: Out<State>,
+    next: u64,
+    before: u64,
+    total: u64,
+    go: Arc<AtomicU64>,
+}
+
+impl Actor for StateFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        let limit = if self.go.load(Ordering::Acquire) > 0 {
+            self.total
+        } else {
+            self.before
+        };
+        if self.next <= limit {
+            ctx.publish(self.out, State { n: self.next });
+            self.next += 1;
+        }
+    }
+}
+
+struct StateSink {
+    seen: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Actor for StateSink {
+    type In = State;
+    fn on_message(&mut self, s: State, _ctx: &mut Context<'_>) {
+        self.seen.lock().unwrap().push(s.n);
+    }
+}
+
+/// A late joiner of an export that keeps the last 3 messages: 5 are published before anyone
+/// subscribes; the subscriber (reliable or plain) starts with the last 3, then gets the live
+/// ones, in order, with nothing counted lost or unrecovered.
+fn late_joiner_starts_with_the_last_three(reliable_import: bool) {
+    let publisher = Bridge::bind(loopback()).unwrap().name("pub");
+    let pub_addr = publisher.local_addr();
+    let publisher = publisher.export_reliable_last::<State>(3);
+    let go = Arc::new(AtomicU64::new(0));
+    let mut a = Bus::builder();
+    let g = Arc::clone(&go);
+    a.actor("feed", move |s: &mut Setup<'_>| StateFeed {
+        out: s.output(),
+        next: 1,
+        before: 5,
+        total: 10,
+        go: Arc::clone(&g),
+    })
+    .tick_every(Duration::from_millis(1))
+    .idle(llbus::Idle::Park)
+    .publishes::<State>();
+    a.add(publisher).idle(llbus::Idle::Park);
+    let a = a.start().unwrap();
+    wait_for("5 messages kept with nobody subscribed", 20, || {
+        metric(&a.report(), "pub", "messages_out") == 5
+    });
+
+    let subscriber = Bridge::bind(loopback()).unwrap().name("sub");
+    let subscriber = if reliable_import {
+        subscriber.import_reliable::<State>(pub_addr)
+    } else {
+        subscriber.import::<State>(pub_addr)
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut b = Bus::builder();
+    let s2 = Arc::clone(&seen);
+    b.actor("sink", move |_: &mut Setup<'_>| StateSink {
+        seen: Arc::clone(&s2),
+    })
+    .idle(llbus::Idle::Park)
+    .subscribes::<State>();
+    b.add(subscriber).idle(llbus::Idle::Park);
+    let b = b.start().unwrap();
+    wait_for("the last three, on joining", 20, || {
+        seen.lock().unwrap().len() == 3
+    });
+    go.store(1, Ordering::Release);
+    wait_for("the live messages", 20, || seen.lock().unwrap().len() == 8);
+    std::thread::sleep(Duration::from_millis(1200));
+    b.stop();
+    a.stop();
+    let rb = b.join().unwrap();
+    a.join().unwrap();
+    assert_eq!(*seen.lock().unwrap(), (3..=10).collect::<Vec<_>>());
+    assert_eq!(metric(&rb, "sub", "lost"), 0);
+    assert_eq!(metric(&rb, "sub", "unrecovered"), 0);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn reliable_late_joiner_starts_with_the_last_three() {
+    late_joiner_starts_with_the_last_three(true);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn plain_late_joiner_starts_with_the_last_three() {
+    late_joiner_starts_with_the_last_three(false);
+}

@@ -75,11 +75,13 @@ const SUB_PORT: u16 = 7001;
 /// returns the subscriber's RESULT fields, after checking that both exited cleanly and that the
 /// counts add up.
 fn run_case(name: &str, shape: Netem) -> Fields {
-    run_case_in(name, shape, false)
+    run_case_in(name, shape, false, false)
 }
 
-/// [`run_case`], in the ll-udp-pubsub v0.1 format when `compat`.
-fn run_case_in(name: &str, shape: Netem, compat: bool) -> Fields {
+/// [`run_case`], in the ll-udp-pubsub v0.1 format when `compat`, on a reliable topic when
+/// `reliable` (the subscriber then expects every message and fails on any unrecovered or out
+/// of order).
+fn run_case_in(name: &str, shape: Netem, compat: bool, reliable: bool) -> Fields {
     // Built (once) before the namespaces exist.
     let (pub_bin, sub_bin) = (example("publisher"), example("subscriber"));
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
@@ -94,7 +96,11 @@ fn run_case_in(name: &str, shape: Netem, compat: bool) -> Fields {
     // the tun wire (a thread of this process) adds loss of its own when it falls behind, and a
     // publisher that fell behind sends several messages per datagram, so one lost datagram
     // loses several messages.
-    let want = (COUNT as f64 * (1.0 - shape.loss_pct / 100.0) * 0.85) as u64;
+    let want = if reliable {
+        (COUNT as f64 * 0.85) as u64
+    } else {
+        (COUNT as f64 * (1.0 - shape.loss_pct / 100.0) * 0.85) as u64
+    };
 
     let mut publ = Command::new(pub_bin);
     publ.args([
@@ -113,6 +119,9 @@ fn run_case_in(name: &str, shape: Netem, compat: bool) -> Fields {
     ]);
     if compat {
         publ.args(["--compat", "ll-udp"]);
+    }
+    if reliable {
+        publ.arg("--reliable");
     }
     let mut publ = Running::spawn("publisher", hosts.wrap(Side::A, &publ));
     assert!(
@@ -136,6 +145,9 @@ fn run_case_in(name: &str, shape: Netem, compat: bool) -> Fields {
     ]);
     if compat {
         sub.args(["--compat", "ll-udp"]);
+    }
+    if reliable {
+        sub.arg("--reliable");
     }
     let sub = Running::spawn("subscriber", hosts.wrap(Side::B, &sub));
 
@@ -325,10 +337,78 @@ fn compat_counter_under_loss_duplication_reorder_and_delay() {
         delay_ms: 1,
         ..Netem::default()
     };
-    let r = run_case_in(name, shape, true);
+    let r = run_case_in(name, shape, true, false);
     // One message per datagram in this format, so message loss is datagram loss.
     check_loss(name, &r, 2.5..=10.0);
     assert!(r.u64("duplicates") > 0, "[{name}] no duplicates: {r}");
     assert!(r.u64("reordered") > 0, "[{name}] nothing reordered: {r}");
     assert_eq!(r.get("p50_us"), Some("na"), "[{name}] {r}");
+}
+
+/// A reliable topic over the shaped link: every message from the first the subscriber sees to
+/// the last, in order, none unrecovered, none counted lost; and NAKs were needed.
+fn reliable_case(name: &str, shape: Netem) {
+    let r = run_case_in(name, shape, false, true);
+    let (first, highest, received) = (r.u64("first"), r.u64("highest"), r.u64("received"));
+    loud!(
+        "net_netns report [{name}] reliable: received={received} unrecovered={} nak_sent={} \
+         out_of_order={}",
+        r.u64("unrecovered"),
+        r.u64("nak_sent"),
+        r.u64("out_of_order")
+    );
+    assert_eq!(
+        highest - first + 1,
+        received,
+        "[{name}] a gap was delivered: {r}"
+    );
+    assert_eq!(r.u64("unrecovered"), 0, "[{name}] {r}");
+    assert_eq!(r.u64("out_of_order"), 0, "[{name}] {r}");
+    assert_eq!(r.u64("lost"), 0, "[{name}] {r}");
+    assert!(
+        r.u64("nak_sent") > 0,
+        "[{name}] loss and no NAK: is the link shaped? {r}"
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn reliable_counter_under_1pct_loss() {
+    if !prerequisites() {
+        return;
+    }
+    let shape = Netem {
+        loss_pct: 1.0,
+        ..Netem::default()
+    };
+    reliable_case("reliable, loss 1%", shape);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn reliable_counter_under_5pct_loss_duplication_and_reorder() {
+    if !prerequisites() {
+        return;
+    }
+    let shape = Netem {
+        loss_pct: 5.0,
+        duplicate_pct: 1.0,
+        reorder_pct: 10.0,
+        delay_ms: 1,
+        ..Netem::default()
+    };
+    reliable_case("reliable, loss 5% dup 1% reorder 10% delay 1ms", shape);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn reliable_counter_under_20pct_loss() {
+    if !prerequisites() {
+        return;
+    }
+    let shape = Netem {
+        loss_pct: 20.0,
+        ..Netem::default()
+    };
+    reliable_case("reliable, loss 20%", shape);
 }

@@ -75,6 +75,7 @@ const LLBUS: &str = "llbus";
 const RAW_SPIN: &str = "raw-spin";
 const RAW_BLOCKING: &str = "raw-blocking";
 const MAC: &str = "llbus-mac";
+const RELIABLE: &str = "llbus-reliable";
 
 /// Every measurement runs unrecorded this long first.
 pub const WARMUP: Duration = Duration::from_millis(50);
@@ -194,10 +195,16 @@ const TARGETS: [Target; 2] = [
 type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
 
 /// Every implementation, in table order (each round runs them in a fresh random order).
-const CONTENDERS: &[CaseFn] = &[llbus_case, raw_spin_case, raw_blocking_case, mac_case];
+const CONTENDERS: &[CaseFn] = &[
+    llbus_case,
+    raw_spin_case,
+    raw_blocking_case,
+    mac_case,
+    reliable_case,
+];
 
 /// Their names, in the same order.
-const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC];
+const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC, RELIABLE];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.
 const PHASES: usize = 3;
@@ -267,7 +274,7 @@ fn llbus_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector)
     match phase {
         0 => record_rtt(
             LLBUS,
-            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default()),
+            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default(), false),
             out,
         ),
         1 => throughput_case(false, pinning, plan, out),
@@ -298,10 +305,14 @@ fn mac_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
                 psk: Some(MAC_KEY),
                 ..BridgeConfig::default()
             };
-            record_rtt(MAC, llbus_round_trip(pinning, plan.rtt, &config), out);
+            record_rtt(
+                MAC,
+                llbus_round_trip(pinning, plan.rtt, &config, false),
+                out,
+            );
         }
         1 => {}
-        _ => match throughput(false, true, pinning, plan) {
+        _ => match throughput(false, true, false, pinning, plan) {
             Ok(o) => {
                 out.add(MAC, "throughput_batch", "msgs/s", o.per_sec);
                 out.add(MAC, "loss_batch", "%", o.loss_pct);
@@ -309,6 +320,34 @@ fn mac_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
             Err(e) => {
                 eprintln!("ERROR: {MAC} throughput_batch: {e}");
                 out.note(MAC, "throughput_batch", "msgs/s", format!("FAILED: {e}"));
+            }
+        },
+    }
+}
+
+/// The `llbus` round trip and batched throughput on reliable topics (history kept, gaps NAKed;
+/// with no loss on loopback, this is the cost of keeping history and the reorder check).
+fn reliable_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    match phase {
+        0 => record_rtt(
+            RELIABLE,
+            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default(), true),
+            out,
+        ),
+        1 => {}
+        _ => match throughput(false, false, true, pinning, plan) {
+            Ok(o) => {
+                out.add(RELIABLE, "throughput_batch", "msgs/s", o.per_sec);
+                out.add(RELIABLE, "loss_batch", "%", o.loss_pct);
+            }
+            Err(e) => {
+                eprintln!("ERROR: {RELIABLE} throughput_batch: {e}");
+                out.note(
+                    RELIABLE,
+                    "throughput_batch",
+                    "msgs/s",
+                    format!("FAILED: {e}"),
+                );
             }
         },
     }
@@ -469,6 +508,7 @@ pub(crate) fn llbus_round_trip(
     pinning: &Pinning,
     plan: RttPlan,
     config: &BridgeConfig,
+    reliable: bool,
 ) -> Result<RttOutcome, String> {
     let bind = |name| {
         Bridge::bind_with(loopback(), config.clone())
@@ -477,8 +517,21 @@ pub(crate) fn llbus_round_trip(
     };
     let (bridge_a, bridge_b) = (bind("bridge-a")?, bind("bridge-b")?);
     let (addr_a, addr_b) = (bridge_a.local_addr(), bridge_b.local_addr());
-    let bridge_a = bridge_a.export::<Ping>().import::<Pong>(addr_b);
-    let bridge_b = bridge_b.import::<Ping>(addr_a).export::<Pong>();
+    let (bridge_a, bridge_b) = if reliable {
+        (
+            bridge_a
+                .export_reliable::<Ping>()
+                .import_reliable::<Pong>(addr_b),
+            bridge_b
+                .import_reliable::<Ping>(addr_a)
+                .export_reliable::<Pong>(),
+        )
+    } else {
+        (
+            bridge_a.export::<Ping>().import::<Pong>(addr_b),
+            bridge_b.import::<Ping>(addr_a).export::<Pong>(),
+        )
+    };
 
     let go = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
@@ -647,7 +700,7 @@ fn throughput_case(single: bool, pinning: &Pinning, plan: &Plan, out: &mut Colle
     } else {
         ("throughput_batch", "loss_batch", "msgs_per_datagram_batch")
     };
-    match throughput(single, false, pinning, plan) {
+    match throughput(single, false, false, pinning, plan) {
         Ok(o) => {
             out.add(LLBUS, case, "msgs/s", o.per_sec);
             out.add(LLBUS, loss, "%", o.loss_pct);
@@ -664,6 +717,7 @@ fn throughput_case(single: bool, pinning: &Pinning, plan: &Plan, out: &mut Colle
 fn throughput(
     single: bool,
     mac: bool,
+    reliable: bool,
     pinning: &Pinning,
     plan: &Plan,
 ) -> Result<ThroughputOutcome, String> {
@@ -688,8 +742,14 @@ fn throughput(
         .map_err(|e| format!("cannot bind bridge B: {e}"))?
         .name("bridge-b");
     let addr_a = bridge_a.local_addr();
-    let bridge_a = bridge_a.export::<Data>();
-    let bridge_b = bridge_b.import::<Data>(addr_a);
+    let (bridge_a, bridge_b) = if reliable {
+        (
+            bridge_a.export_reliable::<Data>(),
+            bridge_b.import_reliable::<Data>(addr_a),
+        )
+    } else {
+        (bridge_a.export::<Data>(), bridge_b.import::<Data>(addr_a))
+    };
 
     let go = Arc::new(AtomicBool::new(false));
     let feed = Arc::new(FeedShared::default());
@@ -871,9 +931,11 @@ mod tests {
     #[test]
     fn bridges_round_trip_and_stream() {
         let pinning = Pinning::disabled("test");
-        let o = llbus_round_trip(&pinning, rtt_plan(), &BridgeConfig::default())
-            .expect("round trip through the bridges");
-        assert!(!o.histogram.is_empty());
+        for reliable in [false, true] {
+            let o = llbus_round_trip(&pinning, rtt_plan(), &BridgeConfig::default(), reliable)
+                .expect("round trip through the bridges");
+            assert!(!o.histogram.is_empty());
+        }
         let args = Args {
             suite: crate::harness::Suite::Udp,
             json: false,
@@ -886,9 +948,13 @@ mod tests {
         };
         let plan = Plan::new(&args);
         for single in [false, true] {
-            let o = throughput(single, false, &pinning, &plan).expect("throughput");
+            let o = throughput(single, false, false, &pinning, &plan).expect("throughput");
             assert!(o.per_sec > 0.0, "{o:?}");
             let per_datagram = o.msgs_per_datagram;
+            if !single {
+                let r = throughput(single, false, true, &pinning, &plan).expect("reliable");
+                assert!(r.per_sec > 0.0, "{r:?}");
+            }
             if single {
                 // One per data datagram; the few control datagrams pull the mean a little lower.
                 assert!((0.9..=1.0).contains(&per_datagram), "{o:?}");

@@ -146,6 +146,7 @@ pub use protocol::limits::{
 pub use protocol::mac::{
     FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
 };
+pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
 pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{
     Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
@@ -153,6 +154,10 @@ pub use protocol::subscribers::{
 
 mod session;
 pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};
+pub use session::reliable::{
+    Delivery, History, ReliableConfig, ReliableExport, ReliableReceiver, ReliableRecvCounts,
+    ReliableSendCounts, Retransmit,
+};
 pub use session::subscriber::{
     ImportState, SubscriberCounts, SubscriberEvent, SubscriberSession, MAX_BACKOFF_NS, OUTSTANDING,
     RESUBSCRIBE_GAP_NS,

@@ -4,8 +4,8 @@
 
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, BatchEncoder,
-    CompatControl, Control, Cookie, DataMeta, Flags, FrameMac, Header, Kind, Refusal, RefuseReason,
-    DEFAULT_MAX_DATAGRAM, MAC_TAG_LEN,
+    CompatControl, Control, Cookie, DataMeta, Flags, FrameMac, Header, Kind, Nak, Refusal,
+    RefuseReason, Unavailable, DEFAULT_MAX_DATAGRAM, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -73,8 +73,36 @@ fn encode(f: impl FnOnce(&mut BatchEncoder<'_>)) -> Vec<u8> {
     enc.as_bytes().to_vec()
 }
 
+fn nak() -> Nak {
+    Nak {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SUB_SESSION,
+        cookie: COOKIE,
+        nonce: NONCE,
+        first: 5,
+        last: 9,
+    }
+}
+
+fn unavailable() -> Unavailable {
+    Unavailable {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SESSION,
+        nonce: NONCE,
+        first: 5,
+        last: 6,
+    }
+}
+
 fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
     vec![
+        ("v2-nak", encode(|e| e.push_nak(&nak()).unwrap())),
+        (
+            "v2-unavailable",
+            encode(|e| e.push_unavailable(&unavailable()).unwrap()),
+        ),
         (
             "v1-data",
             encode(|e| e.push_data(meta(1), &Quote { px: 100, qty: 5 }).unwrap()),
@@ -426,4 +454,23 @@ fn compat_decodes() {
         CompatControl::decode(&doc_bytes("compat-unsubscribe")),
         Ok(CompatControl::Unsubscribe)
     );
+}
+
+#[test]
+fn v2_reliable_frames_decode() {
+    let bytes = doc_bytes("v2-nak");
+    let frame = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    assert_eq!(frame.header.kind, Kind::Nak);
+    assert_eq!(Nak::from_frame(&frame), Ok(nak()));
+    let answer = doc_bytes("v2-unavailable");
+    let frame = parse_datagram(&answer, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    assert_eq!(Unavailable::from_frame(&frame), Ok(unavailable()));
+    // The answer is shorter than the NAK: no amplification.
+    assert!(answer.len() < bytes.len());
 }

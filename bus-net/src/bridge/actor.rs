@@ -33,6 +33,10 @@ use crate::{
     RecvBatch, ReplayGuard, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable,
     UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
 };
+use crate::{
+    Delivery, ImportState, Nak, ReliableConfig, ReliableExport, ReliableReceiver, Retransmit,
+    Unavailable,
+};
 
 /// Messages taken from one ring per poll of an export.
 const BUDGET: usize = 256;
@@ -47,6 +51,81 @@ struct ImportSlot {
     session: SubscriberSession,
     /// Whether a transient refusal was reported since the import was last established.
     warned: bool,
+    /// The reorder buffer and NAK state of a reliable import.
+    reliable: Option<ReliableReceiver>,
+    /// The state of this import's NAK nonces (splitmix64 from a random seed: an off-path host
+    /// does not see them).
+    nonce: u64,
+}
+
+/// Hands what a reliable import delivers, in order, to its port.
+struct PortSink<'a, 'b> {
+    port: &'a mut dyn ImportPort,
+    ctx: &'a mut Context<'b>,
+    metrics: &'a NetMetrics,
+    topic: &'static str,
+}
+
+impl Delivery for PortSink<'_, '_> {
+    #[inline]
+    fn deliver(&mut self, _seq: u64, payload: &[u8]) {
+        if let Err(reason) = self.port.deliver(payload, self.ctx, self.metrics) {
+            self.metrics.drop(reason);
+        }
+    }
+
+    fn unrecovered(&mut self, first: u64, last: u64) {
+        log::warn!(
+            "reliable import of topic '{}': messages {first}..={last} could not be recovered",
+            self.topic
+        );
+    }
+}
+
+/// The next NAK nonce of an import (splitmix64; never 0).
+fn next_nonce(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
+}
+
+/// Seals `buf[..len]` with `mac` (if any) and sends it to `dest`; counts it. A socket that
+/// fails for good is recorded in `failed`.
+#[allow(clippy::too_many_arguments)]
+fn send_sealed(
+    endpoint: &mut UdpEndpoint,
+    mac: Option<&FrameMac>,
+    buf: &mut [u8],
+    len: usize,
+    dest: SocketAddr,
+    metrics: &NetMetrics,
+    failed: &mut Option<std::io::Error>,
+) {
+    if failed.is_some() {
+        return;
+    }
+    let mut len = len;
+    if let Some(mac) = mac {
+        if mac.must_seal(buf.get(..len).unwrap_or_default()) {
+            match mac.seal(buf, len) {
+                Ok(sealed) => len = sealed,
+                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
+            }
+        }
+    }
+    let Some(bytes) = buf.get(..len) else {
+        return;
+    };
+    match endpoint.send_to(bytes, dest) {
+        Ok(true) => {
+            metrics.datagrams_out.add(1);
+            metrics.bytes_out.add(len as u64);
+        }
+        Ok(false) => {}
+        Err(e) => *failed = Some(e),
+    }
 }
 
 /// A compat export's socket, subscribers and health.
@@ -91,6 +170,11 @@ pub struct BridgeActor {
     replay: ReplayGuard,
     publisher: PublisherSession,
     replies: Replies,
+    /// The plan of the answer to one NAK (preallocated).
+    retransmit: Retransmit,
+    /// Subscribers admitted by the datagram being handled, to send the last messages of a
+    /// late-join export once the acknowledgement has gone (preallocated, bounded).
+    joins: Vec<(u64, SocketAddr)>,
     exports: Vec<Box<dyn ExportPort>>,
     imports: Vec<ImportSlot>,
     compat_exports: Vec<CompatExportSlot>,
@@ -146,7 +230,29 @@ impl BridgeActor {
             status,
         } = parts;
         let export_allow: Vec<_> = exports.iter().map(|e| e.allow.clone()).collect();
-        let exports: Vec<Box<dyn ExportPort>> = exports.iter().map(|e| (e.make)(setup)).collect();
+        let reliable_config = ReliableConfig {
+            max_frame: max_datagram,
+            ..config.reliable
+        };
+        let exports: Vec<Box<dyn ExportPort>> = exports
+            .iter()
+            .map(|e| {
+                let mut port = (e.make)(setup);
+                if e.reliable {
+                    port.set_reliable(
+                        ReliableExport::new(
+                            port.topic_id(),
+                            port.fingerprint(),
+                            session,
+                            config.subscribers_per_topic,
+                            &reliable_config,
+                        )
+                        .with_late_join(e.late_join),
+                    );
+                }
+                port
+            })
+            .collect();
         let mut topics = Vec::with_capacity(exports.len() + directs.len());
         for (e, allow) in exports.iter().zip(export_allow) {
             topics.push(ExportedTopic {
@@ -172,6 +278,7 @@ impl BridgeActor {
             .iter()
             .map(|decl| {
                 let port = (decl.make)(setup);
+                let seed = secret_or(session, "NAK nonces");
                 let session = SubscriberSession::new(
                     port.topic_id(),
                     port.fingerprint(),
@@ -180,11 +287,17 @@ impl BridgeActor {
                     config.renew_every,
                     config.late,
                 );
+                let mut nonce = [0u8; 8];
+                nonce.copy_from_slice(&seed[..8]);
                 ImportSlot {
                     port,
                     publisher: decl.publisher,
                     session,
                     warned: false,
+                    reliable: decl
+                        .reliable
+                        .then(|| ReliableReceiver::new(&reliable_config)),
+                    nonce: u64::from_le_bytes(nonce),
                 }
             })
             .collect();
@@ -227,6 +340,8 @@ impl BridgeActor {
             replay: ReplayGuard::new(session, REPLAY_SENDERS),
             publisher,
             replies: Replies::with_capacity(recv_max / HEADER_LEN + 1),
+            retransmit: Retransmit::with_capacity(config.reliable.retransmit_per_nak),
+            joins: Vec::with_capacity(recv_max / HEADER_LEN + 1),
             next_reseed: now + config.cookie_window,
             session,
             directs,
@@ -292,27 +407,15 @@ impl BridgeActor {
 
     /// Sends `len` bytes of `control_buf` (sealed first with a key) to `dest`.
     fn send_control_buf(&mut self, len: usize, dest: SocketAddr) {
-        if self.failed.is_some() {
-            return;
-        }
-        let mut len = len;
-        if let Some(mac) = &self.mac {
-            match mac.seal(&mut self.control_buf, len) {
-                Ok(sealed) => len = sealed,
-                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
-            }
-        }
-        let Some(bytes) = self.control_buf.get(..len) else {
-            return;
-        };
-        match self.endpoint.send_to(bytes, dest) {
-            Ok(true) => {
-                self.metrics.datagrams_out.add(1);
-                self.metrics.bytes_out.add(len as u64);
-            }
-            Ok(false) => {}
-            Err(e) => self.failed = Some(e),
-        }
+        send_sealed(
+            &mut self.endpoint,
+            self.mac.as_ref(),
+            &mut self.control_buf,
+            len,
+            dest,
+            &self.metrics,
+            &mut self.failed,
+        );
     }
 
     /// The room for frames in a control datagram (the tag is added after, with a key).
@@ -408,13 +511,14 @@ impl BridgeActor {
             // A datagram is counted under one drop reason at most: its first.
             let mut dropped = None;
             for frame in frames {
-                let result = if frame.header.kind == Kind::Data {
-                    self.on_data(&frame, src, now_ns, ctx)
-                } else {
-                    match Control::from_frame(&frame) {
+                let result = match frame.header.kind {
+                    Kind::Data => self.on_data(&frame, src, now_ns, ctx),
+                    Kind::Nak => self.on_nak(&frame, src, now_ns),
+                    Kind::Unavailable => self.on_unavailable(&frame, src, now_ns, ctx),
+                    _ => match Control::from_frame(&frame) {
                         Ok(control) => self.on_control(&control, src, now_ns),
                         Err(reason) => Err(reason),
-                    }
+                    },
                 };
                 if let Err(reason) = result {
                     dropped.get_or_insert(reason);
@@ -424,8 +528,69 @@ impl BridgeActor {
                 self.metrics.drop(reason);
             }
             self.send_replies(bytes.len());
+            self.send_joins(now_ns);
         }
         n
+    }
+
+    /// Sends each subscriber admitted by the last datagram the last messages of a late-join
+    /// export (after its acknowledgement, so it follows the session already).
+    fn send_joins(&mut self, now_ns: u64) {
+        while let Some((topic_id, dest)) = self.joins.pop() {
+            let Some(i) = self.exports.iter().position(|e| e.topic_id() == topic_id) else {
+                continue;
+            };
+            if let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) {
+                history.on_join(dest, now_ns, &mut self.retransmit);
+            }
+            self.send_retransmit(i, dest);
+        }
+    }
+
+    /// Sends what `self.retransmit` planned for export `i` to `dest`: the `Unavailable`, then
+    /// the history frames packed into as few datagrams as they fit in, each sealed.
+    fn send_retransmit(&mut self, i: usize, dest: SocketAddr) {
+        let room = self.control_room();
+        let Some(history) = self.exports.get(i).and_then(|e| e.reliable()) else {
+            return;
+        };
+        let buf = &mut self.control_buf[..];
+        let mut len = 0usize;
+        let flush =
+            |buf: &mut [u8], len: &mut usize, endpoint: &mut UdpEndpoint, failed: &mut _| {
+                if *len > 0 {
+                    send_sealed(
+                        endpoint,
+                        self.mac.as_ref(),
+                        buf,
+                        *len,
+                        dest,
+                        &self.metrics,
+                        failed,
+                    );
+                    *len = 0;
+                }
+            };
+        if let Some(u) = self.retransmit.unavailable() {
+            let mut enc = BatchEncoder::new(&mut buf[..room]);
+            if enc.push_unavailable(u).is_ok() {
+                len = enc.len();
+                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+            }
+        }
+        for &seq in self.retransmit.seqs() {
+            let Some(frame) = history.frame(seq) else {
+                continue;
+            };
+            if len + frame.len() > room {
+                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+            }
+            if let Some(dst) = buf.get_mut(len..len + frame.len()) {
+                dst.copy_from_slice(frame);
+                len += frame.len();
+            }
+        }
+        flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
     }
 
     /// Hands a data frame to the import of its (source, topic). A frame of a topic this bridge
@@ -460,10 +625,139 @@ impl BridgeActor {
                 DropReason::UnknownTopic
             });
         };
+        if let Some(receiver) = import.reliable.as_mut() {
+            let h = &frame.header;
+            if import
+                .session
+                .follows_reliable(h.fingerprint, h.session, now_ns)?
+            {
+                let mut sink = PortSink {
+                    port: &mut *import.port,
+                    ctx,
+                    metrics: &self.metrics,
+                    topic: "",
+                };
+                sink.topic = sink.port.topic();
+                receiver.on_data(h.seq, frame.payload, now_ns, &mut sink);
+            }
+            return Ok(());
+        }
         if import.session.on_data(&frame.header, now_ns)?.is_deliver() {
             import.port.deliver(frame.payload, ctx, &self.metrics)?;
         }
         Ok(())
+    }
+
+    /// A NAK: answered only for a reliable export, from an admitted subscriber whose cookie
+    /// proves its address ([`PublisherSession::admit_nak`]); the retransmissions (within the
+    /// per-NAK cap and the subscriber's byte budget) and the `Unavailable` for what left
+    /// history go to it alone.
+    fn on_nak(
+        &mut self,
+        frame: &crate::Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        let nak = Nak::from_frame(frame)?;
+        let Some(i) = self
+            .exports
+            .iter()
+            .position(|e| e.topic_id() == nak.topic_id && e.reliable().is_some())
+        else {
+            return Err(DropReason::UnknownTopic);
+        };
+        self.publisher.admit_nak(&nak, src, now_ns)?;
+        let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) else {
+            return Err(DropReason::UnknownTopic);
+        };
+        history.on_nak(&nak, src, now_ns, &mut self.retransmit);
+        self.send_retransmit(i, src);
+        Ok(())
+    }
+
+    /// An `Unavailable` for a reliable import: the range left the publisher's history.
+    fn on_unavailable(
+        &mut self,
+        frame: &crate::Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), DropReason> {
+        let u = Unavailable::from_frame(frame)?;
+        let Some(import) = self
+            .imports
+            .iter_mut()
+            .find(|i| i.publisher == src && i.session.topic_id() == u.topic_id)
+        else {
+            return Err(DropReason::UnknownSender);
+        };
+        let Some(receiver) = import.reliable.as_mut() else {
+            return Err(DropReason::BadControl);
+        };
+        if !import
+            .session
+            .follows_reliable(u.fingerprint, u.session, now_ns)?
+        {
+            return Err(DropReason::UnknownSender);
+        }
+        let topic = import.port.topic();
+        let mut sink = PortSink {
+            port: &mut *import.port,
+            ctx,
+            metrics: &self.metrics,
+            topic,
+        };
+        receiver.on_unavailable(&u, now_ns, &mut sink)
+    }
+
+    /// The reliable imports' timers: gaps past their deadline are given up, due NAKs sent.
+    fn poll_reliable(&mut self, now_ns: u64, ctx: &mut Context<'_>) {
+        let room = self.control_room();
+        for i in 0..self.imports.len() {
+            let Some(import) = self.imports.get_mut(i) else {
+                continue;
+            };
+            let Some(receiver) = import.reliable.as_mut() else {
+                continue;
+            };
+            let topic = import.port.topic();
+            let cookie = import.session.cookie();
+            let (topic_id, dest) = (import.session.topic_id(), import.publisher);
+            let fingerprint = import.port.fingerprint();
+            let own_session = self.session;
+            let mut sink = PortSink {
+                port: &mut *import.port,
+                ctx,
+                metrics: &self.metrics,
+                topic,
+            };
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            let nonce = &mut import.nonce;
+            receiver.poll(
+                now_ns,
+                &mut sink,
+                || next_nonce(nonce),
+                |first, last, nonce| {
+                    if let Some(cookie) = cookie {
+                        // A round is at most `max_nak_ranges` frames: one datagram holds them
+                        // (else the rest waits for the next round).
+                        let _ = enc.push_nak(&Nak {
+                            topic_id,
+                            fingerprint,
+                            session: own_session,
+                            cookie,
+                            nonce,
+                            first,
+                            last,
+                        });
+                    }
+                },
+            );
+            let len = enc.len();
+            if len > 0 {
+                self.send_control_buf(len, dest);
+            }
+        }
     }
 
     fn on_control(
@@ -475,7 +769,7 @@ impl BridgeActor {
         match control {
             Control::Subscribe { .. } | Control::Unsubscribe { .. } => {
                 let (exports, directs) = (&self.exports, &self.directs);
-                let last_seq = |topic_id: u64| last_seq_of(exports, directs, topic_id);
+                let last_seq = |topic_id: u64| ack_seq_of(exports, directs, topic_id);
                 let queued = self.replies.frames().len();
                 let event =
                     self.publisher
@@ -485,6 +779,13 @@ impl BridgeActor {
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
                     self.refresh_direct(topic_id);
+                    let late_join = self.exports.iter().any(|e| {
+                        e.topic_id() == topic_id && e.reliable().is_some_and(|r| r.late_join() > 0)
+                    });
+                    let joined = matches!(control, Control::Subscribe { .. }) && late_join;
+                    if joined && self.joins.len() < self.joins.capacity() {
+                        self.joins.push((topic_id, src));
+                    }
                 }
                 event.map(|_| ())
             }
@@ -505,6 +806,30 @@ impl BridgeActor {
                     self.imports[i]
                         .session
                         .on_control(control, now_ns, &mut self.replies)?;
+                if let Some(im) = self.imports.get_mut(i) {
+                    let following = match im.session.state() {
+                        ImportState::Established { session, .. } => Some(session),
+                        _ => None,
+                    };
+                    match (im.reliable.as_mut(), *control, event) {
+                        (
+                            Some(r),
+                            Control::SubscribeAck { last_seq, .. },
+                            SubscriberEvent::Established { .. },
+                        ) => {
+                            r.reset();
+                            r.start(last_seq);
+                        }
+                        (
+                            Some(r),
+                            Control::Heartbeat {
+                                session, last_seq, ..
+                            },
+                            _,
+                        ) if following == Some(session) => r.on_heartbeat(last_seq, now_ns),
+                        _ => {}
+                    }
+                }
                 self.on_import_event(i, event);
                 Ok(())
             }
@@ -745,10 +1070,26 @@ impl BridgeActor {
     /// Refreshes the figures that are sums or gauges.
     fn refresh_metrics(&mut self, ctx: &Context<'_>) {
         let mut loss = LossCounts::default();
-        for import in &self.imports {
+        // A reliable import's loss is what it could not recover (`unrecovered`); its loss
+        // tracker sees heartbeats only.
+        for import in self.imports.iter().filter(|i| i.reliable.is_none()) {
             add_loss(&mut loss, import.session.loss());
         }
         self.metrics.set_loss(&loss);
+        let (mut nak_sent, mut unrecovered) = (0u64, 0u64);
+        for r in self.imports.iter().filter_map(|i| i.reliable.as_ref()) {
+            nak_sent = nak_sent.saturating_add(r.counts().naks_sent);
+            unrecovered = unrecovered.saturating_add(r.counts().unrecovered);
+        }
+        let (mut retransmitted, mut unavailable) = (0u64, 0u64);
+        for r in self.exports.iter().filter_map(|e| e.reliable()) {
+            retransmitted = retransmitted.saturating_add(r.counts().retransmitted);
+            unavailable = unavailable.saturating_add(r.counts().unavailable);
+        }
+        self.metrics.nak_sent.set(nak_sent);
+        self.metrics.unrecovered.set(unrecovered);
+        self.metrics.retransmitted.set(retransmitted);
+        self.metrics.unavailable.set(unavailable);
         self.metrics.set_sessions(
             self.publisher.counts(),
             self.imports.iter().map(|i| i.session.counts()),
@@ -789,6 +1130,20 @@ fn receive_counted(
         metrics.bytes_in.add(bytes.len() as u64);
     }
     n
+}
+
+/// The `last_seq` a subscription to `topic_id` is acknowledged with: the last sequence number
+/// sent, less the messages a late-join export sends a new subscriber.
+fn ack_seq_of(exports: &[Box<dyn ExportPort>], directs: &[DirectPort], topic_id: u64) -> u64 {
+    let last = last_seq_of(exports, directs, topic_id);
+    match exports
+        .iter()
+        .find(|e| e.topic_id() == topic_id)
+        .and_then(|e| e.reliable())
+    {
+        Some(r) => last.saturating_sub(r.history().newest().saturating_sub(r.ack_seq())),
+        None => last,
+    }
 }
 
 /// The last sequence number sent on an exported topic (ring-fed or direct); 0 if none.
@@ -835,6 +1190,7 @@ impl Actor for BridgeActor {
         }
         // The machines know when their requests are due (renewals, retries, resubscribes).
         self.renew(now_ns, compat_due);
+        self.poll_reliable(now_ns, ctx);
         if now >= self.next_heartbeat {
             self.next_heartbeat = now + self.config.heartbeat_every;
             self.heartbeat();

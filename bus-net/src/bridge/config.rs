@@ -31,6 +31,10 @@ pub struct BridgeConfig {
     pub heartbeat_every: Duration,
     /// What imports do with a message that arrives after a later one (default deliver).
     pub late: LatePolicy,
+    /// Reliable topics (`Bridge::export_reliable`, `Bridge::import_reliable`): history,
+    /// reorder buffer, NAK timing and retransmit budgets. `max_frame` is replaced by the
+    /// bridge's datagram size.
+    pub reliable: crate::ReliableConfig,
     /// Datagrams per `recvmmsg`/`sendmmsg` call (default 32).
     pub batch: usize,
     /// Socket buffer sizes.
@@ -71,6 +75,7 @@ impl Default for BridgeConfig {
             renew_every: Duration::from_secs(1),
             heartbeat_every: Duration::from_millis(100),
             late: LatePolicy::Deliver,
+            reliable: crate::ReliableConfig::default(),
             batch: 32,
             socket: SocketConfig::default(),
             allow: Allowlist::loopback(),

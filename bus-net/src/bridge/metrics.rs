@@ -43,6 +43,10 @@ pub(crate) struct NetMetrics {
     pub(crate) challenges: Metric,
     /// 1 once one of the bridge's sockets failed for good (the error is in `BridgeStatus`).
     pub(crate) socket_failed: Metric,
+    pub(crate) nak_sent: Metric,
+    pub(crate) retransmitted: Metric,
+    pub(crate) unrecovered: Metric,
+    pub(crate) unavailable: Metric,
     drops: Vec<Metric>,
     /// Datagrams from an address family the socket does not understand.
     bad_address: Metric,
@@ -75,6 +79,10 @@ impl NetMetrics {
             resubscribes: setup.metric("resubscribes"),
             challenges: setup.metric("challenges"),
             socket_failed: setup.metric("socket_failed"),
+            nak_sent: setup.metric("nak_sent"),
+            retransmitted: setup.metric("retransmitted"),
+            unrecovered: setup.metric("unrecovered"),
+            unavailable: setup.metric("unavailable"),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| setup.metric(&format!("drop.{}", r.name())))

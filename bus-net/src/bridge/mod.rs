@@ -91,6 +91,10 @@ type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor
 struct ExportDecl {
     /// Who may subscribe to this export; `None` means the bridge's `allow`.
     allow: Option<Allowlist>,
+    /// Kept in history and retransmitted on NAK (`export_reliable`).
+    reliable: bool,
+    /// Messages sent to a newly admitted subscriber (`export_reliable_last`).
+    late_join: usize,
     declare: Declare,
     make: fn(&mut Setup<'_>) -> Box<dyn ExportPort>,
 }
@@ -99,6 +103,8 @@ struct ImportDecl {
     type_id: std::any::TypeId,
     declare: Declare,
     publisher: SocketAddr,
+    /// Delivered in order, gaps NAKed (`import_reliable`).
+    reliable: bool,
     make: fn(&mut Setup<'_>) -> Box<dyn ImportPort>,
 }
 
@@ -277,9 +283,54 @@ impl Bridge {
     pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
         self.parts.exports.push(ExportDecl {
             allow: None,
+            reliable: false,
+            late_join: 0,
             declare: |b| b.takes::<T>(),
             make: Export::<T>::make,
         });
+        self
+    }
+
+    /// Serves topic `T` like [`export`](Self::export), reliably: the last
+    /// [`ReliableConfig::history`](crate::ReliableConfig::history) messages are kept (memory
+    /// allocated at start) and retransmitted to an admitted subscriber that NAKs them. A
+    /// subscriber that imports it with [`import_reliable`](Self::import_reliable) gets every
+    /// message in order, or a report of the range that could not be recovered. A plain
+    /// [`import`](Self::import) of it works as for a best-effort export.
+    pub fn export_reliable<T: Message + Serialize + Clone>(mut self) -> Self {
+        self = self.export::<T>();
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
+    /// Serves topic `T` like [`export_reliable`](Self::export_reliable), and sends a newly
+    /// admitted subscriber the last `k` messages (at most the history; `1`: the last value),
+    /// so a late joiner starts with state. Messages are kept even while nobody subscribes.
+    /// The subscription is acknowledged with the sequence number before them, so the
+    /// subscriber expects them (a reliable one NAKs any it misses).
+    pub fn export_reliable_last<T: Message + Serialize + Clone>(mut self, k: usize) -> Self {
+        self = self.export_reliable::<T>();
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.late_join = k;
+        }
+        self
+    }
+
+    /// Subscribes to topic `T` like [`import`](Self::import), reliably: messages are
+    /// delivered in sequence order; a gap is NAKed to the publisher (which must export the
+    /// topic with [`export_reliable`](Self::export_reliable)) and waits at most
+    /// [`ReliableConfig::gap_deadline`](crate::ReliableConfig::gap_deadline); what cannot be
+    /// recovered is counted in the `unrecovered` metric and delivery goes on.
+    pub fn import_reliable<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        publisher: SocketAddr,
+    ) -> Self {
+        self = self.import::<T>(publisher);
+        if let Some(decl) = self.parts.imports.last_mut() {
+            decl.reliable = true;
+        }
         self
     }
 
@@ -325,6 +376,7 @@ impl Bridge {
                 |b| b.publishes::<T>()
             },
             publisher,
+            reliable: false,
             make: Import::<T>::make,
         });
         self

@@ -10,7 +10,8 @@ use serde::Serialize;
 use super::metrics::NetMetrics;
 use crate::{
     decode_compat_packet, decode_payload, encode_compat_packet, realtime_ns, BatchEncoder,
-    DataMeta, DropReason, EncodeError, FrameMac, IoStats, SendBatch, SubscriberTable, UdpEndpoint,
+    DataMeta, DropReason, EncodeError, FrameMac, IoStats, ReliableExport, SendBatch,
+    SubscriberTable, UdpEndpoint,
 };
 
 /// What an export needs to send: the socket, the batch, a buffer of one datagram, and who
@@ -81,6 +82,12 @@ pub(crate) trait ExportPort: Send {
     fn topic_id(&self) -> u64;
     fn fingerprint(&self) -> u64;
     fn last_seq(&self) -> u64;
+    /// Makes the export reliable: every message sent is kept in `history`.
+    fn set_reliable(&mut self, history: ReliableExport);
+    /// The history of a reliable export.
+    fn reliable(&self) -> Option<&ReliableExport>;
+    /// The history of a reliable export, to answer a NAK.
+    fn reliable_mut(&mut self) -> Option<&mut ReliableExport>;
     /// Moves up to `budget` queued messages per ring into datagrams for the topic's
     /// subscribers, several per datagram when several are queued. Returns how many it took.
     fn pump(&mut self, out: &mut SendSide<'_>, budget: usize) -> usize;
@@ -90,6 +97,7 @@ pub(crate) struct Export<T> {
     inputs: Inputs<T>,
     seq: u64,
     logged: bool,
+    reliable: Option<ReliableExport>,
 }
 
 impl<T: Message + Serialize> Export<T> {
@@ -98,6 +106,7 @@ impl<T: Message + Serialize> Export<T> {
             inputs: setup.inputs(),
             seq: 0,
             logged: false,
+            reliable: None,
         })
     }
 }
@@ -115,6 +124,15 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
     fn last_seq(&self) -> u64 {
         self.seq
     }
+    fn set_reliable(&mut self, history: ReliableExport) {
+        self.reliable = Some(history);
+    }
+    fn reliable(&self) -> Option<&ReliableExport> {
+        self.reliable.as_ref()
+    }
+    fn reliable_mut(&mut self) -> Option<&mut ReliableExport> {
+        self.reliable.as_mut()
+    }
 
     fn pump(&mut self, out: &mut SendSide<'_>, budget: usize) -> usize {
         let SendSide {
@@ -127,11 +145,13 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             seal,
             failed,
         } = out;
-        let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some();
+        // A late-join history keeps messages even while nobody subscribes.
+        let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some()
+            || self.reliable.as_ref().is_some_and(|r| r.late_join() > 0);
         let mut enc = BatchEncoder::new(buf);
         // Read once per pump, and only if there is something to stamp.
         let mut timestamp_ns = None;
-        let (seq, logged) = (&mut self.seq, &mut self.logged);
+        let (seq, logged, reliable) = (&mut self.seq, &mut self.logged, &mut self.reliable);
         let taken = self.inputs.poll(budget, |msg| {
             if !subscribed {
                 metrics.no_subscriber.add(1);
@@ -144,6 +164,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                 seq: *seq + 1,
                 timestamp_ns: *timestamp_ns.get_or_insert_with(realtime_ns),
             };
+            let mut start = enc.len();
             let pushed = match enc.push_data(meta, &msg) {
                 Err(EncodeError::Full { .. }) => {
                     let seal = seal.as_mut().map(|(m, b)| (*m, &mut **b));
@@ -158,6 +179,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                         failed,
                     );
                     enc.clear();
+                    start = 0;
                     enc.push_data(meta, &msg)
                 }
                 other => other,
@@ -165,6 +187,12 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
             match pushed {
                 Ok(()) => {
                     *seq += 1;
+                    if let (Some(history), Some(frame)) =
+                        (reliable.as_mut(), enc.as_bytes().get(start..))
+                    {
+                        // Kept unsealed: a retransmission is sealed as a datagram of its own.
+                        history.record(*seq, frame);
+                    }
                     metrics.messages_out.add(1);
                 }
                 Err(e) => refused(metrics, logged, T::TOPIC, &e),

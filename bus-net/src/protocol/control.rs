@@ -261,7 +261,8 @@ impl Control {
             });
         }
         Ok(match h.kind {
-            Kind::Data => return Err(DropReason::BadControl),
+            // Data, and the reliable-topic frames (`super::reliable`), are not handshake control.
+            Kind::Data | Kind::Nak | Kind::Unavailable => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {
@@ -362,7 +363,12 @@ impl BatchEncoder<'_> {
 }
 
 /// A control frame's header: everything but the payload length.
-const fn control_header(kind: Kind, topic_id: u64, fingerprint: u64, session: u64) -> Header {
+pub(crate) const fn control_header(
+    kind: Kind,
+    topic_id: u64,
+    fingerprint: u64,
+    session: u64,
+) -> Header {
     Header {
         kind,
         flags: Flags::NONE,

@@ -60,6 +60,12 @@ pub enum Kind {
     /// cookie (24-byte payload: the echoed nonce and the cookie). The answer to a `Subscribe`
     /// without a valid cookie.
     CookieChallenge = 0x20,
+    /// Subscriber to publisher, reliable topics: retransmit one range of sequence numbers
+    /// (40-byte payload: the subscriber's current cookie, a fresh nonce, first and last).
+    Nak = 0x14,
+    /// Publisher to subscriber, reliable topics: the range a NAK asked for is no longer in
+    /// history (24-byte payload: the NAK's nonce echoed, first and last).
+    Unavailable = 0x15,
 }
 
 impl Kind {
@@ -86,6 +92,8 @@ impl Kind {
             0x12 => Ok(Kind::Refuse),
             0x13 => Ok(Kind::Unsubscribe),
             0x20 => Ok(Kind::CookieChallenge),
+            0x14 => Ok(Kind::Nak),
+            0x15 => Ok(Kind::Unavailable),
             0x21..=0x3f => Err(DropReason::ReservedKind),
             _ => Err(DropReason::UnknownKind),
         }
@@ -100,6 +108,8 @@ impl Kind {
                 Some(super::control::HANDSHAKE_PAYLOAD_LEN)
             }
             Kind::Heartbeat => Some(0),
+            Kind::Nak => Some(super::reliable::NAK_PAYLOAD_LEN),
+            Kind::Unavailable => Some(super::reliable::UNAVAILABLE_PAYLOAD_LEN),
         }
     }
 }

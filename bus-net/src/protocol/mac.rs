@@ -351,9 +351,7 @@ impl FrameMac {
             .find(|k| k.id == key_id)
             .ok_or(DropReason::BadMac)?;
         // Direction and session from the first frame; `uniform` checks the rest below.
-        let to_publisher = body
-            .get(4)
-            .is_some_and(|&k| k == Kind::Subscribe as u8 || k == Kind::Unsubscribe as u8);
+        let to_publisher = body.get(4).is_some_and(|&k| is_to_publisher(k));
         let mut hasher = blake3::Hasher::new_keyed(keys.key(to_publisher));
         hasher.update(body);
         hasher.update(&trailer[..MAC_TAG_LEN - TAG]);
@@ -384,14 +382,19 @@ impl FrameMac {
     }
 }
 
+/// Whether frame kind `kind` goes from a subscriber to a publisher (each direction has its
+/// own key).
+fn is_to_publisher(kind: u8) -> bool {
+    kind == Kind::Subscribe as u8 || kind == Kind::Unsubscribe as u8 || kind == Kind::Nak as u8
+}
+
 /// The direction of whole frames of one direction and one session (`true`: subscriber to
 /// publisher), or `None` if they are not whole frames, mix directions or sessions.
 fn uniform(bytes: &[u8]) -> Option<bool> {
     let mut first: Option<(bool, [u8; 8])> = None;
     let mut same = true;
     let ok = walk_frames(bytes, |header| {
-        let to_publisher =
-            header[4] == Kind::Subscribe as u8 || header[4] == Kind::Unsubscribe as u8;
+        let to_publisher = is_to_publisher(header[4]);
         let mut session = [0u8; 8];
         session.copy_from_slice(&header[24..32]);
         match first {

@@ -15,6 +15,8 @@
 //! - [`limits`]: the allowlist of subscriber networks and the per-source rate limiter.
 //! - [`payload`]: the bounded payload decoder (bincode 1.x layout, lengths checked against the
 //!   bytes left).
+//! - [`reliable`]: the frames of reliable topics: `Nak` (retransmit a range) and `Unavailable`
+//!   (that range left history).
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
@@ -28,6 +30,7 @@ pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;
 pub(crate) mod payload;
+pub(crate) mod reliable;
 pub(crate) mod seq;
 pub(crate) mod subscribers;
 

@@ -6,6 +6,8 @@
 //! - [`publisher`]: the publisher side of the handshake: allowlist, per-source rate limit,
 //!   address-proving cookies, the subscriber table; answers every `Subscribe` with one frame
 //!   that echoes its nonce and is no longer than it.
+//! - [`reliable`]: reliable topics: the publisher's history and retransmit budgets, the
+//!   subscriber's gap detection, NAKs, reorder buffer and in-order delivery.
 //! - [`subscriber`]: the subscriber side of one import: fresh nonces, which answers are its
 //!   own, which publisher session the import follows (changed only by an echoing
 //!   `SubscribeAck`), renewal, backoff after a transient refusal, and the sequence tracker.
@@ -20,10 +22,13 @@
 //! [`DropReason::BadNonce`]: crate::DropReason::BadNonce
 
 pub(crate) mod publisher;
+pub(crate) mod reliable;
 pub(crate) mod subscriber;
 
 #[cfg(test)]
 mod sim;
+#[cfg(test)]
+mod sim_reliable;
 
 use std::net::SocketAddr;
 

@@ -150,6 +150,34 @@ impl PublisherSession {
         }
     }
 
+    /// Whether `nak` from `src` may be answered at all: its cookie proves `src`'s address and
+    /// `src` is subscribed to the topic under the NAK's session id. Nothing is ever sent for a
+    /// NAK this refuses (no amplification towards an unproven or unsubscribed address).
+    ///
+    /// # Errors
+    /// [`DropReason::BadCookie`] for a cookie that does not prove `src`;
+    /// [`DropReason::UnknownSender`] for a source not subscribed to the topic (or under
+    /// another session).
+    pub fn admit_nak(
+        &mut self,
+        nak: &crate::Nak,
+        src: SocketAddr,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        if !self.jar.verify(src, &nak.cookie, now_ns) {
+            return Err(DropReason::BadCookie);
+        }
+        if self
+            .subscribers
+            .iter()
+            .any(|s| s.addr == src && s.topic_id == nak.topic_id && s.session == nak.session)
+        {
+            Ok(())
+        } else {
+            Err(DropReason::UnknownSender)
+        }
+    }
+
     /// Handles one control frame from `src` at `now_ns`. `last_seq(topic_id)` is the last
     /// sequence number sent on an exported topic. The answer, if any, goes into `replies`.
     ///

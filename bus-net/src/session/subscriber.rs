@@ -434,6 +434,25 @@ impl SubscriberSession {
         false
     }
 
+    /// Reliable imports: whether a data frame, heartbeat or `Unavailable` of publisher session
+    /// `session` with `fingerprint` belongs to the stream the import follows. The reliable
+    /// receiver (not the loss tracker) accounts for what it carries. A frame of an unknown
+    /// session triggers a resubscribe, as for [`SubscriberSession::on_data`].
+    ///
+    /// # Errors
+    /// [`DropReason::FingerprintMismatch`] for another fingerprint.
+    pub fn follows_reliable(
+        &mut self,
+        fingerprint: u64,
+        session: u64,
+        now_ns: u64,
+    ) -> Result<bool, DropReason> {
+        if fingerprint != self.fingerprint {
+            return Err(DropReason::FingerprintMismatch);
+        }
+        Ok(self.follows(session, now_ns))
+    }
+
     /// Checks a data frame's header: whether to decode and deliver its payload. The caller has
     /// checked the source and the topic; the fingerprint is checked here.
     pub fn on_data(&mut self, header: &Header, now_ns: u64) -> Result<Verdict, DropReason> {
