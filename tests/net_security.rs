@@ -448,8 +448,10 @@ fn captured_sealed_datagrams_replayed_are_dropped() {
     let relay = Recorder::start(addr);
     let (sub_bus, got, status) =
         subscriber(keyed, relay.sub_side.local_addr().unwrap(), "replayed");
-    wait_for("the keyed subscriber fed", 10, || {
-        got.load(Ordering::Relaxed) > 50
+    // Fifty datagrams down, not fifty messages: a loaded publisher packs several messages into
+    // one datagram.
+    wait_for("the keyed subscriber fed by 50 datagrams", 20, || {
+        got.load(Ordering::Relaxed) > 0 && relay.down.lock().unwrap().len() >= 50
     });
     let up: Vec<Vec<u8>> = relay.up.lock().unwrap().clone();
     let down: Vec<Vec<u8>> = relay
