@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup, DEFAULT_CAPACITY};
 
-use crate::drive::{round_trip, stream, Failure, RttOutcome, RttPlan, StreamPlan};
+use crate::drive::{round_trip, stream, Failure, Plan, RttOutcome, RttPlan, StreamPlan};
 use crate::harness::{
     clock_cost_ns, human, print_figures, print_targets, run_rounds, secs, short, Args, Bound,
     Collector, Pinning, Target,
@@ -95,43 +95,10 @@ impl Counter for Pong {
     }
 }
 
-/// Sizes for one run of the suite.
-#[derive(Debug, Clone, Copy)]
-struct Plan {
-    rounds: usize,
-    rtt: RttPlan,
-    fanout: StreamPlan,
-    budget: Duration,
-}
-
-impl Plan {
-    fn new(args: &Args) -> Self {
-        let hard_cap = Duration::from_secs(20);
-        // The ring suite's warm-up and window, so the bare ring here runs as it does there.
-        let (rounds, warmup, window) = if args.quick {
-            (2, Duration::from_millis(5), Duration::from_millis(20))
-        } else {
-            (15, WARMUP, WINDOW)
-        };
-        Self {
-            rounds: args.rounds.unwrap_or(rounds),
-            rtt: RttPlan {
-                warmup,
-                window,
-                hard_cap,
-            },
-            fanout: StreamPlan {
-                batch: None,
-                warmup,
-                window,
-                hard_cap,
-            },
-            budget: match args.rounds {
-                Some(_) => Duration::MAX,
-                None => Duration::from_secs(40),
-            },
-        }
-    }
+/// This suite's sizes: 15 rounds of the ring suite's windows (so the bare ring here runs as it
+/// does there) within 40 s.
+fn plan(args: &Args) -> Plan {
+    Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(40))
 }
 
 /// The target.
@@ -144,7 +111,7 @@ const TARGETS: [Target; 1] = [Target {
 
 /// Runs the suite, prints its figures and returns what it collected.
 pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
-    let plan = Plan::new(args);
+    let plan = plan(args);
     let started = Instant::now();
     human(
         args,
@@ -265,7 +232,7 @@ fn ring_fanout1_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     let case = "throughput_fanout1";
     out.note(RING, case, "msgs/s", RING_FANOUT1_NOTE);
     let (tx, rx) = llbus::Ring::<u64>::new(DEFAULT_CAPACITY);
-    match stream(pinning, tx, rx, plan.fanout) {
+    match stream(pinning, tx, rx, plan.stream(None)) {
         Ok(o) => out.add(RING, case, "msgs/s", o.per_sec),
         Err(e) => {
             eprintln!("ERROR: {RING} {case}: {e}");
@@ -362,7 +329,7 @@ fn fanout_case(subscribers: usize, pinning: &Pinning, plan: &Plan, out: &mut Col
         out.note(BUS, "throughput_fanout3", "msgs/s", FANOUT3_NOTE);
         "throughput_fanout3"
     };
-    match fanout(subscribers, pinning, plan.fanout) {
+    match fanout(subscribers, pinning, plan.stream(None)) {
         Ok(per_sec) => out.add(BUS, case, "msgs/s", per_sec),
         Err(e) => {
             eprintln!("ERROR: {BUS} {case}: {e}");

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::harness::{latency_histogram, run_pair, spin_until, Pinning, Spin, Stuck};
+use crate::harness::{latency_histogram, run_pair, spin_until, Args, Pinning, Spin, Stuck};
 
 /// Sent to make the receiving thread stop before the planned count; never a data value.
 pub const STOP: u64 = u64::MAX;
@@ -119,6 +119,63 @@ pub struct RttPlan {
     pub window: Duration,
     /// Give up with [`Failure::Stuck`] after this long.
     pub hard_cap: Duration,
+}
+
+/// One run's sizes, shared by the suites that measure in windows: how many rounds, each
+/// measurement's warm-up, window and hard cap (`--quick` shrinks them to a smoke test), and the
+/// time after which no new round starts (unlimited when `--rounds` is given).
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub rounds: usize,
+    /// The round trips' warm-up, window and cap (the same as the streams').
+    pub rtt: RttPlan,
+    pub warmup: Duration,
+    pub window: Duration,
+    pub hard_cap: Duration,
+    pub budget: Duration,
+}
+
+impl Plan {
+    /// `rounds`, `warmup`, `window` and `budget` are the suite's own full-run sizes.
+    pub fn new(
+        args: &Args,
+        rounds: usize,
+        warmup: Duration,
+        window: Duration,
+        budget: Duration,
+    ) -> Self {
+        let hard_cap = Duration::from_secs(20);
+        let (rounds, warmup, window) = if args.quick {
+            (2, Duration::from_millis(5), Duration::from_millis(20))
+        } else {
+            (rounds, warmup, window)
+        };
+        Plan {
+            rounds: args.rounds.unwrap_or(rounds),
+            rtt: RttPlan {
+                warmup,
+                window,
+                hard_cap,
+            },
+            warmup,
+            window,
+            hard_cap,
+            budget: match args.rounds {
+                Some(_) => Duration::MAX,
+                None => budget,
+            },
+        }
+    }
+
+    /// A stream of single items (`batch` None) or of batches, with this plan's windows.
+    pub fn stream(&self, batch: Option<usize>) -> StreamPlan {
+        StreamPlan {
+            batch,
+            warmup: self.warmup,
+            window: self.window,
+            hard_cap: self.hard_cap,
+        }
+    }
 }
 
 /// What a round trip measurement produced.

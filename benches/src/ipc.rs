@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use llbus::Message;
 use llbus_ipc::{ChannelConfig, Pod, Receiver as ShmRx, Sender as ShmTx};
 
-use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
+use crate::drive::{round_trip, stream, Plan, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
     human, latency_histogram, print_figures, print_targets, run_rounds, secs, short, Args, Bound,
     Collector, Percentiles, Pinning, Spin, Stuck, Target, CORES,
@@ -77,40 +77,9 @@ const TARGETS: [Target; 2] = [
     },
 ];
 
-struct Plan {
-    rounds: usize,
-    rtt: RttPlan,
-    /// The throughput cases' warm-up and window (the ring suite's).
-    warmup: Duration,
-    window: Duration,
-    hard_cap: Duration,
-    budget: Duration,
-}
-
-impl Plan {
-    fn new(args: &Args) -> Self {
-        let hard_cap = Duration::from_secs(20);
-        let (rounds, warmup, window) = if args.quick {
-            (2, Duration::from_millis(5), Duration::from_millis(20))
-        } else {
-            (9, WARMUP, WINDOW)
-        };
-        Plan {
-            rounds: args.rounds.unwrap_or(rounds),
-            rtt: RttPlan {
-                warmup,
-                window,
-                hard_cap,
-            },
-            warmup,
-            window,
-            hard_cap,
-            budget: match args.rounds {
-                Some(_) => Duration::MAX,
-                None => Duration::from_secs(90),
-            },
-        }
-    }
+/// This suite's sizes: 9 rounds of the ring suite's windows within 90 s.
+fn plan(args: &Args) -> Plan {
+    Plan::new(args, 9, WARMUP, WINDOW, Duration::from_secs(90))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -413,12 +382,7 @@ fn record_stream(
 }
 
 fn stream_plan(plan: &Plan, batch: bool) -> StreamPlan {
-    StreamPlan {
-        batch: batch.then_some(BATCH),
-        warmup: plan.warmup,
-        window: plan.window,
-        hard_cap: plan.hard_cap,
-    }
+    plan.stream(batch.then_some(BATCH))
 }
 
 const PHASES: usize = 3;
@@ -526,9 +490,10 @@ fn process_stream(
     let mut closed: Option<(Instant, u64)> = None;
     let mut sent = 0u64;
     let mut buf = [0u64; BATCH];
+    // Values sent per turn: the clock is read once per 4096 whichever way they go.
+    let step = plan.batch.unwrap_or(1) as u64;
     while closed.is_none() {
         // NB: the clock is read every 4096 values, as the drivers' windows do.
-        let step = plan.batch.unwrap_or(1) as u64;
         if sent % 4096 < step {
             let now = Instant::now();
             match opened {
@@ -638,7 +603,7 @@ const NAMES: &[&str] = &[RING, SHM_THREADS, SHM_PROCESS, UDP, BRIDGE];
 
 /// Runs the suite, prints its figures and returns what it collected.
 pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
-    let plan = Plan::new(args);
+    let plan = plan(args);
     let started = Instant::now();
     human(
         args,

@@ -58,7 +58,7 @@ use llbus::{
 use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 
-use crate::drive::{round_trip, Receiver, RttOutcome, RttPlan, Sender};
+use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
     human, median, print_figures, print_targets, run_rounds, secs, short, Args, Bound, Collector,
     Pinning, Spin, Stuck, Target,
@@ -137,42 +137,9 @@ counter_message!(Ping, "bench.udp.ping");
 counter_message!(Pong, "bench.udp.pong");
 counter_message!(Data, "bench.udp.data");
 
-/// Sizes for one run of the suite.
-#[derive(Debug, Clone, Copy)]
-struct Plan {
-    rounds: usize,
-    rtt: RttPlan,
-    /// The throughput cases' warm-up and window.
-    warmup: Duration,
-    window: Duration,
-    hard_cap: Duration,
-    budget: Duration,
-}
-
-impl Plan {
-    fn new(args: &Args) -> Self {
-        let hard_cap = Duration::from_secs(20);
-        let (rounds, warmup, window) = if args.quick {
-            (2, Duration::from_millis(5), Duration::from_millis(20))
-        } else {
-            (15, WARMUP, WINDOW)
-        };
-        Self {
-            rounds: args.rounds.unwrap_or(rounds),
-            rtt: RttPlan {
-                warmup,
-                window,
-                hard_cap,
-            },
-            warmup,
-            window,
-            hard_cap,
-            budget: match args.rounds {
-                Some(_) => Duration::MAX,
-                None => Duration::from_secs(60),
-            },
-        }
-    }
+/// This suite's sizes: 15 rounds of 250 ms windows within a minute.
+fn plan(args: &Args) -> Plan {
+    Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(60))
 }
 
 /// The targets.
@@ -211,7 +178,7 @@ const PHASES: usize = 3;
 
 /// Runs the suite, prints its figures and returns what it collected.
 pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
-    let plan = Plan::new(args);
+    let plan = plan(args);
     let started = Instant::now();
     let empty = match empty_receive_ns() {
         Ok((raw, batch)) => (format!("{raw:.0} ns"), format!("{batch:.0} ns")),
@@ -946,7 +913,7 @@ mod tests {
             seed: None,
             plot: None,
         };
-        let plan = Plan::new(&args);
+        let plan = plan(&args);
         for single in [false, true] {
             let o = throughput(single, false, false, &pinning, &plan).expect("throughput");
             assert!(o.per_sec > 0.0, "{o:?}");
