@@ -37,6 +37,9 @@
 //! One-way latency compares the publisher's `CLOCK_REALTIME` with this host's, so across two
 //! hosts it is only as good as their clock synchronisation.
 
+#[path = "common/psk.rs"]
+mod psk;
+use psk::parse_psk;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -209,19 +212,6 @@ fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
         Some(Err(_)) => usage(&format!("{flag}: cannot parse {:?}", v.unwrap_or_default())),
         None => usage(&format!("{flag} needs a value")),
     }
-}
-
-/// A 32-byte key from 64 hex digits.
-fn parse_psk(text: &str) -> Option<[u8; 32]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 64 {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (k, pair) in key.iter_mut().zip(bytes.chunks(2)) {
-        *k = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
-    Some(key)
 }
 
 fn parse_args() -> Args {
