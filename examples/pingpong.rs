@@ -3,21 +3,29 @@
 //! through two network bridges on loopback (two buses in one process, as if on two hosts).
 //!
 //! ```text
-//! cargo run --release --example pingpong -- --strategy spin|backoff|park [--count N] [--transport bus|udp|shm]
+//! cargo run --release --example pingpong -- [--strategy spin|backoff|park] [--count N] [--transport bus|udp|shm] [--split]
+//! cargo run --release --example pingpong -- --help
 //! ```
 //!
 //! `spin` burns both cores (pin them: the example pins ping to core 0 and pong to core 1 when
 //! the machine has two); `backoff` spins then yields; `park` sleeps until rung.
 //!
 //! `--transport udp` (default `bus`): ping and its bridge share one thread of bus A (core 0),
-//! pong and its bridge one thread of bus B (core 1); each round trip crosses loopback twice.
+//! pong and its bridge one thread of bus B (core 1); each round trip crosses loopback twice
+//! (`--split` puts every actor and bridge on a thread of its own instead: four threads).
 //! A ping that gets no answer within 100 ms (UDP may lose it, and the first ones leave before
 //! the subscriptions are in place) is sent again and counted as a retry.
+
+#[path = "common/cli.rs"]
+#[allow(dead_code)] // pingpong takes no key, address or duration
+mod cli;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+use cli::IdleArg;
 use hdrhistogram::Histogram;
 use llbus::{Actor, Backpressure, Bus, Context, Idle, Message, Out, Setup};
 use llbus_net::Bridge;
@@ -144,11 +152,36 @@ impl Actor for Ponger {
     }
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: pingpong [--strategy spin|backoff|park] [--count N] [--transport bus|udp|shm]"
-    );
-    std::process::exit(2);
+/// Bounces a timestamp between two actors and prints the round-trip percentiles.
+#[derive(Parser, Debug)]
+#[command(name = "pingpong", version, about)]
+struct Args {
+    /// How the threads wait for the next message.
+    #[arg(long, visible_alias = "idle", value_enum, default_value_t = IdleArg::Backoff)]
+    strategy: IdleArg,
+    /// Round trips to measure (a tenth as many more warm up first).
+    #[arg(long, default_value_t = 100_000, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    count: u64,
+    /// bus: two threads of one bus; udp: two buses bridged over loopback UDP; shm: a second
+    /// process through shared memory.
+    #[arg(long, value_enum, default_value_t = PingTransport::Bus)]
+    transport: PingTransport,
+    /// udp only: every actor and bridge on a thread of its own (four threads) instead of each
+    /// bridge taking turns with its actor on one.
+    #[arg(long)]
+    split: bool,
+}
+
+/// `--transport`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum PingTransport {
+    /// Two threads of one bus.
+    Bus,
+    /// Two buses, each with a network bridge, over loopback UDP.
+    Udp,
+    /// A second process, through shared memory (llbus-ipc).
+    Shm,
 }
 
 fn pinger(
@@ -202,6 +235,7 @@ fn over_the_bus(
 /// over loopback.
 fn over_udp(
     idle: Idle,
+    split: bool,
     count: u64,
     result: &Arc<Mutex<Option<Outcome>>>,
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -213,34 +247,48 @@ fn over_udp(
     let bridge_b = bridge_b.import::<Ping>(addr_a).export::<Pong>();
     let (status_a, status_b) = (bridge_a.status(), bridge_b.status());
 
-    let two_cores = llbus::online_cores() >= 2;
+    let two_cores = llbus::online_cores() >= 2 && !split;
     let mut a = Bus::builder();
-    let group_a = a.group("host-a").idle(idle);
-    if two_cores {
-        group_a.on_core(0);
-    }
-    a.actor("ping", pinger(count, result))
-        .group("host-a")
-        .tick_every(Duration::from_millis(10))
-        .subscribes::<Pong>()
-        .publishes::<Ping>();
-    // The bridge shares ping's thread, so that edge must never wait (one ping is in flight).
-    a.add(bridge_a)
-        .group("host-a")
-        .backpressure::<Ping>(Backpressure::DropNewest);
-
     let mut b = Bus::builder();
-    let group_b = b.group("host-b").idle(idle);
-    if two_cores {
-        group_b.on_core(1);
+    if split {
+        a.actor("ping", pinger(count, result))
+            .idle(idle)
+            .tick_every(Duration::from_millis(10))
+            .subscribes::<Pong>()
+            .publishes::<Ping>();
+        a.add(bridge_a).idle(idle);
+        b.actor("pong", |s: &mut Setup<'_>| Ponger { out: s.output() })
+            .idle(idle)
+            .subscribes::<Ping>()
+            .publishes::<Pong>();
+        b.add(bridge_b).idle(idle);
+    } else {
+        let group_a = a.group("host-a").idle(idle);
+        if two_cores {
+            group_a.on_core(0);
+        }
+        a.actor("ping", pinger(count, result))
+            .group("host-a")
+            .tick_every(Duration::from_millis(10))
+            .subscribes::<Pong>()
+            .publishes::<Ping>();
+        // The bridge shares ping's thread, so that edge must never wait (one ping is in
+        // flight).
+        a.add(bridge_a)
+            .group("host-a")
+            .backpressure::<Ping>(Backpressure::DropNewest);
+        let group_b = b.group("host-b").idle(idle);
+        if two_cores {
+            group_b.on_core(1);
+        }
+        b.actor("pong", |s: &mut Setup<'_>| Ponger { out: s.output() })
+            .group("host-b")
+            .subscribes::<Ping>()
+            .publishes::<Pong>();
+        b.add(bridge_b)
+            .group("host-b")
+            .backpressure::<Pong>(Backpressure::DropNewest);
     }
-    b.actor("pong", |s: &mut Setup<'_>| Ponger { out: s.output() })
-        .group("host-b")
-        .subscribes::<Ping>()
-        .publishes::<Pong>();
-    b.add(bridge_b)
-        .group("host-b")
-        .backpressure::<Pong>(Backpressure::DropNewest);
 
     let running_b = b.start()?;
     let running_a = a.start()?;
@@ -263,52 +311,28 @@ fn over_udp(
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
     if let Some(echo) = shm::echo_if_asked() {
-        return echo;
+        return cli::report_errors("pingpong", || echo);
     }
-    let mut shm = false;
-    let mut idle = Idle::Backoff;
-    let mut name = "backoff";
-    let mut count: u64 = 100_000;
-    let mut udp = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--strategy" => {
-                (idle, name) = match args.next().as_deref() {
-                    Some("spin") => (Idle::BusySpin, "spin"),
-                    Some("backoff") => (Idle::Backoff, "backoff"),
-                    Some("park") => (Idle::Park, "park"),
-                    _ => usage(),
-                }
-            }
-            "--count" => {
-                count = match args.next().and_then(|n| n.parse().ok()) {
-                    Some(n) if n > 0 => n,
-                    _ => usage(),
-                }
-            }
-            "--transport" => {
-                udp = match args.next().as_deref() {
-                    Some("bus") => false,
-                    Some("udp") => true,
-                    Some("shm") => {
-                        shm = true;
-                        false
-                    }
-                    _ => usage(),
-                }
-            }
-            _ => usage(),
-        }
-    }
+    let args = Args::parse();
+    cli::report_errors("pingpong", || run(&args))
+}
 
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let (idle, count) = (Idle::from(args.strategy), args.count);
+    let name = match args.strategy {
+        IdleArg::Spin => "spin",
+        IdleArg::Backoff => "backoff",
+        IdleArg::Park => "park",
+    };
+    let shm = args.transport == PingTransport::Shm;
+    let udp = args.transport == PingTransport::Udp;
     let result = Arc::new(Mutex::new(None));
     if shm {
         shm::run(idle, count, &result)?;
     } else if udp {
-        over_udp(idle, count, &result)?;
+        over_udp(idle, args.split, count, &result)?;
     } else {
         over_the_bus(idle, count, &result)?;
     }

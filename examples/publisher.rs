@@ -3,45 +3,27 @@
 //! a second (published, subscribers) and the bus's report at the end.
 //!
 //! ```text
-//! cargo run --release --example publisher -- --bind ADDR [--rate MSGS_PER_S] [--count N] [--compat ll-udp]
+//! cargo run --release --example publisher -- [--bind ADDR] [--rate MSGS_PER_S] [--count N] ...
+//! cargo run --release --example publisher -- --help
 //! ```
 //!
-//! - `--bind ADDR`: where the bridge listens for subscriptions (default `127.0.0.1:7000`,
-//!   loopback).
-//! - `--rate MSGS_PER_S`: messages a second (default 1000; `0` = as fast as the bus takes them).
-//! - `--count N`: stop after `N` messages and a one-second grace period in which heartbeats tell
-//!   subscribers the last sequence number (default: unlimited, until Ctrl-C).
-//! - `--compat ll-udp`: serve an `i64` counter in the ll-udp-pubsub v0.1 format instead (16-byte
-//!   datagrams, `data` then `sent_ts`; `--bind` is then that format's socket), so that
-//!   ll-udp-pubsub's own subscriber examples can receive it.
-//! - `--allow CIDRS`: the networks that may subscribe, comma-separated (default loopback only:
-//!   `127.0.0.0/8,::1/128`); for example `--allow 10.0.0.0/8` to serve a LAN.
-//! - `--wait-subscriber`: start counting only once the first subscription request arrives (the
-//!   tests use it so that no message is published into the void).
-//! - `--subscriber-timeout-s S`: forget a subscriber not heard from for `S` seconds (default
-//!   60; subscribers renew every second, and one that stops cleanly unsubscribes at once).
-//! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
-//! - `--psk HEX64`: a pre-shared key (64 hex digits): every datagram is sealed with the
-//!   replay-resistant MAC, and unsealed or replayed ones are dropped. The subscriber needs the
-//!   same key.
-//! - `--transport shm`: export the counter through shared memory (llbus-ipc channel
-//!   `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host, not over UDP.
-//!
-//! - `--reliable`: export the counter as a reliable topic: the last 1024 messages are kept and
-//!   retransmitted to a subscriber (started with `--reliable` too) that NAKs a gap.
+//! `--help` describes every flag. By default the feed and the bridge take turns on one thread
+//! (backoff idle), which measured best on a 2-vCPU machine with a subscriber process beside it;
+//! `--split` gives each its own thread, and `--idle` picks how the threads wait.
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
 
-#[path = "common/psk.rs"]
-mod psk;
-use psk::parse_psk;
+#[path = "common/cli.rs"]
+mod cli;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup};
+use clap::Parser;
+use cli::{Compat, IdleArg, Transport};
+use llbus::{Actor, ActorBuilder, Backpressure, Bus, Context, Idle, Message, Out, Setup};
 use llbus_net::{realtime_ns, Bridge, BridgeConfig};
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +44,8 @@ struct Count(i64);
 
 /// Messages published in one tick at most (a catch-up after the thread was descheduled).
 const BURST: u64 = 1024;
+/// The feed-to-exporter ring when they share a thread: four bursts.
+const RING: usize = 4 * BURST as usize;
 /// How long the bridge keeps running after the last message: ten heartbeats.
 const GRACE: Duration = Duration::from_secs(1);
 
@@ -135,102 +119,74 @@ impl<T: Message + Clone> Actor for Feed<T> {
     }
 }
 
+/// Publishes a counter topic over UDP (or shared memory) for the `subscriber` example.
+#[derive(Parser, Debug)]
+#[command(name = "publisher", version, about)]
 struct Args {
+    /// Where the bridge listens for subscriptions (in --compat mode: that format's socket).
+    #[arg(long, default_value = "127.0.0.1:7000", value_name = "ADDR")]
     bind: SocketAddr,
+    /// Messages a second; 0 publishes as fast as the bus takes them.
+    #[arg(long, default_value_t = 1000, value_name = "MSGS_PER_S")]
     rate: u64,
+    /// Stop after N messages and a one-second grace period in which heartbeats tell
+    /// subscribers the last sequence number [default: unlimited, until Ctrl-C].
+    #[arg(long, value_name = "N")]
     count: Option<u64>,
-    compat: bool,
-    wait_subscriber: bool,
-    subscriber_timeout: Option<Duration>,
-    idle: Idle,
+    /// Serve an i64 counter in the ll-udp-pubsub v0.1 format instead (16-byte datagrams, `data`
+    /// then `sent_ts`), so ll-udp-pubsub's own subscribers can receive it.
+    #[arg(long, value_enum)]
+    compat: Option<Compat>,
+    /// The networks that may subscribe, comma-separated, e.g. 10.0.0.0/8
+    /// [default: loopback only, 127.0.0.0/8,::1/128].
+    #[arg(long, value_name = "CIDRS", value_parser = parse_allow)]
     allow: Option<llbus_net::Allowlist>,
+    /// Start counting only once the first subscriber is admitted (nothing is published into
+    /// the void).
+    #[arg(long)]
+    wait_subscriber: bool,
+    /// Forget a subscriber not heard from for S seconds [default: 60]; subscribers renew every
+    /// second, and one that stops cleanly unsubscribes at once.
+    #[arg(long = "subscriber-timeout-s", value_name = "S", value_parser = cli::parse_secs)]
+    subscriber_timeout: Option<Duration>,
+    /// How the bus threads wait when they have nothing to do.
+    #[arg(long, value_enum, default_value_t = IdleArg::Backoff)]
+    idle: IdleArg,
+    /// Run the feed and the bridge on a thread each instead of taking turns on one (on a
+    /// 2-vCPU machine with `--idle spin` that is four spinning threads with the subscriber:
+    /// milliseconds of latency).
+    #[arg(long)]
+    split: bool,
+    /// A pre-shared key (64 hex digits): every datagram is sealed with the replay-resistant
+    /// MAC, and unsealed or replayed ones are dropped. The subscriber needs the same key.
+    #[arg(long, value_name = "HEX64", value_parser = cli::parse_psk)]
     psk: Option<[u8; 32]>,
-    shm: bool,
+    /// Export the counter as a reliable topic: the last 1024 messages are kept and
+    /// retransmitted to a subscriber (started with --reliable too) that NAKs a gap.
+    #[arg(long)]
     reliable: bool,
+    /// udp: through the network bridge; shm: through shared memory (llbus-ipc channel
+    /// `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host.
+    #[arg(long, value_enum, default_value_t = Transport::Udp)]
+    transport: Transport,
 }
 
-fn usage(problem: &str) -> ! {
-    eprintln!("publisher: {problem}");
-    eprintln!(
-        "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
-         [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park] \
-         [--psk HEX64] [--reliable] [--transport udp|shm]"
-    );
-    std::process::exit(2);
+/// `--allow`: comma-separated networks.
+fn parse_allow(text: &str) -> Result<llbus_net::Allowlist, String> {
+    text.parse::<llbus_net::Allowlist>()
+        .map_err(|e| e.to_string())
 }
 
-fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
-    match v.as_deref().map(str::parse) {
-        Some(Ok(v)) => v,
-        Some(Err(_)) => usage(&format!("{flag}: cannot parse {:?}", v.unwrap_or_default())),
-        None => usage(&format!("{flag} needs a value")),
+/// The thread the example's actors share unless `--split`.
+const GROUP: &str = "publisher";
+
+/// Places an actor: on the shared thread, or on a thread of its own with the idle strategy.
+fn place<'b, A: Actor>(actor: ActorBuilder<'b, A>, args: &Args) -> ActorBuilder<'b, A> {
+    if args.split {
+        actor.idle(args.idle.into())
+    } else {
+        actor.group(GROUP)
     }
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        bind: "127.0.0.1:7000".parse().expect("a valid literal address"),
-        rate: 1000,
-        count: None,
-        compat: false,
-        wait_subscriber: false,
-        subscriber_timeout: None,
-        idle: Idle::Backoff,
-        allow: None,
-        psk: None,
-        shm: false,
-        reliable: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bind" => a.bind = value(&arg, args.next()),
-            "--rate" => a.rate = value(&arg, args.next()),
-            "--count" => a.count = Some(value(&arg, args.next())),
-            "--compat" => match args.next().as_deref() {
-                Some("ll-udp") => a.compat = true,
-                _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
-            },
-            "--allow" => {
-                let text: String = value(&arg, args.next());
-                match text.parse::<llbus_net::Allowlist>() {
-                    Ok(allow) => a.allow = Some(allow),
-                    Err(e) => usage(&format!("--allow: {e}")),
-                }
-            }
-            "--wait-subscriber" => a.wait_subscriber = true,
-            "--transport" => {
-                a.shm = match args.next().as_deref() {
-                    Some("udp") => false,
-                    Some("shm") => true,
-                    _ => usage("--transport takes `udp` or `shm`"),
-                }
-            }
-            "--reliable" => a.reliable = true,
-            "--subscriber-timeout-s" => {
-                let s: f64 = value(&arg, args.next());
-                a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
-                    usage("--subscriber-timeout-s takes a number of seconds >= 0")
-                }));
-            }
-            "--psk" => {
-                let text: String = value(&arg, args.next());
-                a.psk =
-                    Some(parse_psk(&text).unwrap_or_else(|| usage("--psk takes 64 hex digits")));
-            }
-            "--idle" => {
-                a.idle = match args.next().as_deref() {
-                    Some("spin") => Idle::BusySpin,
-                    Some("backoff") => Idle::Backoff,
-                    Some("park") => Idle::Park,
-                    _ => usage("--idle takes spin, backoff or park"),
-                }
-            }
-            "-h" | "--help" => usage("help"),
-            other => usage(&format!("unknown argument {other:?}")),
-        }
-    }
-    a
 }
 
 fn metric(report: &llbus::Report, name: &str) -> u64 {
@@ -240,8 +196,18 @@ fn metric(report: &llbus::Report, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args();
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    if args.reliable && args.compat.is_some() {
+        eprintln!("publisher: error: --reliable needs the ll-udp format (not --compat)");
+        return std::process::ExitCode::from(2);
+    }
+    cli::report_errors("publisher", || run(&args))
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let compat = args.compat.is_some();
+    let shm_transport = args.transport == Transport::Shm;
     catch_signals();
 
     let shared = Arc::new(Shared::default());
@@ -252,6 +218,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .clamp(Duration::from_micros(10), Duration::from_millis(1));
 
     let mut bus = Bus::builder();
+    if !args.split {
+        bus.group(GROUP).idle(Idle::from(args.idle));
+    }
     let mut config = BridgeConfig::default();
     if let Some(timeout) = args.subscriber_timeout {
         config.subscriber_timeout = timeout;
@@ -260,7 +229,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.allow = allow.clone();
     }
     config.psk = args.psk;
-    let bridge = if args.compat {
+    let bridge = if compat {
         // The v1 socket is unused in compat mode: bind it to any port of the same address.
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
@@ -274,22 +243,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .name("bridge")
             .export::<Counter>()
     };
-    let shm = if args.shm {
+    // Sharing the feed's thread, the exporter can never wait for the feed (nor the feed for
+    // it): its rings drop when full. They hold several ticks' worth (a tick publishes at most
+    // `BURST`), and every turn of the exporter empties its share of them.
+    let shm = if shm_transport {
         let export = llbus_ipc::ShmExport::<Counter, llbus_ipc::Bincode>::new(
             Counter::TOPIC,
             &llbus_ipc::ChannelConfig::default(),
         )?;
         let status = export.status();
-        bus.add(export).idle(args.idle);
+        let export = place(bus.add(export), args);
+        if !args.split {
+            export
+                .backpressure::<Counter>(Backpressure::DropNewest)
+                .capacity::<Counter>(RING);
+        }
         Some(status)
     } else {
-        bus.add(bridge).idle(args.idle);
+        let bridge = place(bus.add(bridge), args);
+        match (args.split, compat) {
+            (true, _) => {}
+            (false, true) => {
+                bridge
+                    .backpressure::<Count>(Backpressure::DropNewest)
+                    .capacity::<Count>(RING);
+            }
+            (false, false) => {
+                bridge
+                    .backpressure::<Counter>(Backpressure::DropNewest)
+                    .capacity::<Counter>(RING);
+            }
+        }
         None
     };
     let feed_shared = Arc::clone(&shared);
     let (rate, count) = (args.rate, args.count);
-    if args.compat {
-        bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+    if compat {
+        let feed = bus.actor("feed", move |s: &mut Setup<'_>| Feed {
             out: s.output(),
             make: |n, _| Count(n as i64),
             rate,
@@ -297,12 +287,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sent: 0,
             started: None,
             shared: Arc::clone(&feed_shared),
-        })
-        .tick_every(tick)
-        .idle(args.idle)
-        .publishes::<Count>();
+        });
+        place(feed, args).tick_every(tick).publishes::<Count>();
     } else {
-        bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        let feed = bus.actor("feed", move |s: &mut Setup<'_>| Feed {
             out: s.output(),
             make: |n, sent_ns| Counter { n, sent_ns },
             rate,
@@ -310,13 +298,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sent: 0,
             started: None,
             shared: Arc::clone(&feed_shared),
-        })
-        .tick_every(tick)
-        .idle(args.idle)
-        .publishes::<Counter>();
+        });
+        place(feed, args).tick_every(tick).publishes::<Counter>();
     }
 
-    let (format, topic) = if args.compat {
+    let (format, topic) = if compat {
         ("ll-udp-pubsub v0.1 (i64 counter)", Count::TOPIC)
     } else {
         ("ll-udp v1", Counter::TOPIC)
@@ -347,7 +333,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let r = running.report();
         let subscribed = if let Some(shm) = &shm {
             shm.is_connected()
-        } else if args.compat {
+        } else if compat {
             metric(&r, "datagrams_in") > 0
         } else {
             metric(&r, &subscribers) > 0
@@ -362,7 +348,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let published = shared.published.load(Ordering::Relaxed);
             // The compat format has no subscriber gauge: its subscribers only ever send
             // `Subscribe` datagrams, so count those instead.
-            let who = if args.compat {
+            let who = if compat {
                 format!("subscribe datagrams {}", metric(&r, "datagrams_in"))
             } else {
                 format!("subscribers {}", metric(&r, &subscribers))

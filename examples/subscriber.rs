@@ -6,24 +6,15 @@
 //! or topic is full is retried with backoff (printed as a warning).
 //!
 //! ```text
-//! cargo run --release --example subscriber -- --bind ADDR --publisher ADDR [--count N] [--timeout-s S] [--compat ll-udp]
+//! cargo run --release --example subscriber -- [--bind ADDR] [--publisher ADDR] [--count N] ...
+//! cargo run --release --example subscriber -- --help
 //! ```
 //!
-//! - `--bind ADDR`: this bridge's socket (default `127.0.0.1:7001`, loopback).
-//! - `--publisher ADDR`: the publisher's bridge (default `127.0.0.1:7000`).
-//! - `--count N`: messages to receive before exiting (default 1000).
-//! - `--timeout-s S`: give up after `S` seconds (default 10).
-//! - `--compat ll-udp`: subscribe in the ll-udp-pubsub v0.1 format to an `i64` counter. That
-//!   format has no sequence numbers and the bridge does not pass its `sent_ts` on, so gaps,
-//!   duplicates and reordering are inferred from the counter values, and no latency is shown.
-//! - `--idle spin|backoff|park`: the idle strategy of the bus threads (default `backoff`).
-//! - `--psk HEX64`: the publisher's pre-shared key (64 hex digits).
-//! - `--reliable`: import the counter as a reliable topic (the publisher needs `--reliable`):
-//!   gaps are NAKed and retransmitted, messages arrive in order. Exits 4 if any message could
-//!   not be recovered (`unrecovered > 0`) or arrived out of order (`out_of_order > 0`).
-//!
-//! `--transport shm` receives from a `publisher --transport shm` on this host through shared
-//! memory (llbus-ipc channel `demo.counter` in /dev/shm) instead of UDP.
+//! `--help` describes every flag. By default the bridge and the sink take turns on one thread
+//! (backoff idle), which measured best on a 2-vCPU machine with a publisher process beside it;
+//! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
+//! `--reliable` it exits 4 if any message could not be recovered (`unrecovered > 0`) or arrived
+//! out of order (`out_of_order > 0`).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
@@ -37,16 +28,17 @@
 //! One-way latency compares the publisher's `CLOCK_REALTIME` with this host's, so across two
 //! hosts it is only as good as their clock synchronisation.
 
-#[path = "common/psk.rs"]
-mod psk;
-use psk::parse_psk;
+#[path = "common/cli.rs"]
+mod cli;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+use cli::{Compat, IdleArg, Transport};
 use hdrhistogram::Histogram;
-use llbus::{Actor, Bus, Context, Idle, Message};
+use llbus::{Actor, ActorBuilder, Bus, Context, Idle, Message};
 use llbus_net::{realtime_ns, Bridge, LatePolicy, LossCounts, SeqTracker, WINDOW};
 use serde::{Deserialize, Serialize};
 
@@ -184,95 +176,57 @@ impl<T: Message + Clone> Actor for Sink<T> {
     }
 }
 
+/// Receives the `publisher` example's counter and reports loss, order and one-way latency.
+#[derive(Parser, Debug)]
+#[command(name = "subscriber", version, about)]
 struct Args {
+    /// This bridge's socket (in --compat mode: that format's socket).
+    #[arg(long, default_value = "127.0.0.1:7001", value_name = "ADDR")]
     bind: SocketAddr,
+    /// The publisher's bridge.
+    #[arg(long, default_value = "127.0.0.1:7000", value_name = "ADDR")]
     publisher: SocketAddr,
+    /// Messages to receive before exiting.
+    #[arg(long, default_value_t = 1000, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
     count: u64,
+    /// Give up after S seconds (exit 1).
+    #[arg(long = "timeout-s", default_value = "10", value_name = "S", value_parser = cli::parse_secs)]
     timeout: Duration,
-    compat: bool,
-    idle: Idle,
+    /// Subscribe in the ll-udp-pubsub v0.1 format to an i64 counter. That format has no
+    /// sequence numbers and no send time: gaps, duplicates and reordering are inferred from the
+    /// counter values, and no latency is shown.
+    #[arg(long, value_enum)]
+    compat: Option<Compat>,
+    /// How the bus threads wait when they have nothing to do.
+    #[arg(long, value_enum, default_value_t = IdleArg::Backoff)]
+    idle: IdleArg,
+    /// Run the bridge and the sink on a thread each instead of taking turns on one.
+    #[arg(long)]
+    split: bool,
+    /// The publisher's pre-shared key (64 hex digits).
+    #[arg(long, value_name = "HEX64", value_parser = cli::parse_psk)]
     psk: Option<[u8; 32]>,
-    shm: bool,
+    /// Import the counter as a reliable topic (the publisher needs --reliable): gaps are NAKed
+    /// and retransmitted, messages arrive in order.
+    #[arg(long, conflicts_with = "compat")]
     reliable: bool,
+    /// udp: through the network bridge; shm: from a `publisher --transport shm` on this host
+    /// through shared memory (llbus-ipc channel `demo.counter` in /dev/shm).
+    #[arg(long, value_enum, default_value_t = Transport::Udp)]
+    transport: Transport,
 }
 
-fn usage(problem: &str) -> ! {
-    eprintln!("subscriber: {problem}");
-    eprintln!(
-        "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
-         [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64] [--reliable] \
-         [--transport udp|shm]"
-    );
-    std::process::exit(2);
-}
+/// The thread the example's actors share unless `--split`.
+const GROUP: &str = "subscriber";
 
-fn value<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
-    match v.as_deref().map(str::parse) {
-        Some(Ok(v)) => v,
-        Some(Err(_)) => usage(&format!("{flag}: cannot parse {:?}", v.unwrap_or_default())),
-        None => usage(&format!("{flag} needs a value")),
+/// Places an actor: on the shared thread, or on a thread of its own with the idle strategy.
+fn place<'b, A: Actor>(actor: ActorBuilder<'b, A>, args: &Args) -> ActorBuilder<'b, A> {
+    if args.split {
+        actor.idle(args.idle.into())
+    } else {
+        actor.group(GROUP)
     }
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        bind: "127.0.0.1:7001".parse().expect("a valid literal address"),
-        publisher: "127.0.0.1:7000".parse().expect("a valid literal address"),
-        count: 1000,
-        timeout: Duration::from_secs(10),
-        compat: false,
-        idle: Idle::Backoff,
-        psk: None,
-        shm: false,
-        reliable: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bind" => a.bind = value(&arg, args.next()),
-            "--publisher" => a.publisher = value(&arg, args.next()),
-            "--count" => a.count = value(&arg, args.next()),
-            "--timeout-s" => {
-                let s: f64 = value(&arg, args.next());
-                a.timeout = Duration::try_from_secs_f64(s)
-                    .unwrap_or_else(|_| usage("--timeout-s takes a number of seconds >= 0"));
-            }
-            "--transport" => {
-                a.shm = match args.next().as_deref() {
-                    Some("udp") => false,
-                    Some("shm") => true,
-                    _ => usage("--transport takes `udp` or `shm`"),
-                }
-            }
-            "--compat" => match args.next().as_deref() {
-                Some("ll-udp") => a.compat = true,
-                _ => usage("--compat takes `ll-udp` (the ll-udp-pubsub v0.1 format)"),
-            },
-            "--psk" => {
-                let text: String = value(&arg, args.next());
-                a.psk =
-                    Some(parse_psk(&text).unwrap_or_else(|| usage("--psk takes 64 hex digits")));
-            }
-            "--idle" => {
-                a.idle = match args.next().as_deref() {
-                    Some("spin") => Idle::BusySpin,
-                    Some("backoff") => Idle::Backoff,
-                    Some("park") => Idle::Park,
-                    _ => usage("--idle takes spin, backoff or park"),
-                }
-            }
-            "--reliable" => a.reliable = true,
-            "-h" | "--help" => usage("help"),
-            other => usage(&format!("unknown argument {other:?}")),
-        }
-    }
-    if a.reliable && a.compat {
-        usage("--reliable needs the ll-udp format (not --compat)");
-    }
-    if a.count == 0 {
-        usage("--count must be at least 1");
-    }
-    a
 }
 
 fn metric(report: &llbus::Report, name: &str) -> u64 {
@@ -296,8 +250,13 @@ fn invalid(report: &llbus::Report) -> u64 {
         .unwrap_or(0)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args();
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    cli::report_errors("subscriber", || run(&args))
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let compat = args.compat.is_some();
     let shared = Arc::new(Shared {
         received: AtomicU64::new(0),
         done: AtomicBool::new(false),
@@ -305,7 +264,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     let mut bus = Bus::builder();
-    let bridge = if args.compat {
+    if !args.split {
+        bus.group(GROUP).idle(Idle::from(args.idle));
+    }
+    let bridge = if compat {
         // The compat import has a socket of its own at `--bind`; the v1 socket is unused.
         Bridge::bind(SocketAddr::new(args.bind.ip(), 0))?
             .name("bridge")
@@ -323,39 +285,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let status = bridge.status();
-    if args.shm {
+    if args.transport == Transport::Shm {
         let import = llbus_ipc::ShmImport::<Counter, llbus_ipc::Bincode>::new(
             Counter::TOPIC,
             &llbus_ipc::ChannelConfig::default(),
         )?;
-        bus.add(import).idle(args.idle);
+        place(bus.add(import), args);
     } else {
-        bus.add(bridge).idle(args.idle);
+        place(bus.add(bridge), args);
     }
     let (count, sink_shared) = (args.count, Arc::clone(&shared));
     // The bridge never waits for the sink: a message that finds the sink's ring full is dropped
     // (and counted as `ring_dropped`). A deep ring (about 13 s at 5000/s) rides out a sink
     // thread descheduled on a busy machine.
     const SINK_RING: usize = 1 << 16;
-    if args.compat {
+    if compat {
         let read: fn(&Count) -> (u64, Option<i64>) = |c| (c.0 as u64, None);
-        bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
+        let sink = bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
             Sink::new(read, count, true, Arc::clone(&sink_shared))
-        })
-        .idle(args.idle)
-        .default_capacity(SINK_RING)
-        .subscribes::<Count>();
+        });
+        place(sink, args)
+            .default_capacity(SINK_RING)
+            .subscribes::<Count>();
     } else {
         let read: fn(&Counter) -> (u64, Option<i64>) = |c| (c.n, Some(c.sent_ns));
-        bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
+        let sink = bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
             Sink::new(read, count, false, Arc::clone(&sink_shared))
-        })
-        .idle(args.idle)
-        .default_capacity(SINK_RING)
-        .subscribes::<Counter>();
+        });
+        let sink = place(sink, args)
+            .default_capacity(SINK_RING)
+            .subscribes::<Counter>();
+        if !args.split {
+            // The shm import shares the sink's thread: it must not wait for it either.
+            sink.backpressure::<Counter>(llbus::Backpressure::DropNewest);
+        }
     }
 
-    let format = if args.compat {
+    let format = if compat {
         "ll-udp-pubsub v0.1 (i64 counter)"
     } else {
         "ll-udp v1"
@@ -417,7 +383,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("the sink never stopped")?;
     // v1 carries sequence numbers and sessions: the bridge's figures. Compat carries neither:
     // the sink's, from the counter values.
-    let (lost, duplicates, reordered, stale, restarts) = if args.compat {
+    let (lost, duplicates, reordered, stale, restarts) = if compat {
         let c = &summary.by_counter;
         (
             c.lost,
@@ -437,11 +403,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let invalid = invalid(&report);
     let unrecovered = metric(&report, "unrecovered");
-    let topic = if args.compat {
-        Count::TOPIC
-    } else {
-        Counter::TOPIC
-    };
+    let topic = if compat { Count::TOPIC } else { Counter::TOPIC };
     let ring_dropped = report
         .edge(topic, "bridge", "sink")
         .map_or(0, |e| e.dropped);

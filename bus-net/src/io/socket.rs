@@ -122,6 +122,24 @@ pub struct UdpEndpoint {
     stats: IoStats,
 }
 
+/// Why binding `addr` failed, in words: the address, the system's reason and, for the usual
+/// mistakes, what to do (the error keeps its kind).
+fn bind_error(addr: SocketAddr, e: &io::Error) -> io::Error {
+    let hint = match e.kind() {
+        io::ErrorKind::AddrNotAvailable => {
+            ": no network interface of this host has that address (bind 0.0.0.0 or [::] to \
+             listen on every interface, or one of this host's own addresses)"
+        }
+        io::ErrorKind::AddrInUse => ": another socket already has that port (pick another port)",
+        io::ErrorKind::PermissionDenied => ": ports below 1024 need privileges (pick a higher one)",
+        _ => "",
+    };
+    io::Error::new(
+        e.kind(),
+        format!("cannot bind a UDP socket to {addr}: {e}{hint}"),
+    )
+}
+
 impl UdpEndpoint {
     /// Creates a non-blocking UDP socket bound to `addr` (port 0 for an ephemeral port).
     /// Buffer sizes are best effort: a refused size is logged and the default kept.
@@ -151,7 +169,9 @@ impl UdpEndpoint {
                 }
             }
         }
-        socket.bind(&addr.into())?;
+        socket
+            .bind(&addr.into())
+            .map_err(|e| bind_error(addr, &e))?;
         let socket: UdpSocket = socket.into();
         let local = socket.local_addr()?;
         Ok(UdpEndpoint {

@@ -1,0 +1,152 @@
+//! The network examples' command lines, as a new user meets them: `--help` describes every
+//! flag, a mistake is refused in words (never a `Debug` dump of an OS error), and by default
+//! each process runs its bridge and its actor on one thread, `--split` on two.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tests::example_bins::{example, free_udp_port, Running};
+
+/// Runs example `name` with `args` to the end: (exit code, stdout, stderr).
+fn run(name: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(example(name));
+    cmd.args(args);
+    let (status, out, err) = Running::spawn(name, cmd).finish(Duration::from_secs(60));
+    (status.and_then(|s| s.code()), out, err)
+}
+
+#[test]
+fn help_describes_every_flag() {
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "publisher",
+            &[
+                "--bind",
+                "--rate",
+                "--count",
+                "--compat",
+                "--allow",
+                "--wait-subscriber",
+                "--subscriber-timeout-s",
+                "--idle",
+                "--split",
+                "--psk",
+                "--reliable",
+                "--transport",
+            ],
+        ),
+        (
+            "subscriber",
+            &[
+                "--bind",
+                "--publisher",
+                "--count",
+                "--timeout-s",
+                "--compat",
+                "--idle",
+                "--split",
+                "--psk",
+                "--reliable",
+                "--transport",
+            ],
+        ),
+        (
+            "pingpong",
+            &["--strategy", "--count", "--transport", "--split"],
+        ),
+    ];
+    for (name, flags) in cases {
+        let (code, out, err) = run(name, &["--help"]);
+        assert_eq!(code, Some(0), "{name} --help failed:\n{out}\n{err}");
+        for flag in flags {
+            // Each flag's line is followed by its description.
+            let declares = |l: &str| {
+                let l = l.trim_start();
+                l == *flag || l.starts_with(&format!("{flag} "))
+            };
+            let described = out.lines().skip_while(|l| !declares(l)).nth(1);
+            assert!(
+                described.is_some_and(|d| d.trim().len() > 10),
+                "{name} --help does not describe {flag}:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_address_that_cannot_be_bound_is_refused_in_words() {
+    // 192.0.2.1 (TEST-NET-1) is never an address of this host.
+    let (code, out, err) = run("publisher", &["--bind", "192.0.2.1:7000", "--count", "1"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("cannot bind")
+            && err.contains("192.0.2.1:7000")
+            && err.contains("no network interface of this host has that address"),
+        "the error should name the address and the reason:\n{err}"
+    );
+    assert!(!err.contains("Os {"), "a Debug dump, not words:\n{err}");
+
+    // A port another socket holds.
+    let held = std::net::UdpSocket::bind("127.0.0.1:0").expect("a loopback socket");
+    let addr = held.local_addr().expect("its address").to_string();
+    let (code, _, err) = run("subscriber", &["--bind", &addr, "--count", "1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&addr) && err.contains("another socket already has that port"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_flag_value_is_a_usage_error_naming_the_flag() {
+    for (name, args, flag) in [
+        ("publisher", &["--psk", "abc"][..], "--psk"),
+        ("subscriber", &["--idle", "sleepy"][..], "--idle"),
+        ("subscriber", &["--count", "0"][..], "--count"),
+        (
+            "pingpong",
+            &["--transport", "carrier-pigeon"][..],
+            "--transport",
+        ),
+        (
+            "subscriber",
+            &["--reliable", "--compat", "ll-udp"][..],
+            "--reliable",
+        ),
+    ] {
+        let (code, out, err) = run(name, args);
+        assert_eq!(code, Some(2), "{name} {args:?}:\n{out}\n{err}");
+        assert!(
+            err.contains(flag),
+            "{name} {args:?} should name {flag}:\n{err}"
+        );
+    }
+}
+
+/// The thread column of actor `actor` in the report's actor table.
+fn thread_of(report: &str, actor: &str) -> Option<String> {
+    report.lines().find_map(|l| {
+        let mut cols = l.split_whitespace();
+        (cols.next() == Some(actor)).then(|| cols.next().map(str::to_owned))?
+    })
+}
+
+#[test]
+fn bridge_and_actor_share_a_thread_unless_split() {
+    let bind = format!("127.0.0.1:{}", free_udp_port());
+    let (code, out, err) = run("publisher", &["--bind", &bind, "--count", "3"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (bridge, feed) = (thread_of(&out, "bridge"), thread_of(&out, "feed"));
+    assert!(
+        bridge.is_some() && bridge == feed,
+        "one thread by default:\n{out}"
+    );
+
+    let (code, out, err) = run("publisher", &["--bind", &bind, "--count", "3", "--split"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (bridge, feed) = (thread_of(&out, "bridge"), thread_of(&out, "feed"));
+    assert!(
+        bridge.is_some() && feed.is_some() && bridge != feed,
+        "--split gives each its own thread:\n{out}"
+    );
+}
