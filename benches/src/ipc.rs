@@ -99,9 +99,9 @@ impl Sender for ShmTx<Val, Pod> {
 
     #[inline]
     fn send_batch(&mut self, items: &[u64]) -> usize {
-        let mut it = items.iter();
-        self.send_batch(items.len(), || it.next().map(|&v| Val(v)))
-            .map_or(0, |(n, _)| n)
+        // A slice of plain data: one copy per run of slots (`Val` is a transparent u64).
+        self.send_slice(llbus_ipc::bytemuck::cast_slice(items))
+            .unwrap_or(0)
     }
 }
 
@@ -124,7 +124,11 @@ impl Receiver for ShmRx<Val, Pod> {
 
     #[inline]
     fn recv_batch(&mut self, max: usize, mut f: impl FnMut(u64)) -> usize {
-        ShmRx::recv_batch(self, max, |v| f(v.0)).map_or(0, |(n, _)| n)
+        // Copied out a run of slots at a time, then handed over one by one.
+        let mut buf = [Val(0); BATCH];
+        let n = self.recv_slice(&mut buf[..max.min(BATCH)]).unwrap_or(0);
+        buf[..n].iter().for_each(|v| f(v.0));
+        n
     }
 }
 
@@ -295,25 +299,29 @@ pub fn echo_main(base: &str) -> i32 {
     let mut quit = false;
     while !quit && Instant::now() < deadline {
         let mut answer = None;
-        let got = ShmRx::recv_batch(&mut rx, BATCH, |Val(v)| {
-            if v & PING != 0 {
-                answer = Some(v);
-            } else if v & DONE != 0 {
-                answer = Some(DONE | count);
-                count = 0;
-                expect = 0;
-            } else if v & QUIT != 0 {
-                quit = true;
-            } else {
-                // A stream value: in order, or the count says so.
-                if v == expect {
-                    count += 1;
+        let mut buf = [Val(0); BATCH];
+        let got = rx.recv_slice(&mut buf).map(|n| {
+            for &Val(v) in &buf[..n] {
+                if v & PING != 0 {
+                    answer = Some(v);
+                } else if v & DONE != 0 {
+                    answer = Some(DONE | count);
+                    count = 0;
+                    expect = 0;
+                } else if v & QUIT != 0 {
+                    quit = true;
+                } else {
+                    // A stream value: in order, or the count says so.
+                    if v == expect {
+                        count += 1;
+                    }
+                    expect = v + 1;
                 }
-                expect = v + 1;
             }
+            n
         });
         match got {
-            Ok((0, _)) => {
+            Ok(0) => {
                 idle += 1;
                 if idle % (1 << 20) == 0
                     && !matches!(rx.heartbeat(true), llbus_ipc::PeerState::Alive(_))

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use llbus::Message;
 
-use crate::codec::{CodecError, SlotCodec};
+use crate::codec::{CodecError, Pod, SlotCodec};
 use crate::file::{self, FileId};
 use crate::layout::{Geometry, LayoutError, Side};
 use crate::region::Region;
@@ -465,6 +465,34 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
     }
 }
 
+impl<T: Message + bytemuck::Pod> Sender<T, Pod> {
+    /// Sends the values of `items` while there is room and publishes them with one store;
+    /// returns how many were sent. When a slot is exactly a `T` wide (`T`'s size a multiple
+    /// of 8), each run of adjacent slots is one copy; otherwise a value at a time, as
+    /// [`send_batch`](Self::send_batch).
+    ///
+    /// # Errors
+    /// [`SendError::Corrupt`] if the reader broke the ring.
+    pub fn send_slice(&mut self, items: &[T]) -> Result<usize, SendError> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || self.ring.geometry().slot_size != size {
+            let mut it = items.iter();
+            return self
+                .send_batch(items.len(), || it.next().copied())
+                .map(|(n, _)| n);
+        }
+        let mut bytes: &[u8] = bytemuck::cast_slice(items);
+        self.ring
+            .write_runs(items.len(), |run, _| {
+                let (now, rest) = bytes.split_at(run.len());
+                run.copy_from_slice(now);
+                bytes = rest;
+                run.len() / size
+            })
+            .map_err(SendError::Corrupt)
+    }
+}
+
 impl<T, C> Drop for Sender<T, C> {
     fn drop(&mut self) {
         let h = self.ring.region().header();
@@ -627,6 +655,36 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
     /// The topic.
     pub fn topic(&self) -> &'static str {
         self.topic
+    }
+}
+
+impl<T: Message + bytemuck::Pod> Receiver<T, Pod> {
+    /// Receives up to `out.len()` values into `out`, in order, and frees their slots with one
+    /// store; returns how many. When a slot is exactly a `T` wide, each run of adjacent slots
+    /// is one copy; otherwise a value at a time, as [`recv_batch`](Self::recv_batch). (Every
+    /// bit pattern is a `T`, so there is nothing to reject.)
+    ///
+    /// # Errors
+    /// [`RecvError::Corrupt`] if the writer broke the ring.
+    pub fn recv_slice(&mut self, out: &mut [T]) -> Result<usize, RecvError> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || self.ring.geometry().slot_size != size {
+            let mut slots = out.iter_mut();
+            return self
+                .recv_batch(slots.len(), |v| {
+                    if let Some(slot) = slots.next() {
+                        *slot = v;
+                    }
+                })
+                .map(|(n, _)| n);
+        }
+        let mut dst: &mut [u8] = bytemuck::cast_slice_mut(out);
+        let got = self.ring.read_runs(dst.len() / size, |run, _| {
+            let (now, rest) = std::mem::take(&mut dst).split_at_mut(run.len());
+            now.copy_from_slice(run);
+            dst = rest;
+        });
+        got.map_err(|e| self.broken(e))
     }
 }
 

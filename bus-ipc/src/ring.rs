@@ -85,6 +85,13 @@ fn slot_ptr(region: &Region, geo: &Geometry, mask: u64, index: u64) -> *mut u8 {
     region.at(offset)
 }
 
+/// A batch of `n` slots from slot `first` (`< capacity`) of a ring of `capacity` slots, as two
+/// runs of (first slot, slot count): the second is empty unless the batch wraps.
+fn runs(first: u64, n: usize, capacity: usize) -> [(u64, usize); 2] {
+    let first_len = n.min(capacity - first as usize);
+    [(first, first_len), (0, n - first_len)]
+}
+
 impl RingWriter {
     /// Lays a fresh ring of geometry `geo` over `region` (which must be zeroed and exactly
     /// `geo.mapping_len()` bytes) and returns its writer. The header's magic is written last.
@@ -179,13 +186,7 @@ impl RingWriter {
         max: usize,
         mut fill: F,
     ) -> Result<usize, RingError> {
-        let mut free = self.cached_free()?;
-        if free < max && free < self.geo.capacity {
-            // The cache says fewer than asked: one Acquire load for the true figure.
-            self.refresh_head()?;
-            free = (self.geo.capacity as u64 - self.tail.wrapping_sub(self.head_cache)) as usize;
-        }
-        let free = free.min(max);
+        let free = self.free_for(max)?;
         let mut n = 0;
         while n < free {
             let p = slot_ptr(
@@ -204,13 +205,64 @@ impl RingWriter {
             }
             n += 1;
         }
+        self.publish(n);
+        Ok(n)
+    }
+
+    /// Like [`write_batch`](Self::write_batch), a run of adjacent slots at a time: up to `max`
+    /// free slots as at most two runs of bytes (the second when the batch wraps), each handed to
+    /// `fill` with its slot count; `fill` returns how many of the run's leading slots it filled
+    /// (fewer than all ends the batch). One `Release` store publishes them all. A batch of
+    /// plain data is then one copy per run instead of a call per slot.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the reader's `head` is out of range.
+    pub fn write_runs<F: FnMut(&mut [u8], usize) -> usize>(
+        &mut self,
+        max: usize,
+        mut fill: F,
+    ) -> Result<usize, RingError> {
+        let free = self.free_for(max)?;
+        let mut n = 0;
+        for (first, len) in runs(self.tail & self.mask, free, self.geo.capacity) {
+            if len == 0 {
+                break;
+            }
+            let p = slot_ptr(&self.region, &self.geo, self.mask, first);
+            // SAFETY: slots `first..first + len` lie inside the region (`runs` keeps them below
+            // the capacity, and the region holds `capacity` slots after the header) and are
+            // free, as in `write_batch`.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(p, len * self.geo.slot_size) };
+            let filled = fill(bytes, len).min(len);
+            n += filled;
+            if filled < len {
+                break;
+            }
+        }
+        self.publish(n);
+        Ok(n)
+    }
+
+    /// Free slots for a batch of up to `max`: the cached figure, or one `Acquire` load of the
+    /// reader's `head` when the cache shows fewer than asked.
+    fn free_for(&mut self, max: usize) -> Result<usize, RingError> {
+        let mut free = self.cached_free()?;
+        if free < max && free < self.geo.capacity {
+            self.refresh_head()?;
+            free = (self.geo.capacity as u64 - self.tail.wrapping_sub(self.head_cache)) as usize;
+        }
+        Ok(free.min(max))
+    }
+
+    /// Publishes `n` written slots with one `Release` store, and wakes the reader if it
+    /// announced that it sleeps.
+    fn publish(&mut self, n: usize) {
         if n > 0 {
             self.tail = self.tail.wrapping_add(n as u64);
             let h = self.region.header();
             h.tail.0.store(self.tail, Ordering::Release);
             wake(&h.reader_sleeps.0);
         }
-        Ok(n)
     }
 
     /// Sleeps until the ring has a free slot or `timeout` passes (the futex in the mapping,
@@ -345,13 +397,7 @@ impl RingReader {
         max: usize,
         mut read: F,
     ) -> Result<usize, RingError> {
-        let mut n = self.cached_available()?;
-        if n < max && n < self.geo.capacity {
-            // The cache says fewer than asked: one Acquire load for the true figure.
-            self.refresh_tail()?;
-            n = self.tail_cache.wrapping_sub(self.head) as usize;
-        }
-        let n = n.min(max);
+        let n = self.ready_for(max)?;
         for i in 0..n {
             let p = slot_ptr(
                 &self.region,
@@ -366,13 +412,56 @@ impl RingReader {
             let slot = unsafe { std::slice::from_raw_parts(p, self.geo.slot_size) };
             read(slot);
         }
+        self.release(n);
+        Ok(n)
+    }
+
+    /// Like [`read_batch`](Self::read_batch), a run of adjacent slots at a time: up to `max`
+    /// ready slots as at most two runs of bytes (the second when the batch wraps), each handed
+    /// to `read` with its slot count, then freed with one `Release` store.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the writer's `tail` is out of range.
+    pub fn read_runs<F: FnMut(&[u8], usize)>(
+        &mut self,
+        max: usize,
+        mut read: F,
+    ) -> Result<usize, RingError> {
+        let n = self.ready_for(max)?;
+        for (first, len) in runs(self.head & self.mask, n, self.geo.capacity) {
+            if len == 0 {
+                break;
+            }
+            let p = slot_ptr(&self.region, &self.geo, self.mask, first);
+            // SAFETY: slots `first..first + len` lie inside the region (as in `write_runs`) and
+            // were published, as in `read_batch`; `read` copies the bytes, whatever they are.
+            let bytes = unsafe { std::slice::from_raw_parts(p, len * self.geo.slot_size) };
+            read(bytes, len);
+        }
+        self.release(n);
+        Ok(n)
+    }
+
+    /// Ready slots for a batch of up to `max`: the cached figure, or one `Acquire` load of the
+    /// writer's `tail` when the cache shows fewer than asked.
+    fn ready_for(&mut self, max: usize) -> Result<usize, RingError> {
+        let mut n = self.cached_available()?;
+        if n < max && n < self.geo.capacity {
+            self.refresh_tail()?;
+            n = self.tail_cache.wrapping_sub(self.head) as usize;
+        }
+        Ok(n.min(max))
+    }
+
+    /// Frees `n` read slots with one `Release` store, and wakes the writer if it announced
+    /// that it sleeps.
+    fn release(&mut self, n: usize) {
         if n > 0 {
             self.head = self.head.wrapping_add(n as u64);
             let h = self.region.header();
             h.head.0.store(self.head, Ordering::Release);
             wake(&h.writer_sleeps.0);
         }
-        Ok(n)
     }
 
     /// Sleeps until the ring has a ready slot or `timeout` passes (the futex in the mapping,

@@ -179,6 +179,9 @@ enum Op {
     Push(u64),
     PushN(u8),
     Pop(u8),
+    /// `write_runs` of up to n values, filling at most `stop` slots in total.
+    PushRuns(u8, u8),
+    PopRuns(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -186,6 +189,8 @@ fn op() -> impl Strategy<Value = Op> {
         any::<u64>().prop_map(Op::Push),
         (0u8..12).prop_map(Op::PushN),
         (0u8..12).prop_map(Op::Pop),
+        (0u8..12, 0u8..12).prop_map(|(n, stop)| Op::PushRuns(n, stop)),
+        (0u8..12).prop_map(Op::PopRuns),
     ]
 }
 
@@ -220,6 +225,36 @@ proptest! {
                     }).unwrap();
                     prop_assert_eq!(wrote, (n as usize).min(cap - model.len()));
                     model.extend(before..before + wrote as u64);
+                }
+                Op::PushRuns(n, stop) => {
+                    let before = next;
+                    let mut room = stop as usize;
+                    let wrote = tx.write_runs(n as usize, |run, slots| {
+                        assert_eq!(run.len(), slots * 8);
+                        let k = slots.min(room);
+                        for slot in run.chunks_exact_mut(8).take(k) {
+                            slot.copy_from_slice(&next.to_le_bytes());
+                            next += 1;
+                        }
+                        room -= k;
+                        k
+                    }).unwrap();
+                    prop_assert_eq!(wrote, (n as usize).min(cap - model.len()).min(stop as usize));
+                    model.extend(before..before + wrote as u64);
+                }
+                Op::PopRuns(n) => {
+                    let mut got = Vec::new();
+                    let read = rx.read_runs(n as usize, |run, slots| {
+                        assert_eq!(run.len(), slots * 8);
+                        got.extend(run.chunks_exact(8).map(|b| {
+                            u64::from_le_bytes(b.try_into().unwrap())
+                        }));
+                    }).unwrap();
+                    prop_assert_eq!(read, got.len());
+                    let want: Vec<u64> = (0..(n as usize).min(model.len()))
+                        .filter_map(|_| model.pop_front())
+                        .collect();
+                    prop_assert_eq!(got, want);
                 }
                 Op::Pop(n) => {
                     let got = pop_all(&mut rx, n as usize);
