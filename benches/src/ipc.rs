@@ -300,26 +300,25 @@ pub fn echo_main(base: &str) -> i32 {
     while !quit && Instant::now() < deadline {
         let mut answer = None;
         let mut buf = [Val(0); BATCH];
-        let got = rx.recv_slice(&mut buf).map(|n| {
-            for &Val(v) in &buf[..n] {
-                if v & PING != 0 {
-                    answer = Some(v);
-                } else if v & DONE != 0 {
-                    answer = Some(DONE | count);
-                    count = 0;
-                    expect = 0;
-                } else if v & QUIT != 0 {
-                    quit = true;
-                } else {
-                    // A stream value: in order, or the count says so.
-                    if v == expect {
-                        count += 1;
-                    }
-                    expect = v + 1;
+        let got = rx.recv_slice(&mut buf);
+        let n = got.as_ref().map_or(0, |&n| n);
+        for &Val(v) in &buf[..n] {
+            if v & PING != 0 {
+                answer = Some(v);
+            } else if v & DONE != 0 {
+                answer = Some(DONE | count);
+                count = 0;
+                expect = 0;
+            } else if v & QUIT != 0 {
+                quit = true;
+            } else {
+                // A stream value: in order, or the count says so.
+                if v == expect {
+                    count += 1;
                 }
+                expect = v + 1;
             }
-            n
-        });
+        }
         match got {
             Ok(0) => {
                 idle += 1;
