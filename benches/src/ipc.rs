@@ -28,7 +28,7 @@ use llbus_ipc::{ChannelConfig, Pod, Receiver as ShmRx, Sender as ShmTx};
 use crate::drive::{round_trip, stream, Plan, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
     human, latency_histogram, print_figures, print_targets, run_rounds, secs, short, Args, Bound,
-    Collector, Percentiles, Pinning, Spin, Stuck, Target, CORES,
+    Collector, Pinning, Spin, Stuck, Target, CORES,
 };
 use crate::ring::{WARMUP, WINDOW};
 
@@ -350,27 +350,13 @@ pub fn echo_main(base: &str) -> i32 {
 // ---------------------------------------------------------------------------------------------
 // The cases.
 
+/// Records a round trip in the collector (percentiles, and the histogram for the picture).
 fn record_rtt(
     name: &'static str,
     r: Result<crate::drive::RttOutcome, String>,
     out: &mut Collector,
 ) {
-    let cases = ["rtt_p50", "rtt_p99", "rtt_p999"];
-    match r {
-        Ok(o) if o.histogram.is_empty() => out.note(name, "rtt_p50", "ns", "no samples"),
-        Ok(o) => {
-            let p = Percentiles::of(&o.histogram);
-            for (case, v) in cases.iter().zip([p.p50, p.p99, p.p999]) {
-                out.add(name, case, "ns", v as f64);
-            }
-        }
-        Err(e) => {
-            eprintln!("ERROR: {name} round trip: {e}");
-            for case in cases {
-                out.note(name, case, "ns", format!("FAILED: {e}"));
-            }
-        }
-    }
+    out.add_rtt(name, r.as_ref().map(|o| &o.histogram));
 }
 
 fn record_stream(
