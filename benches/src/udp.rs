@@ -22,6 +22,9 @@
 //!   which is checked). Timing starts once each bridge's `subscribers.<topic>` gauge shows the
 //!   other's subscription. A datagram on the wire is the 48-byte frame header and the 32-byte
 //!   payload.
+//! - `llbus-park`: `llbus` with both hosts' threads `Idle::Park`: between messages they sleep
+//!   in `epoll` on their bridge's socket and their doorbell's eventfd, the bus's counterpart
+//!   of `raw-blocking`'s thread sleeping in `recv`.
 //! - `llbus-mac`: the optional pre-shared-key MAC's cost: the `llbus` round trip and batched
 //!   throughput with both bridges sealing control and data (`BridgeConfig::psk`, a keyed BLAKE3
 //!   tag of 16 bytes per datagram), beside `llbus` without it in the same run.
@@ -76,6 +79,7 @@ const RAW_SPIN: &str = "raw-spin";
 const RAW_BLOCKING: &str = "raw-blocking";
 const MAC: &str = "llbus-mac";
 const RELIABLE: &str = "llbus-reliable";
+const PARK: &str = "llbus-park";
 
 /// Every measurement runs unrecorded this long first.
 pub const WARMUP: Duration = Duration::from_millis(50);
@@ -142,13 +146,25 @@ fn plan(args: &Args) -> Plan {
     Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(60))
 }
 
-/// The targets.
-const TARGETS: [Target; 2] = [
+/// The issues' targets.
+const TARGETS: [Target; 4] = [
     Target {
         what: "rtt p50 llbus - raw-spin",
         num: (LLBUS, "rtt_p50"),
         den: (RAW_SPIN, "rtt_p50"),
         bound: Bound::ExcessAtMost(1000.0, "ns"),
+    },
+    Target {
+        what: "rtt p50 llbus / raw-spin",
+        num: (LLBUS, "rtt_p50"),
+        den: (RAW_SPIN, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.25),
+    },
+    Target {
+        what: "rtt p50 llbus-park / raw-blocking",
+        num: (PARK, "rtt_p50"),
+        den: (RAW_BLOCKING, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.25),
     },
     Target {
         what: "throughput llbus batch / single",
@@ -168,10 +184,11 @@ const CONTENDERS: &[CaseFn] = &[
     raw_blocking_case,
     mac_case,
     reliable_case,
+    park_case,
 ];
 
 /// Their names, in the same order.
-const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC, RELIABLE];
+const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC, RELIABLE, PARK];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.
 const PHASES: usize = 3;
@@ -241,7 +258,13 @@ fn llbus_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector)
     match phase {
         0 => record_rtt(
             LLBUS,
-            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default(), false),
+            llbus_round_trip(
+                pinning,
+                plan.rtt,
+                &BridgeConfig::default(),
+                false,
+                Idle::BusySpin,
+            ),
             out,
         ),
         1 => throughput_case(false, pinning, plan, out),
@@ -274,7 +297,7 @@ fn mac_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
             };
             record_rtt(
                 MAC,
-                llbus_round_trip(pinning, plan.rtt, &config, false),
+                llbus_round_trip(pinning, plan.rtt, &config, false, Idle::BusySpin),
                 out,
             );
         }
@@ -298,7 +321,13 @@ fn reliable_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collect
     match phase {
         0 => record_rtt(
             RELIABLE,
-            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default(), true),
+            llbus_round_trip(
+                pinning,
+                plan.rtt,
+                &BridgeConfig::default(),
+                true,
+                Idle::BusySpin,
+            ),
             out,
         ),
         1 => {}
@@ -317,6 +346,24 @@ fn reliable_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collect
                 );
             }
         },
+    }
+}
+
+/// The `llbus` round trip with both hosts' threads parked when idle (`Idle::Park`): they sleep
+/// in `epoll` on their bridge's socket and doorbell, as `raw-blocking` sleeps in `recv`.
+fn park_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(
+            PARK,
+            llbus_round_trip(
+                pinning,
+                plan.rtt,
+                &BridgeConfig::default(),
+                false,
+                Idle::Park,
+            ),
+            out,
+        );
     }
 }
 
@@ -470,12 +517,14 @@ fn wait_subscribed(bus: &RunningBus, actor: &str, topic: &str) -> Result<(), Str
 }
 
 /// One round trip measurement through two bridges on two fresh buses (see the module docs);
-/// `config` is both bridges' settings. The `ipc` suite measures it beside shared memory too.
+/// `config` is both bridges' settings, `idle` both host threads' idle strategy. The `ipc`
+/// suite measures it beside shared memory too.
 pub(crate) fn llbus_round_trip(
     pinning: &Pinning,
     plan: RttPlan,
     config: &BridgeConfig,
     reliable: bool,
+    idle: Idle,
 ) -> Result<RttOutcome, String> {
     let bind = |name| {
         Bridge::bind_with(loopback(), config.clone())
@@ -514,7 +563,7 @@ pub(crate) fn llbus_round_trip(
     .subscribes::<Pong>()
     .publishes::<Ping>()
     .group("host-a");
-    place_group(a.group("host-a").idle(Idle::BusySpin), pinning, 0);
+    place_group(a.group("host-a").idle(idle), pinning, 0);
 
     let mut b = Bus::builder();
     b.stop_timeout(DRAIN_LIMIT);
@@ -527,7 +576,7 @@ pub(crate) fn llbus_round_trip(
     .subscribes::<Ping>()
     .publishes::<Pong>()
     .group("host-b");
-    place_group(b.group("host-b").idle(Idle::BusySpin), pinning, 1);
+    place_group(b.group("host-b").idle(idle), pinning, 1);
 
     let ra = start(a, "bus A")?;
     let rb = match start(b, "bus B") {
@@ -898,9 +947,19 @@ mod tests {
     #[test]
     fn bridges_round_trip_and_stream() {
         let pinning = Pinning::disabled("test");
-        for reliable in [false, true] {
-            let o = llbus_round_trip(&pinning, rtt_plan(), &BridgeConfig::default(), reliable)
-                .expect("round trip through the bridges");
+        for (reliable, idle) in [
+            (false, Idle::BusySpin),
+            (true, Idle::BusySpin),
+            (false, Idle::Park),
+        ] {
+            let o = llbus_round_trip(
+                &pinning,
+                rtt_plan(),
+                &BridgeConfig::default(),
+                reliable,
+                idle,
+            )
+            .expect("round trip through the bridges");
             assert!(!o.histogram.is_empty());
         }
         let args = Args {
