@@ -13,6 +13,9 @@
 //!   other (`send`/`recv`, the cheapest calls: the floor for the bridge), spinning on `recv`
 //!   and echoing 32-byte datagrams;
 //! - `raw-blocking`: the same with blocking sockets (the thread sleeps in `recv`);
+//! - `raw-unconnected`: `raw-spin` with unconnected sockets (`send_to`/`recv_from`, the calls
+//!   the bridge makes for a single datagram), so `raw-unconnected - raw-spin` is what a
+//!   connected socket saves and `llbus - raw-unconnected` the bus's and the bridge's own work;
 //! - `llbus`: two buses, each with a bridge: A exports `Ping` and imports `Pong` from B; B
 //!   imports `Ping` from A and exports `Pong`. A pinger actor on A and an echo actor on B, as
 //!   in `examples/pingpong.rs`. Each host is one thread: its bridge and its actor in a group
@@ -80,6 +83,7 @@ const RAW_BLOCKING: &str = "raw-blocking";
 const MAC: &str = "llbus-mac";
 const RELIABLE: &str = "llbus-reliable";
 const PARK: &str = "llbus-park";
+const RAW_UNCONNECTED: &str = "raw-unconnected";
 
 /// Every measurement runs unrecorded this long first.
 pub const WARMUP: Duration = Duration::from_millis(50);
@@ -185,10 +189,19 @@ const CONTENDERS: &[CaseFn] = &[
     mac_case,
     reliable_case,
     park_case,
+    raw_unconnected_case,
 ];
 
 /// Their names, in the same order.
-const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC, RELIABLE, PARK];
+const NAMES: &[&str] = &[
+    LLBUS,
+    RAW_SPIN,
+    RAW_BLOCKING,
+    MAC,
+    RELIABLE,
+    PARK,
+    RAW_UNCONNECTED,
+];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.
 const PHASES: usize = 3;
@@ -274,13 +287,33 @@ fn llbus_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector)
 
 fn raw_spin_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     if phase == 0 {
-        record_rtt(RAW_SPIN, raw_round_trip(false, pinning, plan.rtt), out);
+        record_rtt(
+            RAW_SPIN,
+            raw_round_trip(false, false, pinning, plan.rtt),
+            out,
+        );
     }
 }
 
 fn raw_blocking_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     if phase == 0 {
-        record_rtt(RAW_BLOCKING, raw_round_trip(true, pinning, plan.rtt), out);
+        record_rtt(
+            RAW_BLOCKING,
+            raw_round_trip(true, false, pinning, plan.rtt),
+            out,
+        );
+    }
+}
+
+/// `raw-spin` with unconnected sockets (`send_to`/`recv_from`): what the bridge's system calls
+/// cost for one datagram, against the connected floor.
+fn raw_unconnected_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(
+            RAW_UNCONNECTED,
+            raw_round_trip(false, true, pinning, plan.rtt),
+            out,
+        );
     }
 }
 
@@ -400,12 +433,14 @@ fn empty_receive_ns() -> io::Result<(f64, f64)> {
     ))
 }
 
-/// One end of a connected loopback UDP socket, sending and receiving 32-byte datagrams whose
-/// first 8 bytes are the counter (little-endian).
+/// One end of a loopback UDP socket pair, sending and receiving 32-byte datagrams whose first
+/// 8 bytes are the counter (little-endian): connected (`send`/`recv`), or, with `peer` set,
+/// unconnected (`send_to`/`recv_from`, the calls the bridge makes for one datagram).
 #[derive(Debug)]
 struct RawUdp {
     socket: UdpSocket,
     blocking: bool,
+    peer: Option<SocketAddr>,
     buf: [u8; PAYLOAD],
 }
 
@@ -414,7 +449,11 @@ impl Sender for RawUdp {
     fn send(&mut self, v: u64, spin: &mut Spin) -> Result<(), Stuck> {
         self.buf[..8].copy_from_slice(&v.to_le_bytes());
         loop {
-            match self.socket.send(&self.buf) {
+            let sent = match self.peer {
+                Some(peer) => self.socket.send_to(&self.buf, peer),
+                None => self.socket.send(&self.buf),
+            };
+            match sent {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => spin.tick()?,
@@ -428,7 +467,11 @@ impl Receiver for RawUdp {
     #[inline]
     fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
         loop {
-            match self.socket.recv(&mut self.buf) {
+            let got = match self.peer {
+                Some(_) => self.socket.recv_from(&mut self.buf).map(|(n, _)| n),
+                None => self.socket.recv(&mut self.buf),
+            };
+            match got {
                 Ok(n) if n >= 8 => {
                     let mut v = [0u8; 8];
                     v.copy_from_slice(&self.buf[..8]);
@@ -446,17 +489,22 @@ impl Receiver for RawUdp {
     }
 }
 
-/// Two connected loopback sockets, as (ping side's (tx, rx), echo side's (rx, tx)).
+/// Two loopback sockets, connected to each other unless `unconnected`, as (ping side's
+/// (tx, rx), echo side's (rx, tx)).
 #[allow(clippy::type_complexity)]
 fn raw_pair(
     blocking: bool,
+    unconnected: bool,
     hard_cap: Duration,
 ) -> io::Result<((RawUdp, RawUdp), (RawUdp, RawUdp))> {
     let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
     let a = UdpSocket::bind(loopback)?;
     let b = UdpSocket::bind(loopback)?;
-    a.connect(b.local_addr()?)?;
-    b.connect(a.local_addr()?)?;
+    let (addr_a, addr_b) = (a.local_addr()?, b.local_addr()?);
+    if !unconnected {
+        a.connect(addr_b)?;
+        b.connect(addr_a)?;
+    }
     for s in [&a, &b] {
         if blocking {
             // Bounds every blocking wait by the hard cap.
@@ -465,17 +513,26 @@ fn raw_pair(
             s.set_nonblocking(true)?;
         }
     }
-    let end = |socket| RawUdp {
+    let end = |socket, peer: SocketAddr| RawUdp {
         socket,
         blocking,
+        peer: unconnected.then_some(peer),
         buf: [0; PAYLOAD],
     };
-    Ok(((end(a.try_clone()?), end(a)), (end(b.try_clone()?), end(b))))
+    Ok((
+        (end(a.try_clone()?, addr_b), end(a, addr_b)),
+        (end(b.try_clone()?, addr_a), end(b, addr_a)),
+    ))
 }
 
-fn raw_round_trip(blocking: bool, pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
-    let (ping, echo) =
-        raw_pair(blocking, plan.hard_cap).map_err(|e| format!("cannot set up sockets: {e}"))?;
+fn raw_round_trip(
+    blocking: bool,
+    unconnected: bool,
+    pinning: &Pinning,
+    plan: RttPlan,
+) -> Result<RttOutcome, String> {
+    let (ping, echo) = raw_pair(blocking, unconnected, plan.hard_cap)
+        .map_err(|e| format!("cannot set up sockets: {e}"))?;
     round_trip(pinning, ping, echo, plan).map_err(|e| e.to_string())
 }
 
@@ -939,8 +996,11 @@ mod tests {
     fn raw_round_trips_spinning_and_blocking() {
         let pinning = Pinning::disabled("test");
         for blocking in [false, true] {
-            let o = raw_round_trip(blocking, &pinning, rtt_plan()).expect("round trip");
-            assert!(!o.histogram.is_empty());
+            for unconnected in [false, true] {
+                let o = raw_round_trip(blocking, unconnected, &pinning, rtt_plan())
+                    .expect("round trip");
+                assert!(!o.histogram.is_empty());
+            }
         }
     }
 

@@ -103,6 +103,26 @@ mod tests {
         assert_eq!(sizes, [1, 16, 3], "one, then whole batches");
         assert_eq!(got, (0..20).collect::<Vec<u8>>());
         assert_eq!(rx.recv_batch(&mut batch).unwrap(), 0);
+        // The light receive checks sizes and senders as the batched one does.
+        let mut small = RecvBatch::new(16, 100);
+        assert_eq!(rx.recv_batch(&mut small).unwrap(), 0, "light from now");
+        assert!(tx.send_to(&[7u8; 101], dest).unwrap());
+        assert_eq!(
+            rx.recv_batch(&mut small).unwrap(),
+            1,
+            "taken off the socket"
+        );
+        assert_eq!(small.iter().count(), 0, "and dropped: too large");
+        assert_eq!(rx.stats().recv_too_large, 1);
+        assert_eq!(
+            rx.recv_batch(&mut small).unwrap(),
+            0,
+            "whole batch, empty: light"
+        );
+        assert!(tx.send_to(&[7u8; 100], dest).unwrap());
+        assert_eq!(rx.recv_batch(&mut small).unwrap(), 1);
+        let (bytes, from) = small.get(0).expect("a datagram at the limit is kept");
+        assert_eq!((bytes.len(), from), (100, tx.local_addr()));
     }
 
     #[test]
