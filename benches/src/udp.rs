@@ -61,7 +61,9 @@ use std::time::{Duration, Instant};
 use llbus::{
     Actor, Backpressure, Bus, Context, Idle, Inputs, Message, Out, Report, RunningBus, Setup,
 };
-use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
+use llbus_net::{
+    Bridge, BridgeConfig, RecvBatch, SendBatch, SocketConfig, UdpEndpoint, HEADER_LEN,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
@@ -214,6 +216,12 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
         Ok((raw, batch)) => (format!("{raw:.0} ns"), format!("{batch:.0} ns")),
         Err(e) => (format!("? ({e})"), "?".to_string()),
     };
+    let send = match send_ns() {
+        Ok((c, u, b)) => format!(
+            "{c:.0} ns connected (send), {u:.0} ns unconnected (send_to), {b:.0} ns the bridge's"
+        ),
+        Err(e) => format!("? ({e})"),
+    };
     human(
         args,
         &format!(
@@ -223,8 +231,9 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
              of {}-byte messages and throughput streams, each {} of warm-up then {} \
              measured\n\
              an empty non-blocking receive costs {} (recv, as raw-spin polls) and {} \
-             (the bridge's recvmmsg of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
-             raw UDP\n",
+             (the bridge's, of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
+             raw UDP\n\
+             sending one {}-byte datagram costs {send}\n",
             pinning.describe(),
             plan.rounds,
             PAYLOAD,
@@ -233,6 +242,7 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             empty.0,
             empty.1,
             BridgeConfig::default().batch,
+            PAYLOAD,
         ),
     );
     let mut out = Collector::new(SUITE, args.verbose);
@@ -404,8 +414,9 @@ fn park_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) 
 // Raw UDP.
 
 /// The cost of one receive on an empty non-blocking socket, in ns (median of several batches):
-/// a plain `recv` (what `raw-spin` polls with) and the bridge's batched receive
-/// (`UdpEndpoint::recv_batch`, `recvmmsg` on Linux). The spinning loops pay one per turn.
+/// a plain `recv` (what `raw-spin` polls with) and the bridge's receive
+/// (`UdpEndpoint::recv_batch`: on Linux `recvmmsg`, or `recvfrom` while traffic is light, as
+/// it is on an empty socket). The spinning loops pay one per turn.
 fn empty_receive_ns() -> io::Result<(f64, f64)> {
     let socket = UdpSocket::bind(loopback())?;
     socket.set_nonblocking(true)?;
@@ -431,6 +442,48 @@ fn empty_receive_ns() -> io::Result<(f64, f64)> {
         median(&raw).unwrap_or(f64::NAN),
         median(&batched).unwrap_or(f64::NAN),
     ))
+}
+
+/// The cost of sending one 32-byte datagram over loopback, in ns (median of several batches;
+/// the kernel delivers it into the receiver's buffer within the call): connected `send` (what
+/// `raw-spin` sends with), unconnected `send_to` (`raw-unconnected`), and the bridge's
+/// `UdpEndpoint::send_batch` of one datagram. Each batch's datagrams are drained, untimed.
+fn send_ns() -> io::Result<(f64, f64, f64)> {
+    const N: u32 = 200;
+    let rx = UdpSocket::bind(loopback())?;
+    rx.set_nonblocking(true)?;
+    let dest = rx.local_addr()?;
+    let connected = UdpSocket::bind(loopback())?;
+    connected.connect(dest)?;
+    let unconnected = UdpSocket::bind(loopback())?;
+    let mut endpoint = UdpEndpoint::bind(loopback(), &SocketConfig::default())?;
+    let mut batch = SendBatch::new(BridgeConfig::default().batch);
+    let payload = [0u8; PAYLOAD];
+    let mut sink = [0u8; 64];
+    let mut drain = || while rx.recv(&mut sink).is_ok() {};
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..9 {
+        let start = Instant::now();
+        for _ in 0..N {
+            connected.send(&payload)?;
+        }
+        a.push(start.elapsed().as_nanos() as f64 / f64::from(N));
+        drain();
+        let start = Instant::now();
+        for _ in 0..N {
+            unconnected.send_to(&payload, dest)?;
+        }
+        b.push(start.elapsed().as_nanos() as f64 / f64::from(N));
+        drain();
+        let start = Instant::now();
+        for _ in 0..N {
+            endpoint.send_batch(&mut batch, [(&payload[..], dest)])?;
+        }
+        c.push(start.elapsed().as_nanos() as f64 / f64::from(N));
+        drain();
+    }
+    let m = |v: &[f64]| median(v).unwrap_or(f64::NAN);
+    Ok((m(&a), m(&b), m(&c)))
 }
 
 /// One end of a loopback UDP socket pair, sending and receiving 32-byte datagrams whose first
