@@ -1,15 +1,17 @@
-//! A parked bridge (`Idle::Park`) sleeps in the kernel on its sockets and its doorbell together:
+//! A parked bridge (`Idle::Park`, and `Idle::Backoff`, whose last stage sleeps the same way on
+//! a thread that watches sockets) sleeps in the kernel on its sockets and its doorbell together:
 //! a datagram and a local message each wake it at once, not at its next tick. The bridges here
 //! tick once an hour, so a bridge that only woke on its tick (or whose doorbell rang a condvar
 //! it no longer sleeps on) would never deliver within the tests' bounded waits; each test also
-//! checks that no tick ran. No timing is asserted.
+//! checks that no tick ran, and that the idle bridge sleeps (its idle rounds stop). No timing
+//! is asserted.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup};
+use llbus::{Actor, Bus, Context, Idle, Message, Out, RunningBus, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
 use tests::wait_for;
@@ -83,9 +85,51 @@ impl Actor for OnRequest {
     }
 }
 
+/// Asserts that the bridge `actor` of `bus` is asleep: over a second it runs (almost) no
+/// round. A thread that spins or yields runs thousands; one asleep in `epoll` with its tick an
+/// hour away runs none.
+fn assert_asleep(bus: &RunningBus, actor: &str) {
+    let rounds = || {
+        bus.report()
+            .actor(actor)
+            .map(|a| a.idle_rounds)
+            .expect("the bridge is in the report")
+    };
+    std::thread::sleep(SETTLE);
+    let before = rounds();
+    std::thread::sleep(Duration::from_secs(1));
+    let ran = rounds() - before;
+    assert!(
+        ran < 100,
+        "the idle bridge ran {ran} rounds in a second: not asleep"
+    );
+}
+
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_parked_bridge_wakes_for_a_datagram_before_its_tick() {
+    datagram_wakes(Idle::Park);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_backoff_bridge_sleeps_on_its_socket_and_wakes_for_a_datagram() {
+    datagram_wakes(Idle::Backoff);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_local_publish_wakes_a_bridge_parked_on_its_sockets() {
+    local_publish_wakes(Idle::Park);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_local_publish_wakes_a_backoff_bridge_asleep_on_its_sockets() {
+    local_publish_wakes(Idle::Backoff);
+}
+
+fn datagram_wakes(idle: Idle) {
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
     let import = free_port();
     let bridge = Bridge::bind("127.0.0.1:0")
@@ -101,8 +145,9 @@ fn a_parked_bridge_wakes_for_a_datagram_before_its_tick() {
     })
     .idle(Idle::Park)
     .subscribes::<Count>();
-    bus.add(bridge).idle(Idle::Park).tick_every(TICK);
+    bus.add(bridge).idle(idle).tick_every(TICK);
     let bus = bus.start().expect("bus starts");
+    assert_asleep(&bus, "sub");
 
     // Twice: the second checks that a bridge woken by a datagram goes back to a sleep that a
     // datagram ends again.
@@ -125,9 +170,7 @@ fn a_parked_bridge_wakes_for_a_datagram_before_its_tick() {
     bus.join().expect("the bus stops cleanly");
 }
 
-#[test]
-#[cfg_attr(miri, ignore)]
-fn a_local_publish_wakes_a_bridge_parked_on_its_sockets() {
+fn local_publish_wakes(idle: Idle) {
     let compat = free_port();
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -145,8 +188,9 @@ fn a_local_publish_wakes_a_bridge_parked_on_its_sockets() {
     .tick_every(Duration::from_millis(2))
     .idle(Idle::Park)
     .publishes::<Count>();
-    bus.add(bridge).idle(Idle::Park).tick_every(TICK);
+    bus.add(bridge).idle(idle).tick_every(TICK);
     let bus = bus.start().expect("bus starts");
+    assert_asleep(&bus, "pub");
 
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
     raw.set_read_timeout(Some(Duration::from_millis(50)))
