@@ -31,7 +31,7 @@ pub struct Doorbell {
     /// True when rung and not yet consumed by `sleep`.
     rung: Mutex<bool>,
     bell: Condvar,
-    /// How many rings took the slow path (lock and notify). Written by ringers.
+    /// How many rings took the slow path (lock and notify, or the eventfd). Written by ringers.
     wakeups: AtomicU64,
     /// The waiter's eventfd, once it sleeps in the kernel on file descriptors too. Set by the
     /// waiter before it arms (see the module docs); never changed after.
@@ -148,7 +148,8 @@ impl Doorbell {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many times a ring found the waiter armed and woke it (took the lock and notified).
+    /// How many times a ring found the waiter armed and woke it (took the lock and notified, or
+    /// wrote its eventfd).
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::Relaxed)
     }
