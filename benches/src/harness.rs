@@ -49,8 +49,9 @@ SUITES:
             actors (throughput_fanout1, throughput_fanout3); the ring's
             throughput_fanout1 is a plain one-item-at-a-time stream, for
             reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
-    udp     UDP over loopback (impls llbus, raw-spin, raw-blocking, and
-            llbus-mac, the same with the pre-shared-key MAC on):
+    udp     UDP over loopback (impls llbus, raw-spin, raw-blocking,
+            llbus-mac, the same with the pre-shared-key MAC on, and
+            llbus-park, both hosts Idle::Park, sleeping in epoll):
             round trip of 32-byte messages (rtt_p50, rtt_p99, rtt_p999,
             rtt_max) through two bridges on two buses, against raw
             non-blocking (spinning) and blocking UDP sockets; and llbus
@@ -59,7 +60,8 @@ SUITES:
             (throughput_single), each with the loss in % (loss_batch,
             loss_single) and the messages per datagram sent
             (msgs_per_datagram_batch, msgs_per_datagram_single). Targets:
-            rtt p50 llbus - raw-spin <= +1000 ns; batch / single >= 5
+            rtt p50 llbus - raw-spin <= +1000 ns; llbus / raw-spin <= 1.25;
+            llbus-park / raw-blocking <= 1.25; batch / single >= 5
     ipc     llbus-ipc's shared-memory ring (impls shm-threads: both ends in
             this process; shm-process: echo in a second process) against the
             in-process ring and udp-loopback: round trip (rtt_p50, rtt_p99,

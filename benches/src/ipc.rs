@@ -579,7 +579,7 @@ fn bridge_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector
     let config = llbus_net::BridgeConfig::default();
     record_rtt(
         BRIDGE,
-        crate::udp::llbus_round_trip(pinning, plan.rtt, &config, false),
+        crate::udp::llbus_round_trip(pinning, plan.rtt, &config, false, llbus::Idle::BusySpin),
         out,
     );
 }

@@ -13,6 +13,9 @@
 //!   other (`send`/`recv`, the cheapest calls: the floor for the bridge), spinning on `recv`
 //!   and echoing 32-byte datagrams;
 //! - `raw-blocking`: the same with blocking sockets (the thread sleeps in `recv`);
+//! - `raw-unconnected`: `raw-spin` with unconnected sockets (`send_to`/`recv_from`, the calls
+//!   the bridge makes for a single datagram), so `raw-unconnected - raw-spin` is what a
+//!   connected socket saves and `llbus - raw-unconnected` the bus's and the bridge's own work;
 //! - `llbus`: two buses, each with a bridge: A exports `Ping` and imports `Pong` from B; B
 //!   imports `Ping` from A and exports `Pong`. A pinger actor on A and an echo actor on B, as
 //!   in `examples/pingpong.rs`. Each host is one thread: its bridge and its actor in a group
@@ -22,6 +25,9 @@
 //!   which is checked). Timing starts once each bridge's `subscribers.<topic>` gauge shows the
 //!   other's subscription. A datagram on the wire is the 48-byte frame header and the 32-byte
 //!   payload.
+//! - `llbus-park`: `llbus` with both hosts' threads `Idle::Park`: between messages they sleep
+//!   in `epoll` on their bridge's socket and their doorbell's eventfd, the bus's counterpart
+//!   of `raw-blocking`'s thread sleeping in `recv`.
 //! - `llbus-mac`: the optional pre-shared-key MAC's cost: the `llbus` round trip and batched
 //!   throughput with both bridges sealing control and data (`BridgeConfig::psk`, a keyed BLAKE3
 //!   tag of 16 bytes per datagram), beside `llbus` without it in the same run.
@@ -55,7 +61,9 @@ use std::time::{Duration, Instant};
 use llbus::{
     Actor, Backpressure, Bus, Context, Idle, Inputs, Message, Out, Report, RunningBus, Setup,
 };
-use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
+use llbus_net::{
+    Bridge, BridgeConfig, RecvBatch, SendBatch, SocketConfig, UdpEndpoint, HEADER_LEN,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
@@ -76,6 +84,8 @@ const RAW_SPIN: &str = "raw-spin";
 const RAW_BLOCKING: &str = "raw-blocking";
 const MAC: &str = "llbus-mac";
 const RELIABLE: &str = "llbus-reliable";
+const PARK: &str = "llbus-park";
+const RAW_UNCONNECTED: &str = "raw-unconnected";
 
 /// Every measurement runs unrecorded this long first.
 pub const WARMUP: Duration = Duration::from_millis(50);
@@ -142,13 +152,25 @@ fn plan(args: &Args) -> Plan {
     Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(60))
 }
 
-/// The issue's targets.
-const TARGETS: [Target; 2] = [
+/// The issues' targets.
+const TARGETS: [Target; 4] = [
     Target {
         what: "rtt p50 llbus - raw-spin",
         num: (LLBUS, "rtt_p50"),
         den: (RAW_SPIN, "rtt_p50"),
         bound: Bound::ExcessAtMost(1000.0, "ns"),
+    },
+    Target {
+        what: "rtt p50 llbus / raw-spin",
+        num: (LLBUS, "rtt_p50"),
+        den: (RAW_SPIN, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.25),
+    },
+    Target {
+        what: "rtt p50 llbus-park / raw-blocking",
+        num: (PARK, "rtt_p50"),
+        den: (RAW_BLOCKING, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.25),
     },
     Target {
         what: "throughput llbus batch / single",
@@ -168,10 +190,20 @@ const CONTENDERS: &[CaseFn] = &[
     raw_blocking_case,
     mac_case,
     reliable_case,
+    park_case,
+    raw_unconnected_case,
 ];
 
 /// Their names, in the same order.
-const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC, RELIABLE];
+const NAMES: &[&str] = &[
+    LLBUS,
+    RAW_SPIN,
+    RAW_BLOCKING,
+    MAC,
+    RELIABLE,
+    PARK,
+    RAW_UNCONNECTED,
+];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.
 const PHASES: usize = 3;
@@ -184,6 +216,12 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
         Ok((raw, batch)) => (format!("{raw:.0} ns"), format!("{batch:.0} ns")),
         Err(e) => (format!("? ({e})"), "?".to_string()),
     };
+    let send = match send_ns() {
+        Ok((c, u, b)) => format!(
+            "{c:.0} ns connected (send), {u:.0} ns unconnected (send_to), {b:.0} ns the bridge's"
+        ),
+        Err(e) => format!("? ({e})"),
+    };
     human(
         args,
         &format!(
@@ -193,8 +231,9 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
              of {}-byte messages and throughput streams, each {} of warm-up then {} \
              measured\n\
              an empty non-blocking receive costs {} (recv, as raw-spin polls) and {} \
-             (the bridge's recvmmsg of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
-             raw UDP\n",
+             (the bridge's, of up to {} datagrams); ll-udp-pubsub claims 1-2 us over \
+             raw UDP\n\
+             sending one {}-byte datagram costs {send}\n",
             pinning.describe(),
             plan.rounds,
             PAYLOAD,
@@ -203,6 +242,7 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             empty.0,
             empty.1,
             BridgeConfig::default().batch,
+            PAYLOAD,
         ),
     );
     let mut out = Collector::new(SUITE, args.verbose);
@@ -241,7 +281,13 @@ fn llbus_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector)
     match phase {
         0 => record_rtt(
             LLBUS,
-            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default(), false),
+            llbus_round_trip(
+                pinning,
+                plan.rtt,
+                &BridgeConfig::default(),
+                false,
+                Idle::BusySpin,
+            ),
             out,
         ),
         1 => throughput_case(false, pinning, plan, out),
@@ -251,13 +297,33 @@ fn llbus_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector)
 
 fn raw_spin_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     if phase == 0 {
-        record_rtt(RAW_SPIN, raw_round_trip(false, pinning, plan.rtt), out);
+        record_rtt(
+            RAW_SPIN,
+            raw_round_trip(false, false, pinning, plan.rtt),
+            out,
+        );
     }
 }
 
 fn raw_blocking_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     if phase == 0 {
-        record_rtt(RAW_BLOCKING, raw_round_trip(true, pinning, plan.rtt), out);
+        record_rtt(
+            RAW_BLOCKING,
+            raw_round_trip(true, false, pinning, plan.rtt),
+            out,
+        );
+    }
+}
+
+/// `raw-spin` with unconnected sockets (`send_to`/`recv_from`): what the bridge's system calls
+/// cost for one datagram, against the connected floor.
+fn raw_unconnected_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(
+            RAW_UNCONNECTED,
+            raw_round_trip(false, true, pinning, plan.rtt),
+            out,
+        );
     }
 }
 
@@ -274,7 +340,7 @@ fn mac_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
             };
             record_rtt(
                 MAC,
-                llbus_round_trip(pinning, plan.rtt, &config, false),
+                llbus_round_trip(pinning, plan.rtt, &config, false, Idle::BusySpin),
                 out,
             );
         }
@@ -298,7 +364,13 @@ fn reliable_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collect
     match phase {
         0 => record_rtt(
             RELIABLE,
-            llbus_round_trip(pinning, plan.rtt, &BridgeConfig::default(), true),
+            llbus_round_trip(
+                pinning,
+                plan.rtt,
+                &BridgeConfig::default(),
+                true,
+                Idle::BusySpin,
+            ),
             out,
         ),
         1 => {}
@@ -320,12 +392,31 @@ fn reliable_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collect
     }
 }
 
+/// The `llbus` round trip with both hosts' threads parked when idle (`Idle::Park`): they sleep
+/// in `epoll` on their bridge's socket and doorbell, as `raw-blocking` sleeps in `recv`.
+fn park_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(
+            PARK,
+            llbus_round_trip(
+                pinning,
+                plan.rtt,
+                &BridgeConfig::default(),
+                false,
+                Idle::Park,
+            ),
+            out,
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Raw UDP.
 
 /// The cost of one receive on an empty non-blocking socket, in ns (median of several batches):
-/// a plain `recv` (what `raw-spin` polls with) and the bridge's batched receive
-/// (`UdpEndpoint::recv_batch`, `recvmmsg` on Linux). The spinning loops pay one per turn.
+/// a plain `recv` (what `raw-spin` polls with) and the bridge's receive
+/// (`UdpEndpoint::recv_batch`: on Linux `recvmmsg`, or `recvfrom` while traffic is light, as
+/// it is on an empty socket). The spinning loops pay one per turn.
 fn empty_receive_ns() -> io::Result<(f64, f64)> {
     let socket = UdpSocket::bind(loopback())?;
     socket.set_nonblocking(true)?;
@@ -353,12 +444,56 @@ fn empty_receive_ns() -> io::Result<(f64, f64)> {
     ))
 }
 
-/// One end of a connected loopback UDP socket, sending and receiving 32-byte datagrams whose
-/// first 8 bytes are the counter (little-endian).
+/// The cost of sending one 32-byte datagram over loopback, in ns (median of several batches;
+/// the kernel delivers it into the receiver's buffer within the call): connected `send` (what
+/// `raw-spin` sends with), unconnected `send_to` (`raw-unconnected`), and the bridge's
+/// `UdpEndpoint::send_batch` of one datagram. Each batch's datagrams are drained, untimed.
+fn send_ns() -> io::Result<(f64, f64, f64)> {
+    const N: u32 = 200;
+    let rx = UdpSocket::bind(loopback())?;
+    rx.set_nonblocking(true)?;
+    let dest = rx.local_addr()?;
+    let connected = UdpSocket::bind(loopback())?;
+    connected.connect(dest)?;
+    let unconnected = UdpSocket::bind(loopback())?;
+    let mut endpoint = UdpEndpoint::bind(loopback(), &SocketConfig::default())?;
+    let mut batch = SendBatch::new(BridgeConfig::default().batch);
+    let payload = [0u8; PAYLOAD];
+    let mut sink = [0u8; 64];
+    let mut drain = || while rx.recv(&mut sink).is_ok() {};
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..9 {
+        let start = Instant::now();
+        for _ in 0..N {
+            connected.send(&payload)?;
+        }
+        a.push(start.elapsed().as_nanos() as f64 / f64::from(N));
+        drain();
+        let start = Instant::now();
+        for _ in 0..N {
+            unconnected.send_to(&payload, dest)?;
+        }
+        b.push(start.elapsed().as_nanos() as f64 / f64::from(N));
+        drain();
+        let start = Instant::now();
+        for _ in 0..N {
+            endpoint.send_batch(&mut batch, [(&payload[..], dest)])?;
+        }
+        c.push(start.elapsed().as_nanos() as f64 / f64::from(N));
+        drain();
+    }
+    let m = |v: &[f64]| median(v).unwrap_or(f64::NAN);
+    Ok((m(&a), m(&b), m(&c)))
+}
+
+/// One end of a loopback UDP socket pair, sending and receiving 32-byte datagrams whose first
+/// 8 bytes are the counter (little-endian): connected (`send`/`recv`), or, with `peer` set,
+/// unconnected (`send_to`/`recv_from`, the calls the bridge makes for one datagram).
 #[derive(Debug)]
 struct RawUdp {
     socket: UdpSocket,
     blocking: bool,
+    peer: Option<SocketAddr>,
     buf: [u8; PAYLOAD],
 }
 
@@ -367,7 +502,11 @@ impl Sender for RawUdp {
     fn send(&mut self, v: u64, spin: &mut Spin) -> Result<(), Stuck> {
         self.buf[..8].copy_from_slice(&v.to_le_bytes());
         loop {
-            match self.socket.send(&self.buf) {
+            let sent = match self.peer {
+                Some(peer) => self.socket.send_to(&self.buf, peer),
+                None => self.socket.send(&self.buf),
+            };
+            match sent {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => spin.tick()?,
@@ -381,7 +520,11 @@ impl Receiver for RawUdp {
     #[inline]
     fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
         loop {
-            match self.socket.recv(&mut self.buf) {
+            let got = match self.peer {
+                Some(_) => self.socket.recv_from(&mut self.buf).map(|(n, _)| n),
+                None => self.socket.recv(&mut self.buf),
+            };
+            match got {
                 Ok(n) if n >= 8 => {
                     let mut v = [0u8; 8];
                     v.copy_from_slice(&self.buf[..8]);
@@ -399,17 +542,22 @@ impl Receiver for RawUdp {
     }
 }
 
-/// Two connected loopback sockets, as (ping side's (tx, rx), echo side's (rx, tx)).
+/// Two loopback sockets, connected to each other unless `unconnected`, as (ping side's
+/// (tx, rx), echo side's (rx, tx)).
 #[allow(clippy::type_complexity)]
 fn raw_pair(
     blocking: bool,
+    unconnected: bool,
     hard_cap: Duration,
 ) -> io::Result<((RawUdp, RawUdp), (RawUdp, RawUdp))> {
     let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
     let a = UdpSocket::bind(loopback)?;
     let b = UdpSocket::bind(loopback)?;
-    a.connect(b.local_addr()?)?;
-    b.connect(a.local_addr()?)?;
+    let (addr_a, addr_b) = (a.local_addr()?, b.local_addr()?);
+    if !unconnected {
+        a.connect(addr_b)?;
+        b.connect(addr_a)?;
+    }
     for s in [&a, &b] {
         if blocking {
             // Bounds every blocking wait by the hard cap.
@@ -418,17 +566,26 @@ fn raw_pair(
             s.set_nonblocking(true)?;
         }
     }
-    let end = |socket| RawUdp {
+    let end = |socket, peer: SocketAddr| RawUdp {
         socket,
         blocking,
+        peer: unconnected.then_some(peer),
         buf: [0; PAYLOAD],
     };
-    Ok(((end(a.try_clone()?), end(a)), (end(b.try_clone()?), end(b))))
+    Ok((
+        (end(a.try_clone()?, addr_b), end(a, addr_b)),
+        (end(b.try_clone()?, addr_a), end(b, addr_a)),
+    ))
 }
 
-fn raw_round_trip(blocking: bool, pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
-    let (ping, echo) =
-        raw_pair(blocking, plan.hard_cap).map_err(|e| format!("cannot set up sockets: {e}"))?;
+fn raw_round_trip(
+    blocking: bool,
+    unconnected: bool,
+    pinning: &Pinning,
+    plan: RttPlan,
+) -> Result<RttOutcome, String> {
+    let (ping, echo) = raw_pair(blocking, unconnected, plan.hard_cap)
+        .map_err(|e| format!("cannot set up sockets: {e}"))?;
     round_trip(pinning, ping, echo, plan).map_err(|e| e.to_string())
 }
 
@@ -470,12 +627,14 @@ fn wait_subscribed(bus: &RunningBus, actor: &str, topic: &str) -> Result<(), Str
 }
 
 /// One round trip measurement through two bridges on two fresh buses (see the module docs);
-/// `config` is both bridges' settings. The `ipc` suite measures it beside shared memory too.
+/// `config` is both bridges' settings, `idle` both host threads' idle strategy. The `ipc`
+/// suite measures it beside shared memory too.
 pub(crate) fn llbus_round_trip(
     pinning: &Pinning,
     plan: RttPlan,
     config: &BridgeConfig,
     reliable: bool,
+    idle: Idle,
 ) -> Result<RttOutcome, String> {
     let bind = |name| {
         Bridge::bind_with(loopback(), config.clone())
@@ -514,7 +673,7 @@ pub(crate) fn llbus_round_trip(
     .subscribes::<Pong>()
     .publishes::<Ping>()
     .group("host-a");
-    place_group(a.group("host-a").idle(Idle::BusySpin), pinning, 0);
+    place_group(a.group("host-a").idle(idle), pinning, 0);
 
     let mut b = Bus::builder();
     b.stop_timeout(DRAIN_LIMIT);
@@ -527,7 +686,7 @@ pub(crate) fn llbus_round_trip(
     .subscribes::<Ping>()
     .publishes::<Pong>()
     .group("host-b");
-    place_group(b.group("host-b").idle(Idle::BusySpin), pinning, 1);
+    place_group(b.group("host-b").idle(idle), pinning, 1);
 
     let ra = start(a, "bus A")?;
     let rb = match start(b, "bus B") {
@@ -890,17 +1049,30 @@ mod tests {
     fn raw_round_trips_spinning_and_blocking() {
         let pinning = Pinning::disabled("test");
         for blocking in [false, true] {
-            let o = raw_round_trip(blocking, &pinning, rtt_plan()).expect("round trip");
-            assert!(!o.histogram.is_empty());
+            for unconnected in [false, true] {
+                let o = raw_round_trip(blocking, unconnected, &pinning, rtt_plan())
+                    .expect("round trip");
+                assert!(!o.histogram.is_empty());
+            }
         }
     }
 
     #[test]
     fn bridges_round_trip_and_stream() {
         let pinning = Pinning::disabled("test");
-        for reliable in [false, true] {
-            let o = llbus_round_trip(&pinning, rtt_plan(), &BridgeConfig::default(), reliable)
-                .expect("round trip through the bridges");
+        for (reliable, idle) in [
+            (false, Idle::BusySpin),
+            (true, Idle::BusySpin),
+            (false, Idle::Park),
+        ] {
+            let o = llbus_round_trip(
+                &pinning,
+                rtt_plan(),
+                &BridgeConfig::default(),
+                reliable,
+                idle,
+            )
+            .expect("round trip through the bridges");
             assert!(!o.histogram.is_empty());
         }
         let args = Args {

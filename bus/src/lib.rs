@@ -12,7 +12,9 @@
 //!   [`Ring::new`] and [`Latest::new`] allocate once; their operations never do.
 //! - **What is lock-free.** The rings ([`Ring`], [`Latest`]) are wait-free on both sides. The
 //!   publish path takes no lock. A lock is taken only to wake a thread that sleeps with the
-//!   [`Park`] strategy, and only when it has announced that it sleeps.
+//!   [`Park`] strategy, and only when it has announced that it sleeps (a parked thread that
+//!   watches file descriptors, [`Context::wake_on_readable`], is woken by an eventfd write
+//!   instead of a lock).
 //! - **When a queue is full.** Per subscription ([`Backpressure`]): `Block` makes the publisher
 //!   wait with its thread's idle strategy (nothing lost; but an actor declared
 //!   [`never_waits`](ActorBuilder::never_waits) never waits, and its message is counted

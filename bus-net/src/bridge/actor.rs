@@ -1164,6 +1164,31 @@ impl Actor for BridgeActor {
 
     fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
 
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        // A parked bridge sleeps in the kernel on its sockets (and its doorbell), so that a
+        // datagram wakes it at once rather than at its next tick.
+        #[cfg(unix)]
+        {
+            let mut watch = |endpoint: &UdpEndpoint| {
+                if let Err(e) = ctx.wake_on_readable(endpoint.socket()) {
+                    log::warn!(
+                        "bridge socket {} cannot wake its parked thread ({e}): it is polled on the tick",
+                        endpoint.local_addr()
+                    );
+                }
+            };
+            watch(&self.endpoint);
+            for slot in &mut self.compat_exports {
+                watch(slot.port.endpoint());
+            }
+            for slot in &mut self.compat_imports {
+                watch(slot.port.endpoint());
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctx;
+    }
+
     fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
         // Send first: what the bus queued since the last round (a reply, say) leaves before
         // this round's receive system calls. NB: an empty `recvmmsg` costs ~0.5 us here (the

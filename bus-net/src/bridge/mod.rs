@@ -451,7 +451,9 @@ impl Component for Bridge {
             })
             .tick_every(tick)
             // Imports use `try_publish`: the bridge never waits on the local bus.
-            .never_waits();
+            .never_waits()
+            // It sleeps on its sockets (`on_start`), with `Backoff` too.
+            .watches_fds();
         for declare in declares {
             builder = declare(builder);
         }

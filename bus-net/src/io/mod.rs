@@ -72,6 +72,59 @@ mod tests {
         assert_eq!(ep.stats().received, 0);
     }
 
+    /// Light traffic asks for one datagram (a drained socket was seen last); a call that
+    /// fills what it asked for makes the next ask for the whole batch; nothing is lost or
+    /// reordered across the switch.
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore)]
+    fn a_drained_socket_is_polled_for_one_then_a_full_batch() {
+        let mut rx = endpoint();
+        let mut tx = endpoint();
+        let dest = rx.local_addr();
+        let mut batch = RecvBatch::new(16, 1472);
+        assert_eq!(
+            rx.recv_batch(&mut batch).unwrap(),
+            0,
+            "empty: light from now"
+        );
+        for i in 0..20u8 {
+            assert!(tx.send_to(&[i], dest).unwrap());
+        }
+        // Loopback delivers synchronously: all 20 wait in the socket's buffer now.
+        let mut sizes = Vec::new();
+        let mut got = Vec::new();
+        while got.len() < 20 {
+            let n = rx.recv_batch(&mut batch).unwrap();
+            assert!(n > 0, "all 20 were queued");
+            sizes.push(n);
+            got.extend(batch.iter().map(|(b, _)| b[0]));
+        }
+        assert_eq!(sizes, [1, 16, 3], "one, then whole batches");
+        assert_eq!(got, (0..20).collect::<Vec<u8>>());
+        assert_eq!(rx.recv_batch(&mut batch).unwrap(), 0);
+        // The light receive checks sizes and senders as the batched one does.
+        let mut small = RecvBatch::new(16, 100);
+        assert_eq!(rx.recv_batch(&mut small).unwrap(), 0, "light from now");
+        assert!(tx.send_to(&[7u8; 101], dest).unwrap());
+        assert_eq!(
+            rx.recv_batch(&mut small).unwrap(),
+            1,
+            "taken off the socket"
+        );
+        assert_eq!(small.iter().count(), 0, "and dropped: too large");
+        assert_eq!(rx.stats().recv_too_large, 1);
+        assert_eq!(
+            rx.recv_batch(&mut small).unwrap(),
+            0,
+            "whole batch, empty: light"
+        );
+        assert!(tx.send_to(&[7u8; 100], dest).unwrap());
+        assert_eq!(rx.recv_batch(&mut small).unwrap(), 1);
+        let (bytes, from) = small.get(0).expect("a datagram at the limit is kept");
+        assert_eq!((bytes.len(), from), (100, tx.local_addr()));
+    }
+
     #[test]
     #[cfg_attr(miri, ignore)]
     fn batch_send_to_many_destinations_and_batch_receive() {

@@ -221,6 +221,23 @@ impl Context<'_> {
         self.control.fail(self.actor, &error);
     }
 
+    /// Makes this thread wake as soon as `fd` (a socket the actor polls, say) becomes readable,
+    /// if its idle strategy sleeps: with [`Idle::Park`](crate::Idle::Park) the thread then
+    /// sleeps in `epoll` on its watched descriptors and its doorbell together, so a datagram
+    /// ends the sleep at once instead of at the next tick. Returns `Ok(false)` for strategies
+    /// that never sleep (they poll often anyway), `Ok(true)` otherwise. Call it from
+    /// [`Actor::on_start`], once per descriptor; calling it again for the same one is harmless.
+    /// Keep the descriptor open while the actor runs: a closed file leaves the set by itself.
+    ///
+    /// # Errors
+    /// The operating system's, from creating the `epoll` set or adding `fd`; the thread then
+    /// still wakes when a publisher rings it and at its next tick.
+    #[cfg(unix)]
+    pub fn wake_on_readable(&mut self, fd: &impl std::os::fd::AsFd) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        self.idle.wake_on_readable(fd.as_fd().as_raw_fd())
+    }
+
     /// Asks the whole bus to stop gracefully; `join` then returns.
     pub fn request_stop(&self) {
         self.control.request_stop();

@@ -89,6 +89,9 @@ pub(super) struct ActorDecl {
     pub(super) taken: Vec<TopicSpec>,
     /// Publishes only with `try_publish`: its edges can never make it wait.
     pub(super) never_waits: bool,
+    /// Watches file descriptors (`Context::wake_on_readable`): a `Backoff` thread running it
+    /// sleeps on them (and its doorbell) once yielding is done.
+    pub(super) watches_fds: bool,
     pub(super) inbox_name: &'static str,
     pub(super) subscribed: bool,
     pub(super) settings: HashMap<TypeId, SubscriptionDecl>,
@@ -181,6 +184,7 @@ impl BusBuilder {
             inbox,
             taken: Vec::new(),
             never_waits: false,
+            watches_fds: false,
             inbox_name: super::actor::short_type_name::<A::In>(),
             settings: HashMap::new(),
             default_capacity: DEFAULT_CAPACITY,
@@ -278,6 +282,17 @@ impl<A: Actor> ActorBuilder<'_, A> {
     /// The idle strategy of the actor's own thread (default [`Idle::Backoff`]).
     pub fn idle(mut self, idle: Idle) -> Self {
         self.decl().idle = Some(idle);
+        self
+    }
+
+    /// Declares that the actor watches file descriptors with
+    /// [`Context::wake_on_readable`](crate::Context::wake_on_readable) (a network bridge does).
+    /// Its thread's [`Idle::Backoff`] then ends, like [`Idle::Park`], in a sleep in `epoll` on
+    /// those descriptors and the thread's doorbell, instead of yielding for ever; publishers
+    /// to that thread pay the doorbell's fence and load (no system call unless it sleeps).
+    /// Without this declaration, `Backoff` never sleeps, and its publishers pay nothing.
+    pub fn watches_fds(mut self) -> Self {
+        self.decl().watches_fds = true;
         self
     }
 

@@ -157,6 +157,7 @@ impl BusBuilder {
             inbox: Vec::new(),
             taken: Vec::new(),
             never_waits: false,
+            watches_fds: false,
             inbox_name: "()",
             subscribed: true,
             settings: std::collections::HashMap::new(),

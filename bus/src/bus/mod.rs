@@ -136,7 +136,9 @@ impl Default for RestartLimit {
 pub enum Idle {
     /// Spin with `spin_loop` hints: the lowest latency, one core burnt. Pin the thread.
     BusySpin,
-    /// Spin, then yield. The default.
+    /// Spin, then yield. The default. On a thread with an actor that watches file descriptors
+    /// ([`ActorBuilder::watches_fds`](crate::ActorBuilder::watches_fds), a network bridge), it
+    /// then sleeps as [`Idle::Park`] does, woken by a datagram or a publisher.
     #[default]
     Backoff,
     /// Spin, then yield, then sleep until a publisher rings (no syscall on the publisher's side
@@ -145,9 +147,14 @@ pub enum Idle {
 }
 
 impl Idle {
-    pub(crate) fn make(self) -> Box<dyn crate::wait::IdleStrategy> {
+    /// The strategy of a thread; `watches_fds` if one of its actors declared
+    /// [`ActorBuilder::watches_fds`](crate::ActorBuilder::watches_fds).
+    pub(crate) fn make(self, watches_fds: bool) -> Box<dyn crate::wait::IdleStrategy> {
         match self {
             Idle::BusySpin => Box::new(crate::wait::BusySpin),
+            // Its last stage sleeps as `Park` does, on the watched descriptors and the doorbell:
+            // spinning and yielding are the same `crossbeam_utils::Backoff` steps in both.
+            Idle::Backoff if watches_fds => Box::new(crate::wait::Park::new()),
             Idle::Backoff => Box::new(crate::wait::Backoff::new()),
             Idle::Park => Box::new(crate::wait::Park::new()),
         }

@@ -35,12 +35,20 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         }
     }
 
+    // Threads that run an actor watching file descriptors: their `Backoff` sleeps on them.
+    let mut watches_fds = vec![false; plan.threads.len()];
+    for (i, a) in bus.actors.iter().enumerate() {
+        if a.watches_fds {
+            watches_fds[plan.thread_of[i]] = true;
+        }
+    }
+
     // Idle strategies first: their doorbells are wired into the rings.
     let idles: Vec<Box<dyn crate::wait::IdleStrategy>> = plan
         .thread_idle
         .iter()
-        .zip(&handle_thread)
-        .map(|(i, &h)| if h { handle_idle() } else { i.make() })
+        .zip(handle_thread.iter().zip(&watches_fds))
+        .map(|(i, (&h, &fds))| if h { handle_idle() } else { i.make(fds) })
         .collect();
     let bells: Vec<Option<Arc<crate::wait::Doorbell>>> =
         idles.iter().map(|i| i.doorbell()).collect();

@@ -8,6 +8,13 @@
 //! sleep). No wake-up is lost, and a producer whose consumer is spinning pays a fence and a load
 //! of a line that nobody writes: no lock, no system call. Checked by the loom models in
 //! `ring::loom_models`.
+//!
+//! A doorbell wakes its waiter in one of two ways. By default the waiter sleeps on a condvar
+//! and a ringer takes its mutex and notifies. A waiter that also waits for file descriptors
+//! (a parked thread that owns sockets, see `kernel`) attaches an eventfd waker once, before
+//! it first arms; from then on a ringer writes the eventfd instead. The arm's swap is a
+//! `Release` and the ringer's claiming swap an `Acquire`, so a ringer that claims an arm made
+//! after the attachment sees the waker.
 
 use std::time::Duration;
 
@@ -24,8 +31,12 @@ pub struct Doorbell {
     /// True when rung and not yet consumed by `sleep`.
     rung: Mutex<bool>,
     bell: Condvar,
-    /// How many rings took the slow path (lock and notify). Written by ringers.
+    /// How many rings took the slow path (lock and notify, or the eventfd). Written by ringers.
     wakeups: AtomicU64,
+    /// The waiter's eventfd, once it sleeps in the kernel on file descriptors too. Set by the
+    /// waiter before it arms (see the module docs); never changed after.
+    #[cfg(all(unix, not(loom)))]
+    waker: std::sync::OnceLock<std::sync::Arc<mio::Waker>>,
 }
 
 impl Default for Doorbell {
@@ -42,7 +53,22 @@ impl Doorbell {
             rung: Mutex::new(false),
             bell: Condvar::new(),
             wakeups: AtomicU64::new(0),
+            #[cfg(all(unix, not(loom)))]
+            waker: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Makes ringers write `waker` instead of notifying the condvar. Called by the waiter,
+    /// before it next arms; a second waker is ignored (the first stays).
+    #[cfg(all(unix, not(loom)))]
+    pub(crate) fn attach_waker(&self, waker: std::sync::Arc<mio::Waker>) {
+        let _ = self.waker.set(waker);
+    }
+
+    /// Ends a sleep that did not go through [`sleep`](Self::sleep) (the kernel wait).
+    #[cfg(all(unix, not(loom)))]
+    pub(crate) fn woke(&self) {
+        self.armed.store(false, Ordering::Relaxed);
     }
 
     /// Announces that the waiter is about to sleep. The waiter must poll its queues once more
@@ -52,8 +78,9 @@ impl Doorbell {
         // earlier `false` is ordered before this in the location's modification order), but
         // loom keeps modification order partial and, with a plain store, lets a later ringer
         // read that claim's `false` instead of this `true`: a false lost wake-up in the model
-        // with two producers. The waiter's side is not hot (it is about to sleep).
-        self.armed.swap(true, Ordering::Relaxed);
+        // with two producers. The waiter's side is not hot (it is about to sleep). `Release`:
+        // a ringer whose `Acquire` claim reads this sees an eventfd waker attached before.
+        self.armed.swap(true, Ordering::Release);
         fence(Ordering::SeqCst);
     }
 
@@ -97,13 +124,23 @@ impl Doorbell {
     #[inline]
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Relaxed) {
+        // NB: the claim is `Acquire` (see `arm`); it runs only when the bell is armed, so a
+        // ringer whose waiter is awake still pays a fence and a relaxed load, nothing more.
+        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Acquire) {
             self.ring_slow();
         }
     }
 
     #[cold]
     fn ring_slow(&self) {
+        #[cfg(all(unix, not(loom)))]
+        if let Some(waker) = self.waker.get() {
+            if let Err(e) = waker.wake() {
+                log::warn!("could not write a parked thread's eventfd: {e}");
+            }
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut rung = lock(&self.rung);
         *rung = true;
         drop(rung);
@@ -111,7 +148,8 @@ impl Doorbell {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many times a ring found the waiter armed and woke it (took the lock and notified).
+    /// How many times a ring found the waiter armed and woke it (took the lock and notified, or
+    /// wrote its eventfd).
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::Relaxed)
     }

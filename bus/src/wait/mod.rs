@@ -9,9 +9,13 @@
 //! - [`Backoff`]: spin, then yield (`crossbeam_utils::Backoff`). The default: microsecond wake-up,
 //!   and it leaves the core to other threads when idle.
 //! - [`Park`]: spin, then yield, then sleep on a [`Doorbell`] that producers ring; they make no
-//!   system call unless the thread has announced that it sleeps.
+//!   system call unless the thread has announced that it sleeps. A thread whose actors watch
+//!   file descriptors ([`IdleStrategy::wake_on_readable`]) sleeps in `epoll` on them and on an
+//!   eventfd that the doorbell writes, so a datagram wakes it as soon as a message does.
 
 mod doorbell;
+#[cfg(all(unix, not(loom)))]
+mod kernel;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod pin;
@@ -45,6 +49,20 @@ pub trait IdleStrategy: Send {
     /// True if this strategy never gives up its core (two of these pinned to one core starve).
     fn is_busy_spin(&self) -> bool {
         false
+    }
+
+    /// Asks a strategy that sleeps to wake as soon as `fd` becomes readable, as well as when
+    /// rung. Returns `Ok(true)` if it will, `Ok(false)` if it never sleeps in a way that `fd`
+    /// could end (it spins or yields, so it polls often anyway). The descriptor must stay open
+    /// while the thread runs, or be closed for good: a closed file leaves the set by itself.
+    ///
+    /// # Errors
+    /// The operating system's, from creating the `epoll` set or adding `fd` to it; the
+    /// strategy then still wakes when rung or at its deadline.
+    #[cfg(unix)]
+    fn wake_on_readable(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<bool> {
+        let _ = fd;
+        Ok(false)
     }
 }
 
@@ -106,12 +124,18 @@ impl IdleStrategy for Backoff {
 /// more, and only if that round also finds nothing does the next `idle` sleep. A producer that
 /// publishes after the announcement sees it and rings; one that published before is seen by the
 /// extra poll. Producers find the doorbell through [`IdleStrategy::doorbell`].
+///
+/// A thread that watches file descriptors ([`IdleStrategy::wake_on_readable`]) sleeps in the
+/// kernel on them and on its doorbell's eventfd instead of on the condvar.
 #[derive(Debug)]
 pub struct Park {
     backoff: crossbeam_utils::Backoff,
     doorbell: std::sync::Arc<Doorbell>,
     armed: bool,
     max_sleep: Option<Duration>,
+    /// The `epoll` set, once a descriptor is watched; `None` sleeps on the doorbell's condvar.
+    #[cfg(all(unix, not(loom)))]
+    kernel: Option<kernel::KernelWait>,
 }
 
 impl Default for Park {
@@ -128,6 +152,8 @@ impl Park {
             doorbell: std::sync::Arc::new(Doorbell::new()),
             armed: false,
             max_sleep: None,
+            #[cfg(all(unix, not(loom)))]
+            kernel: None,
         }
     }
 
@@ -147,7 +173,7 @@ impl Park {
                 let left = deadline.saturating_duration_since(Instant::now());
                 limit = Some(limit.map_or(left, |l| l.min(left)));
             }
-            self.doorbell.sleep(limit);
+            self.sleep(limit);
             self.armed = false;
         } else if self.backoff_completed() {
             self.doorbell.arm();
@@ -159,6 +185,17 @@ impl Park {
 }
 
 impl Park {
+    /// Sleeps until rung (or a watched descriptor is readable), or `limit` passes; disarms.
+    fn sleep(&mut self, limit: Option<Duration>) {
+        #[cfg(all(unix, not(loom)))]
+        if let Some(kernel) = self.kernel.as_mut() {
+            kernel.sleep(limit);
+            self.doorbell.woke();
+            return;
+        }
+        self.doorbell.sleep(limit);
+    }
+
     /// True once spinning and yielding are done and the next idle round arms the doorbell.
     /// Under loom the spin phase is skipped (it makes no loom operation, only more states), so
     /// the models check the arm-poll-sleep handshake itself.
@@ -187,6 +224,21 @@ impl IdleStrategy for Park {
     fn doorbell(&self) -> Option<std::sync::Arc<Doorbell>> {
         Some(std::sync::Arc::clone(&self.doorbell))
     }
+
+    #[cfg(all(unix, not(loom)))]
+    fn wake_on_readable(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<bool> {
+        if self.kernel.is_none() {
+            // A ringer that claimed an arm made before the waker was attached notifies the
+            // condvar, which this thread no longer sleeps on: withdraw any arm first, so that
+            // every arm the kernel sleep relies on is made after the attachment.
+            self.reset();
+            self.kernel = Some(kernel::KernelWait::new(&self.doorbell)?);
+        }
+        if let Some(kernel) = self.kernel.as_mut() {
+            kernel.watch(fd)?;
+        }
+        Ok(true)
+    }
 }
 
 impl<S: IdleStrategy + ?Sized> IdleStrategy for Box<S> {
@@ -204,5 +256,9 @@ impl<S: IdleStrategy + ?Sized> IdleStrategy for Box<S> {
     }
     fn is_busy_spin(&self) -> bool {
         (**self).is_busy_spin()
+    }
+    #[cfg(unix)]
+    fn wake_on_readable(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<bool> {
+        (**self).wake_on_readable(fd)
     }
 }
