@@ -135,7 +135,7 @@ pub use ring::{
 pub use schema::*;
 pub use wait::{
     allowed_cores, online_cores, pin_to_core, run_on_cores, Backoff, BusySpin, Doorbell,
-    IdleStrategy, Park, PinError,
+    IdleStrategy, Park, PinError, BACKOFF_YIELD,
 };
 
 // The derives carry their own docs (topic rule, accepted shapes).

@@ -138,7 +138,9 @@ pub enum Idle {
     BusySpin,
     /// Spin, then yield. The default. On a thread with an actor that watches file descriptors
     /// ([`ActorBuilder::watches_fds`](crate::ActorBuilder::watches_fds), a network bridge), it
-    /// then sleeps as [`Idle::Park`] does, woken by a datagram or a publisher.
+    /// yields for up to [`BACKOFF_YIELD`](crate::BACKOFF_YIELD) and then sleeps as
+    /// [`Idle::Park`] does, woken by a datagram or a publisher: work that comes more often
+    /// than that finds the thread awake (microseconds), a longer silence costs no CPU.
     #[default]
     Backoff,
     /// Spin, then yield, then sleep until a publisher rings (no syscall on the publisher's side
@@ -152,9 +154,11 @@ impl Idle {
     pub(crate) fn make(self, watches_fds: bool) -> Box<dyn crate::wait::IdleStrategy> {
         match self {
             Idle::BusySpin => Box::new(crate::wait::BusySpin),
-            // Its last stage sleeps as `Park` does, on the watched descriptors and the doorbell:
-            // spinning and yielding are the same `crossbeam_utils::Backoff` steps in both.
-            Idle::Backoff if watches_fds => Box::new(crate::wait::Park::new()),
+            // Its last stage sleeps as `Park` does, on the watched descriptors and the doorbell,
+            // after yielding for a while longer than `Park` does.
+            Idle::Backoff if watches_fds => {
+                Box::new(crate::wait::Park::new().with_yield_for(crate::BACKOFF_YIELD))
+            }
             Idle::Backoff => Box::new(crate::wait::Backoff::new()),
             Idle::Park => Box::new(crate::wait::Park::new()),
         }

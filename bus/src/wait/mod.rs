@@ -25,6 +25,12 @@ use std::time::{Duration, Instant};
 pub use doorbell::Doorbell;
 pub use pin::{allowed_cores, online_cores, pin_to_core, run_on_cores, PinError};
 
+/// How long [`Idle::Backoff`](crate::Idle::Backoff) keeps yielding before it sleeps on a
+/// thread that watches descriptors. NB: the two-process examples at 5000 msgs/s (a message every
+/// 200 µs): with `Park`'s few microseconds of yielding the thread slept between messages and
+/// one-way p50 was 26 µs, yielding for this long it stays awake (`benches/examples.sh`).
+pub const BACKOFF_YIELD: Duration = Duration::from_millis(1);
+
 /// How a polling thread waits when a round of polling found nothing to do.
 pub trait IdleStrategy: Send {
     /// Called after each round of polling with how much work the round did: `0` means nothing
@@ -133,6 +139,10 @@ pub struct Park {
     doorbell: std::sync::Arc<Doorbell>,
     armed: bool,
     max_sleep: Option<Duration>,
+    /// How long to keep yielding once spinning is done, before arming (zero: arm at once).
+    yield_for: Duration,
+    /// When this idle spell's yielding began (only kept when `yield_for` is not zero).
+    yielding_since: Option<Instant>,
     /// The `epoll` set, once a descriptor is watched; `None` sleeps on the doorbell's condvar.
     #[cfg(all(unix, not(loom)))]
     kernel: Option<kernel::KernelWait>,
@@ -152,9 +162,20 @@ impl Park {
             doorbell: std::sync::Arc::new(Doorbell::new()),
             armed: false,
             max_sleep: None,
+            yield_for: Duration::ZERO,
+            yielding_since: None,
             #[cfg(all(unix, not(loom)))]
             kernel: None,
         }
+    }
+
+    /// Keeps yielding for `yield_for` after the spin phase before it sleeps: a thread whose
+    /// work comes more often than that wakes in microseconds (a yield), one idle for longer
+    /// sleeps in the kernel. [`Idle::Backoff`](crate::Idle::Backoff) on a thread that watches
+    /// descriptors is `Park` with a millisecond of this.
+    pub fn with_yield_for(mut self, yield_for: Duration) -> Self {
+        self.yield_for = yield_for;
+        self
     }
 
     /// Never sleeps longer than `max_sleep` at a time, even if nobody rings.
@@ -175,12 +196,24 @@ impl Park {
             }
             self.sleep(limit);
             self.armed = false;
-        } else if self.backoff_completed() {
+        } else if !self.backoff_completed() {
+            self.backoff.snooze();
+        } else if self.keep_yielding() {
+            std::thread::yield_now();
+        } else {
             self.doorbell.arm();
             self.armed = true;
-        } else {
-            self.backoff.snooze();
         }
+    }
+
+    /// True while this idle spell is within `yield_for` of its first yield past the spin phase.
+    fn keep_yielding(&mut self) -> bool {
+        if self.yield_for.is_zero() {
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.yielding_since.get_or_insert(now);
+        now.saturating_duration_since(since) < self.yield_for
     }
 }
 
@@ -218,6 +251,7 @@ impl IdleStrategy for Park {
             self.doorbell.disarm();
             self.armed = false;
         }
+        self.yielding_since = None;
         self.backoff.reset();
     }
 
@@ -260,5 +294,45 @@ impl<S: IdleStrategy + ?Sized> IdleStrategy for Box<S> {
     #[cfg(unix)]
     fn wake_on_readable(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<bool> {
         (**self).wake_on_readable(fd)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// `with_yield_for` keeps a park strategy awake (yielding, never armed, never asleep) for
+    /// its span, however many idle rounds that takes; then it arms as `Park` does.
+    #[test]
+    fn park_yields_for_its_span_before_it_arms() {
+        let mut park = Park::new().with_yield_for(Duration::from_secs(3600));
+        let bell = park.doorbell().expect("park has a doorbell");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spinner = std::thread::spawn(move || {
+            // Far past the spin phase (11 rounds): had it armed, a round would sleep for good.
+            for _ in 0..2000 {
+                park.idle(0);
+            }
+            let _ = tx.send(());
+            park
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("2000 idle rounds within the yield span never sleep");
+        let mut park = spinner.join().expect("the idle thread");
+        bell.ring();
+        assert_eq!(bell.wakeups(), 0, "never armed, so a ring takes no slow path");
+
+        // A span of zero: armed right after the spin phase, and then a ring wakes it.
+        park.yield_for = Duration::ZERO;
+        park.reset();
+        for _ in 0..64 {
+            park.idle(0);
+            if park.armed {
+                break;
+            }
+        }
+        assert!(park.armed, "a zero span arms once spinning is done");
+        bell.ring();
+        assert_eq!(bell.wakeups(), 1);
     }
 }
