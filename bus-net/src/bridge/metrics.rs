@@ -99,6 +99,14 @@ impl NetMetrics {
         }
     }
 
+    /// Sets the count of a reason that one owner counts in total (`Incomplete`: the
+    /// reassemblers).
+    pub(crate) fn set_drop(&self, reason: DropReason, total: u64) {
+        if let Some(m) = self.drops.get(reason.index()) {
+            m.set(total);
+        }
+    }
+
     /// Counts the datagrams a receive dropped at the socket (larger than the maximum datagram
     /// size, or from an address family it does not understand), from its counters before and
     /// after the receive.

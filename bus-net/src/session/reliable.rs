@@ -30,7 +30,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::{DropReason, Nak, Unavailable};
+use crate::{DropReason, Kind, Nak, Unavailable};
 
 /// The knobs of reliable topics, shared by both sides (each uses its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +81,8 @@ fn ns(d: Duration) -> u64 {
 struct Slots {
     bytes: Box<[u8]>,
     lens: Box<[usize]>,
+    /// What each slot holds: a whole message or a fragment (receiver side).
+    kinds: Box<[Kind]>,
     /// The sequence number in each slot; 0 for none (sequence numbers start at 1).
     seqs: Box<[u64]>,
     size: usize,
@@ -92,6 +94,7 @@ impl Slots {
         Slots {
             bytes: vec![0; count.saturating_mul(size)].into_boxed_slice(),
             lens: vec![0; count].into_boxed_slice(),
+            kinds: vec![Kind::Data; count].into_boxed_slice(),
             seqs: vec![0; count].into_boxed_slice(),
             size,
         }
@@ -106,13 +109,14 @@ impl Slots {
     }
 
     /// Stores `data` under `seq`, evicting what the slot held; `false` if it is too large.
-    fn put(&mut self, seq: u64, data: &[u8]) -> bool {
+    fn put(&mut self, seq: u64, kind: Kind, data: &[u8]) -> bool {
         let i = self.index(seq);
         let at = i * self.size;
         match self.bytes.get_mut(at..at + data.len()) {
             Some(dst) if data.len() <= self.size => {
                 dst.copy_from_slice(data);
                 self.lens[i] = data.len();
+                self.kinds[i] = kind;
                 self.seqs[i] = seq;
                 true
             }
@@ -125,12 +129,16 @@ impl Slots {
     }
 
     fn get(&self, seq: u64) -> Option<&[u8]> {
+        self.get_kind(seq).map(|(_, b)| b)
+    }
+
+    fn get_kind(&self, seq: u64) -> Option<(Kind, &[u8])> {
         let i = self.index(seq);
         if seq == 0 || self.seqs[i] != seq {
             return None;
         }
         let at = i * self.size;
-        self.bytes.get(at..at + self.lens[i])
+        Some((self.kinds[i], self.bytes.get(at..at + self.lens[i])?))
     }
 
     fn clear(&mut self, seq: u64) {
@@ -161,7 +169,7 @@ impl History {
     /// Keeps `frame` (a whole encoded data frame) as message `seq`, evicting the oldest.
     /// `false` (nothing kept) for a frame larger than the slots.
     pub fn record(&mut self, seq: u64, frame: &[u8]) -> bool {
-        if seq == 0 || !self.slots.put(seq, frame) {
+        if seq == 0 || !self.slots.put(seq, Kind::Data, frame) {
             return false;
         }
         self.newest = self.newest.max(seq);
@@ -445,8 +453,9 @@ impl ReliableExport {
 
 /// What a reliable subscriber hands on: messages in order, and the ranges given up.
 pub trait Delivery {
-    /// Message `seq` with its payload, in sequence order.
-    fn deliver(&mut self, seq: u64, payload: &[u8]);
+    /// Frame `seq` of `kind` ([`Kind::Data`]: a whole message, [`Kind::Fragment`]: a piece of
+    /// one) with its payload, in sequence order.
+    fn deliver(&mut self, seq: u64, kind: Kind, payload: &[u8]);
     /// Messages `first..=last` will never be delivered.
     fn unrecovered(&mut self, first: u64, last: u64);
 }
@@ -581,8 +590,8 @@ impl ReliableReceiver {
 
     /// Delivers the buffered messages that follow `next` without a gap.
     fn drain(&mut self, sink: &mut impl Delivery) {
-        while let Some(payload) = self.buffer.get(self.next) {
-            sink.deliver(self.next, payload);
+        while let Some((kind, payload)) = self.buffer.get_kind(self.next) {
+            sink.deliver(self.next, kind, payload);
             self.counts.delivered = self.counts.delivered.saturating_add(1);
             self.buffer.clear(self.next);
             self.next += 1;
@@ -596,11 +605,11 @@ impl ReliableReceiver {
         let end = target.min(self.next.saturating_add(self.window()));
         while self.next < end {
             let seq = self.next;
-            if let Some(payload) = self.buffer.get(seq) {
+            if let Some((kind, payload)) = self.buffer.get_kind(seq) {
                 if let Some(first) = missing.take() {
                     Self::give_up(&mut self.counts, first, seq - 1, sink);
                 }
-                sink.deliver(seq, payload);
+                sink.deliver(seq, kind, payload);
                 self.counts.delivered = self.counts.delivered.saturating_add(1);
                 self.buffer.clear(seq);
             } else {
@@ -618,9 +627,16 @@ impl ReliableReceiver {
         self.drain(sink);
     }
 
-    /// Message `seq` with `payload` arrived (its header already checked by the import's
-    /// session machine). Delivers what is now in order.
-    pub fn on_data(&mut self, seq: u64, payload: &[u8], now_ns: u64, sink: &mut impl Delivery) {
+    /// Frame `seq` of `kind` (data or fragment) with `payload` arrived (its header already
+    /// checked by the import's session machine). Delivers what is now in order.
+    pub fn on_data(
+        &mut self,
+        seq: u64,
+        kind: Kind,
+        payload: &[u8],
+        now_ns: u64,
+        sink: &mut impl Delivery,
+    ) {
         if seq == 0 || seq > MAX_SEQ {
             return;
         }
@@ -639,11 +655,11 @@ impl ReliableReceiver {
         }
         self.highest = self.highest.max(seq);
         if seq == self.next {
-            sink.deliver(seq, payload);
+            sink.deliver(seq, kind, payload);
             self.counts.delivered = self.counts.delivered.saturating_add(1);
             self.next += 1;
             self.drain(sink);
-        } else if self.buffer.put(seq, payload) {
+        } else if self.buffer.put(seq, kind, payload) {
             self.counts.buffered = self.counts.buffered.saturating_add(1);
         } else {
             self.counts.oversized = self.counts.oversized.saturating_add(1);
@@ -760,7 +776,8 @@ mod tests {
     }
 
     impl Delivery for Sink {
-        fn deliver(&mut self, seq: u64, payload: &[u8]) {
+        fn deliver(&mut self, seq: u64, kind: Kind, payload: &[u8]) {
+            assert_eq!(kind, Kind::Data);
             assert_eq!(payload, seq.to_le_bytes(), "payload of {seq}");
             self.got.push(seq);
         }
@@ -799,7 +816,7 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         for seq in [1, 3, 2, 2, 5, 4, 1] {
-            r.on_data(seq, &seq.to_le_bytes(), 0, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 0, &mut s);
         }
         assert_eq!(s.got, [1, 2, 3, 4, 5]);
         assert_eq!(r.counts().duplicates, 2);
@@ -813,7 +830,7 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         for seq in [1, 4, 5, 8] {
-            r.on_data(seq, &seq.to_le_bytes(), 0, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 0, &mut s);
         }
         // Too young to NAK (reordering may still fill it).
         assert!(naks(&mut r, 0, &mut s).is_empty());
@@ -823,7 +840,7 @@ mod tests {
         assert_eq!(naks(&mut r, 7 * MS, &mut s), [(2, 3), (6, 7)]);
         // A tail gap, known only from a heartbeat.
         for seq in [2, 3, 6, 7] {
-            r.on_data(seq, &seq.to_le_bytes(), 8 * MS, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 8 * MS, &mut s);
         }
         assert_eq!(s.got, (1..=8).collect::<Vec<_>>());
         r.on_heartbeat(10, 8 * MS);
@@ -837,7 +854,7 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         for seq in [1, 4, 5] {
-            r.on_data(seq, &seq.to_le_bytes(), 0, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 0, &mut s);
         }
         naks(&mut r, 499 * MS, &mut s);
         assert_eq!(s.got, [1]);
@@ -846,7 +863,7 @@ mod tests {
         assert_eq!(s.lost, [(2, 3)]);
         assert_eq!(r.counts().unrecovered, 2);
         // The late retransmission is a duplicate now, not a second delivery.
-        r.on_data(2, &2u64.to_le_bytes(), 501 * MS, &mut s);
+        r.on_data(2, Kind::Data, &2u64.to_le_bytes(), 501 * MS, &mut s);
         assert_eq!(s.got, [1, 4, 5]);
     }
 
@@ -855,13 +872,13 @@ mod tests {
         let mut r = ReliableReceiver::new(&config(4));
         let mut s = Sink::default();
         r.start(0);
-        r.on_data(2, &2u64.to_le_bytes(), 0, &mut s);
-        r.on_data(MAX_SEQ, &MAX_SEQ.to_le_bytes(), 0, &mut s);
+        r.on_data(2, Kind::Data, &2u64.to_le_bytes(), 0, &mut s);
+        r.on_data(MAX_SEQ, Kind::Data, &MAX_SEQ.to_le_bytes(), 0, &mut s);
         assert_eq!(s.got, [2]);
         assert_eq!(s.lost, [(1, 1), (3, MAX_SEQ - 4)]);
         assert_eq!(r.next(), MAX_SEQ - 3);
         // Numbers above the ceiling are ignored: nothing can overflow.
-        r.on_data(u64::MAX, &u64::MAX.to_le_bytes(), 0, &mut s);
+        r.on_data(u64::MAX, Kind::Data, &u64::MAX.to_le_bytes(), 0, &mut s);
         r.on_heartbeat(u64::MAX, 0);
         assert_eq!(s.got, [2]);
         assert_eq!(r.next(), MAX_SEQ - 3);
@@ -872,7 +889,7 @@ mod tests {
         let mut r = ReliableReceiver::new(&config(16));
         let mut s = Sink::default();
         r.start(0);
-        r.on_data(5, &5u64.to_le_bytes(), 0, &mut s);
+        r.on_data(5, Kind::Data, &5u64.to_le_bytes(), 0, &mut s);
         let u = |nonce| Unavailable {
             topic_id: 1,
             fingerprint: 2,
@@ -890,7 +907,7 @@ mod tests {
         assert_eq!(r.on_unavailable(&u(1), MS, &mut s), Ok(()));
         assert_eq!(s.lost, [(1, 3)]);
         assert!(s.got.is_empty());
-        r.on_data(4, &4u64.to_le_bytes(), MS, &mut s);
+        r.on_data(4, Kind::Data, &4u64.to_le_bytes(), MS, &mut s);
         assert_eq!(s.got, [4, 5]);
     }
 

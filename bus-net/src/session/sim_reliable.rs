@@ -87,7 +87,7 @@ struct Sink {
 }
 
 impl Delivery for Sink {
-    fn deliver(&mut self, seq: u64, bytes: &[u8]) {
+    fn deliver(&mut self, seq: u64, _kind: Kind, bytes: &[u8]) {
         let value: (u64, [u8; 24]) = match crate::decode_payload(bytes) {
             Ok(v) => v,
             Err(e) => panic!("message {seq} corrupt: {e}"),
@@ -309,7 +309,7 @@ impl World {
                         == Ok(true)
                     {
                         self.receiver
-                            .on_data(h.seq, frame.payload, now, &mut self.sink);
+                            .on_data(h.seq, h.kind, frame.payload, now, &mut self.sink);
                     }
                 }
                 Kind::Unavailable => {
