@@ -29,10 +29,16 @@
 //!
 //! - `--reliable`: export the counter as a reliable topic: the last 1024 messages are kept and
 //!   retransmitted to a subscriber (started with `--reliable` too) that NAKs a gap.
+//! - `--size BYTES`: each message carries a payload of `BYTES` bytes derived from its counter
+//!   value (default 0), which the subscriber checks. A message larger than a datagram is sent
+//!   as fragments (up to 16 MiB); with `--reliable` a lost fragment is retransmitted alone, and
+//!   the history holds at least four messages' fragments.
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
 
+#[path = "common/payload.rs"]
+mod payload;
 #[path = "common/psk.rs"]
 mod psk;
 use psk::parse_psk;
@@ -51,6 +57,8 @@ use serde::{Deserialize, Serialize};
 struct Counter {
     n: u64,
     sent_ns: i64,
+    /// `--size` bytes derived from `n` (`payload::fill`).
+    payload: Vec<u8>,
 }
 
 /// The counter in the ll-udp-pubsub v0.1 format: exactly a bincode `i64` on the wire
@@ -91,10 +99,11 @@ struct Shared {
     done: AtomicBool,
 }
 
-/// Publishes `make(n, now)` for n = 0, 1, 2, ... at `rate` a second, up to `count`.
+/// Publishes `make(n, now, size)` for n = 0, 1, 2, ... at `rate` a second, up to `count`.
 struct Feed<T> {
     out: Out<T>,
-    make: fn(u64, i64) -> T,
+    make: fn(u64, i64, usize) -> T,
+    size: usize,
     rate: u64,
     count: Option<u64>,
     sent: u64,
@@ -124,7 +133,7 @@ impl<T: Message + Clone> Actor for Feed<T> {
             target = target.min(count);
         }
         while self.sent < target {
-            let msg = (self.make)(self.sent, realtime_ns());
+            let msg = (self.make)(self.sent, realtime_ns(), self.size);
             ctx.publish(self.out, msg);
             self.sent += 1;
         }
@@ -147,6 +156,7 @@ struct Args {
     psk: Option<[u8; 32]>,
     shm: bool,
     reliable: bool,
+    size: usize,
 }
 
 fn usage(problem: &str) -> ! {
@@ -154,7 +164,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: publisher [--bind ADDR] [--rate MSGS_PER_S] [--count N] [--compat ll-udp] \
          [--allow CIDRS] [--wait-subscriber] [--subscriber-timeout-s S] [--idle spin|backoff|park] \
-         [--psk HEX64] [--reliable] [--transport udp|shm]"
+         [--psk HEX64] [--reliable] [--size BYTES] [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -180,6 +190,7 @@ fn parse_args() -> Args {
         psk: None,
         shm: false,
         reliable: false,
+        size: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -207,6 +218,7 @@ fn parse_args() -> Args {
                 }
             }
             "--reliable" => a.reliable = true,
+            "--size" => a.size = value(&arg, args.next()),
             "--subscriber-timeout-s" => {
                 let s: f64 = value(&arg, args.next());
                 a.subscriber_timeout = Some(Duration::try_from_secs_f64(s).unwrap_or_else(|_| {
@@ -260,6 +272,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.allow = allow.clone();
     }
     config.psk = args.psk;
+    config.reliable = payload::reliable_config(Some(args.size));
     let bridge = if args.compat {
         // The v1 socket is unused in compat mode: bind it to any port of the same address.
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
@@ -287,11 +300,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None
     };
     let feed_shared = Arc::clone(&shared);
-    let (rate, count) = (args.rate, args.count);
+    let (rate, count, size) = (args.rate, args.count, args.size);
     if args.compat {
         bus.actor("feed", move |s: &mut Setup<'_>| Feed {
             out: s.output(),
-            make: |n, _| Count(n as i64),
+            make: |n, _, _| Count(n as i64),
+            size,
             rate,
             count,
             sent: 0,
@@ -304,7 +318,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         bus.actor("feed", move |s: &mut Setup<'_>| Feed {
             out: s.output(),
-            make: |n, sent_ns| Counter { n, sent_ns },
+            make: |n, sent_ns, size| Counter {
+                n,
+                sent_ns,
+                payload: payload::fill(n, size),
+            },
+            size,
             rate,
             count,
             sent: 0,

@@ -20,7 +20,12 @@
 //! - `--psk HEX64`: the publisher's pre-shared key (64 hex digits).
 //! - `--reliable`: import the counter as a reliable topic (the publisher needs `--reliable`):
 //!   gaps are NAKed and retransmitted, messages arrive in order. Exits 4 if any message could
-//!   not be recovered (`unrecovered > 0`) or arrived out of order (`out_of_order > 0`).
+//!   not be recovered (`unrecovered > 0`), arrived out of order (`out_of_order > 0`) or
+//!   corrupted (`corrupt > 0`).
+//! - `--size BYTES`: the payload size the publisher was given (`--size`): every message's
+//!   payload must be that long and carry the bytes derived from its counter value, else it
+//!   counts as `corrupt`. Without it the content is checked at whatever length arrives. With
+//!   `--reliable`, the reorder buffer holds at least four messages' fragments.
 //!
 //! `--transport shm` receives from a `publisher --transport shm` on this host through shared
 //! memory (llbus-ipc channel `demo.counter` in /dev/shm) instead of UDP.
@@ -28,7 +33,7 @@
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
 //! bad_source=.. bad_nonce=.. replayed=.. bad_mac=.. unknown_session=.. resubscribes=.. control_duplicates=..
-//! control_stale=.. send_dropped=.. errors=.. unrecovered=.. out_of_order=.. nak_sent=.. p50_us=.. p99_us=..
+//! control_stale=.. send_dropped=.. errors=.. unrecovered=.. out_of_order=.. corrupt=.. incomplete=.. nak_sent=.. p50_us=.. p99_us=..
 //! p999_us=.. max_us=..` (`out_of_order` counts counter values that did not exceed the one before)
 //! (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
@@ -37,6 +42,8 @@
 //! One-way latency compares the publisher's `CLOCK_REALTIME` with this host's, so across two
 //! hosts it is only as good as their clock synchronisation.
 
+#[path = "common/payload.rs"]
+mod payload;
 #[path = "common/psk.rs"]
 mod psk;
 use psk::parse_psk;
@@ -57,6 +64,8 @@ use serde::{Deserialize, Serialize};
 struct Counter {
     n: u64,
     sent_ns: i64,
+    /// The publisher's `--size` bytes derived from `n` (`payload::fill`).
+    payload: Vec<u8>,
 }
 
 /// The counter in the ll-udp-pubsub v0.1 format: a bare bincode `i64`.
@@ -75,6 +84,8 @@ struct Summary {
     highest: Option<u64>,
     /// Counter values that did not exceed the previous one.
     out_of_order: u64,
+    /// Messages whose payload failed the content check.
+    corrupt: u64,
     latency_ns: Histogram<u64>,
 }
 
@@ -89,6 +100,9 @@ struct Shared {
 struct Sink<T> {
     /// The counter value and, when the format carries it, the publisher's send time.
     read: fn(&T) -> (u64, Option<i64>),
+    /// Whether a message's payload is intact (the `--size` content check).
+    intact: fn(&T, Option<usize>) -> bool,
+    size: Option<usize>,
     count: u64,
     /// Drop duplicate and stale copies. Only the compat format lets those through the bridge
     /// (v1 imports drop them by sequence number), so only compat mode asks for it.
@@ -100,6 +114,7 @@ struct Sink<T> {
     first: Option<u64>,
     previous: Option<u64>,
     out_of_order: u64,
+    corrupt: u64,
     latency_ns: Histogram<u64>,
     shared: Arc<Shared>,
 }
@@ -107,12 +122,16 @@ struct Sink<T> {
 impl<T> Sink<T> {
     fn new(
         read: fn(&T) -> (u64, Option<i64>),
+        intact: fn(&T, Option<usize>) -> bool,
+        size: Option<usize>,
         count: u64,
         dedup: bool,
         shared: Arc<Shared>,
     ) -> Self {
         Sink {
             read,
+            intact,
+            size,
             count,
             dedup,
             received: 0,
@@ -121,6 +140,7 @@ impl<T> Sink<T> {
             first: None,
             previous: None,
             out_of_order: 0,
+            corrupt: 0,
             latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                 .expect("static histogram bounds are valid"),
             shared,
@@ -133,6 +153,9 @@ impl<T: Message + Clone> Actor for Sink<T> {
 
     fn on_message(&mut self, msg: T, ctx: &mut Context<'_>) {
         let (n, sent_ns) = (self.read)(&msg);
+        if !(self.intact)(&msg, self.size) {
+            self.corrupt += 1;
+        }
         if let Some(sent_ns) = sent_ns {
             let one_way = realtime_ns().saturating_sub(sent_ns).max(1);
             let _ = self.latency_ns.record(one_way as u64);
@@ -174,6 +197,7 @@ impl<T: Message + Clone> Actor for Sink<T> {
             first: self.first,
             highest: self.tracker.position().map(|(_, h)| h - 1),
             out_of_order: self.out_of_order,
+            corrupt: self.corrupt,
             latency_ns: self.latency_ns.clone(),
         };
         *self
@@ -194,6 +218,7 @@ struct Args {
     psk: Option<[u8; 32]>,
     shm: bool,
     reliable: bool,
+    size: Option<usize>,
 }
 
 fn usage(problem: &str) -> ! {
@@ -201,7 +226,7 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: subscriber [--bind ADDR] [--publisher ADDR] [--count N] [--timeout-s S] \
          [--compat ll-udp] [--idle spin|backoff|park] [--psk HEX64] [--reliable] \
-         [--transport udp|shm]"
+         [--size BYTES] [--transport udp|shm]"
     );
     std::process::exit(2);
 }
@@ -225,6 +250,7 @@ fn parse_args() -> Args {
         psk: None,
         shm: false,
         reliable: false,
+        size: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -262,6 +288,7 @@ fn parse_args() -> Args {
                 }
             }
             "--reliable" => a.reliable = true,
+            "--size" => a.size = Some(value(&arg, args.next())),
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -313,6 +340,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         let config = llbus_net::BridgeConfig {
             psk: args.psk,
+            reliable: payload::reliable_config(args.size),
             ..llbus_net::BridgeConfig::default()
         };
         let bridge = Bridge::bind_with(args.bind, config)?.name("bridge");
@@ -340,15 +368,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.compat {
         let read: fn(&Count) -> (u64, Option<i64>) = |c| (c.0 as u64, None);
         bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
-            Sink::new(read, count, true, Arc::clone(&sink_shared))
+            Sink::new(
+                read,
+                |_, _| true,
+                None,
+                count,
+                true,
+                Arc::clone(&sink_shared),
+            )
         })
         .idle(args.idle)
         .default_capacity(SINK_RING)
         .subscribes::<Count>();
     } else {
         let read: fn(&Counter) -> (u64, Option<i64>) = |c| (c.n, Some(c.sent_ns));
+        let intact: fn(&Counter, Option<usize>) -> bool =
+            |c, size| payload::check(c.n, &c.payload, size);
+        let size = args.size;
         bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
-            Sink::new(read, count, false, Arc::clone(&sink_shared))
+            Sink::new(read, intact, size, count, false, Arc::clone(&sink_shared))
         })
         .idle(args.idle)
         .default_capacity(SINK_RING)
@@ -486,7 +524,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
          ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} replayed={} \
          bad_mac={} unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
-         send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} nak_sent={} \
+         send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} corrupt={} \
+         incomplete={} nak_sent={} \
          p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
@@ -503,6 +542,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         metric(&report, "send_dropped"),
         status.errors().len(),
         summary.out_of_order,
+        summary.corrupt,
+        metric(&report, "drop.incomplete"),
         metric(&report, "nak_sent"),
         us(0.50),
         us(0.99),
@@ -512,10 +553,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("subscriber: {why}");
         std::process::exit(code);
     }
-    if args.reliable && (unrecovered > 0 || summary.out_of_order > 0) {
+    if args.reliable && (unrecovered > 0 || summary.out_of_order > 0 || summary.corrupt > 0) {
         eprintln!(
-            "subscriber: reliable topic: {unrecovered} messages unrecovered, {} out of order",
-            summary.out_of_order
+            "subscriber: reliable topic: {unrecovered} messages unrecovered, {} out of order, \
+             {} corrupted",
+            summary.out_of_order, summary.corrupt
         );
         std::process::exit(4);
     }

@@ -135,7 +135,8 @@ pub use protocol::control::{
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
 pub use protocol::encode::{
-    check_fits, encode_payload, payload_size, BatchEncoder, DataMeta, EncodeError,
+    check_fits, encode_payload, encode_payload_sized, payload_size, BatchEncoder, DataMeta,
+    EncodeError,
 };
 pub use protocol::fragment::{
     fragment_room, split_fragments, FragmentHeader, DEFAULT_MAX_MESSAGE, FRAGMENT_HEADER_LEN,

@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use super::metrics::NetMetrics;
 use crate::{
-    decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, realtime_ns,
+    decode_compat_packet, decode_payload, encode_compat_packet, encode_payload_sized, realtime_ns,
     split_fragments, BatchEncoder, DataMeta, DropReason, EncodeError, FrameMac, IoStats,
-    ReliableExport, SendBatch, SubscriberTable, UdpEndpoint,
+    ReliableExport, SendBatch, SubscriberTable, UdpEndpoint, HEADER_LEN,
 };
 
 /// What an export needs to send: the socket, the batch, a buffer of one datagram, and who
@@ -209,28 +209,31 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
                     Ok(())
                 }
                 // Larger than a datagram: in fragments, each with a sequence number of its own.
-                Err(EncodeError::TooLarge { .. }) => {
-                    encode_payload(T::TOPIC_ID, &msg, large, out.max_message).and_then(|payload| {
-                        let fragments = split_fragments(payload, enc.capacity()).ok_or(
-                            EncodeError::MessageTooLarge {
-                                topic: T::TOPIC_ID,
-                                size: payload.len(),
-                                max: out.max_message,
-                            },
-                        )?;
-                        for (fragment, piece) in fragments {
-                            let meta = DataMeta {
-                                seq: *seq + 1,
-                                ..meta
-                            };
-                            let start = out.push(&mut enc, T::TOPIC_ID, |enc| {
-                                enc.push_fragment(meta, &fragment, piece)
-                            })?;
-                            *seq += 1;
-                            keep(reliable, *seq, &enc, start);
-                        }
-                        Ok(())
-                    })
+                Err(EncodeError::TooLarge { size, .. }) => {
+                    let size = size.saturating_sub(HEADER_LEN);
+                    encode_payload_sized(T::TOPIC_ID, &msg, size, large, out.max_message).and_then(
+                        |payload| {
+                            let fragments = split_fragments(payload, enc.capacity()).ok_or(
+                                EncodeError::MessageTooLarge {
+                                    topic: T::TOPIC_ID,
+                                    size: payload.len(),
+                                    max: out.max_message,
+                                },
+                            )?;
+                            for (fragment, piece) in fragments {
+                                let meta = DataMeta {
+                                    seq: *seq + 1,
+                                    ..meta
+                                };
+                                let start = out.push(&mut enc, T::TOPIC_ID, |enc| {
+                                    enc.push_fragment(meta, &fragment, piece)
+                                })?;
+                                *seq += 1;
+                                keep(reliable, *seq, &enc, start);
+                            }
+                            Ok(())
+                        },
+                    )
                 }
                 Err(e) => Err(e),
             };

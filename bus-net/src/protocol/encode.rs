@@ -139,6 +139,21 @@ pub fn encode_payload<'s, T: Serialize + ?Sized>(
     max_message: usize,
 ) -> Result<&'s [u8], EncodeError> {
     let size = payload_size(topic, value)?;
+    encode_payload_sized(topic, value, size, scratch, max_message)
+}
+
+/// [`encode_payload`] of a value whose payload size is known (from
+/// [`EncodeError::TooLarge`]'s `size` less [`HEADER_LEN`]): one pass over the value, not two.
+///
+/// # Errors
+/// As [`encode_payload`]; [`EncodeError::Serialize`] too if `size` was not the value's size.
+pub fn encode_payload_sized<'s, T: Serialize + ?Sized>(
+    topic: u64,
+    value: &T,
+    size: usize,
+    scratch: &'s mut Vec<u8>,
+    max_message: usize,
+) -> Result<&'s [u8], EncodeError> {
     if size > max_message {
         return Err(EncodeError::MessageTooLarge {
             topic,

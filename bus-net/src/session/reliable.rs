@@ -484,8 +484,9 @@ pub struct ReliableRecvCounts {
 /// arithmetic on them can overflow.
 pub const MAX_SEQ: u64 = u64::MAX / 2;
 
-/// How many NAK nonces are remembered for `Unavailable` answers.
-const NONCES: usize = 8;
+/// How many NAK nonces are remembered for `Unavailable` answers: two full NAK rounds (16
+/// ranges each by default), so the answer to any range of the last round is recognised.
+const NONCES: usize = 32;
 
 /// The subscriber side of one reliable topic. See the module docs.
 #[derive(Debug)]
