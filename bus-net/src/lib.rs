@@ -173,7 +173,9 @@ pub use session::{canonical, is_answerable, Replies};
 
 mod bridge;
 mod io;
-pub use bridge::{Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender};
+pub use bridge::{
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed,
+};
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,
     UdpEndpoint, MAX_BATCH,

@@ -1183,11 +1183,29 @@ impl BridgeActor {
             nak_sent = nak_sent.saturating_add(r.counts().naks_sent);
             unrecovered = unrecovered.saturating_add(r.counts().unrecovered);
         }
-        let (mut retransmitted, mut unavailable) = (0u64, 0u64);
-        for r in self.exports.iter().filter_map(|e| e.reliable()) {
+        let (mut retransmitted, mut unavailable, mut missing) = (0u64, 0u64, 0u64);
+        for e in &self.exports {
+            let Some(r) = e.reliable() else {
+                continue;
+            };
             retransmitted = retransmitted.saturating_add(r.counts().retransmitted);
             unavailable = unavailable.saturating_add(r.counts().unavailable);
+            // What each subscriber missed beyond history, for it alone.
+            for (subscriber, missed) in r.missed() {
+                missing += 1;
+                if self.status.set_missed(e.topic(), subscriber, missed) {
+                    log::warn!(
+                        "bridge '{}': subscriber {subscriber} of reliable topic '{}' has missed \
+                         {missed} messages beyond history in all (it is slower or lossier than \
+                         history covers; the other subscribers are not affected): raise \
+                         `reliable.history` to cover it",
+                        self.name,
+                        e.topic()
+                    );
+                }
+            }
         }
+        self.metrics.missed_subscribers.set(missing);
         let incomplete = self.imports.iter().fold(0u64, |a, i| {
             a.saturating_add(i.reassembly.counts().incomplete)
         });

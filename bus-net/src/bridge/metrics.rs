@@ -47,6 +47,9 @@ pub(crate) struct NetMetrics {
     pub(crate) retransmitted: Metric,
     pub(crate) unrecovered: Metric,
     pub(crate) unavailable: Metric,
+    /// Subscribers of reliable exports that missed anything beyond history (per subscriber:
+    /// `BridgeStatus::missed`).
+    pub(crate) missed_subscribers: Metric,
     drops: Vec<Metric>,
     /// Datagrams from an address family the socket does not understand.
     bad_address: Metric,
@@ -83,6 +86,7 @@ impl NetMetrics {
             retransmitted: setup.metric("retransmitted"),
             unrecovered: setup.metric("unrecovered"),
             unavailable: setup.metric("unavailable"),
+            missed_subscribers: setup.metric("missed_subscribers"),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| setup.metric(&format!("drop.{}", r.name())))

@@ -272,8 +272,22 @@ impl Reassembler {
                 oldest
             }
         };
-        let slot = &mut self.slots[i];
         let total = h.total as usize;
+        if self.slots[i].buf.len() < total {
+            // Another free slot's buffer may be large enough already: take it (the pool keeps
+            // its largest buffers in use, and grows only when more are needed at once).
+            if let Some(j) = (0..self.slots.len())
+                .find(|&j| j != i && !self.slots[j].active && self.slots[j].buf.len() >= total)
+            {
+                let (bits, buf) = (
+                    std::mem::take(&mut self.slots[j].bits),
+                    std::mem::take(&mut self.slots[j].buf),
+                );
+                self.slots[j].bits = std::mem::replace(&mut self.slots[i].bits, bits);
+                self.slots[j].buf = std::mem::replace(&mut self.slots[i].buf, buf);
+            }
+        }
+        let slot = &mut self.slots[i];
         if slot.buf.len() < total {
             // Grows to the largest message this slot has held (at most `max_message`), exactly.
             slot.buf.reserve_exact(total - slot.buf.len());

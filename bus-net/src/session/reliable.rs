@@ -192,12 +192,15 @@ impl History {
     }
 }
 
-/// A token bucket of retransmitted bytes for one subscriber address.
+/// A token bucket of retransmitted bytes for one subscriber address, and what that subscriber
+/// alone missed.
 #[derive(Clone, Copy, Debug)]
 struct Budget {
     addr: SocketAddr,
     tokens: u64,
     last_ns: u64,
+    /// Sequence numbers this subscriber asked for after they had left history.
+    missed: u64,
 }
 
 /// What one NAK frame earned: the messages to retransmit from history (in order) and, for the
@@ -339,6 +342,17 @@ impl ReliableExport {
         &self.counts
     }
 
+    /// Per subscriber address, the sequence numbers it asked for after they had left history
+    /// (answered `Unavailable`): what a slow or lossy subscriber missed, counted for it alone.
+    /// Only addresses that missed something; an address not heard from while the table of
+    /// budgets was full may have been replaced (its count starts again).
+    pub fn missed(&self) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
+        self.budgets
+            .iter()
+            .filter(|b| b.missed > 0)
+            .map(|b| (b.addr, b.missed))
+    }
+
     /// The budget of `addr`, refilled to `now_ns`; a new address takes the slot of the one
     /// heard from longest ago when all are taken.
     fn budget(&mut self, addr: SocketAddr, now_ns: u64) -> &mut Budget {
@@ -350,6 +364,7 @@ impl ReliableExport {
                     addr,
                     tokens: burst,
                     last_ns: now_ns,
+                    missed: 0,
                 };
                 if self.budgets.len() < self.budgets.capacity() {
                     self.budgets.push(fresh);
@@ -400,10 +415,10 @@ impl ReliableExport {
                 first: nak.first,
                 last: gone_last,
             });
-            self.counts.unavailable = self
-                .counts
-                .unavailable
-                .saturating_add(gone_last - nak.first + 1);
+            let gone = gone_last - nak.first + 1;
+            self.counts.unavailable = self.counts.unavailable.saturating_add(gone);
+            let b = self.budget(src, now_ns);
+            b.missed = b.missed.saturating_add(gone);
         }
         let first = nak.first.max(oldest);
         if first > last {
@@ -950,6 +965,25 @@ mod tests {
         // Numbers never sent get nothing.
         e.on_nak(&nak(25, 30), addr("127.0.0.1:1"), 0, &mut out);
         assert!(out.seqs().is_empty() && out.unavailable().is_none());
+    }
+
+    #[test]
+    fn what_a_slow_subscriber_misses_is_counted_for_it_alone() {
+        let mut e = ReliableExport::new(1, 2, 9, 4, &config(8));
+        for seq in 1..=20u64 {
+            e.record(seq, &[0; 10]);
+        }
+        let (slow, fast) = (addr("127.0.0.1:1"), addr("127.0.0.2:1"));
+        let mut out = Retransmit::with_capacity(64);
+        // The slow one asks for 1..=15: 1..=12 left history (8 kept: 13..=20).
+        e.on_nak(&nak(1, 15), slow, 0, &mut out);
+        assert_eq!(out.seqs(), [13, 14, 15]);
+        e.on_nak(&nak(5, 6), slow, 0, &mut out);
+        // The fast one asks only for what history holds.
+        e.on_nak(&nak(18, 20), fast, 0, &mut out);
+        assert_eq!(out.seqs(), [18, 19, 20]);
+        assert_eq!(e.missed().collect::<Vec<_>>(), [(slow, 14)]);
+        assert_eq!(e.counts().unavailable, 14);
     }
 
     #[test]
