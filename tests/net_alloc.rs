@@ -174,7 +174,7 @@ fn relay(
 #[test]
 #[cfg_attr(miri, ignore)]
 fn messages_cross_bridges_without_allocating() {
-    run::<Quote>(false, 20, 200_000);
+    run::<Quote>(false, 20, Duration::from_micros(200), 200_000);
 }
 
 #[test]
@@ -182,22 +182,23 @@ fn messages_cross_bridges_without_allocating() {
 fn reliable_recovery_allocates_nothing_either() {
     // The reliable run delivers a recovered gap in one burst: a slower feed keeps the sink's
     // ring from overflowing, so every message is counted as crossed.
-    run::<Quote>(true, 5, 200_000);
+    run::<Quote>(true, 5, Duration::from_micros(200), 200_000);
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn large_messages_in_fragments_allocate_nothing_either() {
-    run::<Big>(true, 1, 20_000);
+    // 1000 messages (5000 fragments) a second: history (1024 frames) covers 200 ms.
+    run::<Big>(true, 1, Duration::from_millis(1), 5_000);
 }
 
 /// One run at a time: the allocation counter is global, and a test starting or stopping its
 /// buses beside another's measurement would be counted in it.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs `M` at `per_tick` messages per 200 us tick, reliably or not, and measures while
-/// `target` cross (a tenth of it on a slow machine).
-fn run<M: Numbered>(reliable: bool, per_tick: u64, target: u64) {
+/// Runs `M` at `per_tick` messages per `tick`, reliably or not, and measures while `target`
+/// cross (a tenth of it on a slow machine).
+fn run<M: Numbered>(reliable: bool, per_tick: u64, tick: Duration, target: u64) {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -230,7 +231,7 @@ fn run<M: Numbered>(reliable: bool, per_tick: u64, target: u64) {
         per_tick,
         ready: Arc::clone(&r),
     })
-    .tick_every(Duration::from_micros(200))
+    .tick_every(tick)
     .publishes::<M>();
     a.add(publisher);
 
