@@ -43,6 +43,9 @@
 //!   header plus the 32-byte payload, so exactly one message fits in a datagram: one message
 //!   per datagram, everything else equal (B's settings are the defaults in both cases).
 //!
+//! Large messages (`throughput_large`, MB/s): 1 MiB messages through the bridges in fragments
+//! (`llbus-1mib`) beside raw UDP sending the same datagrams (`raw-1mib`); see [`large`].
+//!
 //! Every bus run is bounded: subscriptions and results are awaited with deadlines, and a bus
 //! that does not stop ends the run with an error (see `onbus`).
 
@@ -57,6 +60,8 @@ use llbus::{
 };
 use llbus_net::{Bridge, BridgeConfig, RecvBatch, SocketConfig, UdpEndpoint, HEADER_LEN};
 use serde::{Deserialize, Serialize};
+
+mod large;
 
 use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
@@ -168,10 +173,20 @@ const CONTENDERS: &[CaseFn] = &[
     raw_blocking_case,
     mac_case,
     reliable_case,
+    large::llbus_case,
+    large::raw_case,
 ];
 
 /// Their names, in the same order.
-const NAMES: &[&str] = &[LLBUS, RAW_SPIN, RAW_BLOCKING, MAC, RELIABLE];
+const NAMES: &[&str] = &[
+    LLBUS,
+    RAW_SPIN,
+    RAW_BLOCKING,
+    MAC,
+    RELIABLE,
+    large::LLBUS_LARGE,
+    large::RAW_LARGE,
+];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.
 const PHASES: usize = 3;
