@@ -77,6 +77,17 @@ struct InFlight {
     bytes: Vec<u8>,
 }
 
+/// The header fields of the publisher's data frame (or fragment) `seq`.
+fn meta(seq: u64) -> DataMeta {
+    DataMeta {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: PUB_SESSION,
+        seq,
+        timestamp_ns: 0,
+    }
+}
+
 /// The payload of message `seq`: its number, then a pattern derived from it.
 fn payload(seq: u64) -> (u64, [u8; 24]) {
     (seq, [(seq % 251) as u8; 24])
@@ -483,14 +494,7 @@ impl World {
             let seq = self.published;
             let mut buf = vec![0u8; MAX];
             let mut enc = BatchEncoder::new(&mut buf);
-            let meta = DataMeta {
-                topic_id: TOPIC,
-                fingerprint: FP,
-                session: PUB_SESSION,
-                seq,
-                timestamp_ns: 0,
-            };
-            enc.push_data(meta, &payload(seq)).unwrap();
+            enc.push_data(meta(seq), &payload(seq)).unwrap();
             let d = enc.as_bytes().to_vec();
             assert!(self.export.record(seq, &d));
             self.send(now_ms, pub_addr(), false, d);
@@ -572,14 +576,8 @@ impl World {
             self.published += 1;
             let mut buf = vec![0u8; MAX];
             let mut enc = BatchEncoder::new(&mut buf);
-            let meta = DataMeta {
-                topic_id: TOPIC,
-                fingerprint: FP,
-                session: PUB_SESSION,
-                seq: self.published,
-                timestamp_ns: 0,
-            };
-            enc.push_fragment(meta, &fragment, piece).unwrap();
+            enc.push_fragment(meta(self.published), &fragment, piece)
+                .unwrap();
             let d = enc.as_bytes().to_vec();
             assert!(self.export.record(self.published, &d));
             self.send(now_ms, pub_addr(), false, d);
@@ -770,13 +768,6 @@ fn best_effort_large_messages_count_exactly_what_they_lost() {
             let value = (n, body(n, size));
             let mut buf = vec![0u8; MAX];
             let mut enc = BatchEncoder::new(&mut buf);
-            let meta = |seq| DataMeta {
-                topic_id: TOPIC,
-                fingerprint: FP,
-                session: PUB_SESSION,
-                seq,
-                timestamp_ns: 0,
-            };
             seq += 1;
             if enc.push_data(meta(seq), &value).is_ok() {
                 frames_of[n as usize].push(seq);
