@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
                 let first = 1000 * k + 1_000_000 * size as u64 + 7 * chunk as u64;
                 let out = r.on_fragment(1, first + u64::from(index), &p, now);
                 if let (Ok(Reassembled::Complete(m)), false) = (&out, tainted) {
-                    assert_eq!(m, &msg[..], "genuine message {k} corrupted");
+                    assert_eq!(*m, &msg[..], "genuine message {k} corrupted");
                 }
                 out.map(|o| matches!(o, Reassembled::Complete(_)))
             }
