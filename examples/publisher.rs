@@ -16,6 +16,8 @@
 
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "common/payload.rs"]
+mod payload;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +35,8 @@ use serde::{Deserialize, Serialize};
 struct Counter {
     n: u64,
     sent_ns: i64,
+    /// `--size` bytes derived from `n` (`payload::fill`).
+    payload: Vec<u8>,
 }
 
 /// The counter in the ll-udp-pubsub v0.1 format: exactly a bincode `i64` on the wire
@@ -75,10 +79,11 @@ struct Shared {
     done: AtomicBool,
 }
 
-/// Publishes `make(n, now)` for n = 0, 1, 2, ... at `rate` a second, up to `count`.
+/// Publishes `make(n, now, size)` for n = 0, 1, 2, ... at `rate` a second, up to `count`.
 struct Feed<T> {
     out: Out<T>,
-    make: fn(u64, i64) -> T,
+    make: fn(u64, i64, usize) -> T,
+    size: usize,
     rate: u64,
     count: Option<u64>,
     sent: u64,
@@ -108,7 +113,7 @@ impl<T: Message + Clone> Actor for Feed<T> {
             target = target.min(count);
         }
         while self.sent < target {
-            let msg = (self.make)(self.sent, realtime_ns());
+            let msg = (self.make)(self.sent, realtime_ns(), self.size);
             ctx.publish(self.out, msg);
             self.sent += 1;
         }
@@ -165,6 +170,12 @@ struct Args {
     /// retransmitted to a subscriber (started with --reliable too) that NAKs a gap.
     #[arg(long)]
     reliable: bool,
+    /// Each message carries a payload of BYTES bytes derived from its counter value, which the
+    /// subscriber checks. A message larger than a datagram is sent as fragments (up to 16 MiB);
+    /// with --reliable a lost fragment is retransmitted alone, and the history holds at least
+    /// four messages' fragments.
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    size: usize,
     /// udp: through the network bridge; shm: through shared memory (llbus-ipc channel
     /// `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
@@ -229,6 +240,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         config.allow = allow.clone();
     }
     config.psk = args.psk;
+    config.reliable = payload::reliable_config(Some(args.size));
     let bridge = if compat {
         // The v1 socket is unused in compat mode: bind it to any port of the same address.
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
@@ -277,11 +289,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         None
     };
     let feed_shared = Arc::clone(&shared);
-    let (rate, count) = (args.rate, args.count);
+    let (rate, count, size) = (args.rate, args.count, args.size);
     if compat {
         let feed = bus.actor("feed", move |s: &mut Setup<'_>| Feed {
             out: s.output(),
-            make: |n, _| Count(n as i64),
+            make: |n, _, _| Count(n as i64),
+            size,
             rate,
             count,
             sent: 0,
@@ -292,7 +305,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         let feed = bus.actor("feed", move |s: &mut Setup<'_>| Feed {
             out: s.output(),
-            make: |n, sent_ns| Counter { n, sent_ns },
+            make: |n, sent_ns, size| Counter {
+                n,
+                sent_ns,
+                payload: payload::fill(n, size),
+            },
+            size,
             rate,
             count,
             sent: 0,

@@ -13,13 +13,13 @@
 //! `--help` describes every flag. By default the bridge and the sink take turns on one thread
 //! (backoff idle), which measured best on a 2-vCPU machine with a publisher process beside it;
 //! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
-//! `--reliable` it exits 4 if any message could not be recovered (`unrecovered > 0`) or arrived
-//! out of order (`out_of_order > 0`).
+//! `--reliable` it exits 4 if any message could not be recovered (`unrecovered > 0`), arrived
+//! out of order (`out_of_order > 0`) or corrupted (`corrupt > 0`, the `--size` content check).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..
 //! bad_source=.. bad_nonce=.. replayed=.. bad_mac=.. unknown_session=.. resubscribes=.. control_duplicates=..
-//! control_stale=.. send_dropped=.. errors=.. unrecovered=.. out_of_order=.. nak_sent=.. p50_us=.. p99_us=..
+//! control_stale=.. send_dropped=.. errors=.. unrecovered=.. out_of_order=.. corrupt=.. incomplete=.. nak_sent=.. p50_us=.. p99_us=..
 //! p999_us=.. max_us=..` (`out_of_order` counts counter values that did not exceed the one before)
 //! (`first` and `highest` are the counter values that opened and lead the
 //! current run of the publisher; `ring_dropped` counts messages the bridge could not hand to the
@@ -30,6 +30,8 @@
 
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "common/payload.rs"]
+mod payload;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -49,6 +51,8 @@ use serde::{Deserialize, Serialize};
 struct Counter {
     n: u64,
     sent_ns: i64,
+    /// The publisher's `--size` bytes derived from `n` (`payload::fill`).
+    payload: Vec<u8>,
 }
 
 /// The counter in the ll-udp-pubsub v0.1 format: a bare bincode `i64`.
@@ -67,6 +71,8 @@ struct Summary {
     highest: Option<u64>,
     /// Counter values that did not exceed the previous one.
     out_of_order: u64,
+    /// Messages whose payload failed the content check.
+    corrupt: u64,
     latency_ns: Histogram<u64>,
 }
 
@@ -81,6 +87,9 @@ struct Shared {
 struct Sink<T> {
     /// The counter value and, when the format carries it, the publisher's send time.
     read: fn(&T) -> (u64, Option<i64>),
+    /// Whether a message's payload is intact (the `--size` content check).
+    intact: fn(&T, Option<usize>) -> bool,
+    size: Option<usize>,
     count: u64,
     /// Drop duplicate and stale copies. Only the compat format lets those through the bridge
     /// (v1 imports drop them by sequence number), so only compat mode asks for it.
@@ -92,6 +101,7 @@ struct Sink<T> {
     first: Option<u64>,
     previous: Option<u64>,
     out_of_order: u64,
+    corrupt: u64,
     latency_ns: Histogram<u64>,
     shared: Arc<Shared>,
 }
@@ -99,12 +109,16 @@ struct Sink<T> {
 impl<T> Sink<T> {
     fn new(
         read: fn(&T) -> (u64, Option<i64>),
+        intact: fn(&T, Option<usize>) -> bool,
+        size: Option<usize>,
         count: u64,
         dedup: bool,
         shared: Arc<Shared>,
     ) -> Self {
         Sink {
             read,
+            intact,
+            size,
             count,
             dedup,
             received: 0,
@@ -113,6 +127,7 @@ impl<T> Sink<T> {
             first: None,
             previous: None,
             out_of_order: 0,
+            corrupt: 0,
             latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                 .expect("static histogram bounds are valid"),
             shared,
@@ -125,6 +140,9 @@ impl<T: Message + Clone> Actor for Sink<T> {
 
     fn on_message(&mut self, msg: T, ctx: &mut Context<'_>) {
         let (n, sent_ns) = (self.read)(&msg);
+        if !(self.intact)(&msg, self.size) {
+            self.corrupt += 1;
+        }
         if let Some(sent_ns) = sent_ns {
             let one_way = realtime_ns().saturating_sub(sent_ns).max(1);
             let _ = self.latency_ns.record(one_way as u64);
@@ -166,6 +184,7 @@ impl<T: Message + Clone> Actor for Sink<T> {
             first: self.first,
             highest: self.tracker.position().map(|(_, h)| h - 1),
             out_of_order: self.out_of_order,
+            corrupt: self.corrupt,
             latency_ns: self.latency_ns.clone(),
         };
         *self
@@ -211,6 +230,12 @@ struct Args {
     /// and retransmitted, messages arrive in order.
     #[arg(long, conflicts_with = "compat")]
     reliable: bool,
+    /// The payload size the publisher was given (its --size): every message's payload must be
+    /// that long and carry the bytes derived from its counter value, else it counts as
+    /// `corrupt`. Without it the content is checked at whatever length arrives. With
+    /// --reliable, the reorder buffer holds at least four messages' fragments.
+    #[arg(long, value_name = "BYTES")]
+    size: Option<usize>,
     /// udp: through the network bridge; shm: from a `publisher --transport shm` on this host
     /// through shared memory (llbus-ipc channel `demo.counter` in /dev/shm).
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
@@ -275,6 +300,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         let config = llbus_net::BridgeConfig {
             psk: args.psk,
+            reliable: payload::reliable_config(args.size),
             ..llbus_net::BridgeConfig::default()
         };
         let bridge = Bridge::bind_with(args.bind, config)?.name("bridge");
@@ -302,15 +328,25 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if compat {
         let read: fn(&Count) -> (u64, Option<i64>) = |c| (c.0 as u64, None);
         let sink = bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
-            Sink::new(read, count, true, Arc::clone(&sink_shared))
+            Sink::new(
+                read,
+                |_, _| true,
+                None,
+                count,
+                true,
+                Arc::clone(&sink_shared),
+            )
         });
         place(sink, args)
             .default_capacity(SINK_RING)
             .subscribes::<Count>();
     } else {
         let read: fn(&Counter) -> (u64, Option<i64>) = |c| (c.n, Some(c.sent_ns));
+        let intact: fn(&Counter, Option<usize>) -> bool =
+            |c, size| payload::check(c.n, &c.payload, size);
+        let size = args.size;
         let sink = bus.actor("sink", move |_: &mut llbus::Setup<'_>| {
-            Sink::new(read, count, false, Arc::clone(&sink_shared))
+            Sink::new(read, intact, size, count, false, Arc::clone(&sink_shared))
         });
         let sink = place(sink, args)
             .default_capacity(SINK_RING)
@@ -448,7 +484,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
          invalid={invalid} publisher_restarts={restarts} first={} highest={} \
          ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} replayed={} \
          bad_mac={} unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
-         send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} nak_sent={} \
+         send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} corrupt={} \
+         incomplete={} nak_sent={} \
          p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
@@ -465,6 +502,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         metric(&report, "send_dropped"),
         status.errors().len(),
         summary.out_of_order,
+        summary.corrupt,
+        metric(&report, "drop.incomplete"),
         metric(&report, "nak_sent"),
         us(0.50),
         us(0.99),
@@ -474,10 +513,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("subscriber: {why}");
         std::process::exit(code);
     }
-    if args.reliable && (unrecovered > 0 || summary.out_of_order > 0) {
+    if args.reliable && (unrecovered > 0 || summary.out_of_order > 0 || summary.corrupt > 0) {
         eprintln!(
-            "subscriber: reliable topic: {unrecovered} messages unrecovered, {} out of order",
-            summary.out_of_order
+            "subscriber: reliable topic: {unrecovered} messages unrecovered, {} out of order, \
+             {} corrupted",
+            summary.out_of_order, summary.corrupt
         );
         std::process::exit(4);
     }

@@ -62,10 +62,11 @@ fn hz_accounts_for_every_message_the_publisher_sent() {
         sent.u64("messages_out"),
         "hz: {hz}\npublisher: {sent}"
     );
+    // A counter is `n`, `sent_ns` and the `--size` payload: here empty, its 8-byte length.
     assert_eq!(
         hz.u64("bytes"),
-        16 * hz.u64("messages"),
-        "16-byte counters: {hz}"
+        24 * hz.u64("messages"),
+        "24-byte counters: {hz}"
     );
     assert!(
         text.contains("demo.counter: "),
@@ -108,7 +109,7 @@ fn spy_shows_each_frames_header_and_payload() {
     assert_eq!(frames.len(), 5, "{text}");
     let seqs: Vec<u64> = frames.iter().map(|f| f.u64("seq")).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
-    assert!(frames.iter().all(|f| f.u64("len") == 16), "{text}");
+    assert!(frames.iter().all(|f| f.u64("len") == 24), "{text}");
     assert_eq!(
         text.lines()
             .filter(|l| l.trim_start().starts_with("0000: "))

@@ -49,6 +49,9 @@
 //!   header plus the 32-byte payload, so exactly one message fits in a datagram: one message
 //!   per datagram, everything else equal (B's settings are the defaults in both cases).
 //!
+//! Large messages (`throughput_large`, MB/s): 1 MiB messages through the bridges in fragments
+//! (`llbus-1mib`) beside raw UDP sending the same datagrams (`raw-1mib`); see [`large`].
+//!
 //! Every bus run is bounded: subscriptions and results are awaited with deadlines, and a bus
 //! that does not stop ends the run with an error (see `onbus`).
 
@@ -65,6 +68,8 @@ use llbus_net::{
     Bridge, BridgeConfig, RecvBatch, SendBatch, SocketConfig, UdpEndpoint, HEADER_LEN,
 };
 use serde::{Deserialize, Serialize};
+
+mod large;
 
 use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
@@ -192,6 +197,8 @@ const CONTENDERS: &[CaseFn] = &[
     reliable_case,
     park_case,
     raw_unconnected_case,
+    large::llbus_case,
+    large::raw_case,
 ];
 
 /// Their names, in the same order.
@@ -203,6 +210,8 @@ const NAMES: &[&str] = &[
     RELIABLE,
     PARK,
     RAW_UNCONNECTED,
+    large::LLBUS_LARGE,
+    large::RAW_LARGE,
 ];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.

@@ -134,7 +134,13 @@ pub use protocol::control::{
 };
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
-pub use protocol::encode::{check_fits, payload_size, BatchEncoder, DataMeta, EncodeError};
+pub use protocol::encode::{
+    check_fits, encode_payload, encode_payload_sized, payload_size, BatchEncoder, DataMeta,
+    EncodeError,
+};
+pub use protocol::fragment::{
+    fragment_room, split_fragments, FragmentHeader, DEFAULT_MAX_MESSAGE, FRAGMENT_HEADER_LEN,
+};
 pub use protocol::header::{
     Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, HEADER_LEN, MAGIC,
     MAX_DATAGRAM_LIMIT, VERSION,
@@ -154,6 +160,7 @@ pub use protocol::subscribers::{
 
 mod session;
 pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};
+pub use session::reassembly::{Reassembled, Reassembler, ReassemblyConfig, ReassemblyCounts};
 pub use session::reliable::{
     Delivery, History, ReliableConfig, ReliableExport, ReliableReceiver, ReliableRecvCounts,
     ReliableSendCounts, Retransmit,
@@ -166,7 +173,9 @@ pub use session::{canonical, is_answerable, Replies};
 
 mod bridge;
 mod io;
-pub use bridge::{Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender};
+pub use bridge::{
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed,
+};
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,
     UdpEndpoint, MAX_BATCH,

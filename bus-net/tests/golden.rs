@@ -3,9 +3,10 @@
 //! and checks each one verbatim, so the specification and the code cannot drift apart.
 
 use llbus_net::{
-    decode_compat_packet, decode_payload, encode_compat_packet, parse_datagram, BatchEncoder,
-    CompatControl, Control, Cookie, DataMeta, Flags, FrameMac, Header, Kind, Nak, Refusal,
-    RefuseReason, Unavailable, DEFAULT_MAX_DATAGRAM, MAC_TAG_LEN,
+    decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
+    split_fragments, BatchEncoder, CompatControl, Control, Cookie, DataMeta, Flags, FrameMac,
+    Header, Kind, Nak, Reassembled, Reassembler, ReassemblyConfig, Refusal, RefuseReason,
+    Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -96,8 +97,20 @@ fn unavailable() -> Unavailable {
     }
 }
 
+/// Fragment `index` of the example quote cut for 72-byte datagrams (8-byte pieces), as
+/// sequence number 7 + index.
+fn fragment(index: usize) -> Vec<u8> {
+    let mut scratch = Vec::new();
+    let quote = Quote { px: 100, qty: 5 };
+    let payload = encode_payload(TOPIC, &quote, &mut scratch, DEFAULT_MAX_MESSAGE).unwrap();
+    let (h, piece) = split_fragments(payload, 72).unwrap().nth(index).unwrap();
+    encode(|e| e.push_fragment(meta(7 + index as u64), &h, piece).unwrap())
+}
+
 fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
     vec![
+        ("v2-fragment-0", fragment(0)),
+        ("v2-fragment-1", fragment(1)),
         ("v2-nak", encode(|e| e.push_nak(&nak()).unwrap())),
         (
             "v2-unavailable",
@@ -473,4 +486,26 @@ fn v2_reliable_frames_decode() {
     assert_eq!(Unavailable::from_frame(&frame), Ok(unavailable()));
     // The answer is shorter than the NAK: no amplification.
     assert!(answer.len() < bytes.len());
+}
+
+#[test]
+fn v2_fragments_reassemble() {
+    let mut r = Reassembler::new(&ReassemblyConfig::default());
+    let mut out = None;
+    // In either order.
+    for name in ["v2-fragment-1", "v2-fragment-0"] {
+        let bytes = doc_bytes(name);
+        let frame = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
+            .unwrap()
+            .next()
+            .unwrap();
+        assert_eq!(frame.header.kind, Kind::Fragment);
+        if let Reassembled::Complete(m) = r
+            .on_fragment(frame.header.session, frame.header.seq, frame.payload, 0)
+            .unwrap()
+        {
+            out = Some(decode_payload::<Quote>(m).unwrap());
+        }
+    }
+    assert_eq!(out, Some(Quote { px: 100, qty: 5 }));
 }

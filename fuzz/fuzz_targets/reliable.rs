@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use llbus_net::{
-    parse_datagram, Cookie, Delivery, Nak, ReliableConfig, ReliableExport, ReliableReceiver,
+    parse_datagram, Cookie, Delivery, Kind, Nak, ReliableConfig, ReliableExport, ReliableReceiver,
     Retransmit, Unavailable, DEFAULT_MAX_DATAGRAM,
 };
 
@@ -29,7 +29,7 @@ struct Sink {
 }
 
 impl Delivery for Sink {
-    fn deliver(&mut self, seq: u64, payload: &[u8]) {
+    fn deliver(&mut self, seq: u64, _kind: Kind, payload: &[u8]) {
         assert!(seq > self.last, "{seq} delivered after {}", self.last);
         assert_eq!(payload, &seq.to_le_bytes()[..payload.len().min(8)]);
         self.last = seq;
@@ -97,7 +97,7 @@ fuzz_target!(|data: &[u8]| {
                     sink.last.saturating_add(a % 40)
                 };
                 let len = (b % 9) as usize;
-                rx.on_data(seq, &seq.to_le_bytes()[..len], now, &mut sink);
+                rx.on_data(seq, Kind::Data, &seq.to_le_bytes()[..len], now, &mut sink);
             }
             2 => rx.on_heartbeat(a, now),
             3 => {

@@ -34,8 +34,8 @@ use crate::{
     UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
 };
 use crate::{
-    Delivery, ImportState, Nak, ReliableConfig, ReliableExport, ReliableReceiver, Retransmit,
-    Unavailable,
+    Delivery, ImportState, Nak, Reassembled, Reassembler, ReliableConfig, ReliableExport,
+    ReliableReceiver, Retransmit, Unavailable,
 };
 
 /// Messages taken from one ring per poll of an export.
@@ -53,28 +53,93 @@ struct ImportSlot {
     warned: bool,
     /// The reorder buffer and NAK state of a reliable import.
     reliable: Option<ReliableReceiver>,
+    /// Messages arriving in fragments, put back together (bounded, buffers reused).
+    reassembly: Reassembler,
     /// The state of this import's NAK nonces (splitmix64 from a random seed: an off-path host
     /// does not see them).
     nonce: u64,
 }
 
-/// Hands what a reliable import delivers, in order, to its port.
+/// Hands what a reliable import delivers, in order, to its port: a message as it is, a
+/// fragment to the reassembler first.
 struct PortSink<'a, 'b> {
     port: &'a mut dyn ImportPort,
+    reassembly: &'a mut Reassembler,
     ctx: &'a mut Context<'b>,
     metrics: &'a NetMetrics,
     topic: &'static str,
+    /// The publisher session the frames are of.
+    session: u64,
+    now_ns: u64,
+}
+
+impl<'a, 'b> PortSink<'a, 'b> {
+    fn new(
+        port: &'a mut dyn ImportPort,
+        reassembly: &'a mut Reassembler,
+        ctx: &'a mut Context<'b>,
+        metrics: &'a NetMetrics,
+        session: u64,
+        now_ns: u64,
+    ) -> Self {
+        PortSink {
+            topic: port.topic(),
+            port,
+            reassembly,
+            ctx,
+            metrics,
+            session,
+            now_ns,
+        }
+    }
+}
+
+/// Hands a data frame's payload to `port`, or a fragment's to `reassembly` and the message to
+/// `port` once it is complete.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn deliver_frame(
+    port: &mut dyn ImportPort,
+    reassembly: &mut Reassembler,
+    kind: Kind,
+    session: u64,
+    seq: u64,
+    payload: &[u8],
+    now_ns: u64,
+    ctx: &mut Context<'_>,
+    metrics: &NetMetrics,
+) -> Result<(), DropReason> {
+    if kind != Kind::Fragment {
+        return port.deliver(payload, ctx, metrics);
+    }
+    match reassembly.on_fragment(session, seq, payload, now_ns)? {
+        Reassembled::Complete(message) => port.deliver(message, ctx, metrics),
+        Reassembled::Pending => Ok(()),
+    }
 }
 
 impl Delivery for PortSink<'_, '_> {
     #[inline]
-    fn deliver(&mut self, _seq: u64, payload: &[u8]) {
-        if let Err(reason) = self.port.deliver(payload, self.ctx, self.metrics) {
+    fn deliver(&mut self, seq: u64, kind: Kind, payload: &[u8]) {
+        let delivered = deliver_frame(
+            self.port,
+            self.reassembly,
+            kind,
+            self.session,
+            seq,
+            payload,
+            self.now_ns,
+            self.ctx,
+            self.metrics,
+        );
+        if let Err(reason) = delivered {
             self.metrics.drop(reason);
         }
     }
 
     fn unrecovered(&mut self, first: u64, last: u64) {
+        // Delivery is in order: a message in flight is missing a fragment of this range.
+        self.reassembly.abandon();
         log::warn!(
             "reliable import of topic '{}': messages {first}..={last} could not be recovered",
             self.topic
@@ -297,6 +362,7 @@ impl BridgeActor {
                     reliable: decl
                         .reliable
                         .then(|| ReliableReceiver::new(&reliable_config)),
+                    reassembly: Reassembler::new(&config.reassembly),
                     nonce: u64::from_le_bytes(nonce),
                 }
             })
@@ -512,7 +578,7 @@ impl BridgeActor {
             let mut dropped = None;
             for frame in frames {
                 let result = match frame.header.kind {
-                    Kind::Data => self.on_data(&frame, src, now_ns, ctx),
+                    Kind::Data | Kind::Fragment => self.on_data(&frame, src, now_ns, ctx),
                     Kind::Nak => self.on_nak(&frame, src, now_ns),
                     Kind::Unavailable => self.on_unavailable(&frame, src, now_ns, ctx),
                     _ => match Control::from_frame(&frame) {
@@ -625,25 +691,40 @@ impl BridgeActor {
                 DropReason::UnknownTopic
             });
         };
-        if let Some(receiver) = import.reliable.as_mut() {
-            let h = &frame.header;
-            if import
-                .session
-                .follows_reliable(h.fingerprint, h.session, now_ns)?
-            {
-                let mut sink = PortSink {
-                    port: &mut *import.port,
+        let h = &frame.header;
+        let ImportSlot {
+            port,
+            session,
+            reliable,
+            reassembly,
+            ..
+        } = import;
+        if let Some(receiver) = reliable.as_mut() {
+            if session.follows_reliable(h.fingerprint, h.session, now_ns)? {
+                let mut sink = PortSink::new(
+                    &mut **port,
+                    reassembly,
                     ctx,
-                    metrics: &self.metrics,
-                    topic: "",
-                };
-                sink.topic = sink.port.topic();
-                receiver.on_data(h.seq, frame.payload, now_ns, &mut sink);
+                    &self.metrics,
+                    h.session,
+                    now_ns,
+                );
+                receiver.on_data(h.seq, h.kind, frame.payload, now_ns, &mut sink);
             }
             return Ok(());
         }
-        if import.session.on_data(&frame.header, now_ns)?.is_deliver() {
-            import.port.deliver(frame.payload, ctx, &self.metrics)?;
+        if session.on_data(h, now_ns)?.is_deliver() {
+            deliver_frame(
+                &mut **port,
+                reassembly,
+                h.kind,
+                h.session,
+                h.seq,
+                frame.payload,
+                now_ns,
+                ctx,
+                &self.metrics,
+            )?;
         }
         Ok(())
     }
@@ -691,22 +772,27 @@ impl BridgeActor {
         else {
             return Err(DropReason::UnknownSender);
         };
-        let Some(receiver) = import.reliable.as_mut() else {
+        let ImportSlot {
+            port,
+            session,
+            reliable,
+            reassembly,
+            ..
+        } = import;
+        let Some(receiver) = reliable.as_mut() else {
             return Err(DropReason::BadControl);
         };
-        if !import
-            .session
-            .follows_reliable(u.fingerprint, u.session, now_ns)?
-        {
+        if !session.follows_reliable(u.fingerprint, u.session, now_ns)? {
             return Err(DropReason::UnknownSender);
         }
-        let topic = import.port.topic();
-        let mut sink = PortSink {
-            port: &mut *import.port,
+        let mut sink = PortSink::new(
+            &mut **port,
+            reassembly,
             ctx,
-            metrics: &self.metrics,
-            topic,
-        };
+            &self.metrics,
+            u.session,
+            now_ns,
+        );
         receiver.on_unavailable(&u, now_ns, &mut sink)
     }
 
@@ -717,22 +803,37 @@ impl BridgeActor {
             let Some(import) = self.imports.get_mut(i) else {
                 continue;
             };
-            let Some(receiver) = import.reliable.as_mut() else {
+            // Fragmented messages that have waited too long are given up (counted).
+            import.reassembly.poll(now_ns);
+            let ImportSlot {
+                port,
+                session,
+                reliable,
+                reassembly,
+                nonce,
+                publisher,
+                ..
+            } = import;
+            let Some(receiver) = reliable.as_mut() else {
                 continue;
             };
-            let topic = import.port.topic();
-            let cookie = import.session.cookie();
-            let (topic_id, dest) = (import.session.topic_id(), import.publisher);
-            let fingerprint = import.port.fingerprint();
-            let own_session = self.session;
-            let mut sink = PortSink {
-                port: &mut *import.port,
-                ctx,
-                metrics: &self.metrics,
-                topic,
+            let cookie = session.cookie();
+            let (topic_id, dest) = (session.topic_id(), *publisher);
+            let publisher_session = match session.state() {
+                ImportState::Established { session, .. } => session,
+                _ => 0,
             };
+            let fingerprint = port.fingerprint();
+            let own_session = self.session;
+            let mut sink = PortSink::new(
+                &mut **port,
+                reassembly,
+                ctx,
+                &self.metrics,
+                publisher_session,
+                now_ns,
+            );
             let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
-            let nonce = &mut import.nonce;
             receiver.poll(
                 now_ns,
                 &mut sink,
@@ -915,6 +1016,7 @@ impl BridgeActor {
             metrics: &self.metrics,
             seal: self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
             failed: &mut self.failed,
+            max_message: self.config.reassembly.max_message,
         };
         for export in &mut self.exports {
             work += export.pump(&mut side, BUDGET);
@@ -1081,11 +1183,33 @@ impl BridgeActor {
             nak_sent = nak_sent.saturating_add(r.counts().naks_sent);
             unrecovered = unrecovered.saturating_add(r.counts().unrecovered);
         }
-        let (mut retransmitted, mut unavailable) = (0u64, 0u64);
-        for r in self.exports.iter().filter_map(|e| e.reliable()) {
+        let (mut retransmitted, mut unavailable, mut missing) = (0u64, 0u64, 0u64);
+        for e in &self.exports {
+            let Some(r) = e.reliable() else {
+                continue;
+            };
             retransmitted = retransmitted.saturating_add(r.counts().retransmitted);
             unavailable = unavailable.saturating_add(r.counts().unavailable);
+            // What each subscriber missed beyond history, for it alone.
+            for (subscriber, missed) in r.missed() {
+                missing += 1;
+                if self.status.set_missed(e.topic(), subscriber, missed) {
+                    log::warn!(
+                        "bridge '{}': subscriber {subscriber} of reliable topic '{}' has missed \
+                         {missed} messages beyond history in all (it is slower or lossier than \
+                         history covers; the other subscribers are not affected): raise \
+                         `reliable.history` to cover it",
+                        self.name,
+                        e.topic()
+                    );
+                }
+            }
         }
+        self.metrics.missed_subscribers.set(missing);
+        let incomplete = self.imports.iter().fold(0u64, |a, i| {
+            a.saturating_add(i.reassembly.counts().incomplete)
+        });
+        self.metrics.set_drop(DropReason::Incomplete, incomplete);
         self.metrics.nak_sent.set(nak_sent);
         self.metrics.unrecovered.set(unrecovered);
         self.metrics.retransmitted.set(retransmitted);

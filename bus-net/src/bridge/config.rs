@@ -17,7 +17,8 @@ pub struct BridgeConfig {
     /// family of the bridge's socket: 1472 bytes for IPv4 (a 1500-byte MTU less 20 bytes of IP
     /// and 8 of UDP header), 1452 for IPv6 and dual stack (40 bytes of IPv6 header). Over a
     /// tunnel set it from the tunnel's MTU ([`BridgeConfig::for_mtu`]: WireGuard's 1420 gives
-    /// 1372). A message that cannot fit is refused and counted (`too_large`), never cut.
+    /// 1372). A message that cannot fit is sent as fragments of this size by an export (a
+    /// direct sender refuses it and counts it `too_large`); nothing is ever cut.
     /// Received datagrams are accepted up to this size or 1472 bytes, whichever is larger, so a
     /// dual-stack bridge takes what an IPv4 peer with the IPv4 default sends it.
     pub max_datagram: Option<usize>,
@@ -35,6 +36,12 @@ pub struct BridgeConfig {
     /// reorder buffer, NAK timing and retransmit budgets. `max_frame` is replaced by the
     /// bridge's datagram size.
     pub reliable: crate::ReliableConfig,
+    /// Large messages: the maximum message size (default 16 MiB; an export refuses a larger
+    /// one and counts it `too_large`, an import drops fragments that claim one), reassemblies
+    /// in flight per import (default 4, the oldest evicted) and their timeout (default 1 s).
+    /// A message that does not fit in one datagram is sent as fragments (`docs/PROTOCOL.md`,
+    /// "Large messages"); an import holds at most `in_flight * max_message` bytes for them.
+    pub reassembly: crate::ReassemblyConfig,
     /// Datagrams per `recvmmsg`/`sendmmsg` call (default 32).
     pub batch: usize,
     /// Socket buffer sizes.
@@ -76,6 +83,7 @@ impl Default for BridgeConfig {
             heartbeat_every: Duration::from_millis(100),
             late: LatePolicy::Deliver,
             reliable: crate::ReliableConfig::default(),
+            reassembly: crate::ReassemblyConfig::default(),
             batch: 32,
             socket: SocketConfig::default(),
             allow: Allowlist::loopback(),
@@ -112,7 +120,7 @@ impl BridgeConfig {
         })
     }
 
-    /// Checks the datagram size setting.
+    /// Checks the datagram size and maximum message settings.
     pub(crate) fn check(&self) -> std::io::Result<()> {
         // One control frame (and the MAC tag, with a key) must fit: the handshake needs it.
         let tag = if self.psk.is_some() { MAC_TAG_LEN } else { 0 };
@@ -123,6 +131,15 @@ impl BridgeConfig {
                 format!(
                     "max_datagram {n} is out of range: use {lowest}..={MAX_DATAGRAM_LIMIT} bytes \
                      (1472 for a 1500-byte MTU over IPv4, 1452 over IPv6)"
+                ),
+            )),
+            _ if self.reassembly.max_message > u32::MAX as usize => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "reassembly.max_message {} is out of range: at most {} bytes (the fragment \
+                     header's total is a u32)",
+                    self.reassembly.max_message,
+                    u32::MAX
                 ),
             )),
             _ => Ok(()),

@@ -47,6 +47,9 @@ pub(crate) struct NetMetrics {
     pub(crate) retransmitted: Metric,
     pub(crate) unrecovered: Metric,
     pub(crate) unavailable: Metric,
+    /// Subscribers of reliable exports that missed anything beyond history (per subscriber:
+    /// `BridgeStatus::missed`).
+    pub(crate) missed_subscribers: Metric,
     drops: Vec<Metric>,
     /// Datagrams from an address family the socket does not understand.
     bad_address: Metric,
@@ -83,6 +86,7 @@ impl NetMetrics {
             retransmitted: setup.metric("retransmitted"),
             unrecovered: setup.metric("unrecovered"),
             unavailable: setup.metric("unavailable"),
+            missed_subscribers: setup.metric("missed_subscribers"),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| setup.metric(&format!("drop.{}", r.name())))
@@ -96,6 +100,14 @@ impl NetMetrics {
     pub(crate) fn drop(&self, reason: DropReason) {
         if let Some(m) = self.drops.get(reason.index()) {
             m.add(1);
+        }
+    }
+
+    /// Sets the count of a reason that one owner counts in total (`Incomplete`: the
+    /// reassemblers).
+    pub(crate) fn set_drop(&self, reason: DropReason, total: u64) {
+        if let Some(m) = self.drops.get(reason.index()) {
+            m.set(total);
         }
     }
 

@@ -50,6 +50,20 @@ use crate::{new_session_id, Allowlist, UdpEndpoint};
 pub struct BridgeStatus {
     errors: Arc<Mutex<Vec<String>>>,
     warnings: Arc<Mutex<Vec<String>>>,
+    missed: Arc<Mutex<Vec<Missed>>>,
+}
+
+/// What one subscriber of a reliable export missed: sequence numbers it asked for after they
+/// had left history. Counted for that subscriber alone (the others are not slowed or charged);
+/// see `docs/PROTOCOL.md`, "Flow control".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Missed {
+    /// The exported topic.
+    pub topic: &'static str,
+    /// The subscriber's address.
+    pub subscriber: std::net::SocketAddr,
+    /// Sequence numbers it asked for that had left history.
+    pub missed: u64,
 }
 
 impl BridgeStatus {
@@ -75,6 +89,44 @@ impl BridgeStatus {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(error);
+    }
+
+    /// Per subscriber of a reliable export that missed anything beyond history, what it
+    /// missed (refreshed once a second).
+    pub fn missed(&self) -> Vec<Missed> {
+        self.missed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records that `subscriber` of `topic` has now missed `missed` in all; `true` if that is
+    /// news.
+    pub(crate) fn set_missed(
+        &self,
+        topic: &'static str,
+        subscriber: std::net::SocketAddr,
+        missed: u64,
+    ) -> bool {
+        let mut all = self.missed.lock().unwrap_or_else(PoisonError::into_inner);
+        match all
+            .iter_mut()
+            .find(|m| m.topic == topic && m.subscriber == subscriber)
+        {
+            Some(m) if m.missed == missed => false,
+            Some(m) => {
+                m.missed = missed;
+                true
+            }
+            None => {
+                all.push(Missed {
+                    topic,
+                    subscriber,
+                    missed,
+                });
+                true
+            }
+        }
     }
 
     pub(crate) fn warn(&self, warning: String) {

@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use super::metrics::NetMetrics;
 use crate::{
-    decode_compat_packet, decode_payload, encode_compat_packet, realtime_ns, BatchEncoder,
-    DataMeta, DropReason, EncodeError, FrameMac, IoStats, ReliableExport, SendBatch,
-    SubscriberTable, UdpEndpoint,
+    decode_compat_packet, decode_payload, encode_compat_packet, encode_payload_sized, realtime_ns,
+    split_fragments, BatchEncoder, DataMeta, DropReason, EncodeError, FrameMac, IoStats,
+    ReliableExport, SendBatch, SubscriberTable, UdpEndpoint, HEADER_LEN,
 };
 
 /// What an export needs to send: the socket, the batch, a buffer of one datagram, and who
@@ -27,6 +27,44 @@ pub(crate) struct SendSide<'a> {
     pub(crate) seal: Option<(&'a FrameMac, &'a mut [u8])>,
     /// Set when the socket fails for good (the bridge reports it and stops using the socket).
     pub(crate) failed: &'a mut Option<std::io::Error>,
+    /// The largest message sent, in payload bytes (`ReassemblyConfig::max_message`).
+    pub(crate) max_message: usize,
+}
+
+impl SendSide<'_> {
+    /// Sends `enc`'s datagram to the subscribers of `topic` and empties it.
+    fn flush(&mut self, enc: &mut BatchEncoder<'_>, topic: u64) {
+        let seal = self.seal.as_mut().map(|(m, b)| (*m, &mut **b));
+        fan_out(
+            enc.as_bytes(),
+            topic,
+            self.endpoint,
+            self.batch,
+            self.subscribers,
+            self.metrics,
+            seal,
+            self.failed,
+        );
+        enc.clear();
+    }
+
+    /// Appends a frame with `push`; if the datagram is full, sends it and pushes again into
+    /// the empty one. Returns where the frame starts in the datagram.
+    fn push(
+        &mut self,
+        enc: &mut BatchEncoder<'_>,
+        topic: u64,
+        mut push: impl FnMut(&mut BatchEncoder<'_>) -> Result<(), EncodeError>,
+    ) -> Result<usize, EncodeError> {
+        let start = enc.len();
+        match push(enc) {
+            Err(EncodeError::Full { .. }) => {
+                self.flush(enc, topic);
+                push(enc).map(|()| 0)
+            }
+            other => other.map(|()| start),
+        }
+    }
 }
 
 /// Sends one datagram to every subscriber of `topic`, counting what happens. With `seal`, a
@@ -98,6 +136,9 @@ pub(crate) struct Export<T> {
     seq: u64,
     logged: bool,
     reliable: Option<ReliableExport>,
+    /// A message too large for one datagram is encoded here, then sent as fragments; grows to
+    /// the largest such message (at most the maximum message size) and is reused.
+    large: Vec<u8>,
 }
 
 impl<T: Message + Serialize> Export<T> {
@@ -107,6 +148,7 @@ impl<T: Message + Serialize> Export<T> {
             seq: 0,
             logged: false,
             reliable: None,
+            large: Vec::new(),
         })
     }
 }
@@ -135,83 +177,85 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
     }
 
     fn pump(&mut self, out: &mut SendSide<'_>, budget: usize) -> usize {
-        let SendSide {
-            endpoint,
-            batch,
-            buf,
-            subscribers,
-            session,
-            metrics,
-            seal,
-            failed,
-        } = out;
         // A late-join history keeps messages even while nobody subscribes.
-        let subscribed = subscribers.subscribers(T::TOPIC_ID).next().is_some()
+        let subscribed = out.subscribers.subscribers(T::TOPIC_ID).next().is_some()
             || self.reliable.as_ref().is_some_and(|r| r.late_join() > 0);
-        let mut enc = BatchEncoder::new(buf);
+        // The encoder borrows the datagram buffer; `out` keeps the rest, to send with.
+        let mut enc = BatchEncoder::new(std::mem::take(&mut out.buf));
         // Read once per pump, and only if there is something to stamp.
         let mut timestamp_ns = None;
-        let (seq, logged, reliable) = (&mut self.seq, &mut self.logged, &mut self.reliable);
+        let (seq, logged, reliable, large) = (
+            &mut self.seq,
+            &mut self.logged,
+            &mut self.reliable,
+            &mut self.large,
+        );
         let taken = self.inputs.poll(budget, |msg| {
             if !subscribed {
-                metrics.no_subscriber.add(1);
+                out.metrics.no_subscriber.add(1);
                 return;
             }
             let meta = DataMeta {
                 topic_id: T::TOPIC_ID,
                 fingerprint: T::FINGERPRINT,
-                session: *session,
+                session: out.session,
                 seq: *seq + 1,
                 timestamp_ns: *timestamp_ns.get_or_insert_with(realtime_ns),
             };
-            let mut start = enc.len();
-            let pushed = match enc.push_data(meta, &msg) {
-                Err(EncodeError::Full { .. }) => {
-                    let seal = seal.as_mut().map(|(m, b)| (*m, &mut **b));
-                    fan_out(
-                        enc.as_bytes(),
-                        T::TOPIC_ID,
-                        endpoint,
-                        batch,
-                        subscribers,
-                        metrics,
-                        seal,
-                        failed,
-                    );
-                    enc.clear();
-                    start = 0;
-                    enc.push_data(meta, &msg)
-                }
-                other => other,
-            };
-            match pushed {
-                Ok(()) => {
+            let sent = match out.push(&mut enc, T::TOPIC_ID, |enc| enc.push_data(meta, &msg)) {
+                Ok(start) => {
                     *seq += 1;
-                    if let (Some(history), Some(frame)) =
-                        (reliable.as_mut(), enc.as_bytes().get(start..))
-                    {
-                        // Kept unsealed: a retransmission is sealed as a datagram of its own.
-                        history.record(*seq, frame);
-                    }
-                    metrics.messages_out.add(1);
+                    keep(reliable, *seq, &enc, start);
+                    Ok(())
                 }
-                Err(e) => refused(metrics, logged, T::TOPIC, &e),
+                // Larger than a datagram: in fragments, each with a sequence number of its own.
+                Err(EncodeError::TooLarge { size, .. }) => {
+                    let size = size.saturating_sub(HEADER_LEN);
+                    encode_payload_sized(T::TOPIC_ID, &msg, size, large, out.max_message).and_then(
+                        |payload| {
+                            let fragments = split_fragments(payload, enc.capacity()).ok_or(
+                                EncodeError::MessageTooLarge {
+                                    topic: T::TOPIC_ID,
+                                    size: payload.len(),
+                                    max: out.max_message,
+                                },
+                            )?;
+                            for (fragment, piece) in fragments {
+                                let meta = DataMeta {
+                                    seq: *seq + 1,
+                                    ..meta
+                                };
+                                let start = out.push(&mut enc, T::TOPIC_ID, |enc| {
+                                    enc.push_fragment(meta, &fragment, piece)
+                                })?;
+                                *seq += 1;
+                                keep(reliable, *seq, &enc, start);
+                            }
+                            Ok(())
+                        },
+                    )
+                }
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(()) => out.metrics.messages_out.add(1),
+                Err(e) => refused(out.metrics, logged, T::TOPIC, &e),
             }
         });
         if !enc.is_empty() {
-            let seal = seal.as_mut().map(|(m, b)| (*m, &mut **b));
-            fan_out(
-                enc.as_bytes(),
-                T::TOPIC_ID,
-                endpoint,
-                batch,
-                subscribers,
-                metrics,
-                seal,
-                failed,
-            );
+            out.flush(&mut enc, T::TOPIC_ID);
         }
+        out.buf = enc.into_inner();
         taken
+    }
+}
+
+/// Keeps the frame at `start` of `enc`'s datagram (just pushed, unsealed: a retransmission is
+/// sealed as a datagram of its own) as message `seq` in a reliable export's history.
+#[inline]
+fn keep(reliable: &mut Option<ReliableExport>, seq: u64, enc: &BatchEncoder<'_>, start: usize) {
+    if let (Some(history), Some(frame)) = (reliable.as_mut(), enc.as_bytes().get(start..)) {
+        history.record(seq, frame);
     }
 }
 

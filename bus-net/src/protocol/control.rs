@@ -254,7 +254,7 @@ impl Control {
     pub fn from_frame(frame: &Frame<'_>) -> Result<Control, DropReason> {
         let h = &frame.header;
         if Some(frame.payload.len()) != h.kind.fixed_payload_len() {
-            return Err(if h.kind == Kind::Data {
+            return Err(if h.kind.is_data() {
                 DropReason::BadControl
             } else {
                 DropReason::BadLength
@@ -262,7 +262,9 @@ impl Control {
         }
         Ok(match h.kind {
             // Data, and the reliable-topic frames (`super::reliable`), are not handshake control.
-            Kind::Data | Kind::Nak | Kind::Unavailable => return Err(DropReason::BadControl),
+            Kind::Data | Kind::Fragment | Kind::Nak | Kind::Unavailable => {
+                return Err(DropReason::BadControl)
+            }
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {

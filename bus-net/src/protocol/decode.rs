@@ -9,7 +9,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::header::{Header, Kind, HEADER_LEN};
+use super::header::{Header, HEADER_LEN};
 
 /// Why a received datagram (or one message of it) was dropped. Each has a counter in
 /// [`DropCounts`]; the bridge and the io layer count, they never fail on these.
@@ -32,7 +32,8 @@ pub enum DropReason {
     UnsupportedFlags,
     /// A payload length that runs past the end of the datagram, or is wrong for the kind.
     BadLength,
-    /// A datagram longer than the configured maximum (or than the receive buffer).
+    /// A datagram longer than the configured maximum (or than the receive buffer), or a
+    /// fragment of a message longer than the maximum message size.
     TooLarge,
     /// A payload that bincode could not decode into the topic's type, that left bytes over, or
     /// or whose length prefixes claimed more than the bytes left in it.
@@ -69,11 +70,17 @@ pub enum DropReason {
     /// With a pre-shared key: a sealed datagram whose packet number was seen before or is
     /// older than the replay window, or that claims the receiver's own session (reflected).
     Replayed,
+    /// A fragment whose fields disagree (index out of range, count or piece length
+    /// inconsistent with the total and chunk, or with the other fragments of its message).
+    BadFragment,
+    /// A fragmented message given up before all its fragments arrived (the reassemblies in
+    /// flight were full, or it timed out): the message is dropped, never delivered in part.
+    Incomplete,
 }
 
 impl DropReason {
     /// How many reasons there are: the length of [`DropCounts`]'s array.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 24;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Truncated,
@@ -98,6 +105,8 @@ impl DropReason {
         DropReason::BadSource,
         DropReason::BadNonce,
         DropReason::Replayed,
+        DropReason::BadFragment,
+        DropReason::Incomplete,
     ];
 
     /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
@@ -130,6 +139,8 @@ impl DropReason {
             DropReason::BadSource => "bad_source",
             DropReason::BadNonce => "bad_nonce",
             DropReason::Replayed => "replayed",
+            DropReason::BadFragment => "bad_fragment",
+            DropReason::Incomplete => "incomplete",
         }
     }
 }
@@ -163,6 +174,8 @@ impl core::fmt::Display for DropReason {
             }
             DropReason::BadNonce => "handshake answer whose nonce matches no request sent",
             DropReason::Replayed => "sealed datagram replayed (packet number seen or too old)",
+            DropReason::BadFragment => "fragment inconsistent with its message",
+            DropReason::Incomplete => "fragmented message given up before all fragments arrived",
         })
     }
 }
@@ -269,7 +282,7 @@ impl Auth {
         match self {
             Auth::Plain => !header.flags.mac(),
             Auth::Sealed => header.flags.mac(),
-            Auth::PlainDataOnly => !header.flags.mac() && header.kind == Kind::Data,
+            Auth::PlainDataOnly => !header.flags.mac() && header.kind.is_data(),
         }
     }
 }

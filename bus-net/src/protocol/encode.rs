@@ -46,6 +46,16 @@ pub enum EncodeError {
         /// The maximum datagram size, in bytes.
         max: usize,
     },
+    /// The message is larger than the maximum message size (`ReassemblyConfig::max_message`,
+    /// 16 MiB by default): it is never sent, whole or in fragments.
+    MessageTooLarge {
+        /// The message's topic id.
+        topic: u64,
+        /// The encoded size of its payload, in bytes.
+        size: usize,
+        /// The maximum message size, in bytes.
+        max: usize,
+    },
     /// The payload's `Serialize` impl failed (for example a sequence of unknown length).
     Serialize {
         /// The frame's topic id.
@@ -66,7 +76,14 @@ impl core::fmt::Display for EncodeError {
                 f,
                 "message of topic {topic:#018x} is {size} bytes encoded (header included), more \
                  than the maximum datagram of {max} bytes: make the message smaller or raise the \
-                 maximum datagram size (messages are never truncated or fragmented)"
+                 maximum datagram size (messages are never truncated; only a bridge's exports \
+                 split a message into fragments)"
+            ),
+            EncodeError::MessageTooLarge { topic, size, max } => write!(
+                f,
+                "message of topic {topic:#018x} is {size} bytes encoded, more than the maximum \
+                 message size of {max} bytes: make the message smaller or raise \
+                 `reassembly.max_message` of both bridges"
             ),
             EncodeError::Serialize { topic, source } => write!(
                 f,
@@ -106,6 +123,51 @@ pub fn payload_size<T: Serialize + ?Sized>(topic: u64, value: &T) -> Result<usiz
     bincode::serde::encode_into_writer(value, &mut w, super::bincode_config())
         .map_err(|source| EncodeError::Serialize { topic, source })?;
     Ok(w.0)
+}
+
+/// Encodes `value` as a payload into `scratch`, which grows to the payload's size if it is
+/// smaller (so a buffer kept between messages allocates only for a larger message than it has
+/// held), and returns the payload. For messages sent as fragments.
+///
+/// # Errors
+/// [`EncodeError::MessageTooLarge`] if the payload is larger than `max_message` (nothing is
+/// allocated then); [`EncodeError::Serialize`] if it cannot be encoded.
+pub fn encode_payload<'s, T: Serialize + ?Sized>(
+    topic: u64,
+    value: &T,
+    scratch: &'s mut Vec<u8>,
+    max_message: usize,
+) -> Result<&'s [u8], EncodeError> {
+    let size = payload_size(topic, value)?;
+    encode_payload_sized(topic, value, size, scratch, max_message)
+}
+
+/// [`encode_payload`] of a value whose payload size is known (from
+/// [`EncodeError::TooLarge`]'s `size` less [`HEADER_LEN`]): one pass over the value, not two.
+///
+/// # Errors
+/// As [`encode_payload`]; [`EncodeError::Serialize`] too if `size` was not the value's size.
+pub fn encode_payload_sized<'s, T: Serialize + ?Sized>(
+    topic: u64,
+    value: &T,
+    size: usize,
+    scratch: &'s mut Vec<u8>,
+    max_message: usize,
+) -> Result<&'s [u8], EncodeError> {
+    if size > max_message {
+        return Err(EncodeError::MessageTooLarge {
+            topic,
+            size,
+            max: max_message,
+        });
+    }
+    if scratch.len() < size {
+        scratch.resize(size, 0);
+    }
+    let dst = scratch.get_mut(..size).unwrap_or_default();
+    let n = bincode::serde::encode_into_slice(value, dst, super::bincode_config())
+        .map_err(|source| EncodeError::Serialize { topic, source })?;
+    Ok(scratch.get(..n).unwrap_or_default())
 }
 
 /// Checks at publish time that a message fits in a datagram of `max_datagram` bytes on its own.
@@ -194,6 +256,11 @@ impl<'a> BatchEncoder<'a> {
         self.buf.get(..self.len).unwrap_or(&[])
     }
 
+    /// The whole buffer back (the encoder is done with it).
+    pub fn into_inner(self) -> &'a mut [u8] {
+        self.buf
+    }
+
     /// Empties the datagram (after sending it), keeping the buffer.
     pub fn clear(&mut self) {
         self.len = 0;
@@ -244,18 +311,29 @@ impl<'a> BatchEncoder<'a> {
     ///
     /// # Errors
     /// [`EncodeError::Full`] or [`EncodeError::TooLarge`] as for [`BatchEncoder::push_data`].
-    pub(crate) fn push_raw(
+    pub(crate) fn push_raw(&mut self, header: Header, payload: &[u8]) -> Result<(), EncodeError> {
+        self.push_raw_parts(header, payload, &[])
+    }
+
+    /// Appends a frame whose payload is `head` then `tail` (a fragment: its own header, then
+    /// its piece of the message).
+    ///
+    /// # Errors
+    /// [`EncodeError::Full`] or [`EncodeError::TooLarge`] as for [`BatchEncoder::push_data`].
+    pub(crate) fn push_raw_parts(
         &mut self,
         mut header: Header,
-        payload: &[u8],
+        head: &[u8],
+        tail: &[u8],
     ) -> Result<(), EncodeError> {
         let start = self.len;
         let body = start + HEADER_LEN;
         let topic = header.topic_id;
-        let dst = match self.buf.get_mut(body..body.saturating_add(payload.len())) {
+        let len = head.len().saturating_add(tail.len());
+        let dst = match self.buf.get_mut(body..body.saturating_add(len)) {
             Some(dst) => dst,
             None => {
-                let size = HEADER_LEN + payload.len();
+                let size = HEADER_LEN.saturating_add(len);
                 return Err(if self.frames > 0 && size <= self.capacity() {
                     EncodeError::Full { topic }
                 } else {
@@ -267,9 +345,11 @@ impl<'a> BatchEncoder<'a> {
                 });
             }
         };
-        dst.copy_from_slice(payload);
-        header.payload_len = payload.len() as u16; // fits: at most MAX_DATAGRAM_LIMIT
-        self.commit(header, start, payload.len());
+        let (a, b) = dst.split_at_mut(head.len());
+        a.copy_from_slice(head);
+        b.copy_from_slice(tail);
+        header.payload_len = len as u16; // fits: at most MAX_DATAGRAM_LIMIT
+        self.commit(header, start, len);
         Ok(())
     }
 
@@ -364,7 +444,8 @@ mod tests {
             err.to_string(),
             "message of topic 0x0000000000000005 is 108 bytes encoded (header included), more \
              than the maximum datagram of 100 bytes: make the message smaller or raise the \
-             maximum datagram size (messages are never truncated or fragmented)"
+             maximum datagram size (messages are never truncated; only a bridge's exports \
+             split a message into fragments)"
         );
         assert!(enc.is_empty());
         // The same answer at publish time, without a buffer.

@@ -45,6 +45,9 @@ pub enum Kind {
     Data = 0x01,
     /// Publisher to subscriber: the last sequence number sent on a topic (payload empty).
     Heartbeat = 0x02,
+    /// Publisher to subscriber: one piece of a message too large for one datagram (a 16-byte
+    /// fragment header, then the piece; see `fragment`). Takes a sequence number of its own.
+    Fragment = 0x03,
     /// Subscriber to publisher: subscribe to, or renew, one topic (24-byte payload: a fresh
     /// nonce, then zero padding or the address-proving cookie with [`Flags::COOKIE`]).
     Subscribe = 0x10,
@@ -87,6 +90,7 @@ impl Kind {
         match value {
             0x01 => Ok(Kind::Data),
             0x02 => Ok(Kind::Heartbeat),
+            0x03 => Ok(Kind::Fragment),
             0x10 => Ok(Kind::Subscribe),
             0x11 => Ok(Kind::SubscribeAck),
             0x12 => Ok(Kind::Refuse),
@@ -99,10 +103,15 @@ impl Kind {
         }
     }
 
+    /// Whether frames of this kind carry (a piece of) a message: data and fragments.
+    pub const fn is_data(self) -> bool {
+        matches!(self, Kind::Data | Kind::Fragment)
+    }
+
     /// The payload length a frame of this kind must have, if it is fixed.
     pub(crate) const fn fixed_payload_len(self) -> Option<usize> {
         match self {
-            Kind::Data => None,
+            Kind::Data | Kind::Fragment => None,
             Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
             Kind::Subscribe | Kind::Unsubscribe | Kind::SubscribeAck | Kind::CookieChallenge => {
                 Some(super::control::HANDSHAKE_PAYLOAD_LEN)

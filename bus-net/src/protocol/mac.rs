@@ -233,7 +233,9 @@ impl FrameMac {
             return true;
         }
         let mut all_data = true;
-        let ok = walk_frames(datagram, |header| all_data &= header[4] == Kind::Data as u8);
+        let ok = walk_frames(datagram, |header| {
+            all_data &= header[4] == Kind::Data as u8 || header[4] == Kind::Fragment as u8
+        });
         !(ok && all_data)
     }
 

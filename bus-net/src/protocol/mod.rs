@@ -15,6 +15,7 @@
 //! - [`limits`]: the allowlist of subscriber networks and the per-source rate limiter.
 //! - [`payload`]: the bounded payload decoder (bincode 1.x layout, lengths checked against the
 //!   bytes left).
+//! - [`fragment`]: the `Fragment` frame, one piece of a message larger than a datagram.
 //! - [`reliable`]: the frames of reliable topics: `Nak` (retransmit a range) and `Unavailable`
 //!   (that range left history).
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
@@ -26,6 +27,7 @@ pub(crate) mod control;
 pub(crate) mod cookie;
 pub(crate) mod decode;
 pub(crate) mod encode;
+pub(crate) mod fragment;
 pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;

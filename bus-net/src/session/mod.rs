@@ -6,6 +6,8 @@
 //! - [`publisher`]: the publisher side of the handshake: allowlist, per-source rate limit,
 //!   address-proving cookies, the subscriber table; answers every `Subscribe` with one frame
 //!   that echoes its nonce and is no longer than it.
+//! - [`reassembly`]: fragmented messages put back together, with bounded memory (a maximum
+//!   message size, a bound on reassemblies in flight, a timeout, reused buffers).
 //! - [`reliable`]: reliable topics: the publisher's history and retransmit budgets, the
 //!   subscriber's gap detection, NAKs, reorder buffer and in-order delivery.
 //! - [`subscriber`]: the subscriber side of one import: fresh nonces, which answers are its
@@ -22,6 +24,7 @@
 //! [`DropReason::BadNonce`]: crate::DropReason::BadNonce
 
 pub(crate) mod publisher;
+pub(crate) mod reassembly;
 pub(crate) mod reliable;
 pub(crate) mod subscriber;
 

@@ -30,7 +30,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::{DropReason, Nak, Unavailable};
+use crate::{DropReason, Kind, Nak, Unavailable};
 
 /// The knobs of reliable topics, shared by both sides (each uses its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +81,8 @@ fn ns(d: Duration) -> u64 {
 struct Slots {
     bytes: Box<[u8]>,
     lens: Box<[usize]>,
+    /// What each slot holds: a whole message or a fragment (receiver side).
+    kinds: Box<[Kind]>,
     /// The sequence number in each slot; 0 for none (sequence numbers start at 1).
     seqs: Box<[u64]>,
     size: usize,
@@ -92,6 +94,7 @@ impl Slots {
         Slots {
             bytes: vec![0; count.saturating_mul(size)].into_boxed_slice(),
             lens: vec![0; count].into_boxed_slice(),
+            kinds: vec![Kind::Data; count].into_boxed_slice(),
             seqs: vec![0; count].into_boxed_slice(),
             size,
         }
@@ -106,13 +109,14 @@ impl Slots {
     }
 
     /// Stores `data` under `seq`, evicting what the slot held; `false` if it is too large.
-    fn put(&mut self, seq: u64, data: &[u8]) -> bool {
+    fn put(&mut self, seq: u64, kind: Kind, data: &[u8]) -> bool {
         let i = self.index(seq);
         let at = i * self.size;
         match self.bytes.get_mut(at..at + data.len()) {
             Some(dst) if data.len() <= self.size => {
                 dst.copy_from_slice(data);
                 self.lens[i] = data.len();
+                self.kinds[i] = kind;
                 self.seqs[i] = seq;
                 true
             }
@@ -125,12 +129,16 @@ impl Slots {
     }
 
     fn get(&self, seq: u64) -> Option<&[u8]> {
+        self.get_kind(seq).map(|(_, b)| b)
+    }
+
+    fn get_kind(&self, seq: u64) -> Option<(Kind, &[u8])> {
         let i = self.index(seq);
         if seq == 0 || self.seqs[i] != seq {
             return None;
         }
         let at = i * self.size;
-        self.bytes.get(at..at + self.lens[i])
+        Some((self.kinds[i], self.bytes.get(at..at + self.lens[i])?))
     }
 
     fn clear(&mut self, seq: u64) {
@@ -161,7 +169,7 @@ impl History {
     /// Keeps `frame` (a whole encoded data frame) as message `seq`, evicting the oldest.
     /// `false` (nothing kept) for a frame larger than the slots.
     pub fn record(&mut self, seq: u64, frame: &[u8]) -> bool {
-        if seq == 0 || !self.slots.put(seq, frame) {
+        if seq == 0 || !self.slots.put(seq, Kind::Data, frame) {
             return false;
         }
         self.newest = self.newest.max(seq);
@@ -184,12 +192,15 @@ impl History {
     }
 }
 
-/// A token bucket of retransmitted bytes for one subscriber address.
+/// A token bucket of retransmitted bytes for one subscriber address, and what that subscriber
+/// alone missed.
 #[derive(Clone, Copy, Debug)]
 struct Budget {
     addr: SocketAddr,
     tokens: u64,
     last_ns: u64,
+    /// Sequence numbers this subscriber asked for after they had left history.
+    missed: u64,
 }
 
 /// What one NAK frame earned: the messages to retransmit from history (in order) and, for the
@@ -331,6 +342,17 @@ impl ReliableExport {
         &self.counts
     }
 
+    /// Per subscriber address, the sequence numbers it asked for after they had left history
+    /// (answered `Unavailable`): what a slow or lossy subscriber missed, counted for it alone.
+    /// Only addresses that missed something; an address not heard from while the table of
+    /// budgets was full may have been replaced (its count starts again).
+    pub fn missed(&self) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
+        self.budgets
+            .iter()
+            .filter(|b| b.missed > 0)
+            .map(|b| (b.addr, b.missed))
+    }
+
     /// The budget of `addr`, refilled to `now_ns`; a new address takes the slot of the one
     /// heard from longest ago when all are taken.
     fn budget(&mut self, addr: SocketAddr, now_ns: u64) -> &mut Budget {
@@ -342,6 +364,7 @@ impl ReliableExport {
                     addr,
                     tokens: burst,
                     last_ns: now_ns,
+                    missed: 0,
                 };
                 if self.budgets.len() < self.budgets.capacity() {
                     self.budgets.push(fresh);
@@ -392,10 +415,10 @@ impl ReliableExport {
                 first: nak.first,
                 last: gone_last,
             });
-            self.counts.unavailable = self
-                .counts
-                .unavailable
-                .saturating_add(gone_last - nak.first + 1);
+            let gone = gone_last - nak.first + 1;
+            self.counts.unavailable = self.counts.unavailable.saturating_add(gone);
+            let b = self.budget(src, now_ns);
+            b.missed = b.missed.saturating_add(gone);
         }
         let first = nak.first.max(oldest);
         if first > last {
@@ -445,8 +468,9 @@ impl ReliableExport {
 
 /// What a reliable subscriber hands on: messages in order, and the ranges given up.
 pub trait Delivery {
-    /// Message `seq` with its payload, in sequence order.
-    fn deliver(&mut self, seq: u64, payload: &[u8]);
+    /// Frame `seq` of `kind` ([`Kind::Data`]: a whole message, [`Kind::Fragment`]: a piece of
+    /// one) with its payload, in sequence order.
+    fn deliver(&mut self, seq: u64, kind: Kind, payload: &[u8]);
     /// Messages `first..=last` will never be delivered.
     fn unrecovered(&mut self, first: u64, last: u64);
 }
@@ -475,8 +499,9 @@ pub struct ReliableRecvCounts {
 /// arithmetic on them can overflow.
 pub const MAX_SEQ: u64 = u64::MAX / 2;
 
-/// How many NAK nonces are remembered for `Unavailable` answers.
-const NONCES: usize = 8;
+/// How many NAK nonces are remembered for `Unavailable` answers: two full NAK rounds (16
+/// ranges each by default), so the answer to any range of the last round is recognised.
+const NONCES: usize = 32;
 
 /// The subscriber side of one reliable topic. See the module docs.
 #[derive(Debug)]
@@ -581,8 +606,8 @@ impl ReliableReceiver {
 
     /// Delivers the buffered messages that follow `next` without a gap.
     fn drain(&mut self, sink: &mut impl Delivery) {
-        while let Some(payload) = self.buffer.get(self.next) {
-            sink.deliver(self.next, payload);
+        while let Some((kind, payload)) = self.buffer.get_kind(self.next) {
+            sink.deliver(self.next, kind, payload);
             self.counts.delivered = self.counts.delivered.saturating_add(1);
             self.buffer.clear(self.next);
             self.next += 1;
@@ -596,11 +621,11 @@ impl ReliableReceiver {
         let end = target.min(self.next.saturating_add(self.window()));
         while self.next < end {
             let seq = self.next;
-            if let Some(payload) = self.buffer.get(seq) {
+            if let Some((kind, payload)) = self.buffer.get_kind(seq) {
                 if let Some(first) = missing.take() {
                     Self::give_up(&mut self.counts, first, seq - 1, sink);
                 }
-                sink.deliver(seq, payload);
+                sink.deliver(seq, kind, payload);
                 self.counts.delivered = self.counts.delivered.saturating_add(1);
                 self.buffer.clear(seq);
             } else {
@@ -618,9 +643,16 @@ impl ReliableReceiver {
         self.drain(sink);
     }
 
-    /// Message `seq` with `payload` arrived (its header already checked by the import's
-    /// session machine). Delivers what is now in order.
-    pub fn on_data(&mut self, seq: u64, payload: &[u8], now_ns: u64, sink: &mut impl Delivery) {
+    /// Frame `seq` of `kind` (data or fragment) with `payload` arrived (its header already
+    /// checked by the import's session machine). Delivers what is now in order.
+    pub fn on_data(
+        &mut self,
+        seq: u64,
+        kind: Kind,
+        payload: &[u8],
+        now_ns: u64,
+        sink: &mut impl Delivery,
+    ) {
         if seq == 0 || seq > MAX_SEQ {
             return;
         }
@@ -639,11 +671,11 @@ impl ReliableReceiver {
         }
         self.highest = self.highest.max(seq);
         if seq == self.next {
-            sink.deliver(seq, payload);
+            sink.deliver(seq, kind, payload);
             self.counts.delivered = self.counts.delivered.saturating_add(1);
             self.next += 1;
             self.drain(sink);
-        } else if self.buffer.put(seq, payload) {
+        } else if self.buffer.put(seq, kind, payload) {
             self.counts.buffered = self.counts.buffered.saturating_add(1);
         } else {
             self.counts.oversized = self.counts.oversized.saturating_add(1);
@@ -760,7 +792,8 @@ mod tests {
     }
 
     impl Delivery for Sink {
-        fn deliver(&mut self, seq: u64, payload: &[u8]) {
+        fn deliver(&mut self, seq: u64, kind: Kind, payload: &[u8]) {
+            assert_eq!(kind, Kind::Data);
             assert_eq!(payload, seq.to_le_bytes(), "payload of {seq}");
             self.got.push(seq);
         }
@@ -799,7 +832,7 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         for seq in [1, 3, 2, 2, 5, 4, 1] {
-            r.on_data(seq, &seq.to_le_bytes(), 0, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 0, &mut s);
         }
         assert_eq!(s.got, [1, 2, 3, 4, 5]);
         assert_eq!(r.counts().duplicates, 2);
@@ -813,7 +846,7 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         for seq in [1, 4, 5, 8] {
-            r.on_data(seq, &seq.to_le_bytes(), 0, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 0, &mut s);
         }
         // Too young to NAK (reordering may still fill it).
         assert!(naks(&mut r, 0, &mut s).is_empty());
@@ -823,7 +856,7 @@ mod tests {
         assert_eq!(naks(&mut r, 7 * MS, &mut s), [(2, 3), (6, 7)]);
         // A tail gap, known only from a heartbeat.
         for seq in [2, 3, 6, 7] {
-            r.on_data(seq, &seq.to_le_bytes(), 8 * MS, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 8 * MS, &mut s);
         }
         assert_eq!(s.got, (1..=8).collect::<Vec<_>>());
         r.on_heartbeat(10, 8 * MS);
@@ -837,7 +870,7 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         for seq in [1, 4, 5] {
-            r.on_data(seq, &seq.to_le_bytes(), 0, &mut s);
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), 0, &mut s);
         }
         naks(&mut r, 499 * MS, &mut s);
         assert_eq!(s.got, [1]);
@@ -846,7 +879,7 @@ mod tests {
         assert_eq!(s.lost, [(2, 3)]);
         assert_eq!(r.counts().unrecovered, 2);
         // The late retransmission is a duplicate now, not a second delivery.
-        r.on_data(2, &2u64.to_le_bytes(), 501 * MS, &mut s);
+        r.on_data(2, Kind::Data, &2u64.to_le_bytes(), 501 * MS, &mut s);
         assert_eq!(s.got, [1, 4, 5]);
     }
 
@@ -855,13 +888,13 @@ mod tests {
         let mut r = ReliableReceiver::new(&config(4));
         let mut s = Sink::default();
         r.start(0);
-        r.on_data(2, &2u64.to_le_bytes(), 0, &mut s);
-        r.on_data(MAX_SEQ, &MAX_SEQ.to_le_bytes(), 0, &mut s);
+        r.on_data(2, Kind::Data, &2u64.to_le_bytes(), 0, &mut s);
+        r.on_data(MAX_SEQ, Kind::Data, &MAX_SEQ.to_le_bytes(), 0, &mut s);
         assert_eq!(s.got, [2]);
         assert_eq!(s.lost, [(1, 1), (3, MAX_SEQ - 4)]);
         assert_eq!(r.next(), MAX_SEQ - 3);
         // Numbers above the ceiling are ignored: nothing can overflow.
-        r.on_data(u64::MAX, &u64::MAX.to_le_bytes(), 0, &mut s);
+        r.on_data(u64::MAX, Kind::Data, &u64::MAX.to_le_bytes(), 0, &mut s);
         r.on_heartbeat(u64::MAX, 0);
         assert_eq!(s.got, [2]);
         assert_eq!(r.next(), MAX_SEQ - 3);
@@ -872,7 +905,7 @@ mod tests {
         let mut r = ReliableReceiver::new(&config(16));
         let mut s = Sink::default();
         r.start(0);
-        r.on_data(5, &5u64.to_le_bytes(), 0, &mut s);
+        r.on_data(5, Kind::Data, &5u64.to_le_bytes(), 0, &mut s);
         let u = |nonce| Unavailable {
             topic_id: 1,
             fingerprint: 2,
@@ -890,7 +923,7 @@ mod tests {
         assert_eq!(r.on_unavailable(&u(1), MS, &mut s), Ok(()));
         assert_eq!(s.lost, [(1, 3)]);
         assert!(s.got.is_empty());
-        r.on_data(4, &4u64.to_le_bytes(), MS, &mut s);
+        r.on_data(4, Kind::Data, &4u64.to_le_bytes(), MS, &mut s);
         assert_eq!(s.got, [4, 5]);
     }
 
@@ -932,6 +965,25 @@ mod tests {
         // Numbers never sent get nothing.
         e.on_nak(&nak(25, 30), addr("127.0.0.1:1"), 0, &mut out);
         assert!(out.seqs().is_empty() && out.unavailable().is_none());
+    }
+
+    #[test]
+    fn what_a_slow_subscriber_misses_is_counted_for_it_alone() {
+        let mut e = ReliableExport::new(1, 2, 9, 4, &config(8));
+        for seq in 1..=20u64 {
+            e.record(seq, &[0; 10]);
+        }
+        let (slow, fast) = (addr("127.0.0.1:1"), addr("127.0.0.2:1"));
+        let mut out = Retransmit::with_capacity(64);
+        // The slow one asks for 1..=15: 1..=12 left history (8 kept: 13..=20).
+        e.on_nak(&nak(1, 15), slow, 0, &mut out);
+        assert_eq!(out.seqs(), [13, 14, 15]);
+        e.on_nak(&nak(5, 6), slow, 0, &mut out);
+        // The fast one asks only for what history holds.
+        e.on_nak(&nak(18, 20), fast, 0, &mut out);
+        assert_eq!(out.seqs(), [18, 19, 20]);
+        assert_eq!(e.missed().collect::<Vec<_>>(), [(slow, 14)]);
+        assert_eq!(e.counts().unavailable, 14);
     }
 
     #[test]

@@ -320,7 +320,11 @@ mod tests {
             .expect("2000 idle rounds within the yield span never sleep");
         let mut park = spinner.join().expect("the idle thread");
         bell.ring();
-        assert_eq!(bell.wakeups(), 0, "never armed, so a ring takes no slow path");
+        assert_eq!(
+            bell.wakeups(),
+            0,
+            "never armed, so a ring takes no slow path"
+        );
 
         // A span of zero: armed right after the spin phase, and then a ring wakes it.
         park.yield_for = Duration::ZERO;
