@@ -11,6 +11,9 @@
 //! - best-effort: a message missing a fragment is dropped and counted once (`incomplete`),
 //!   never delivered in part, and `lost` counts exactly the frames that never arrived;
 //! - a message over the maximum message size is refused at the publisher and counted.
+//! - a slow subscriber (a relay that never passes a run of 301 frames to it) slows neither the
+//!   publisher nor another subscriber of the same reliable export, and what it misses beyond
+//!   history is counted for it alone.
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -53,6 +56,8 @@ struct Faults {
     /// Drop the datagrams holding a data or fragment frame of these sequence numbers (first
     /// copy only).
     drop_seqs: BTreeSet<u64>,
+    /// Drop every copy of `drop_seqs`, retransmissions too, not only the first.
+    every_copy: bool,
     /// Drop, duplicate, and hold back (released after the next one) this many per mille of all
     /// publisher datagrams, retransmissions included.
     loss: u64,
@@ -138,7 +143,7 @@ impl Relay {
                         for f in frames {
                             let seq = f.header.seq;
                             if matches!(f.header.kind, Kind::Data | Kind::Fragment)
-                                && seen.insert(seq)
+                                && (seen.insert(seq) || faults.every_copy)
                                 && faults.drop_seqs.contains(&seq)
                             {
                                 log.dropped.push(seq);
@@ -516,4 +521,137 @@ fn a_message_over_the_maximum_size_is_refused_and_counted() {
     assert_eq!(metric(&ra, "pub", "too_large"), 1);
     assert_eq!(metric(&ra, "pub", "messages_out"), 2);
     assert_eq!(metric(&rb, "sub", "unrecovered"), 0);
+}
+
+/// A bus with a sink of `Blob`s and `bridge` (an import), parked; returns it with what its
+/// sink records (the numbers seen, in order).
+fn sink_bus(bridge: Bridge) -> (llbus::RunningBus, Arc<Mutex<Vec<u64>>>, Arc<AtomicU64>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let corrupt = Arc::new(AtomicU64::new(0));
+    let (s2, k2) = (Arc::clone(&seen), Arc::clone(&corrupt));
+    let mut b = Bus::builder();
+    b.actor("sink", move |_: &mut Setup<'_>| Sink {
+        sizes: |_| 100,
+        seen: Arc::clone(&s2),
+        count: Arc::new(AtomicU64::new(0)),
+        corrupt: Arc::clone(&k2),
+    })
+    .idle(Idle::Park)
+    .default_capacity(1 << 14)
+    .subscribes::<Blob>();
+    b.add(bridge).idle(Idle::Park);
+    (b.start().expect("a subscriber bus starts"), seen, corrupt)
+}
+
+/// A slow subscriber (behind a relay that loses a run of datagrams far longer than the
+/// publisher's history) slows neither the publisher nor the other subscriber: the fast one gets
+/// every message in order, the publisher's feed never finds its ring full, and what the slow
+/// one asked for after it had left history is counted for it alone (`BridgeStatus::missed`
+/// names one subscriber, not the fast one), while it still gets the rest in order.
+#[test]
+fn a_slow_subscriber_slows_no_one_and_its_misses_are_counted_for_it_alone() {
+    const COUNT: u64 = 2000;
+    let config = BridgeConfig {
+        reliable: ReliableConfig {
+            history: 64,
+            ..ReliableConfig::default()
+        },
+        ..BridgeConfig::default()
+    };
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let publisher = Bridge::bind_with(loopback, config.clone())
+        .unwrap()
+        .name("pub");
+    let fast = Bridge::bind_with(loopback, config.clone())
+        .unwrap()
+        .name("fast");
+    let slow = Bridge::bind_with(loopback, config).unwrap().name("slow");
+    let fast_addr = fast.local_addr();
+    // Sequence numbers 500..=800 never reach the slow subscriber, retransmitted or not: it
+    // NAKs them until they leave the publisher's history (64 frames) and its gap deadline.
+    let faults = Faults {
+        drop_seqs: (500..=800).collect(),
+        every_copy: true,
+        ..Faults::default()
+    };
+    let relay = Relay::start(faults, slow.local_addr(), publisher.local_addr());
+    let publisher = publisher.export_reliable::<Blob>();
+    let status = publisher.status();
+    let pub_addr = publisher.local_addr();
+    let fast = fast.import_reliable::<Blob>(pub_addr);
+    let slow = slow.import_reliable::<Blob>(relay.sub_side);
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let mut a = Bus::builder();
+    let r = Arc::clone(&ready);
+    a.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        next: 1,
+        count: COUNT,
+        sizes: |_| 100,
+        ready: Arc::clone(&r),
+    })
+    .tick_every(Duration::from_micros(200))
+    .idle(Idle::Park)
+    .publishes::<Blob>();
+    a.add(publisher).idle(Idle::Park);
+    let a = a.start().expect("the publisher's bus starts");
+    let (fast_bus, fast_seen, fast_corrupt) = sink_bus(fast);
+    let (slow_bus, slow_seen, slow_corrupt) = sink_bus(slow);
+    wait_for("both subscriptions to reach the publisher", 20, || {
+        metric(&a.report(), "pub", &format!("subscribers.{TOPIC}")) == 2
+    });
+    ready.store(true, Ordering::Release);
+
+    wait_for("the fast subscriber to get every message", 60, || {
+        fast_seen.lock().unwrap().len() as u64 >= COUNT
+    });
+    // The slow one gets the tail too (heartbeats show it the last sequence number).
+    wait_for("the slow subscriber to reach the last message", 60, || {
+        slow_seen.lock().unwrap().last() == Some(&COUNT)
+    });
+    // The bridges publish their figures once a second.
+    wait_for("the slow subscriber's bridge to report the hole", 20, || {
+        metric(&slow_bus.report(), "slow", "unrecovered") >= 301
+    });
+    wait_for("the publisher's bridge to count what the slow one missed", 20, || {
+        !status.missed().is_empty()
+    });
+    let (fast_report, slow_report) = (fast_bus.report(), slow_bus.report());
+    let pub_report = a.report();
+    drop(relay);
+    for bus in [a, fast_bus, slow_bus] {
+        bus.stop();
+        bus.join().expect("a bus stops cleanly");
+    }
+
+    // The fast subscriber: everything, in order, intact, nothing unrecovered.
+    let fast_seen = fast_seen.lock().unwrap().clone();
+    assert_eq!(fast_seen, (1..=COUNT).collect::<Vec<_>>());
+    assert_eq!(fast_corrupt.load(Ordering::Acquire), 0);
+    assert_eq!(metric(&fast_report, "fast", "unrecovered"), 0);
+    // The publisher: its feed never waited for room or dropped (the bridge never waits).
+    let edge = pub_report
+        .edges
+        .iter()
+        .find(|e| e.publisher == "feed")
+        .expect("the feed's edge");
+    assert_eq!((edge.waited, edge.dropped), (0, 0), "{edge:?}");
+    // The slow subscriber: in order, intact, with a hole it was told about.
+    let slow_seen = slow_seen.lock().unwrap().clone();
+    assert!(slow_seen.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert_eq!(slow_corrupt.load(Ordering::Acquire), 0);
+    let unrecovered = metric(&slow_report, "slow", "unrecovered");
+    assert_eq!(
+        unrecovered, 301,
+        "the run it never got is reported, and only that"
+    );
+    assert_eq!(slow_seen.len() as u64 + unrecovered, COUNT);
+    assert!(!slow_seen.iter().any(|n| (500..=800).contains(n)));
+    // Counted for it alone.
+    let missed = status.missed();
+    assert_eq!(missed.len(), 1, "{missed:?}");
+    assert_ne!(missed[0].subscriber, fast_addr);
+    assert_eq!(missed[0].topic, TOPIC);
+    assert!(missed[0].missed > 0, "{missed:?}");
 }
