@@ -611,12 +611,16 @@ fn a_slow_subscriber_slows_no_one_and_its_misses_are_counted_for_it_alone() {
         slow_seen.lock().unwrap().last() == Some(&COUNT)
     });
     // The bridges publish their figures once a second.
-    wait_for("the slow subscriber's bridge to report the hole", 20, || {
-        metric(&slow_bus.report(), "slow", "unrecovered") >= 301
-    });
-    wait_for("the publisher's bridge to count what the slow one missed", 20, || {
-        !status.missed().is_empty()
-    });
+    wait_for(
+        "the slow subscriber's bridge to report the hole",
+        20,
+        || metric(&slow_bus.report(), "slow", "unrecovered") >= 301,
+    );
+    wait_for(
+        "the publisher's bridge to count what the slow one missed",
+        20,
+        || !status.missed().is_empty(),
+    );
     let (fast_report, slow_report) = (fast_bus.report(), slow_bus.report());
     let pub_report = a.report();
     drop(relay);
