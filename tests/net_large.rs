@@ -277,39 +277,15 @@ impl Rig {
             )
         };
         let ready = Arc::new(AtomicBool::new(false));
-        let mut a = Bus::builder();
-        let r = Arc::clone(&ready);
-        a.actor("feed", move |s: &mut Setup<'_>| Feed {
-            out: s.output(),
-            next: 1,
-            count,
-            sizes,
-            ready: Arc::clone(&r),
-        })
-        .tick_every(tick)
-        .idle(Idle::Park)
-        .publishes::<Blob>();
-        a.add(publisher).idle(Idle::Park);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let counter = Arc::new(AtomicU64::new(0));
-        let corrupt = Arc::new(AtomicU64::new(0));
-        let mut b = Bus::builder();
-        let (s2, c2, k2) = (
-            Arc::clone(&seen),
-            Arc::clone(&counter),
-            Arc::clone(&corrupt),
-        );
-        b.actor("sink", move |_: &mut Setup<'_>| Sink {
-            sizes,
-            seen: Arc::clone(&s2),
-            count: Arc::clone(&c2),
-            corrupt: Arc::clone(&k2),
-        })
-        .idle(Idle::Park)
-        .subscribes::<Blob>();
-        b.add(subscriber).idle(Idle::Park);
-        let a = a.start().expect("bus a starts");
-        let b = b.start().expect("bus b starts");
+        let a = feed_bus(publisher, count, tick, sizes, &ready);
+        let (
+            b,
+            Sunk {
+                seen,
+                count,
+                corrupt,
+            },
+        ) = sink_bus(subscriber, sizes, 1 << 10);
         wait_for("the subscription to reach the publisher", 20, || {
             metric(&a.report(), "pub", &format!("subscribers.{TOPIC}")) == 1
         });
@@ -319,7 +295,7 @@ impl Rig {
             b,
             relay,
             seen,
-            count: counter,
+            count,
             corrupt,
         }
     }
@@ -523,24 +499,63 @@ fn a_message_over_the_maximum_size_is_refused_and_counted() {
     assert_eq!(metric(&rb, "sub", "unrecovered"), 0);
 }
 
-/// A bus with a sink of `Blob`s and `bridge` (an import), parked; returns it with what its
-/// sink records (the numbers seen, in order).
-fn sink_bus(bridge: Bridge) -> (llbus::RunningBus, Arc<Mutex<Vec<u64>>>, Arc<AtomicU64>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let corrupt = Arc::new(AtomicU64::new(0));
-    let (s2, k2) = (Arc::clone(&seen), Arc::clone(&corrupt));
+/// A bus with a feed of `count` `Blob`s (one per `tick` once `ready`, `sizes(n)` bytes each)
+/// and `bridge` (an export), parked.
+fn feed_bus(
+    bridge: Bridge,
+    count: u64,
+    tick: Duration,
+    sizes: fn(u64) -> usize,
+    ready: &Arc<AtomicBool>,
+) -> llbus::RunningBus {
+    let mut a = Bus::builder();
+    let r = Arc::clone(ready);
+    a.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        next: 1,
+        count,
+        sizes,
+        ready: Arc::clone(&r),
+    })
+    .tick_every(tick)
+    .idle(Idle::Park)
+    .publishes::<Blob>();
+    a.add(bridge).idle(Idle::Park);
+    a.start().expect("the publisher's bus starts")
+}
+
+/// What a sink records: the numbers seen in order, how many, how many were corrupt.
+struct Sunk {
+    seen: Arc<Mutex<Vec<u64>>>,
+    count: Arc<AtomicU64>,
+    corrupt: Arc<AtomicU64>,
+}
+
+/// A bus with a sink of `Blob`s (`sizes(n)` bytes each, ring `capacity`) and `bridge` (an
+/// import), parked.
+fn sink_bus(bridge: Bridge, sizes: fn(u64) -> usize, capacity: usize) -> (llbus::RunningBus, Sunk) {
+    let sunk = Sunk {
+        seen: Arc::new(Mutex::new(Vec::new())),
+        count: Arc::new(AtomicU64::new(0)),
+        corrupt: Arc::new(AtomicU64::new(0)),
+    };
+    let (s2, c2, k2) = (
+        Arc::clone(&sunk.seen),
+        Arc::clone(&sunk.count),
+        Arc::clone(&sunk.corrupt),
+    );
     let mut b = Bus::builder();
     b.actor("sink", move |_: &mut Setup<'_>| Sink {
-        sizes: |_| 100,
+        sizes,
         seen: Arc::clone(&s2),
-        count: Arc::new(AtomicU64::new(0)),
+        count: Arc::clone(&c2),
         corrupt: Arc::clone(&k2),
     })
     .idle(Idle::Park)
-    .default_capacity(1 << 14)
+    .default_capacity(capacity)
     .subscribes::<Blob>();
     b.add(bridge).idle(Idle::Park);
-    (b.start().expect("a subscriber bus starts"), seen, corrupt)
+    (b.start().expect("a subscriber's bus starts"), sunk)
 }
 
 /// A slow subscriber (behind a relay that loses a run of datagrams far longer than the
@@ -582,22 +597,17 @@ fn a_slow_subscriber_slows_no_one_and_its_misses_are_counted_for_it_alone() {
     let slow = slow.import_reliable::<Blob>(relay.sub_side);
 
     let ready = Arc::new(AtomicBool::new(false));
-    let mut a = Bus::builder();
-    let r = Arc::clone(&ready);
-    a.actor("feed", move |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        next: 1,
-        count: COUNT,
-        sizes: |_| 100,
-        ready: Arc::clone(&r),
-    })
-    .tick_every(Duration::from_micros(200))
-    .idle(Idle::Park)
-    .publishes::<Blob>();
-    a.add(publisher).idle(Idle::Park);
-    let a = a.start().expect("the publisher's bus starts");
-    let (fast_bus, fast_seen, fast_corrupt) = sink_bus(fast);
-    let (slow_bus, slow_seen, slow_corrupt) = sink_bus(slow);
+    let a = feed_bus(
+        publisher,
+        COUNT,
+        Duration::from_micros(200),
+        |_| 100,
+        &ready,
+    );
+    let (fast_bus, fast) = sink_bus(fast, |_| 100, 1 << 14);
+    let (slow_bus, slow) = sink_bus(slow, |_| 100, 1 << 14);
+    let (fast_seen, fast_corrupt) = (fast.seen, fast.corrupt);
+    let (slow_seen, slow_corrupt) = (slow.seen, slow.corrupt);
     wait_for("both subscriptions to reach the publisher", 20, || {
         metric(&a.report(), "pub", &format!("subscribers.{TOPIC}")) == 2
     });
