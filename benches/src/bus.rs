@@ -35,8 +35,7 @@ use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup, DEFAULT_CAPACITY};
 
 use crate::drive::{round_trip, stream, Failure, Plan, RttOutcome, RttPlan, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, human, print_figures, print_targets, run_rounds, secs, short, Args, Bound,
-    Collector, Pinning, Target,
+    clock_cost_ns, human, run_suite, secs, short, Args, Bound, Collector, Pinning, Target,
 };
 use crate::onbus::{
     place, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
@@ -131,15 +130,14 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             DEFAULT_CAPACITY,
         ),
     );
-    let mut out = Collector::new(SUITE, args.verbose);
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let rounds_done = run_rounds(
-        &mut out,
+    let (out, rounds_done, _) = run_suite(
+        args,
+        SUITE,
+        seed,
         3,
         &[BUS, RING],
-        plan.rounds,
-        plan.budget,
-        &mut rng,
+        (plan.rounds, plan.budget),
+        &TARGETS,
         |out, phase, i| match (phase, i) {
             (0, 0) => bus_rtt_case(pinning, &plan, out),
             (0, _) => ring_rtt_case(pinning, &plan, out),
@@ -154,9 +152,6 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             ),
         },
     );
-    let figures = out.figures();
-    print_figures(args, &figures);
-    print_targets(args, &TARGETS, &figures, &out);
     human(
         args,
         &format!(

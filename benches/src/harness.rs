@@ -480,6 +480,29 @@ pub fn seed(args: &Args) -> u64 {
     })
 }
 
+/// A suite's whole measurement: [`run_rounds`] into a fresh [`Collector`] with a generator
+/// seeded by `seed`, then the figures and the targets printed. Returns the collector, the
+/// rounds run and the figures.
+#[allow(clippy::too_many_arguments)]
+pub fn run_suite(
+    args: &Args,
+    suite: &'static str,
+    seed: u64,
+    phases: usize,
+    names: &[&'static str],
+    (rounds, budget): (usize, Duration),
+    targets: &[Target],
+    run_one: impl FnMut(&mut Collector, usize, usize),
+) -> (Collector, usize, Vec<Figure>) {
+    let mut out = Collector::new(suite, args.verbose);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let rounds_done = run_rounds(&mut out, phases, names, rounds, budget, &mut rng, run_one);
+    let figures = out.figures();
+    print_figures(args, &figures);
+    print_targets(args, targets, &figures, &out);
+    (out, rounds_done, figures)
+}
+
 /// Runs up to `rounds` rounds of the implementations `names`. A round has `phases` phases (one
 /// per measurement); in each, `run_one(out, phase, i)` runs implementation `i` once and records
 /// into `out`, in an order freshly shuffled by `rng` for each phase of each round ([`shuffled`]),

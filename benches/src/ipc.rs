@@ -27,8 +27,8 @@ use llbus_ipc::{ChannelConfig, Pod, Receiver as ShmRx, Sender as ShmTx};
 
 use crate::drive::{round_trip, stream, Plan, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    human, latency_histogram, print_figures, print_targets, run_rounds, secs, short, Args, Bound,
-    Collector, Pinning, Spin, Stuck, Target, CORES,
+    human, latency_histogram, run_suite, secs, short, Args, Bound, Collector, Pinning, Spin, Stuck,
+    Target, CORES,
 };
 use crate::ring::{WARMUP, WINDOW};
 
@@ -621,20 +621,16 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             short(plan.window),
         ),
     );
-    let mut out = Collector::new(SUITE, args.verbose);
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let rounds_done = run_rounds(
-        &mut out,
+    let (out, rounds_done, _) = run_suite(
+        args,
+        SUITE,
+        seed,
         PHASES,
         NAMES,
-        plan.rounds,
-        plan.budget,
-        &mut rng,
+        (plan.rounds, plan.budget),
+        &TARGETS,
         |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
     );
-    let figures = out.figures();
-    print_figures(args, &figures);
-    print_targets(args, &TARGETS, &figures, &out);
     human(
         args,
         &format!(

@@ -41,8 +41,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::drive::{round_trip, stream, Receiver, RttPlan, Sender, StreamPlan};
 use crate::harness::{
-    clock_cost_ns, clock_step_ns, find, human, print_figures, print_targets, run_rounds, secs,
-    short, Args, Bound, Collector, Pinning, Spin, Stuck, Target,
+    clock_cost_ns, clock_step_ns, find, human, run_suite, secs, short, Args, Bound, Collector,
+    Pinning, Spin, Stuck, Target,
 };
 
 /// Slots in every queue.
@@ -221,20 +221,16 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             CAPACITY,
         ),
     );
-    let mut out = Collector::new(SUITE, args.verbose);
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let rounds_done = run_rounds(
-        &mut out,
+    let (out, rounds_done, figures) = run_suite(
+        args,
+        SUITE,
+        seed,
         PHASES,
         NAMES,
-        plan.rounds,
-        plan.budget,
-        &mut rng,
+        (plan.rounds, plan.budget),
+        &TARGETS,
         |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
     );
-    let figures = out.figures();
-    print_figures(args, &figures);
-    print_targets(args, &TARGETS, &figures, &out);
     if let Some(floor) = find(&figures, "floor", "rtt_p50").filter(|f| *f > 0.0) {
         human(
             args,

@@ -73,8 +73,7 @@ mod large;
 
 use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
 use crate::harness::{
-    human, median, print_figures, print_targets, run_rounds, secs, short, Args, Bound, Collector,
-    Pinning, Spin, Stuck, Target,
+    human, median, run_suite, secs, short, Args, Bound, Collector, Pinning, Spin, Stuck, Target,
 };
 use crate::onbus::{
     metric, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
@@ -254,20 +253,16 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
             PAYLOAD,
         ),
     );
-    let mut out = Collector::new(SUITE, args.verbose);
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let rounds_done = run_rounds(
-        &mut out,
+    let (out, rounds_done, _) = run_suite(
+        args,
+        SUITE,
+        seed,
         PHASES,
         NAMES,
-        plan.rounds,
-        plan.budget,
-        &mut rng,
+        (plan.rounds, plan.budget),
+        &TARGETS,
         |out, phase, i| CONTENDERS[i](phase, pinning, &plan, out),
     );
-    let figures = out.figures();
-    print_figures(args, &figures);
-    print_targets(args, &TARGETS, &figures, &out);
     human(
         args,
         &format!(
