@@ -60,9 +60,17 @@ fn channel_send_and_receive_allocate_nothing() {
     let mut round = |tx: &mut Sender<Quote, Pod>, rx: &mut Receiver<Quote, Pod>, n: u64| {
         for seq in 0..n {
             assert!(tx.try_send(&Quote { seq, px: seq }).expect("send"));
-            if seq % 32 == 31 {
+            if seq % 64 == 31 {
                 rx.recv_batch(64, |q| sum = sum.wrapping_add(q.px))
                     .expect("recv");
+            } else if seq % 64 == 63 {
+                // The plain-data batch paths: a slice in, values straight from the slots out.
+                let more = [Quote { seq, px: seq }; 4];
+                assert_eq!(tx.send_slice(&more).expect("send_slice"), 4);
+                let n = rx
+                    .recv_each(64, |q| sum = sum.wrapping_add(q.px))
+                    .expect("recv_each");
+                assert_eq!(n, 36);
                 tx.heartbeat(true);
                 rx.heartbeat(true);
             }

@@ -401,75 +401,111 @@ pub fn stream<T: Sender, R: Receiver>(
         pinning,
         || -> Result<(), Failure> {
             let mut tx = CachePadded::new(tx);
-            let mut spin = Spin::until(hard);
-            let stuck = |_| Failure::Stuck("sending thread");
             start_together(&ready, hard).map_err(|_| Failure::Stuck("sending thread at start"))?;
-            let mut next = 0u64;
-            match plan.batch {
-                None => loop {
-                    for _ in 0..CLOCK_EVERY {
-                        tx.send(next, &mut spin).map_err(stuck)?;
-                        next += 1;
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                },
-                Some(size) => {
-                    let mut buf = vec![0u64; size];
-                    let mut batches = 0u64;
-                    loop {
-                        for (slot, v) in buf.iter_mut().zip(next..) {
-                            *slot = v;
-                        }
-                        let mut off = 0;
-                        while off < size {
-                            let k = tx.send_batch(&buf[off..]);
-                            if k == 0 {
-                                spin.tick().map_err(stuck)?;
-                            }
-                            off += k;
-                        }
-                        next += size as u64;
-                        batches += 1;
-                        if batches % 64 == 0 && stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                    }
-                }
-            }
-            tx.send(STOP, &mut spin).map_err(stuck)?;
-            Ok(())
+            stream_send(&mut *tx, &plan, hard, || stop.load(Ordering::Relaxed))
         },
         || -> Result<Option<StreamOutcome>, Failure> {
             let mut rx = CachePadded::new(rx);
-            let mut spin = Spin::until(hard);
-            let stuck = |_| Failure::Stuck("receiving thread");
             start_together(&ready, hard)
                 .map_err(|_| Failure::Stuck("receiving thread at start"))?;
-            let mut clock = Windowed::new(&plan);
-            let mut seq = Sequence::default();
-            while !seq.done {
-                let n = match plan.batch {
-                    None => rx.recv_some(&mut spin, |v| seq.see(v)).map_err(stuck)?,
-                    Some(size) => rx.recv_batch(size, |v| seq.see(v)),
-                };
-                if let Some((expected, got)) = seq.bad {
-                    return Err(Failure::Corrupt {
-                        side: "receiving thread",
-                        expected,
-                        got,
-                    });
-                }
-                if n == 0 {
-                    spin.tick().map_err(stuck)?;
-                } else if clock.closed.is_none() && clock.at(seq.expected) {
-                    stop.store(true, Ordering::Relaxed);
-                }
-            }
-            Ok(clock.outcome())
+            stream_receive(&mut *rx, &plan, hard, || {
+                stop.store(true, Ordering::Relaxed)
+            })
         },
     );
     a?;
     b?.ok_or(Failure::Stuck("receiving thread: the window never closed"))
+}
+
+/// The sending half of [`stream`]: sends `0, 1, 2, ...` one at a time or in batches until
+/// `stop()` says the receiver closed its window (asked once per [`CLOCK_EVERY`] items, or per
+/// 64 batches), then [`STOP`]. Public so that a stream whose receiver lives in another process
+/// runs this very loop (the `ipc` suite).
+///
+/// # Errors
+///
+/// [`Failure::Stuck`] past `hard`.
+#[inline]
+pub fn stream_send<T: Sender>(
+    tx: &mut T,
+    plan: &StreamPlan,
+    hard: Instant,
+    mut stop: impl FnMut() -> bool,
+) -> Result<(), Failure> {
+    let mut spin = Spin::until(hard);
+    let stuck = |_| Failure::Stuck("sending thread");
+    let mut next = 0u64;
+    match plan.batch {
+        None => loop {
+            for _ in 0..CLOCK_EVERY {
+                tx.send(next, &mut spin).map_err(stuck)?;
+                next += 1;
+            }
+            if stop() {
+                break;
+            }
+        },
+        Some(size) => {
+            let mut buf = vec![0u64; size];
+            let mut batches = 0u64;
+            loop {
+                for (slot, v) in buf.iter_mut().zip(next..) {
+                    *slot = v;
+                }
+                let mut off = 0;
+                while off < size {
+                    let k = tx.send_batch(&buf[off..]);
+                    if k == 0 {
+                        spin.tick().map_err(stuck)?;
+                    }
+                    off += k;
+                }
+                next += size as u64;
+                batches += 1;
+                if batches % 64 == 0 && stop() {
+                    break;
+                }
+            }
+        }
+    }
+    tx.send(STOP, &mut spin).map_err(stuck)
+}
+
+/// The receiving half of [`stream`]: receives and checks the sequence until [`STOP`], timing
+/// the window ([`Windowed`]) and calling `closed()` once when it closes. Returns the rate, or
+/// `None` if the window never closed.
+///
+/// # Errors
+///
+/// [`Failure::Stuck`] past `hard`, [`Failure::Corrupt`] on a value out of sequence.
+#[inline]
+pub fn stream_receive<R: Receiver>(
+    rx: &mut R,
+    plan: &StreamPlan,
+    hard: Instant,
+    mut closed: impl FnMut(),
+) -> Result<Option<StreamOutcome>, Failure> {
+    let mut spin = Spin::until(hard);
+    let stuck = |_| Failure::Stuck("receiving thread");
+    let mut clock = Windowed::new(plan);
+    let mut seq = Sequence::default();
+    while !seq.done {
+        let n = match plan.batch {
+            None => rx.recv_some(&mut spin, |v| seq.see(v)).map_err(stuck)?,
+            Some(size) => rx.recv_batch(size, |v| seq.see(v)),
+        };
+        if let Some((expected, got)) = seq.bad {
+            return Err(Failure::Corrupt {
+                side: "receiving thread",
+                expected,
+                got,
+            });
+        }
+        if n == 0 {
+            spin.tick().map_err(stuck)?;
+        } else if clock.closed.is_none() && clock.at(seq.expected) {
+            closed();
+        }
+    }
+    Ok(clock.outcome())
 }

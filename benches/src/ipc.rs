@@ -6,10 +6,10 @@
 //!   the shared ring's own cost, validation and all.
 //! - `shm-process`: the same channel with its other end in a second process (this binary
 //!   re-executed with `LLBUS_BENCH_IPC_ECHO` set): the user's setting. Round trip: the echo
-//!   process returns every ping. Throughput: this process sends values (in batches for the
-//!   batch case) through the warm-up and the window, the other checks their order and answers
-//!   the final marker with its count, which must be all of them; the rate is what was sent in
-//!   the window (the ring holds at most 1024 of the millions).
+//!   process returns every ping. Throughput: the very loops every other stream runs
+//!   (`drive::stream_send` here, `drive::stream_receive` in the echo process, which times the
+//!   window and checks every value's order), with the window's closing and the rate sent back
+//!   over the return channel.
 //! - `udp-loopback`: two non-blocking UDP sockets on 127.0.0.1, spinning (raw UDP).
 //! - `udp-bridge`: the round trip through two llbus bridges over loopback (the transport llbus
 //!   offered between processes before llbus-ipc; the `udp` suite's `llbus` case).
@@ -25,7 +25,12 @@ use std::time::{Duration, Instant};
 use llbus::Message;
 use llbus_ipc::{ChannelConfig, Pod, Receiver as ShmRx, Sender as ShmTx};
 
-use crate::drive::{round_trip, stream, Plan, Receiver, RttPlan, Sender, StreamPlan};
+use crossbeam_utils::CachePadded;
+
+use crate::drive::{
+    round_trip, stream, stream_receive, stream_send, Plan, Receiver, RttPlan, Sender, StreamPlan,
+    STOP,
+};
 use crate::harness::{
     human, latency_histogram, run_suite, secs, short, Args, Bound, Collector, Pinning, Spin, Stuck,
     Target, CORES,
@@ -46,10 +51,18 @@ const BATCH: usize = 64;
 pub const ECHO_VAR: &str = "LLBUS_BENCH_IPC_ECHO";
 /// Round-trip pings carry this bit; the echo returns them as they are.
 const PING: u64 = 1 << 62;
-/// The end of a throughput stream; the echo answers `DONE | count`.
-const DONE: u64 = 1 << 61;
+/// Asks the echo to receive a stream (the drivers' receiving half); the low bits carry its
+/// plan ([`stream_command`]). The echo answers [`READY`], then [`CLOSED`] when its window
+/// closes, then, after the stream's `STOP`, [`RESULT`] followed by the rate's `f64` bits (or
+/// [`FAILED`]).
+const STREAM: u64 = 1 << 61;
 /// Makes the echo process exit.
 const QUIT: u64 = 1 << 60;
+/// The echo's answers in a stream.
+const READY: u64 = 1 << 59;
+const CLOSED: u64 = 1 << 58;
+const RESULT: u64 = 1 << 57;
+const FAILED: u64 = 1 << 56;
 
 /// One u64 per slot.
 #[derive(Message, Clone, Copy, Debug)]
@@ -110,7 +123,7 @@ impl Receiver for ShmRx<Val, Pod> {
     fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
         loop {
             let mut got = None;
-            match self.recv_batch(1, |v| got = Some(v.0)) {
+            match self.recv_each(1, |v| got = Some(v.0)) {
                 Ok(_) => {
                     if let Some(v) = got {
                         return Ok(v);
@@ -124,11 +137,8 @@ impl Receiver for ShmRx<Val, Pod> {
 
     #[inline]
     fn recv_batch(&mut self, max: usize, mut f: impl FnMut(u64)) -> usize {
-        // Copied out a run of slots at a time, then handed over one by one.
-        let mut buf = [Val(0); BATCH];
-        let n = self.recv_slice(&mut buf[..max.min(BATCH)]).unwrap_or(0);
-        buf[..n].iter().for_each(|v| f(v.0));
-        n
+        // Read straight from the slots, a run at a time, as the in-process ring's `pop_batch`.
+        self.recv_each(max, |v| f(v.0)).unwrap_or(0)
     }
 }
 
@@ -280,7 +290,8 @@ impl Drop for Echo {
 }
 
 /// The echo process's main: returns the exit code. Spins on the ping channel; answers pings,
-/// counts and checks streams, and quits on `QUIT`, when its parent is gone, or after 10 min.
+/// receives streams with the drivers' own receiving loop, and quits on `QUIT`, when its parent
+/// is gone, or after 10 min.
 pub fn echo_main(base: &str) -> i32 {
     if let Some(core) = std::env::var("LLBUS_BENCH_IPC_CORE")
         .ok()
@@ -289,65 +300,106 @@ pub fn echo_main(base: &str) -> i32 {
         let _ = llbus::pin_to_core(core);
     }
     let deadline = Instant::now() + Duration::from_secs(600);
-    let Ok(mut rx) = open_until(&format!("{base}-ping"), deadline) else {
+    let Ok(rx) = open_until(&format!("{base}-ping"), deadline) else {
         return 2;
     };
-    let Ok(mut tx) = ShmTx::<Val, Pod>::create(&format!("{base}-pong"), &config()) else {
+    let Ok(tx) = ShmTx::<Val, Pod>::create(&format!("{base}-pong"), &config()) else {
         return 2;
     };
-    let (mut count, mut expect, mut idle, mut served) = (0u64, 0u64, 0u64, 0u64);
-    let (mut quit, mut turns) = (false, 0u64);
+    // Each end on cache lines of its own, as in the drivers.
+    let (mut rx, mut tx) = (CachePadded::new(rx), CachePadded::new(tx));
+    let (mut idle, mut turns, mut served) = (0u64, 0u64, 0u64);
     let mut buf = [Val(0); BATCH];
-    // NB: the clock is read every 1024 turns, not every turn: a read costs ~30 ns here, more
-    // than a turn's batch of values, and the in-process drivers' loops do the same.
-    while !quit && (turns % 1024 != 0 || Instant::now() < deadline) {
+    // NB: the clock is read every 1024 turns, not every turn: a read costs ~30 ns here.
+    while turns % 1024 != 0 || Instant::now() < deadline {
         turns += 1;
-        let mut answer = None;
-        let got = rx.recv_slice(&mut buf);
-        let n = got.as_ref().map_or(0, |&n| n);
-        for &Val(v) in &buf[..n] {
-            if v & (PING | DONE | QUIT) == 0 {
-                // A stream value (the common case first): in order, or the count says so.
-                if v == expect {
-                    count += 1;
-                }
-                expect = v + 1;
-            } else if v & PING != 0 {
-                answer = Some(v);
-            } else if v & DONE != 0 {
-                answer = Some(DONE | count);
-                count = 0;
-                expect = 0;
-            } else {
-                quit = true;
-            }
-        }
-        match got {
-            Ok(0) => {
-                idle += 1;
-                if idle % (1 << 20) == 0
-                    && !matches!(rx.heartbeat(true), llbus_ipc::PeerState::Alive(_))
-                {
-                    return 3;
-                }
-                std::hint::spin_loop();
-            }
-            Ok(_) => {
-                idle = 0;
-                served += 1;
-                if served % 1024 == 0 {
-                    tx.heartbeat(false);
-                }
-            }
+        let got = match rx.recv_slice(&mut buf) {
+            Ok(n) => n,
             Err(_) => return 4,
-        }
-        if let Some(a) = answer {
-            while let Ok(false) = tx.try_send(&Val(a)) {
-                std::hint::spin_loop();
+        };
+        if got == 0 {
+            idle += 1;
+            if idle % (1 << 20) == 0
+                && !matches!(rx.heartbeat(true), llbus_ipc::PeerState::Alive(_))
+            {
+                return 3;
             }
+            std::hint::spin_loop();
+            continue;
+        }
+        idle = 0;
+        served += 1;
+        if served % 1024 == 0 {
+            tx.heartbeat(false);
+        }
+        // Commands come one at a time: the parent waits for each answer.
+        let v = buf[got - 1].0;
+        if v == STOP {
+            // The end of a stream whose receiving loop had already given up.
+            continue;
+        }
+        let answer = |tx: &mut ShmTx<Val, Pod>, v: u64| {
+            let mut spin = Spin::until(Instant::now() + Duration::from_secs(10));
+            Sender::send(tx, v, &mut spin).is_ok()
+        };
+        if v & PING != 0 {
+            // The round trip's hot path: no clock read, as in the drivers' echo.
+            loop {
+                match tx.try_send(&Val(v)) {
+                    Ok(true) => break,
+                    Ok(false) => std::hint::spin_loop(),
+                    Err(_) => return 5,
+                }
+            }
+        } else if v & STREAM != 0 {
+            let plan = stream_plan_of(v);
+            let hard = Instant::now() + plan.hard_cap;
+            if !answer(&mut tx, READY) {
+                return 5;
+            }
+            let mut sent_closed = true;
+            let outcome = stream_receive(&mut *rx, &plan, hard, || {
+                sent_closed = answer(&mut tx, CLOSED);
+            });
+            let ok = match outcome {
+                Ok(Some(o)) if sent_closed => {
+                    answer(&mut tx, RESULT) && answer(&mut tx, o.per_sec.to_bits())
+                }
+                _ => answer(&mut tx, FAILED),
+            };
+            if !ok {
+                return 5;
+            }
+        } else if v & QUIT != 0 {
+            return 0;
         }
     }
     0
+}
+
+/// The command that asks the echo for a stream of `plan`: batch size and milliseconds of
+/// warm-up, window and hard cap, 14 bits each.
+fn stream_command(plan: &StreamPlan) -> u64 {
+    let ms = |d: Duration| (d.as_millis() as u64).min(0x3fff);
+    STREAM
+        | plan.batch.map_or(0, |b| b as u64).min(0x3fff)
+        | ms(plan.warmup) << 14
+        | ms(plan.window) << 28
+        | ms(plan.hard_cap) << 42
+}
+
+/// The plan a [`stream_command`] carries.
+fn stream_plan_of(command: u64) -> StreamPlan {
+    let field = |shift: u32| (command >> shift) & 0x3fff;
+    StreamPlan {
+        batch: match field(0) {
+            0 => None,
+            b => Some(b as usize),
+        },
+        warmup: Duration::from_millis(field(14)),
+        window: Duration::from_millis(field(28)),
+        hard_cap: Duration::from_millis(field(42)),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -471,68 +523,52 @@ fn process_rtt(echo: &mut Echo, plan: RttPlan) -> Result<crate::drive::RttOutcom
     Ok(crate::drive::RttOutcome { histogram })
 }
 
-/// A stream to the echo process for the warm-up and then the window, then `DONE`; the echo's
-/// answer carries the count it received in order, which must be everything sent. The rate is
-/// what was sent inside the window: the ring between them holds at most [`CAPACITY`] values,
-/// so the receiver's count in the same window differs by at most that (of millions).
+/// A stream to the echo process: this thread runs the drivers' sending loop
+/// ([`stream_send`]), the echo process their receiving loop ([`stream_receive`]), which times
+/// the window and checks every value's order, exactly as in [`stream`] between two threads; the
+/// window's closing and the rate come back over the pong channel.
 fn process_stream(
     echo: &mut Echo,
     plan: StreamPlan,
 ) -> Result<crate::drive::StreamOutcome, String> {
-    let start = Instant::now();
-    let mut spin = Spin::until(start + plan.hard_cap);
-    let warm_end = start + plan.warmup;
-    let mut opened: Option<(Instant, u64)> = None;
-    let mut closed: Option<(Instant, u64)> = None;
-    let mut sent = 0u64;
-    let mut buf = [0u64; BATCH];
-    // Values sent per turn: the clock is read once per 4096 whichever way they go.
-    let step = plan.batch.unwrap_or(1) as u64;
-    while closed.is_none() {
-        // NB: the clock is read every 4096 values, as the drivers' windows do.
-        if sent % 4096 < step {
-            let now = Instant::now();
-            match opened {
-                None if now >= warm_end => opened = Some((now, sent)),
-                Some((t, _)) if now.duration_since(t) >= plan.window => closed = Some((now, sent)),
-                _ => {}
-            }
-        }
-        match plan.batch {
-            Some(b) => {
-                // As the in-process drivers' sender: a whole batch, then what did not fit.
-                for (i, slot) in buf[..b].iter_mut().enumerate() {
-                    *slot = sent + i as u64;
-                }
-                let mut off = 0;
-                while off < b {
-                    let k = Sender::send_batch(&mut echo.tx, &buf[off..b]);
-                    if k == 0 {
-                        spin.tick().map_err(|e| e.to_string())?;
-                    }
-                    off += k;
-                }
-                sent += b as u64;
-            }
-            None => {
-                echo.tx.send(sent, &mut spin).map_err(|e| e.to_string())?;
-                sent += 1;
-            }
-        }
+    let hard = Instant::now() + plan.hard_cap;
+    let mut spin = Spin::until(hard);
+    let Echo { tx, rx, .. } = echo;
+    Sender::send(tx, stream_command(&plan), &mut spin).map_err(|e| e.to_string())?;
+    let v = rx.recv(&mut spin).map_err(|e| e.to_string())?;
+    if v != READY {
+        return Err(format!("echo answered {v:#x} to a stream request"));
     }
-    echo.tx.send(DONE, &mut spin).map_err(|e| e.to_string())?;
-    let answer = echo.rx.recv(&mut spin).map_err(|e| e.to_string())?;
-    if answer != DONE | sent {
+    let (mut tx, mut rx) = (CachePadded::new(tx), CachePadded::new(rx));
+    // Asked once per 4096 values or 64 batches, as the in-process stop flag is. Any answer
+    // stops the stream: `CLOSED`, or `FAILED` from a receiving loop that gave up.
+    let mut answer = None;
+    stream_send(&mut **tx, &plan, hard, || {
+        if answer.is_none() {
+            let mut got = [Val(0); 1];
+            if let Ok(1) = rx.recv_slice(&mut got) {
+                answer = Some(got[0].0);
+            }
+        }
+        answer.is_some()
+    })
+    .map_err(|e| e.to_string())?;
+    if answer != Some(CLOSED) {
         return Err(format!(
-            "echo counted {} in order of {sent} sent",
-            answer & !DONE
+            "the echo process's receiving loop failed (answered {:#x})",
+            answer.unwrap_or_default()
         ));
     }
-    match (opened, closed) {
-        (Some((t0, n0)), Some((t1, n1))) => Ok(crate::drive::StreamOutcome {
-            per_sec: (n1 - n0) as f64 / t1.duration_since(t0).as_secs_f64(),
-        }),
-        _ => Err("the window never closed".to_owned()),
+    match rx.recv(&mut spin).map_err(|e| e.to_string())? {
+        RESULT => {
+            let bits = rx.recv(&mut spin).map_err(|e| e.to_string())?;
+            Ok(crate::drive::StreamOutcome {
+                per_sec: f64::from_bits(bits),
+            })
+        }
+        v => Err(format!(
+            "the echo process's receiving loop failed (answered {v:#x})"
+        )),
     }
 }
 
@@ -639,4 +675,117 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
         ),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_command_carries_its_plan() {
+        for batch in [None, Some(1), Some(64), Some(0x3fff)] {
+            let plan = StreamPlan {
+                batch,
+                warmup: Duration::from_millis(50),
+                window: Duration::from_millis(200),
+                hard_cap: Duration::from_secs(10),
+            };
+            let command = stream_command(&plan);
+            assert_ne!(command & STREAM, 0);
+            assert_eq!(
+                command & (PING | QUIT),
+                0,
+                "not mistaken for another command"
+            );
+            let back = stream_plan_of(command);
+            assert_eq!(back.batch, batch);
+            assert_eq!(
+                (back.warmup, back.window, back.hard_cap),
+                (plan.warmup, plan.window, plan.hard_cap)
+            );
+        }
+    }
+
+    /// The echo loop in a thread of this test (a test binary cannot re-execute itself as the
+    /// echo process), and an [`Echo`] whose child is a stand-in `sleep`.
+    fn echo_in_a_thread(test: &str) -> (Echo, std::thread::JoinHandle<i32>) {
+        let base = format!("bench-test-{}-{test}", std::process::id());
+        let ping = format!("{base}-ping");
+        let files = [
+            FileGuard(config().path(&ping)),
+            FileGuard(config().path(&format!("{base}-pong"))),
+        ];
+        let tx = ShmTx::<Val, Pod>::create(&ping, &config()).expect("ping channel");
+        let thread = std::thread::spawn({
+            let base = base.clone();
+            move || echo_main(&base)
+        });
+        let rx = open_until(
+            &format!("{base}-pong"),
+            Instant::now() + Duration::from_secs(10),
+        )
+        .expect("the echo opens its return channel");
+        let child = Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let echo = Echo {
+            child,
+            tx,
+            rx,
+            _files: files,
+        };
+        (echo, thread)
+    }
+
+    fn quick(batch: Option<usize>) -> StreamPlan {
+        StreamPlan {
+            batch,
+            warmup: Duration::from_millis(5),
+            window: Duration::from_millis(20),
+            hard_cap: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn the_echo_receives_streams_with_the_drivers_loop_and_returns_pings() {
+        let (mut echo, thread) = echo_in_a_thread("streams");
+        for batch in [None, Some(BATCH)] {
+            let o = process_stream(&mut echo, quick(batch)).expect("the stream is measured");
+            assert!(o.per_sec.is_finite() && o.per_sec > 0.0, "{batch:?}: {o:?}");
+        }
+        let rtt = process_rtt(
+            &mut echo,
+            RttPlan {
+                warmup: Duration::from_millis(2),
+                window: Duration::from_millis(10),
+                hard_cap: Duration::from_secs(10),
+            },
+        )
+        .expect("round trips");
+        assert!(!rtt.histogram.is_empty());
+        drop(echo); // sends QUIT
+        assert_eq!(thread.join().expect("the echo loop returns"), 0);
+    }
+
+    #[test]
+    fn a_value_out_of_order_fails_the_echo_s_stream_and_it_says_so() {
+        let (mut echo, thread) = echo_in_a_thread("order");
+        let mut spin = Spin::until(Instant::now() + Duration::from_secs(10));
+        let plan = StreamPlan {
+            hard_cap: Duration::from_secs(10),
+            ..quick(Some(4))
+        };
+        Sender::send(&mut echo.tx, stream_command(&plan), &mut spin).expect("command");
+        assert_eq!(echo.rx.recv(&mut spin), Ok(READY));
+        assert_eq!(Sender::send_batch(&mut echo.tx, &[0, 1, 5, 6]), 4);
+        // At once, long before the echo's own 10 s cap would end its stream.
+        let mut soon = Spin::until(Instant::now() + Duration::from_secs(2));
+        assert_eq!(echo.rx.recv(&mut soon), Ok(FAILED));
+        // And it serves the next request.
+        let o = process_stream(&mut echo, quick(Some(BATCH))).expect("a sound stream after");
+        assert!(o.per_sec > 0.0);
+        drop(echo);
+        assert_eq!(thread.join().expect("the echo loop returns"), 0);
+    }
 }

@@ -686,6 +686,33 @@ impl<T: Message + bytemuck::Pod> Receiver<T, Pod> {
         });
         got.map_err(|e| self.broken(e))
     }
+
+    /// Hands up to `max` values to `f`, in order, read straight from their slots (no copy into
+    /// a buffer first), and frees their slots with one store; returns how many. The plain-data
+    /// counterpart of the in-process ring's `pop_batch`: when a slot is exactly a `T` wide, each
+    /// run of adjacent slots is read as a slice of `T`; otherwise a value at a time, as
+    /// [`recv_batch`](Self::recv_batch). (Every bit pattern is a `T`, so there is nothing to
+    /// reject; a writer that scribbles on a published slot yields a wrong value, as with any
+    /// read.)
+    ///
+    /// # Errors
+    /// [`RecvError::Corrupt`] if the writer broke the ring.
+    pub fn recv_each(&mut self, max: usize, mut f: impl FnMut(T)) -> Result<usize, RecvError> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || self.ring.geometry().slot_size != size {
+            return self.recv_batch(max, f).map(|(n, _)| n);
+        }
+        let got = self.ring.read_runs(max, |run, _| {
+            match bytemuck::try_cast_slice::<u8, T>(run) {
+                Ok(items) => items.iter().for_each(|&v| f(v)),
+                // A `T` that wants more than the slots' 8-byte alignment: unaligned reads.
+                Err(_) => run
+                    .chunks_exact(size)
+                    .for_each(|b| f(bytemuck::pod_read_unaligned(b))),
+            }
+        });
+        got.map_err(|e| self.broken(e))
+    }
 }
 
 impl<T, C> Drop for Receiver<T, C> {
