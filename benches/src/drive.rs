@@ -20,9 +20,9 @@
 //!
 //! Each thread holds its queue ends in [`CachePadded`] cells, so no end shares a cache line with
 //! anything else: where an end's fields landed otherwise (fields written on every operation, next
-//! to the other thread's captures or the loop's locals) depended on each implementation's sizes,
-//! and it moved the llbus ring's round trip from 1.05-1.12x rtrb's (six runs) to 0.85-0.99x (four
-//! runs) with neither queue changed.
+//! to the other thread's captures or the loop's locals) depended on each implementation's sizes:
+//! the llbus ring's round trip was 1.05-1.12x rtrb's in six runs before, 0.85-1.07x in ten runs
+//! after, with neither queue changed (within noise, and no longer one-sided).
 //!
 //! Every wait is bounded by a hard deadline ([`Spin`]); blocking receives are bounded because
 //! the other side either sends or, once it gives up, drops its end, which disconnects the
