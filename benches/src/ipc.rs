@@ -377,15 +377,16 @@ pub fn echo_main(base: &str) -> i32 {
     0
 }
 
-/// The command that asks the echo for a stream of `plan`: batch size and milliseconds of
-/// warm-up, window and hard cap, 14 bits each.
+/// The command that asks the echo for a stream of `plan`: batch size, milliseconds of warm-up
+/// and window, and whole seconds of hard cap (rounded up), 14 bits each (every plan of the
+/// suites fits).
 fn stream_command(plan: &StreamPlan) -> u64 {
-    let ms = |d: Duration| (d.as_millis() as u64).min(0x3fff);
+    let field = |v: u64| v.min(0x3fff);
     STREAM
-        | plan.batch.map_or(0, |b| b as u64).min(0x3fff)
-        | ms(plan.warmup) << 14
-        | ms(plan.window) << 28
-        | ms(plan.hard_cap) << 42
+        | field(plan.batch.map_or(0, |b| b as u64))
+        | field(plan.warmup.as_millis() as u64) << 14
+        | field(plan.window.as_millis() as u64) << 28
+        | field(plan.hard_cap.as_secs_f64().ceil() as u64) << 42
 }
 
 /// The plan a [`stream_command`] carries.
@@ -398,7 +399,7 @@ fn stream_plan_of(command: u64) -> StreamPlan {
         },
         warmup: Duration::from_millis(field(14)),
         window: Duration::from_millis(field(28)),
-        hard_cap: Duration::from_millis(field(42)),
+        hard_cap: Duration::from_secs(field(42)),
     }
 }
 
@@ -688,7 +689,7 @@ mod tests {
                 batch,
                 warmup: Duration::from_millis(50),
                 window: Duration::from_millis(200),
-                hard_cap: Duration::from_secs(10),
+                hard_cap: Duration::from_secs(20),
             };
             let command = stream_command(&plan);
             assert_ne!(command & STREAM, 0);
