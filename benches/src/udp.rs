@@ -606,6 +606,22 @@ fn start(bus: llbus::BusBuilder, what: &str) -> Result<RunningBus, String> {
         .map_err(|e| format!("{what}: the bus did not start: {e}"))
 }
 
+/// Starts bus A, then bus B; if B does not start, stops A again and returns B's error (the
+/// cause, whatever stopping A says).
+fn start_both(
+    a: llbus::BusBuilder,
+    b: llbus::BusBuilder,
+) -> Result<(RunningBus, RunningBus), String> {
+    let ra = start(a, "bus A")?;
+    match start(b, "bus B") {
+        Ok(rb) => Ok((ra, rb)),
+        Err(e) => {
+            let _ = stop_and_join(ra, "bus A");
+            Err(e)
+        }
+    }
+}
+
 /// Stops and joins both buses (B first: it is the one that subscribes), keeping the first
 /// error.
 fn stop_both(a: RunningBus, b: RunningBus) -> Result<(Report, Report), String> {
@@ -692,14 +708,7 @@ pub(crate) fn llbus_round_trip(
     .group("host-b");
     place_group(b.group("host-b").idle(idle), pinning, 1);
 
-    let ra = start(a, "bus A")?;
-    let rb = match start(b, "bus B") {
-        Ok(rb) => rb,
-        Err(e) => {
-            stop_and_join(ra, "bus A")?;
-            return Err(e);
-        }
-    };
+    let (ra, rb) = start_both(a, b)?;
     let ready = wait_subscribed(&ra, "bridge-a", Ping::TOPIC)
         .and_then(|()| wait_subscribed(&rb, "bridge-b", Pong::TOPIC));
     let got = match ready {
@@ -923,14 +932,7 @@ fn throughput(
     .group("host-b");
     place_group(b.group("host-b").idle(Idle::BusySpin), pinning, 1);
 
-    let ra = start(a, "bus A")?;
-    let rb = match start(b, "bus B") {
-        Ok(rb) => rb,
-        Err(e) => {
-            stop_and_join(ra, "bus A")?;
-            return Err(e);
-        }
-    };
+    let (ra, rb) = start_both(a, b)?;
     let run = wait_subscribed(&ra, "bridge-a", Data::TOPIC).and_then(|()| {
         go.store(true, Ordering::Release);
         let deadline = Instant::now() + plan.hard_cap;

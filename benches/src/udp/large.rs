@@ -28,7 +28,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{loopback, start, stop_both, wait_subscribed};
+use super::{loopback, start_both, stop_both, wait_subscribed};
 use crate::drive::Plan;
 use crate::harness::{Collector, Pinning, CORES};
 use crate::onbus::{metric, place_group, wait_until, DRAIN_LIMIT};
@@ -204,14 +204,7 @@ fn llbus_large(pinning: &Pinning, plan: &Plan) -> Result<f64, String> {
     .takes::<Blob>()
     .group("host-b");
     place_group(b.group("host-b").idle(Idle::BusySpin), pinning, 1);
-    let ra = start(a, "bus A")?;
-    let rb = match start(b, "bus B") {
-        Ok(rb) => rb,
-        Err(e) => {
-            let _ = crate::onbus::stop_and_join(ra, "bus A");
-            return Err(e);
-        }
-    };
+    let (ra, rb) = start_both(a, b)?;
     let run = wait_subscribed(&ra, "bridge-a", Blob::TOPIC).map(|()| {
         shared.go.store(true, Ordering::Release);
         let started = wait_until(Instant::now() + plan.hard_cap, || {
