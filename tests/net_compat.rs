@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Report, RunningBus, Setup};
 use llbus_net::{Bridge, DropReason};
 use serde::{Deserialize, Serialize};
+use tests::example_bins::free_udp_addr;
 use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -91,19 +92,10 @@ fn drain(s: &UdpSocket, within: Duration) -> Vec<(Vec<u8>, SocketAddr, i64)> {
     got
 }
 
-/// A loopback address with a port that was free a moment ago (`export_compat` binds its own
-/// socket and does not tell its port, so the test picks one).
-fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[test]
 #[cfg_attr(miri, ignore)]
 fn export_compat_serves_a_raw_ll_udp_pubsub_subscriber_byte_for_byte() {
-    let compat = free_port();
+    let compat = free_udp_addr();
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
         .name("pub")

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use llbus::{Actor, Bus, Context, Idle, Message, Out, RunningBus, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
+use tests::example_bins::free_udp_addr;
 use tests::wait_for;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -28,13 +29,6 @@ const TICK: Duration = Duration::from_secs(3600);
 const SETTLE: Duration = Duration::from_millis(300);
 
 const SUBSCRIBE: [u8; 4] = [0, 0, 0, 0];
-
-fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
 
 /// A compat data packet (`Packet<i64>`: the value, then a timestamp; both LE).
 fn packet(n: i64) -> [u8; 16] {
@@ -131,7 +125,7 @@ fn a_local_publish_wakes_a_backoff_bridge_asleep_on_its_sockets() {
 
 fn datagram_wakes(idle: Idle) {
     let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let import = free_port();
+    let import = free_udp_addr();
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
         .name("sub")
@@ -171,7 +165,7 @@ fn datagram_wakes(idle: Idle) {
 }
 
 fn local_publish_wakes(idle: Idle) {
-    let compat = free_port();
+    let compat = free_udp_addr();
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
         .name("pub")

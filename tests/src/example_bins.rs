@@ -76,9 +76,19 @@ pub fn example(name: &str) -> PathBuf {
 /// # Panics
 /// If loopback cannot be bound at all.
 pub fn free_udp_port() -> u16 {
+    free_udp_addr().port()
+}
+
+/// A loopback UDP address (127.0.0.1 and a port) that was free a moment ago: for a test that
+/// must name an address before the thing under test binds it (`export_compat` binds its own
+/// socket and does not tell its port).
+///
+/// # Panics
+/// If loopback cannot be bound at all.
+pub fn free_udp_addr() -> SocketAddr {
     let sock = UdpSocket::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .expect("binding a loopback UDP socket");
-    sock.local_addr().expect("a bound socket's address").port()
+    sock.local_addr().expect("a bound socket's address")
 }
 
 /// The `key=value` fields of a tagged line such as the subscriber's `RESULT ...` line.
