@@ -426,7 +426,12 @@ pub(crate) fn make_edge<M: Message>(
             )
         }
         Backpressure::Block | Backpressure::DropNewest => {
-            let (tx, rx) = crate::ring::Ring::new(capacity);
+            let (tx, mut rx) = crate::ring::Ring::new(capacity);
+            // NB: the bus frees every slot at once. `DropNewest` counts drops against the
+            // edge's whole capacity, and a `Block` publisher waiting on a subscriber that is
+            // itself waiting (a cycle) must see every slot it could use; gathering frees would
+            // shrink both by up to a quarter ring while the subscriber is busy.
+            rx.set_release_every(1);
             (
                 OutEdge::Ring {
                     tx,

@@ -11,6 +11,16 @@
 //! A push writes the slot, then publishes it with a `Release` store of `tail`; a pop reads `tail`
 //! with `Acquire`, reads the slot, then frees it with a `Release` store of `head`. Batch
 //! operations move many items under one store.
+//!
+//! The consumer frees lazily, as MCRingBuffer does (Lee, Bu and Chandranmenon, "A Lock-Free,
+//! Cache-Efficient Multi-Core Synchronization Mechanism for Line-Rate Network Traffic
+//! Monitoring", IPDPS 2010): it stores `head` once it has taken a quarter of the ring since its
+//! last store ([`Consumer::set_release_every`]), when it has taken every value it knew of, when
+//! asked ([`Consumer::release`]) and when it is dropped. While a stream keeps the ring full the
+//! producer then re-reads `head` once per quarter ring instead of once per pop, and writes into
+//! slots the consumer left long ago rather than the ones it is reading; see `benches/src/ring.rs`
+//! for what that is worth. The price: the producer may see up to `release_every - 1` fewer free
+//! slots than there are, only while the consumer is still taking values.
 
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -154,6 +164,8 @@ impl<T> Ring<T> {
             mask: capacity - 1,
             head: 0,
             tail_cache: std::cell::Cell::new(0),
+            published: 0,
+            release_every: default_release_every(capacity),
             notify: None,
         };
         (producer, consumer)
@@ -283,6 +295,12 @@ pub struct Consumer<T> {
     head: usize,
     /// The last `tail` this side read. Invariant: `tail_cache <= shared.tail`.
     tail_cache: std::cell::Cell<usize>,
+    /// The last `head` stored in `shared.head`. Invariant: `published <= head` and
+    /// `head - published < release_every` between operations.
+    published: usize,
+    /// How many freed slots the consumer gathers before it stores `head`; see
+    /// [`Consumer::set_release_every`].
+    release_every: usize,
     notify: Option<std::sync::Arc<dyn Notify>>,
 }
 
@@ -368,6 +386,7 @@ impl<T> Producer<T> {
             index: &shared.tail,
             notify: &self.notify,
             count: 0,
+            lazy: None,
         };
         ([start..start + first, 0..n - first], shared, publish)
     }
@@ -377,8 +396,9 @@ impl<T> Producer<T> {
         self.mask + 1
     }
 
-    /// How many values are in the ring, as seen from this side (a lower bound on free space's
-    /// complement: the consumer may have taken more since).
+    /// How many values are in the ring, as seen from this side: at least the true count, since
+    /// the consumer may have taken more since, and tells of what it took in groups (see
+    /// [`Consumer::set_release_every`]).
     pub fn len(&self) -> usize {
         self.tail
             .wrapping_sub(self.shared.head.load(Ordering::Acquire))
@@ -389,7 +409,8 @@ impl<T> Producer<T> {
         self.len() == 0
     }
 
-    /// How many values can be pushed now without waiting.
+    /// How many values can be pushed now without waiting: at most the true free space, for the
+    /// reasons given at [`Producer::len`].
     pub fn slots(&self) -> usize {
         self.free_slots()
     }
@@ -448,7 +469,8 @@ impl<T> Producer<T> {
 
 /// Ends a batch push or pop, normally or by a panic in user code: moves the side's own
 /// position past the `count` slots written (or read), publishes it with one Release store, and
-/// rings the doorbell, if any, as `Producer::commit` and `Consumer::release` do for one item.
+/// rings the doorbell, if any, as `Producer::commit` and `Consumer::advance` do for one item. A
+/// consumer's store may be deferred (`lazy`).
 struct Publish<'a> {
     /// The side's own position (`Producer::tail` or `Consumer::head`).
     position: &'a mut usize,
@@ -456,6 +478,27 @@ struct Publish<'a> {
     index: &'a AtomicUsize,
     notify: &'a Option<std::sync::Arc<dyn Notify>>,
     count: usize,
+    /// The consumer's deferral: `None` stores at once (the producer always does).
+    lazy: Option<Lazy<'a>>,
+}
+
+/// What a consumer's [`Publish`] needs to decide whether to store `head` now.
+struct Lazy<'a> {
+    /// `Consumer::published`.
+    published: &'a mut usize,
+    /// `Consumer::release_every`.
+    every: usize,
+    /// `Consumer::tail_cache`: every value the consumer knows of is taken when `head` reaches it.
+    known: usize,
+}
+
+impl Lazy<'_> {
+    /// True if `head` must be stored now: a quarter ring (or `every`) gathered, or nothing left
+    /// that the consumer knows of (it may be about to wait, and the producer with it).
+    #[inline(always)]
+    fn due(&self, head: usize) -> bool {
+        head.wrapping_sub(*self.published) >= self.every || head == self.known
+    }
 }
 
 impl Drop for Publish<'_> {
@@ -463,6 +506,12 @@ impl Drop for Publish<'_> {
     fn drop(&mut self) {
         if self.count > 0 {
             *self.position = self.position.wrapping_add(self.count);
+            if let Some(lazy) = &mut self.lazy {
+                if !lazy.due(*self.position) {
+                    return;
+                }
+                *lazy.published = *self.position;
+            }
             self.index.store(*self.position, Ordering::Release);
             if let Some(notify) = self.notify {
                 notify.notify();
@@ -479,7 +528,7 @@ impl<T> Consumer<T> {
             return None;
         }
         let value = self.read(self.head);
-        self.release(1);
+        self.advance(1);
         Some(value)
     }
 
@@ -494,8 +543,8 @@ impl<T> Consumer<T> {
         Some(slot.with(|p| unsafe { (*p).assume_init_ref() }))
     }
 
-    /// Pops up to `max` values, handing each to `f` in order, and frees their slots with one
-    /// store. Returns how many were popped.
+    /// Pops up to `max` values, handing each to `f` in order, and frees their slots with at most
+    /// one store (see [`Consumer::set_release_every`]). Returns how many were popped.
     ///
     /// If `f` panics, the values already handed to it (including the one it panicked on) count as
     /// popped; the rest stay in the ring.
@@ -510,6 +559,11 @@ impl<T> Consumer<T> {
             index: &shared.head,
             notify: &self.notify,
             count: 0,
+            lazy: Some(Lazy {
+                published: &mut self.published,
+                every: self.release_every,
+                known: self.tail_cache.get(),
+            }),
         };
         // NB: two runs of slots, walked without per-item masking or bounds checks (see
         // `Producer::push_slice`).
@@ -525,7 +579,7 @@ impl<T> Consumer<T> {
             }
         }
         n
-        // `release` drops here and frees `n` slots with one Release store.
+        // `release` drops here and frees `n` slots, with one Release store if one is due.
     }
 
     /// The ring's capacity in slots (a power of two).
@@ -596,15 +650,63 @@ impl<T> Consumer<T> {
         slot.with(|p| unsafe { (*p).assume_init_read() })
     }
 
-    /// Frees `n` read slots with one Release store and rings the doorbell, if any.
+    /// Moves past `n` read slots, and frees them (with those gathered before) when a store is
+    /// due: see [`Lazy::due`].
     #[inline(always)]
-    fn release(&mut self, n: usize) {
+    fn advance(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
+        let due = self.head.wrapping_sub(self.published) >= self.release_every
+            || self.head == self.tail_cache.get();
+        if due {
+            self.release();
+        }
+    }
+
+    /// Frees every slot this side has read, so that the producer sees all the room there is
+    /// (one Release store of `head`, and the doorbell, if any, when there was something to
+    /// free). A consumer that stops taking values with some still in the ring, say to wait for
+    /// something its producer must do first, calls this before it waits; see
+    /// [`Consumer::set_release_every`].
+    #[inline]
+    pub fn release(&mut self) {
+        if self.published == self.head {
+            return;
+        }
+        self.published = self.head;
         self.shared.head.store(self.head, Ordering::Release);
         if let Some(notify) = &self.notify {
             notify.notify();
         }
     }
+
+    /// Sets how many freed slots this side gathers before it tells the producer (one store of
+    /// its index), clamped to `1..=capacity`; the default is a quarter of the capacity (1 below
+    /// a capacity of 4). Whatever the setting, everything gathered is freed as soon as this side
+    /// has taken every value it knew to be in the ring, on [`Consumer::release`], and when it is
+    /// dropped.
+    ///
+    /// Gathering is what makes a full ring fast: the producer re-reads the consumer's index
+    /// once per `n` values instead of once per pop. The price is that, while this side keeps
+    /// taking values from a ring that holds more, the producer may see up to `n - 1` fewer free
+    /// slots than there are (its `slots()`, `len()` and `try_push` are a step behind). `1`
+    /// frees every slot at once: choose it when the producer's view must be exact, for example
+    /// when it drops values that do not fit and every slot of a burst counts.
+    pub fn set_release_every(&mut self, n: usize) {
+        self.release_every = n.clamp(1, self.capacity());
+        if self.head.wrapping_sub(self.published) >= self.release_every {
+            self.release();
+        }
+    }
+
+    /// See [`Consumer::set_release_every`].
+    pub fn release_every(&self) -> usize {
+        self.release_every
+    }
+}
+
+/// The consumer's default [`Consumer::set_release_every`]: a quarter of `capacity`, at least 1.
+fn default_release_every(capacity: usize) -> usize {
+    (capacity / 4).max(1)
 }
 
 impl<T> Drop for Producer<T> {
@@ -619,6 +721,9 @@ impl<T> Drop for Producer<T> {
 
 impl<T> Drop for Consumer<T> {
     fn drop(&mut self) {
+        // The slots read since the last store must be freed first: `Shared::drop` drops what
+        // lies in `[head, tail)`, and a producer that sees `closed` tries its push once more.
+        self.release();
         self.shared.closed.store(true, Ordering::Release);
         if let Some(notify) = &self.notify {
             notify.notify();

@@ -104,6 +104,97 @@ fn batches_stop_at_capacity_and_commit_once() {
     assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8]);
 }
 
+/// The free slots the producer sees in the consumer's index (`slots()` answers from its cache
+/// while that shows room).
+fn seen_free<T>(tx: &super::Producer<T>) -> usize {
+    tx.capacity() - tx.len()
+}
+
+#[test]
+fn the_consumer_frees_a_quarter_ring_at_a_time_and_all_when_it_took_everything() {
+    let (mut tx, mut rx) = Ring::new(16);
+    assert_eq!(rx.release_every(), 4);
+    assert_eq!(tx.push_slice(&[0; 16]), 16);
+    for _ in 0..3 {
+        assert!(rx.try_pop().is_some());
+    }
+    assert_eq!(seen_free(&tx), 0, "three reads are not yet freed");
+    assert!(rx.try_pop().is_some());
+    assert_eq!(seen_free(&tx), 4, "the fourth frees all four");
+    assert_eq!(tx.push_slice(&[1; 4]), 4);
+    assert_eq!(rx.pop_batch(2, |_| ()), 2);
+    assert_eq!(seen_free(&tx), 0);
+    assert_eq!(rx.pop_batch(5, |_| ()), 5);
+    assert_eq!(
+        seen_free(&tx),
+        7,
+        "a batch past the threshold frees what it gathered"
+    );
+    rx.release();
+    assert_eq!(seen_free(&tx), 7, "nothing more to free");
+    assert_eq!(rx.pop_batch(3, |_| ()), 3);
+    assert_eq!(seen_free(&tx), 7);
+    rx.release();
+    assert_eq!(seen_free(&tx), 10, "`release` frees at once");
+    // Taking every value the consumer knows of frees at once, whatever the threshold.
+    rx.set_release_every(16);
+    assert_eq!(rx.release_every(), 16);
+    assert_eq!(rx.pop_batch(100, |_| ()), 6);
+    assert_eq!(seen_free(&tx), 16);
+    assert!(rx.try_pop().is_none());
+}
+
+#[test]
+fn release_every_one_frees_each_read_and_lowering_it_frees_what_it_passed() {
+    let (mut tx, mut rx) = Ring::new(8);
+    rx.set_release_every(0);
+    assert_eq!(rx.release_every(), 1, "clamped to at least one");
+    rx.set_release_every(1000);
+    assert_eq!(rx.release_every(), 8, "clamped to the capacity");
+    assert_eq!(tx.push_slice(&[0; 8]), 8);
+    assert_eq!(rx.pop_batch(3, |_| ()), 3);
+    assert_eq!(seen_free(&tx), 0);
+    rx.set_release_every(2);
+    assert_eq!(
+        seen_free(&tx),
+        3,
+        "a threshold below what is gathered frees it"
+    );
+    rx.set_release_every(1);
+    for freed in 4..8 {
+        assert!(rx.try_pop().is_some());
+        assert_eq!(seen_free(&tx), freed);
+    }
+}
+
+#[test]
+fn a_dropped_consumer_frees_what_it_gathered_and_nothing_is_dropped_twice() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = Ring::new(8);
+    for i in 0..8 {
+        tx.try_push(counted(i, &drops)).unwrap();
+    }
+    // Two taken and not yet freed (a quarter of 8 is 2: take one, then a batch of one).
+    let a = rx.try_pop().unwrap();
+    assert_eq!(tx.slots(), 0);
+    drop(rx);
+    // The producer sees the slot the consumer freed as it went, and the ring's drop leaves the
+    // taken value to its holder: 7 dropped by the ring, 1 by us, 1 pushed after.
+    assert!(tx.is_abandoned());
+    assert_eq!(tx.slots(), 1);
+    assert!(tx.push(counted(8, &drops), &mut Backoff::new()).is_ok());
+    assert!(matches!(
+        tx.push(counted(9, &drops), &mut Backoff::new()),
+        Err(PushError::Abandoned(_))
+    ));
+    assert_eq!(drops.load(Ordering::Relaxed), 1, "the refused value");
+    drop(tx);
+    assert_eq!(drops.load(Ordering::Relaxed), 1 + 8);
+    assert_eq!(a.value, 0);
+    drop(a);
+    assert_eq!(drops.load(Ordering::Relaxed), 10);
+}
+
 #[test]
 fn abandonment_is_seen_from_both_sides() {
     let (tx, rx) = Ring::<u32>::new(2);
@@ -521,6 +612,8 @@ enum Op {
     Pop,
     PopBatch(u8),
     Peek,
+    /// `Consumer::release`: the producer sees every free slot.
+    Release,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -531,6 +624,7 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Pop),
         (0u8..20).prop_map(Op::PopBatch),
         Just(Op::Peek),
+        Just(Op::Release),
     ]
 }
 
@@ -542,16 +636,31 @@ proptest! {
     })]
 
     /// Random sequences of single and batch operations behave like a bounded `VecDeque`, and
-    /// every value is dropped exactly once.
+    /// every value is dropped exactly once. The producer's view of the ring (`tx.len()`) is the
+    /// model's plus at most `release_every - 1` slots the consumer has read but not yet freed,
+    /// exact once the consumer has taken everything or `release`d, and what the producer can
+    /// push is exactly the room in that view.
     #[test]
-    fn behaves_like_a_bounded_vecdeque(cap_log in 0u32..5, ops in prop::collection::vec(op(), 0..200)) {
+    fn behaves_like_a_bounded_vecdeque(
+        cap_log in 0u32..5,
+        every in prop::option::of(1usize..20),
+        ops in prop::collection::vec(op(), 0..200),
+    ) {
         let capacity = 1usize << cap_log;
         let drops = Arc::new(AtomicUsize::new(0));
         let mut created = 0usize;
         let (mut tx, mut rx) = Ring::new(capacity);
+        if let Some(every) = every {
+            rx.set_release_every(every);
+        }
+        let every = rx.release_every();
+        prop_assert_eq!(every, every.clamp(1, capacity));
         let mut model: VecDeque<u64> = VecDeque::new();
         let mut next = 0u64;
         for op in ops {
+            // The room the producer sees (its cached head may say less, but a push that wants
+            // more than the cache offers re-reads the consumer's index).
+            let room = capacity - tx.len();
             match op {
                 Op::Push => {
                     let v = counted(next, &drops);
@@ -559,7 +668,7 @@ proptest! {
                     match tx.try_push(v) {
                         Ok(()) => { model.push_back(next); }
                         Err(TryPushError::Full(v)) => {
-                            prop_assert_eq!(model.len(), capacity);
+                            prop_assert_eq!(room, 0);
                             prop_assert_eq!(v.value, next);
                         }
                     }
@@ -569,7 +678,7 @@ proptest! {
                     let items: Vec<Counted> = (0..u64::from(n)).map(|i| counted(next + i, &drops)).collect();
                     created += items.len() * 2; // the originals and their clones
                     let pushed = tx.push_slice(&items);
-                    prop_assert_eq!(pushed, usize::from(n).min(capacity - model.len()));
+                    prop_assert_eq!(pushed, usize::from(n).min(room));
                     for i in 0..pushed as u64 { model.push_back(next + i); }
                     next += u64::from(n);
                     // Clones not pushed were never made: count them as dropped already.
@@ -586,7 +695,6 @@ proptest! {
                     } else {
                         tx.push_iter(&mut (0..u64::from(n)).map(&mut make))
                     };
-                    let room = capacity - model.len();
                     if hide {
                         // Without a length the batch may stop at the cached room, but it never
                         // takes more than fits, and takes something when something fits.
@@ -615,9 +723,17 @@ proptest! {
                 Op::Peek => {
                     prop_assert_eq!(rx.peek().map(|v| v.value), model.front().copied());
                 }
+                Op::Release => {
+                    rx.release();
+                    prop_assert_eq!(tx.len(), model.len());
+                }
             }
             prop_assert_eq!(rx.len(), model.len());
-            prop_assert_eq!(tx.len(), model.len());
+            let unfreed = tx.len() - model.len();
+            prop_assert!(unfreed < every, "{} read slots not freed, release_every {}", unfreed, every);
+            if model.is_empty() {
+                prop_assert_eq!(tx.len(), 0, "a consumer that took everything frees everything");
+            }
         }
         drop(tx);
         drop(rx);
