@@ -497,7 +497,7 @@ impl Lazy<'_> {
     /// that the consumer knows of (it may be about to wait, and the producer with it).
     #[inline(always)]
     fn due(&self, head: usize) -> bool {
-        head.wrapping_sub(*self.published) >= self.every || head == self.known
+        head == self.known || head.wrapping_sub(*self.published) >= self.every
     }
 }
 
@@ -655,10 +655,21 @@ impl<T> Consumer<T> {
     #[inline(always)]
     fn advance(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
-        let due = self.head.wrapping_sub(self.published) >= self.release_every
-            || self.head == self.tail_cache.get();
-        if due {
-            self.release();
+        // NB: the drained case first: it is every pop of a ping-pong.
+        if self.head == self.tail_cache.get()
+            || self.head.wrapping_sub(self.published) >= self.release_every
+        {
+            self.publish_head();
+        }
+    }
+
+    /// Stores `head` (Release) and rings the doorbell, if any: the slots read so far are free.
+    #[inline(always)]
+    fn publish_head(&mut self) {
+        self.published = self.head;
+        self.shared.head.store(self.head, Ordering::Release);
+        if let Some(notify) = &self.notify {
+            notify.notify();
         }
     }
 
@@ -669,13 +680,8 @@ impl<T> Consumer<T> {
     /// [`Consumer::set_release_every`].
     #[inline]
     pub fn release(&mut self) {
-        if self.published == self.head {
-            return;
-        }
-        self.published = self.head;
-        self.shared.head.store(self.head, Ordering::Release);
-        if let Some(notify) = &self.notify {
-            notify.notify();
+        if self.published != self.head {
+            self.publish_head();
         }
     }
 
