@@ -16,7 +16,9 @@
 //!   publish and poll); the others are listed as skipped.
 //!
 //! Implementations (`impl` names in the output):
-//! - `llbus`: the llbus ring (`llbus::Ring`), spinning on `try_push`/`try_pop`;
+//! - `llbus`: the llbus ring (`llbus::Ring`) with its defaults (the consumer frees a quarter
+//!   ring at a time, or all it took once it has taken everything it knew of), spinning on
+//!   `try_push`/`try_pop`;
 //! - `rtrb`: `rtrb::RingBuffer`, spinning on `push`/`pop`; batches with its chunk API as its
 //!   docs show it (`push_partial_slice`, and `read_chunk` of what its cached index says is
 //!   there, re-reading the producer's index only when that is less than a batch);
