@@ -488,17 +488,17 @@ struct Lazy<'a> {
     published: &'a mut usize,
     /// `Consumer::release_every`.
     every: usize,
-    /// `Consumer::tail_cache`: every value the consumer knows of is taken when `head` reaches it.
+    /// `Consumer::tail_cache` when the batch began.
     known: usize,
 }
 
-impl Lazy<'_> {
-    /// True if `head` must be stored now: a quarter ring (or `every`) gathered, or nothing left
-    /// that the consumer knows of (it may be about to wait, and the producer with it).
-    #[inline(always)]
-    fn due(&self, head: usize) -> bool {
-        head == self.known || head.wrapping_sub(*self.published) >= self.every
-    }
+/// True if a consumer at `head` must store it now: it has taken every value it knew of (`known`,
+/// its cached `tail`: it may be about to wait, and the producer with it), or gathered `every`
+/// freed slots since the `head` it last stored (`published`). The drained case is tested first:
+/// it is every pop of a ping-pong.
+#[inline(always)]
+fn release_due(head: usize, published: usize, every: usize, known: usize) -> bool {
+    head == known || head.wrapping_sub(published) >= every
 }
 
 impl Drop for Publish<'_> {
@@ -507,7 +507,7 @@ impl Drop for Publish<'_> {
         if self.count > 0 {
             *self.position = self.position.wrapping_add(self.count);
             if let Some(lazy) = &mut self.lazy {
-                if !lazy.due(*self.position) {
+                if !release_due(*self.position, *lazy.published, lazy.every, lazy.known) {
                     return;
                 }
                 *lazy.published = *self.position;
@@ -651,14 +651,12 @@ impl<T> Consumer<T> {
     }
 
     /// Moves past `n` read slots, and frees them (with those gathered before) when a store is
-    /// due: see [`Lazy::due`].
+    /// due: see [`release_due`].
     #[inline(always)]
     fn advance(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
-        // NB: the drained case first: it is every pop of a ping-pong.
-        if self.head == self.tail_cache.get()
-            || self.head.wrapping_sub(self.published) >= self.release_every
-        {
+        let known = self.tail_cache.get();
+        if release_due(self.head, self.published, self.release_every, known) {
             self.publish_head();
         }
     }
@@ -686,8 +684,8 @@ impl<T> Consumer<T> {
     }
 
     /// Sets how many freed slots this side gathers before it tells the producer (one store of
-    /// its index), clamped to `1..=capacity`; the default is a quarter of the capacity (1 below
-    /// a capacity of 4). Whatever the setting, everything gathered is freed as soon as this side
+    /// its index), clamped to `1..=capacity`; the default is a quarter of the capacity (1 for
+    /// capacities up to 4). Whatever the setting, everything gathered is freed as soon as this side
     /// has taken every value it knew to be in the ring, on [`Consumer::release`], and when it is
     /// dropped.
     ///
