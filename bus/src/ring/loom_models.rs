@@ -19,18 +19,23 @@ fn pop_n(rx: &mut super::Consumer<usize>, n: usize) -> Vec<usize> {
     got
 }
 
+/// Pushes `0..n` in order, yielding to loom while the ring is full.
+fn push_n(tx: &mut super::Producer<usize>, n: usize) {
+    for i in 0..n {
+        let mut v = i;
+        while let Err(e) = tx.try_push(v) {
+            v = e.into_inner();
+            thread::yield_now();
+        }
+    }
+}
+
 #[test]
 fn loom_push_pop_in_order() {
     loom::model(|| {
         let (mut tx, mut rx) = Ring::new(2);
         let producer = thread::spawn(move || {
-            for i in 0..3 {
-                let mut v = i;
-                while let Err(e) = tx.try_push(v) {
-                    v = e.into_inner();
-                    thread::yield_now();
-                }
-            }
+            push_n(&mut tx, 3);
         });
         assert_eq!(pop_n(&mut rx, 3), [0, 1, 2]);
         producer.join().unwrap();
@@ -120,13 +125,7 @@ fn loom_gathered_frees_keep_order_and_let_the_producer_through() {
         let (mut tx, mut rx) = Ring::new(2);
         rx.set_release_every(2);
         let producer = thread::spawn(move || {
-            for i in 0..4 {
-                let mut v = i;
-                while let Err(e) = tx.try_push(v) {
-                    v = e.into_inner();
-                    thread::yield_now();
-                }
-            }
+            push_n(&mut tx, 4);
         });
         assert_eq!(pop_n(&mut rx, 4), [0, 1, 2, 3]);
         producer.join().unwrap();

@@ -174,7 +174,7 @@ fn a_dropped_consumer_frees_what_it_gathered_and_nothing_is_dropped_twice() {
     for i in 0..8 {
         tx.try_push(counted(i, &drops)).unwrap();
     }
-    // Two taken and not yet freed (a quarter of 8 is 2: take one, then a batch of one).
+    // One taken and not yet freed (a quarter of 8 is 2).
     let a = rx.try_pop().unwrap();
     assert_eq!(tx.slots(), 0);
     drop(rx);
