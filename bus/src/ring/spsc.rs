@@ -18,8 +18,8 @@
 //! last store ([`Consumer::set_release_every`]), when it has taken every value it knew of, when
 //! asked ([`Consumer::release`]) and when it is dropped. While a stream keeps the ring full the
 //! producer then re-reads `head` once per quarter ring instead of once per pop, and writes into
-//! slots the consumer left long ago rather than the ones it is reading; see `benches/src/ring.rs`
-//! for what that is worth. The price: the producer may see up to `release_every - 1` fewer free
+//! slots the consumer left long ago rather than the ones it is reading; the README's Performance
+//! section has what that is worth (the `ring` suite of `benches`). The price: the producer may see up to `release_every - 1` fewer free
 //! slots than there are, only while the consumer is still taking values.
 
 use std::fmt;

@@ -40,6 +40,17 @@ fn counted(value: u64, drops: &Arc<AtomicUsize>) -> Counted {
     }
 }
 
+/// Pushes a `Counted` for each of `values`; the ring must have room for them all.
+fn push_counted(
+    tx: &mut super::Producer<Counted>,
+    values: std::ops::Range<u64>,
+    drops: &Arc<AtomicUsize>,
+) {
+    for i in values {
+        tx.try_push(counted(i, drops)).unwrap();
+    }
+}
+
 #[test]
 fn capacity_rounds_up_to_a_power_of_two() {
     let (tx, rx) = Ring::<u8>::new(5);
@@ -171,9 +182,7 @@ fn release_every_one_frees_each_read_and_lowering_it_frees_what_it_passed() {
 fn a_dropped_consumer_frees_what_it_gathered_and_nothing_is_dropped_twice() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (mut tx, mut rx) = Ring::new(8);
-    for i in 0..8 {
-        tx.try_push(counted(i, &drops)).unwrap();
-    }
+    push_counted(&mut tx, 0..8, &drops);
     // One taken and not yet freed (a quarter of 8 is 2).
     let a = rx.try_pop().unwrap();
     assert_eq!(tx.slots(), 0);
@@ -215,9 +224,7 @@ fn abandonment_is_seen_from_both_sides() {
 fn items_left_in_the_ring_are_dropped_exactly_once() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (mut tx, mut rx) = Ring::new(8);
-    for i in 0..6 {
-        tx.try_push(counted(i, &drops)).unwrap();
-    }
+    push_counted(&mut tx, 0..6, &drops);
     drop(rx.try_pop());
     assert_eq!(drops.load(Ordering::Relaxed), 1);
     drop(tx);
@@ -230,14 +237,10 @@ fn items_left_in_the_ring_are_dropped_exactly_once() {
 fn items_left_after_wrap_around_are_dropped_exactly_once() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (mut tx, mut rx) = Ring::new(4);
-    for i in 0..3 {
-        tx.try_push(counted(i, &drops)).unwrap();
-    }
+    push_counted(&mut tx, 0..3, &drops);
     drop(rx.try_pop());
     drop(rx.try_pop());
-    for i in 3..6 {
-        tx.try_push(counted(i, &drops)).unwrap();
-    }
+    push_counted(&mut tx, 3..6, &drops);
     // Slots now wrap: head=2, tail=6.
     drop(rx);
     assert_eq!(drops.load(Ordering::Relaxed), 2);
@@ -280,9 +283,7 @@ fn zero_sized_types_with_drop_are_dropped_exactly_once() {
 fn a_panic_in_the_pop_closure_does_not_corrupt_the_ring() {
     let drops = Arc::new(AtomicUsize::new(0));
     let (mut tx, mut rx) = Ring::new(8);
-    for i in 0..5 {
-        tx.try_push(counted(i, &drops)).unwrap();
-    }
+    push_counted(&mut tx, 0..5, &drops);
     let result = catch_unwind(AssertUnwindSafe(|| {
         rx.pop_batch(5, |v| {
             if v.value == 2 {
