@@ -114,6 +114,8 @@ mod schema;
 mod sync;
 mod wait;
 
+#[cfg(feature = "tokio")]
+pub use bus::AsyncSubscription;
 #[cfg(unix)]
 pub use bus::{
     counters_dir, counters_files, decode_counters, read_counters_file, ActorCounts,
@@ -124,8 +126,8 @@ pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
     EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
     Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
-    StartError, StopHandle, Subscription, SubscriptionKey, Supervision, TryRecvError, Wiring,
-    DEFAULT_CAPACITY,
+    StartError, StopHandle, StopReport, Subscription, SubscriptionKey, Supervision, TryRecvError,
+    Wiring, DEFAULT_CAPACITY,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{

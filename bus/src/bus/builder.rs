@@ -14,7 +14,7 @@ use super::edge::{make_edge, AnyOutput, Output, Wiring};
 use super::error::StartError;
 use super::metrics::{ActorCounters, EdgeCounters};
 use super::runner::{ActorSlot, Slot};
-use super::stop::RunningBus;
+use super::running::RunningBus;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Inbox, Message, TopicSpec};
 use crate::ring::Notify;
@@ -27,6 +27,7 @@ pub(super) type EdgeMaker = fn(
     Backpressure,
     usize,
     bool,
+    bool,
     Arc<EdgeCounters>,
     Option<Arc<dyn Notify>>,
     Option<Arc<dyn Notify>>,
@@ -36,11 +37,12 @@ pub(super) fn edge_maker<M: Message>(
     policy: Backpressure,
     capacity: usize,
     may_wait: bool,
+    to_handle: bool,
     counters: Arc<EdgeCounters>,
     wake_subscriber: Option<Arc<dyn Notify>>,
     wake_publisher: Option<Arc<dyn Notify>>,
 ) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) {
-    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, may_wait, counters);
+    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, may_wait, to_handle, counters);
     if let Some(n) = wake_subscriber {
         tx.notify_subscriber(n);
     }
@@ -70,11 +72,13 @@ pub(super) struct SlotParts {
     pub(super) tick: Option<Duration>,
 }
 
-/// Per-topic subscription settings.
-#[derive(Clone, Copy, Debug)]
+/// Per-topic subscription settings, as declared: what is not set resolves in `start()`
+/// against the final defaults (`Block`, the actor's default capacity), whatever the order of
+/// the builder's calls.
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct SubscriptionDecl {
-    pub(super) policy: Backpressure,
-    pub(super) capacity: usize,
+    pub(super) policy: Option<Backpressure>,
+    pub(super) capacity: Option<usize>,
 }
 
 pub(super) struct ActorDecl {
@@ -216,8 +220,8 @@ impl BusBuilder {
 
     /// How long a graceful stop may take (default 10 s), from the stop request: draining every
     /// ring, the `on_stop` hooks and what they publish. Past it every `Block` wait gives up and
-    /// what is left is counted as lost; `join` returns within it plus under a second. A timeout
-    /// over a year is refused by `start()`.
+    /// what is left is counted as lost; the stop ends within it plus under a second. `start()`
+    /// refuses zero and a timeout over a year.
     pub fn stop_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.stop_timeout = Some(timeout);
         self
@@ -362,31 +366,28 @@ impl<A: Actor> ActorBuilder<'_, A> {
 
     /// Sets the backpressure of the actor's subscription to topic `M` (default `Block`).
     pub fn backpressure<M: Message>(mut self, policy: Backpressure) -> Self {
-        let capacity = self.decl().default_capacity;
         self.decl()
             .settings
             .entry(TypeId::of::<M>())
-            .or_insert(SubscriptionDecl { policy, capacity })
-            .policy = policy;
+            .or_default()
+            .policy = Some(policy);
         self
     }
 
-    /// Sets the ring capacity of the actor's subscription to topic `M` (default 1024, rounded
-    /// up to a power of two).
+    /// Sets the ring capacity of the actor's subscription to topic `M` (default: the actor's
+    /// [`default_capacity`](Self::default_capacity), rounded up to a power of two). `start()`
+    /// refuses 0 and a ring larger than the machine's memory.
     pub fn capacity<M: Message>(mut self, capacity: usize) -> Self {
         self.decl()
             .settings
             .entry(TypeId::of::<M>())
-            .or_insert(SubscriptionDecl {
-                policy: Backpressure::Block,
-                capacity,
-            })
-            .capacity = capacity;
+            .or_default()
+            .capacity = Some(capacity);
         self
     }
 
     /// Sets the ring capacity of every subscription of this actor that has no capacity of its
-    /// own.
+    /// own (default [`DEFAULT_CAPACITY`]), whether those were declared before or after this.
     pub fn default_capacity(mut self, capacity: usize) -> Self {
         self.decl().default_capacity = capacity;
         self

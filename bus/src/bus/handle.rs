@@ -27,7 +27,9 @@ use super::builder::{ActorDecl, BusBuilder, OutputDecl, SlotMaker, SubscriptionD
 use super::control::{Control, EXIT};
 use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
 use super::metrics::ActorCounters;
-use super::stop::RunningBus;
+#[cfg(feature = "tokio")]
+use super::metrics::EdgeCounters;
+use super::running::RunningBus;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Message, TopicSpec};
 use crate::wait::IdleStrategy;
@@ -124,8 +126,13 @@ impl BusBuilder {
         if let Some(decl) = self.actors.last_mut() {
             let spec = TopicSpec::of::<T>();
             decl.taken.push(spec);
-            decl.settings
-                .insert(spec.type_id, SubscriptionDecl { policy, capacity });
+            decl.settings.insert(
+                spec.type_id,
+                SubscriptionDecl {
+                    policy: Some(policy),
+                    capacity: Some(capacity),
+                },
+            );
         }
         SubscriptionKey {
             serial: self.serial,
@@ -343,6 +350,27 @@ impl<T: Message + Clone> Publisher<T> {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Publishes a message that was accepted before a stop was requested (the tokio adapter's
+    /// channel holds such messages): as [`publish`](Self::publish), but also while the bus
+    /// drains, so that it is published and counted like any other.
+    #[cfg(feature = "tokio")]
+    pub(super) fn publish_accepted(&mut self, msg: T) {
+        let control: &Control = &self.control;
+        self.output.publish(
+            msg,
+            Some(&mut Wait {
+                idle: &mut *self.idle,
+                control,
+            }),
+        );
+    }
+
+    /// The bus's control, for the tokio adapter.
+    #[cfg(feature = "tokio")]
+    pub(super) fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
 }
 
 /// A way out of a running bus for code that is not an actor: receives topic `T` from every
@@ -475,8 +503,17 @@ impl<T: Send + 'static> Subscription<T> {
     }
 
     fn wait(&mut self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        self.wait_with(deadline, Self::try_recv)
+    }
+
+    /// Waits for what `take` takes, until `deadline` if there is one.
+    fn wait_with<R>(
+        &mut self,
+        deadline: Option<Instant>,
+        mut take: impl FnMut(&mut Self) -> Result<R, TryRecvError>,
+    ) -> Result<R, RecvTimeoutError> {
         loop {
-            match self.try_recv() {
+            match take(self) {
                 Ok(m) => {
                     self.idle.reset();
                     return Ok(m);
@@ -498,6 +535,33 @@ impl<T: Send + 'static> Subscription<T> {
                 None => self.idle.idle(0),
             }
         }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<T: Send + 'static> Subscription<T> {
+    /// Waits at most `timeout` for the next message, as [`recv_timeout`](Self::recv_timeout),
+    /// but counts nothing: returns the message with the index of its edge in
+    /// [`edge_counters`](Self::edge_counters), for the tokio adapter to count when it is
+    /// delivered or dropped.
+    pub(super) fn recv_uncounted_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(T, usize), RecvTimeoutError> {
+        let now = Instant::now();
+        let deadline = now.checked_add(timeout).unwrap_or(now + MAX_SLEEP * 1000);
+        self.wait_with(Some(deadline), |sub| {
+            match sub.inputs.next_uncounted(&mut sub.next) {
+                Some(got) => Ok(got),
+                None if sub.is_closed() => Err(TryRecvError::Closed),
+                None => Err(TryRecvError::Empty),
+            }
+        })
+    }
+
+    /// The counters of each edge into this subscription, and of the subscription itself.
+    pub(super) fn books(&self) -> (Vec<Arc<EdgeCounters>>, Arc<ActorCounters>) {
+        (self.inputs.edge_counters(), Arc::clone(&self.counters))
     }
 }
 

@@ -4,7 +4,8 @@
 //! - `builder`: declaring actors, groups and their subscriptions (the public builder API).
 //! - `validate`: the pure check of a whole declaration, planning threads and edges.
 //! - `start`: making the rings, spawning and pinning threads, running the factories.
-//! - `stop`: the running bus and the stop protocol (`join`, drain, the stop timeout).
+//! - `running`: the running bus (`stop`, `report`, `join`).
+//! - `stop`: the stop protocol and the stop driver that runs it.
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
 //! - `handle`: external publishers and subscriptions, for code that is not an actor.
 //! - `counters_file`: the live counters in shared memory for other processes (layout v1).
@@ -27,6 +28,7 @@ mod handle;
 mod loom_models;
 mod metrics;
 mod runner;
+mod running;
 mod start;
 mod stop;
 #[cfg(feature = "tokio")]
@@ -47,8 +49,10 @@ pub use handle::{
     HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError,
     Subscription, SubscriptionKey, TryRecvError,
 };
-pub use metrics::{ActorReport, EdgeReport, Metric, Report};
-pub use stop::{RunningBus, StopHandle};
+pub use metrics::{ActorReport, EdgeReport, Metric, Report, StopReport};
+pub use running::{RunningBus, StopHandle};
+#[cfg(feature = "tokio")]
+pub use tokio_adapter::AsyncSubscription;
 
 /// What a publisher does when a subscriber's ring is full. Set per subscription.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -22,7 +22,6 @@ use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
-use crate::sync::Ordering;
 use crate::wait::IdleStrategy;
 
 /// Messages taken from one ring in one turn: bounds a turn's length, so group mates and other
@@ -334,17 +333,25 @@ where
             return 0;
         };
         let running = env.phase == RUNNING;
-        let tick_due = running && self.tick.is_some() && env.now() >= self.next_tick;
+        // A stop request moves the phase at once; the round's phase was read before this turn,
+        // so a due tick looks again (one load, only when a tick is due): no tick starts after
+        // the request.
+        let tick_due = running
+            && self.tick.is_some()
+            && env.now() >= self.next_tick
+            && env.control.phase() == RUNNING;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         let counters = &self.counters;
+        // Messages whose handler returned, counted as they go so that a panic later in the
+        // turn does not take the earlier ones out of the actor's figure (its edges count each
+        // message as it is handled).
+        let mut handled = 0u64;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let handled = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
+            let taken = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
                 actor.on_message(msg, &mut ctx);
+                handled += 1;
             });
-            if handled > 0 {
-                counters.handled.add(handled as u64);
-            }
-            let mut work = handled;
+            let mut work = taken;
             work += if running {
                 actor.poll(&mut ctx)
             } else {
@@ -357,6 +364,9 @@ where
             }
             work
         }));
+        if handled > 0 {
+            self.counters.handled.add(handled);
+        }
         match outcome {
             Ok(work) => {
                 if tick_due {
@@ -430,6 +440,8 @@ pub(crate) type Ready = mpsc::Sender<Result<(), StartError>>;
 
 /// Everything one bus thread owns.
 pub(crate) struct ThreadPlan {
+    /// The thread's place in the bus's list (its stop-hook flag in `Control`).
+    pub(crate) index: usize,
     pub(crate) name: String,
     pub(crate) core: Option<usize>,
     /// The cores an unpinned thread runs on: the process's allowed set, read in `start()`.
@@ -442,6 +454,7 @@ pub(crate) struct ThreadPlan {
 /// in llbus) must reach `join`, not leave it waiting for a thread that is gone.
 struct ThreadGuard<'a> {
     control: &'a Control,
+    index: usize,
     name: &'a str,
     /// Whether this thread has counted its stop hooks as done.
     hooks_counted: bool,
@@ -454,19 +467,19 @@ impl Drop for ThreadGuard<'_> {
                 "bus thread '{}' panicked outside an actor's hooks; stopping the bus",
                 self.name
             );
-            if !self.hooks_counted {
-                self.control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
-            }
+            self.control.hooks_ran(self.index);
             self.control.request_stop();
         }
     }
 }
 
 /// A thread's part of the stop protocol, after every actor's turn in a round: once the phase
-/// reaches `Stopping`, runs the stop hooks (`run_hooks`) once and counts them done. Returns the
-/// work that made (for the idle strategy) and whether the thread must leave its loop (`Exit`).
+/// reaches `Stopping`, runs the stop hooks (`run_hooks`) once and marks thread `thread`'s hooks
+/// done. Returns the work that made (for the idle strategy) and whether the thread must leave
+/// its loop (`Exit`).
 pub(crate) fn end_of_round(
     control: &Control,
+    thread: usize,
     phase: usize,
     hooks_counted: &mut bool,
     run_hooks: impl FnOnce(),
@@ -475,7 +488,7 @@ pub(crate) fn end_of_round(
     if phase >= STOPPING && !*hooks_counted {
         run_hooks();
         *hooks_counted = true;
-        control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
+        control.hooks_ran(thread);
         work = 1;
     }
     (work, phase == EXIT)
@@ -486,6 +499,7 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
     let name = plan.name.clone();
     let mut guard = ThreadGuard {
         control: &control,
+        index: plan.index,
         name: &name,
         hooks_counted: false,
     };
@@ -557,11 +571,17 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
             work += slot.turn(&mut env);
         }
         let phase = env.phase;
-        let (more, exit) = end_of_round(&control, phase, &mut guard.hooks_counted, || {
-            for slot in &mut plan.slots {
-                slot.stop(&mut env);
-            }
-        });
+        let (more, exit) = end_of_round(
+            &control,
+            plan.index,
+            phase,
+            &mut guard.hooks_counted,
+            || {
+                for slot in &mut plan.slots {
+                    slot.stop(&mut env);
+                }
+            },
+        );
         work += more;
         if exit {
             break;

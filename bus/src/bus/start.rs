@@ -12,16 +12,25 @@ use super::error::StartError;
 use super::handle::{handle_idle, HandleParts};
 use super::metrics::{ActorCounters, EdgeCounters};
 use super::runner::{run_thread, ThreadPlan};
-use super::stop::RunningBus;
+use super::running::RunningBus;
+use super::stop::Driver;
 use super::validate::validate;
 use super::Backpressure;
 use crate::ring::Notify;
+
+/// How long a stop may take when the builder does not say.
+pub(super) const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     // The process's allowed cores, read once: pinned cores must be among them, and unpinned
     // threads run on all of them (not on whatever core the caller of `start()` is pinned to).
     let allowed = crate::wait::allowed_cores();
-    let plan = validate(&bus, &allowed, crate::wait::online_cores())?;
+    let plan = validate(
+        &bus,
+        &allowed,
+        crate::wait::online_cores(),
+        crate::wait::total_memory(),
+    )?;
     for w in &plan.warnings {
         log::warn!("{w}");
     }
@@ -73,10 +82,12 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
                 .map(|b| b as Arc<dyn Notify>),
             _ => None,
         };
+        let to_handle = bus.actors[e.subscriber].handle.is_some();
         let (tx, rx) = (out.make_edge)(
             e.policy,
             e.capacity,
             e.can_wait,
+            to_handle,
             Arc::clone(&counters),
             wake_sub,
             wake_pub,
@@ -93,7 +104,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
             subscriber: bus.actors[e.subscriber].name.clone(),
             policy: e.policy,
             counters,
-            to_handle: bus.actors[e.subscriber].handle.is_some(),
+            to_handle,
         });
     }
 
@@ -103,7 +114,9 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         .iter()
         .zip(idles)
         .zip(&plan.thread_core)
-        .map(|((name, idle), core)| ThreadPlan {
+        .enumerate()
+        .map(|(index, ((name, idle), core))| ThreadPlan {
+            index,
             name: name.clone(),
             core: *core,
             cpus: allowed.clone(),
@@ -140,18 +153,23 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         plans[plan.thread_of[i]].slots.push(slot);
     }
 
-    // Threads.
-    let control = Arc::new(Control::new(bells.into_iter().flatten().collect()));
+    // Threads. Handles' "threads" are not spawned; the others are numbered for `Control` in
+    // the order they are spawned.
     let mut handle_idles: Vec<Option<Box<dyn crate::wait::IdleStrategy>>> = Vec::new();
     let mut spawn = Vec::new();
-    for (thread_plan, is_handle) in plans.into_iter().zip(&handle_thread) {
+    for (mut thread_plan, is_handle) in plans.into_iter().zip(&handle_thread) {
         if *is_handle {
             handle_idles.push(Some(thread_plan.idle));
         } else {
             handle_idles.push(None);
+            thread_plan.index = spawn.len();
             spawn.push(thread_plan);
         }
     }
+    let control = Arc::new(Control::new(
+        spawn.len(),
+        bells.into_iter().flatten().collect(),
+    ));
     let mut handles_made: Vec<Option<Box<dyn std::any::Any + Send>>> =
         (0..bus.handles).map(|_| None).collect();
     for (decl, thread, name, wiring, outputs, counters) in pending_handles {
@@ -204,6 +222,42 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
             }
         }
     }
+    // The stop driver sleeps until a stop is requested, then runs the protocol (see `stop`).
+    let thread_names: Vec<String> = handles.iter().map(|(name, _)| name.clone()).collect();
+    let mut driver = None;
+    if failure.is_none() {
+        let plan = Driver {
+            control: Arc::clone(&control),
+            edges: edge_reports
+                .iter()
+                .filter(|e| !e.to_handle)
+                .map(|e| Arc::clone(&e.counters))
+                .collect(),
+            threads: std::mem::take(&mut handles),
+            stop_timeout: bus.stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+        };
+        let (plan_tx, plan_rx) = mpsc::channel::<Driver>();
+        match std::thread::Builder::new()
+            .name("llbus-stop".to_owned())
+            .spawn(move || plan_rx.recv().map(Driver::run).unwrap_or_default())
+        {
+            Ok(h) => {
+                // The driver owns the threads from here; it gets them once it is running.
+                if let Err(mpsc::SendError(plan)) = plan_tx.send(plan) {
+                    handles = plan.threads;
+                    failure = Some(StartError::Invalid(
+                        "the bus's stop driver ended before it started".to_owned(),
+                    ));
+                } else {
+                    driver = Some(h);
+                }
+            }
+            Err(e) => {
+                handles = plan.threads;
+                failure = Some(StartError::Spawn(e));
+            }
+        }
+    }
     if let Some(e) = failure {
         control.set_go(GO_ABORT);
         for (_, h) in handles {
@@ -238,12 +292,11 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         #[cfg(unix)]
         counters_file,
         control,
-        threads: handles,
+        driver,
+        thread_names,
         edges: edge_reports,
         actors: actor_infos,
         warnings: plan.warnings,
-        stop_timeout: bus.stop_timeout.unwrap_or(Duration::from_secs(10)),
-        joined: false,
         handles: handles_made,
         serial: bus.serial,
     })

@@ -7,65 +7,258 @@
 //! stops the forwarding, the channel fills, and `send(..).await` waits). The cost is one hop
 //! through the channel (which allocates a block per 32 messages) and one thread per adapter:
 //! use the handles directly where every microsecond counts.
+//!
+//! # Nothing is lost uncounted
+//!
+//! - **Into the bus.** A message the async sender's `send` accepted is published and counted
+//!   on the bus's edges, even if a stop comes before the forwarding thread took it: the adapter
+//!   is part of the stop protocol. The stop request wakes its thread, which closes the channel
+//!   (every later `send` fails at once and hands the message back) and publishes everything the
+//!   channel had accepted; the bus's drain waits for it ([`Control::begin_flush`]).
+//! - **Out of the bus.** A message counts as handled on its edge when the async side receives
+//!   it from the [`AsyncSubscription`], not when the forwarding thread takes it from the ring:
+//!   until then it is in flight, and if the [`AsyncSubscription`] is dropped with it still in
+//!   the channel it counts as lost. The rings stay in place (and publishers see the
+//!   subscription alive) until the last of those values is accounted for.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::sync::mpsc;
 
-use super::handle::{Publisher, Subscription};
+use super::control::Control;
+use super::handle::{Publisher, RecvTimeoutError, Subscription, TryRecvError};
+use super::metrics::{ActorCounters, EdgeCounters};
 use crate::message::Message;
 
-/// How long the forwarding thread of a subscription waits for a message before it looks
-/// whether the async side is still there.
+/// How long a forwarding thread sleeps before it looks again whether the other side is
+/// still there (it is woken sooner by a message or a stop request).
 const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl<T: Message + Clone> Publisher<T> {
     /// Turns this publisher into the sending half of a tokio channel of `capacity` (at least
-    /// 1): what is sent on it is published, in order, by a forwarding thread. Once the bus
-    /// stops the thread ends and sends fail, handing the message back.
+    /// 1): what is sent on it is published, in order, by a forwarding thread.
+    ///
+    /// Every message a `send` accepted is published and counted, a stop included: the stop
+    /// request closes the channel, so a `send` after it fails at once and hands the message
+    /// back (`SendError`), and the bus's drain waits until the forwarding thread has published
+    /// everything accepted before. Once every sender is dropped the thread publishes what is
+    /// left and ends, ending the publisher's edges.
     ///
     /// # Errors
     /// If the forwarding thread cannot be spawned.
-    pub fn into_async(mut self, capacity: usize) -> std::io::Result<mpsc::Sender<T>> {
-        let (tx, mut rx) = mpsc::channel::<T>(capacity.max(1));
-        std::thread::Builder::new()
+    pub fn into_async(self, capacity: usize) -> std::io::Result<mpsc::Sender<T>> {
+        let (tx, rx) = mpsc::channel::<T>(capacity.max(1));
+        let control = Arc::clone(self.control());
+        // Until the thread has handed over what it accepted, the drain waits for it.
+        control.begin_flush();
+        let spawned = std::thread::Builder::new()
             .name(format!("llbus-async-{}", self.name()))
-            .spawn(move || {
-                while let Some(m) = rx.blocking_recv() {
-                    if self.publish(m).is_err() {
-                        break;
-                    }
-                }
-            })?;
+            .spawn(move || forward_into_bus(self, rx));
+        if let Err(e) = spawned {
+            // Nothing was accepted: the channel's receiver went with the closure.
+            control.flushed();
+            return Err(e);
+        }
         Ok(tx)
     }
 }
 
+/// Wakes the thread it was made on: a task waker for a plain thread that polls a channel.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The forwarding thread of an async publisher: publishes what the channel brings until a stop
+/// is requested or every sender is gone, then closes the channel and publishes what it had
+/// accepted.
+fn forward_into_bus<T: Message + Clone>(mut publisher: Publisher<T>, mut rx: mpsc::Receiver<T>) {
+    let control: Arc<Control> = Arc::clone(publisher.control());
+    let me = std::thread::current();
+    control.on_stop_request(Box::new(move || me.unpark()));
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut closed = false;
+    loop {
+        if !closed && control.is_stopping() {
+            // No send succeeds after this; what was accepted is still received below.
+            rx.close();
+            closed = true;
+        }
+        match rx.poll_recv(&mut cx) {
+            Poll::Ready(Some(m)) => publisher.publish_accepted(m),
+            // Every sender is gone (or the channel is closed and every permit spent) and the
+            // channel is empty: everything accepted was published.
+            Poll::Ready(None) => break,
+            Poll::Pending => std::thread::park_timeout(CHECK_EVERY),
+        }
+    }
+    control.flushed();
+}
+
 impl<T: Message> Subscription<T> {
-    /// Turns this subscription into the receiving half of a tokio channel of `capacity` (at
-    /// least 1), filled in order by a forwarding thread. The channel ends (`recv` returns
-    /// `None`) once the subscription is closed; dropping the receiver ends the thread, and
-    /// what it had not forwarded is counted lost on its edges.
+    /// Turns this subscription into an [`AsyncSubscription`] of `capacity` (at least 1), filled
+    /// in order by a forwarding thread. It ends (`recv` returns `None`) once the subscription
+    /// is closed and everything was received.
+    ///
+    /// A message counts as handled on its edge when the async side receives it; one still in
+    /// the channel when the [`AsyncSubscription`] is dropped counts as lost, as does what is
+    /// still in the rings.
     ///
     /// # Errors
     /// If the forwarding thread cannot be spawned.
-    pub fn into_async(mut self, capacity: usize) -> std::io::Result<mpsc::Receiver<T>> {
-        let (tx, rx) = mpsc::channel::<T>(capacity.max(1));
+    pub fn into_async(self, capacity: usize) -> std::io::Result<AsyncSubscription<T>> {
+        let (tx, rx) = mpsc::channel::<Tracked<T>>(capacity.max(1));
+        let (edges, actor) = self.books();
+        let books = Arc::new(Books {
+            edges,
+            actor,
+            rings: Mutex::new(None),
+        });
+        let thread_books = Arc::clone(&books);
         std::thread::Builder::new()
             .name(format!("llbus-async-{}", self.name()))
-            .spawn(move || loop {
-                match self.recv_timeout(CHECK_EVERY) {
-                    Ok(m) => {
-                        if tx.blocking_send(m).is_err() {
-                            break;
-                        }
-                    }
-                    Err(super::handle::RecvTimeoutError::Timeout) => {
-                        if tx.is_closed() {
-                            break;
-                        }
-                    }
-                    Err(super::handle::RecvTimeoutError::Closed) => break,
+            .spawn(move || forward_out_of_bus(self, tx, thread_books))?;
+        Ok(AsyncSubscription { rx, _books: books })
+    }
+}
+
+/// What the values of one async subscription count on, and its rings once the forwarding
+/// thread is done with them: they go when the last value is accounted for, so that the edges'
+/// last end settles nothing that may still be delivered.
+struct Books<T> {
+    edges: Vec<Arc<EdgeCounters>>,
+    actor: Arc<ActorCounters>,
+    rings: Mutex<Option<Subscription<T>>>,
+}
+
+/// A message on its way to the async side; counted handled when received, lost if dropped.
+struct Tracked<T> {
+    value: Option<T>,
+    edge: usize,
+    books: Arc<Books<T>>,
+}
+
+impl<T> Tracked<T> {
+    /// The message, counted handled on its edge and for the subscription.
+    fn deliver(mut self) -> Option<T> {
+        let value = self.value.take();
+        if value.is_some() {
+            if let Some(edge) = self.books.edges.get(self.edge) {
+                edge.subscriber.handled.add(1);
+            }
+            self.books.actor.handled.add(1);
+        }
+        value
+    }
+}
+
+impl<T> Drop for Tracked<T> {
+    fn drop(&mut self) {
+        if self.value.is_some() {
+            if let Some(edge) = self.books.edges.get(self.edge) {
+                edge.subscriber.lost.add_shared(1);
+            }
+        }
+    }
+}
+
+/// The forwarding thread of an async subscription: takes each message from the rings (leaving
+/// its counting to the async side) and sends it on, until the subscription closes or the async
+/// side goes; then parks the rings with the books.
+fn forward_out_of_bus<T: Message>(
+    mut sub: Subscription<T>,
+    tx: mpsc::Sender<Tracked<T>>,
+    books: Arc<Books<T>>,
+) {
+    loop {
+        match sub.recv_uncounted_timeout(CHECK_EVERY) {
+            Ok((value, edge)) => {
+                let tracked = Tracked {
+                    value: Some(value),
+                    edge,
+                    books: Arc::clone(&books),
+                };
+                // A failed send hands the value back, and dropping it counts it lost.
+                if tx.blocking_send(tracked).is_err() {
+                    break;
                 }
-            })?;
-        Ok(rx)
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if tx.is_closed() {
+                    break;
+                }
+            }
+            Err(RecvTimeoutError::Closed) => break,
+        }
+    }
+    let mut rings = books.rings.lock().unwrap_or_else(|p| p.into_inner());
+    *rings = Some(sub);
+}
+
+/// The receiving end of a subscription turned async ([`Subscription::into_async`]): messages in
+/// order, each counted handled on its edge when received here.
+pub struct AsyncSubscription<T> {
+    rx: mpsc::Receiver<Tracked<T>>,
+    /// Keeps the rings in place until every value sent here is accounted for.
+    _books: Arc<Books<T>>,
+}
+
+impl<T> std::fmt::Debug for AsyncSubscription<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncSubscription")
+            .field("topic_type", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> AsyncSubscription<T> {
+    /// The next message, waiting for it; `None` once the subscription is closed and everything
+    /// was received.
+    pub async fn recv(&mut self) -> Option<T> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Polls for the next message (for hand-written futures and streams).
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(tracked)) => match tracked.deliver() {
+                Some(value) => Poll::Ready(Some(value)),
+                // A tracked value always holds its message until delivered; end all the same.
+                None => Poll::Ready(None),
+            },
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The next message if one is waiting.
+    ///
+    /// # Errors
+    /// [`TryRecvError::Empty`] if none is waiting now; [`TryRecvError::Closed`] once the
+    /// subscription is closed and everything was received.
+    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        match self.rx.try_recv() {
+            Ok(tracked) => tracked.deliver().ok_or(TryRecvError::Closed),
+            Err(mpsc::error::TryRecvError::Empty) => Err(TryRecvError::Empty),
+            Err(mpsc::error::TryRecvError::Disconnected) => Err(TryRecvError::Closed),
+        }
+    }
+
+    /// The next message, blocking this (non-async) thread until it comes; `None` once the
+    /// subscription is closed and everything was received.
+    ///
+    /// # Panics
+    /// If called inside an async runtime (tokio's rule for `blocking_recv`).
+    pub fn blocking_recv(&mut self) -> Option<T> {
+        self.rx.blocking_recv().and_then(Tracked::deliver)
     }
 }

@@ -36,14 +36,22 @@ pub(crate) struct PlannedEdge {
 /// Checks a declaration and plans threads and edges. Pure: no rings, no threads.
 ///
 /// `allowed` is the set of cores the process may run on (read once in `start()`), `online` how
-/// many the machine has.
+/// many the machine has, `memory` how many bytes of memory it has (a ring larger than that is
+/// refused).
 pub(super) fn validate(
     bus: &BusBuilder,
     allowed: &[usize],
     online: usize,
+    memory: u64,
 ) -> Result<Plan, StartError> {
     let actors = &bus.actors;
     if let Some(t) = bus.stop_timeout {
+        if t.is_zero() {
+            return Err(StartError::Invalid(
+                "the bus's stop timeout is 0 s, which leaves no time to drain: use at least 1 ms"
+                    .to_owned(),
+            ));
+        }
         check_duration("the bus's stop timeout", t)?;
     }
     // Names.
@@ -79,6 +87,12 @@ pub(super) fn validate(
             check_duration(&format!("the tick interval of actor '{}'", a.name), tick)?;
         }
         if let Supervision::Restart(limit) = a.supervision {
+            if limit.within.is_zero() {
+                return Err(StartError::Invalid(format!(
+                    "actor '{}' has a restart window of 0 s, in which no restart is ever counted: use a window of at least 1 ns",
+                    a.name
+                )));
+            }
             check_duration(
                 &format!("the restart window of actor '{}'", a.name),
                 limit.within,
@@ -94,7 +108,7 @@ pub(super) fn validate(
                 a.name
             )));
         }
-        for (type_id, s) in &a.settings {
+        for type_id in a.settings.keys() {
             if !a
                 .inbox
                 .iter()
@@ -106,18 +120,14 @@ pub(super) fn validate(
                     a.name
                 )));
             }
-            if s.capacity == 0 {
-                return Err(StartError::Invalid(format!(
-                    "actor '{}' asks for a ring capacity of 0: use at least 1",
-                    a.name
-                )));
-            }
         }
-        if a.default_capacity == 0 {
-            return Err(StartError::Invalid(format!(
-                "actor '{}' asks for a default ring capacity of 0: use at least 1",
-                a.name
-            )));
+        for topic in a.inbox.iter().chain(&a.taken) {
+            let capacity = a
+                .settings
+                .get(&topic.type_id)
+                .and_then(|s| s.capacity)
+                .unwrap_or(a.default_capacity);
+            check_capacity(&a.name, topic, capacity, memory)?;
         }
     }
     // Topic names: one type per name.
@@ -223,9 +233,13 @@ pub(super) fn validate(
     let mut edges = Vec::new();
     for (s, sub) in actors.iter().enumerate() {
         for topic in sub.inbox.iter().chain(&sub.taken) {
-            let setting = sub.settings.get(&topic.type_id).copied();
-            let policy = setting.map_or(Backpressure::Block, |x| x.policy);
-            let capacity = setting.map_or(sub.default_capacity, |x| x.capacity);
+            let setting = sub
+                .settings
+                .get(&topic.type_id)
+                .copied()
+                .unwrap_or_default();
+            let policy = setting.policy.unwrap_or(Backpressure::Block);
+            let capacity = setting.capacity.unwrap_or(sub.default_capacity);
             let mut found = false;
             for (p, publisher) in actors.iter().enumerate() {
                 let Some(output) = publisher
@@ -339,6 +353,35 @@ fn block_cycle(threads: usize, thread_of: &[usize], edges: &[PlannedEdge]) -> Op
 /// The longest duration a declaration may give (a tick interval, the stop timeout, a restart
 /// window or delay): a year. Longer ones overflow the clock's arithmetic on some platforms.
 pub(super) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Refuses a ring capacity that cannot work for `actor`'s subscription to `topic`: zero, one
+/// whose power of two overflows, or a ring larger than the machine's `memory`.
+fn check_capacity(
+    actor: &str,
+    topic: &TopicSpec,
+    capacity: usize,
+    memory: u64,
+) -> Result<(), StartError> {
+    if capacity == 0 {
+        return Err(StartError::Invalid(format!(
+            "actor '{actor}' asks for a ring capacity of 0 for topic '{}': use at least 1",
+            topic.name
+        )));
+    }
+    // A ring holds a power of two of slots of at least one byte each (a zero-sized message
+    // still takes its index arithmetic).
+    let bytes = capacity
+        .checked_next_power_of_two()
+        .and_then(|slots| slots.checked_mul(topic.size.max(1)))
+        .and_then(|b| u64::try_from(b).ok());
+    match bytes {
+        Some(b) if b <= memory && b <= isize::MAX as u64 => Ok(()),
+        _ => Err(StartError::Invalid(format!(
+            "actor '{actor}' asks for a ring capacity of {capacity} for topic '{}' ({} bytes a message), larger than this machine's memory ({memory} bytes): use a smaller capacity",
+            topic.name, topic.size
+        ))),
+    }
+}
 
 /// Refuses a duration longer than [`MAX_DURATION`], naming `what`.
 fn check_duration(what: &str, d: Duration) -> Result<(), StartError> {
