@@ -519,3 +519,47 @@ pub(crate) fn single_edge<M: Message + Clone>(
     }
     (Output { edges: vec![tx] }, Inputs { edges: vec![rx] })
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct V(u64);
+
+    impl crate::Message for V {
+        const TOPIC: &'static str = "edge.v";
+        const TOPIC_ID: u64 = crate::topic_id("edge.v");
+        const FINGERPRINT: u64 = 1;
+    }
+
+    /// The interleaving a racing publisher can produce on a `Latest` edge: it passes its
+    /// "subscriber gone?" check, the subscriber leaves with an unread value, then the write
+    /// lands. Each value must be counted once: the unread one lost (the leaving subscriber took
+    /// it), the late one lost when the edge settles, nothing conflated.
+    #[test]
+    fn a_latest_value_is_counted_once_when_the_subscriber_leaves_under_a_write() {
+        let counters = Arc::new(EdgeCounters::default());
+        let (mut tx, rx) =
+            make_edge::<V>(Backpressure::Latest, 1, true, false, Arc::clone(&counters));
+        tx.send(V(1), None);
+        drop(rx);
+        // The publisher's side of `send` after its abandonment check, as it runs when the
+        // subscriber leaves between the two.
+        let OutEdge::Latest {
+            tx: writer,
+            counters: c,
+        } = &mut tx
+        else {
+            panic!("a Latest edge");
+        };
+        c.publisher.sent.add(1);
+        if writer.write(V(2)) {
+            c.publisher.conflated.add(1);
+        }
+        drop(tx);
+        let s = counters.snapshot();
+        assert_eq!((s.sent, s.conflated, s.subscriber_lost), (2, 0, 2), "{s:?}");
+        assert_eq!(s.in_flight(), 0, "{s:?}");
+    }
+}
