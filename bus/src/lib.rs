@@ -107,32 +107,32 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod blocking;
-mod bus;
 mod message;
 mod ring;
+mod runtime;
 mod schema;
 mod sync;
 mod wait;
 
+pub use message::{topic_id, Inbox, Message, TopicSpec};
+pub use ring::{
+    Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
+    TryPushError,
+};
 #[cfg(feature = "tokio")]
-pub use bus::AsyncSubscription;
+pub use runtime::AsyncSubscription;
 #[cfg(unix)]
-pub use bus::{
+pub use runtime::{
     counters_dir, counters_files, decode_counters, read_counters_file, ActorCounts,
     CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
     RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
-pub use bus::{
+pub use runtime::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
     EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
     Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
     StartError, StopHandle, StopReport, Subscription, SubscriptionKey, Supervision, TryRecvError,
     Wiring, DEFAULT_CAPACITY,
-};
-pub use message::{topic_id, Inbox, Message, TopicSpec};
-pub use ring::{
-    Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
-    TryPushError,
 };
 pub use schema::*;
 pub use wait::{

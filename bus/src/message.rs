@@ -12,7 +12,7 @@
 
 use std::any::TypeId;
 
-use crate::bus::{Inputs, Wiring};
+use crate::runtime::{Inputs, Wiring};
 
 /// A type that can be published on the bus.
 ///

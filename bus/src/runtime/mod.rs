@@ -1,9 +1,14 @@
-//! The typed bus: actors declared once, wired with one SPSC ring per publisher-subscriber edge,
-//! run on pinned threads.
+//! The actor runtime: actors declared once, wired with one SPSC ring per publisher-subscriber
+//! edge, run on pinned threads, stopped by a driver of its own.
 //!
-//! - `builder`: declaring actors, groups and their subscriptions (the public builder API).
-//! - `validate`: the pure check of a whole declaration, planning threads and edges.
-//! - `start`: making the rings, spawning and pinning threads, running the factories.
+//! Declaring, in the order `start()` reads it:
+//! - `decl`: a declaration as plain data (actors, groups, outputs, subscriptions, handles).
+//! - `builder`: every public method of the builders, which fill `decl`.
+//! - `validate`: the pure check of a whole declaration as named passes, planning threads and
+//!   edges.
+//! - `start`: the named steps that make rings, slots, handles and threads from the plan.
+//!
+//! Running:
 //! - `running`: the running bus (`stop`, `report`, `join`).
 //! - `stop`: the stop protocol and the stop driver that runs it.
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
@@ -21,6 +26,7 @@ mod builder;
 mod control;
 #[cfg(unix)]
 mod counters_file;
+mod decl;
 mod edge;
 mod error;
 mod handle;

@@ -19,19 +19,17 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::builder::{ActorDecl, BusBuilder, OutputDecl, SlotMaker, SubscriptionDecl};
 use super::control::{Control, EXIT};
 use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
 use super::metrics::ActorCounters;
 #[cfg(feature = "tokio")]
 use super::metrics::EdgeCounters;
 use super::running::RunningBus;
-use super::{Backpressure, Idle, Supervision};
-use crate::message::{Message, TopicSpec};
+
+use crate::message::Message;
 use crate::wait::IdleStrategy;
 
 /// The longest a handle sleeps without being rung, so that it notices a publisher that went
@@ -48,28 +46,19 @@ pub(super) struct HandleParts {
     pub(super) control: Arc<Control>,
 }
 
-/// A declared handle: its place in the running bus's list and how to make it.
-pub(super) struct HandleDecl {
-    pub(super) index: usize,
-    pub(super) make: fn(HandleParts) -> Box<dyn Any + Send>,
-}
-
 /// The idle strategy of every handle.
 pub(super) fn handle_idle() -> Box<dyn IdleStrategy> {
     Box::new(crate::wait::Park::new().with_max_sleep(MAX_SLEEP))
 }
-
-/// Numbers buses that declare handles, so a key is only redeemed on its own bus.
-static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// The key to a [`Publisher`] declared with [`BusBuilder::publisher`]: redeem it once, on the
 /// bus it was declared on, with [`RunningBus::publisher`].
 #[must_use = "redeem the key with RunningBus::publisher after start()"]
 #[derive(Debug)]
 pub struct PublisherKey<T> {
-    serial: u64,
-    index: usize,
-    _t: PhantomData<fn() -> T>,
+    pub(super) serial: u64,
+    pub(super) index: usize,
+    pub(super) _t: PhantomData<fn() -> T>,
 }
 
 /// The key to a [`Subscription`] declared with [`BusBuilder::subscription`]: redeem it once, on
@@ -77,108 +66,12 @@ pub struct PublisherKey<T> {
 #[must_use = "redeem the key with RunningBus::subscription after start()"]
 #[derive(Debug)]
 pub struct SubscriptionKey<T> {
-    serial: u64,
-    index: usize,
-    _t: PhantomData<fn() -> T>,
+    pub(super) serial: u64,
+    pub(super) index: usize,
+    pub(super) _t: PhantomData<fn() -> T>,
 }
 
-impl BusBuilder {
-    /// Declares an external publisher of topic `T` called `name`: code outside the bus (a
-    /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`]
-    /// that [`RunningBus::publisher`] gives for the returned key after `start()`. It is wired,
-    /// checked and reported like an actor that publishes `T` (its name must not clash with an
-    /// actor's).
-    pub fn publisher<T: Message + Clone>(&mut self, name: &str) -> PublisherKey<T> {
-        let index = self.declare_handle(name, make_publisher::<T>);
-        let decl = self.actors.last_mut();
-        if let Some(decl) = decl {
-            decl.outputs.push(OutputDecl {
-                spec: TopicSpec::of::<T>(),
-                new_output: Output::<T>::new_erased,
-                make_edge: super::builder::edge_maker::<T>,
-            });
-        }
-        PublisherKey {
-            serial: self.serial,
-            index,
-            _t: PhantomData,
-        }
-    }
-
-    /// Declares an external subscription to topic `T` called `name`, with `Block`
-    /// backpressure and the default capacity: see [`subscription_with`](Self::subscription_with).
-    pub fn subscription<T: Message>(&mut self, name: &str) -> SubscriptionKey<T> {
-        self.subscription_with(name, Backpressure::Block, super::DEFAULT_CAPACITY)
-    }
-
-    /// Declares an external subscription to topic `T` called `name`: code outside the bus reads
-    /// what every publisher of `T` publishes through the [`Subscription`] that
-    /// [`RunningBus::subscription`] gives for the returned key after `start()`. One ring of
-    /// `capacity` per publisher, under `policy`, as for an actor's subscription; `start()`
-    /// refuses it if nothing publishes `T`.
-    pub fn subscription_with<T: Message>(
-        &mut self,
-        name: &str,
-        policy: Backpressure,
-        capacity: usize,
-    ) -> SubscriptionKey<T> {
-        let index = self.declare_handle(name, make_subscription::<T>);
-        if let Some(decl) = self.actors.last_mut() {
-            let spec = TopicSpec::of::<T>();
-            decl.taken.push(spec);
-            decl.settings.insert(
-                spec.type_id,
-                SubscriptionDecl {
-                    policy: Some(policy),
-                    capacity: Some(capacity),
-                },
-            );
-        }
-        SubscriptionKey {
-            serial: self.serial,
-            index,
-            _t: PhantomData,
-        }
-    }
-
-    /// Adds the declaration of a handle: an actor that no thread runs, on a "thread" of its own
-    /// (which `start()` does not spawn; the handle takes its idle strategy).
-    fn declare_handle(
-        &mut self,
-        name: &str,
-        make: fn(HandleParts) -> Box<dyn Any + Send>,
-    ) -> usize {
-        if self.serial == 0 {
-            self.serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-        }
-        let index = self.handles;
-        self.handles += 1;
-        let make_slot: SlotMaker = Box::new(|_| unreachable!("no thread runs a handle"));
-        self.actors.push(ActorDecl {
-            name: name.to_owned(),
-            group: None,
-            core: None,
-            idle: Some(Idle::Park),
-            tick: None,
-            supervision: Supervision::Stop,
-            inbox: Vec::new(),
-            taken: Vec::new(),
-            never_waits: false,
-            watches_fds: false,
-            inbox_name: "()",
-            subscribed: true,
-            settings: std::collections::HashMap::new(),
-            default_capacity: super::DEFAULT_CAPACITY,
-            outputs: Vec::new(),
-            make_slot,
-            errors: Vec::new(),
-            handle: Some(HandleDecl { index, make }),
-        });
-        index
-    }
-}
-
-fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + Send> {
+pub(super) fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + Send> {
     let output = parts
         .outputs
         .pop()
@@ -197,7 +90,7 @@ fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + S
     })
 }
 
-fn make_subscription<T: Message>(mut parts: HandleParts) -> Box<dyn Any + Send> {
+pub(super) fn make_subscription<T: Message>(mut parts: HandleParts) -> Box<dyn Any + Send> {
     Box::new(Subscription {
         name: parts.name,
         inputs: Inputs::<T>::take(&mut parts.wiring),

@@ -14,7 +14,7 @@ use super::control::Control;
 use super::metrics::EdgeCounters;
 use super::Backpressure;
 use crate::message::Message;
-use crate::ring::{Consumer, LatestReader, LatestWriter, Producer};
+use crate::ring::{Consumer, LatestReader, LatestWriter, Notify, Producer};
 use crate::wait::IdleStrategy;
 
 /// A typed handle to one of an actor's declared outputs, from `Setup::output`. `Copy`.
@@ -442,6 +442,36 @@ impl std::fmt::Debug for Wiring {
             .field("topics", &self.inputs.len())
             .finish()
     }
+}
+
+/// Makes both ends of one edge of a topic: `(OutEdge<M>, InEdge<M>)`, type-erased.
+pub(crate) type EdgeMaker = fn(
+    Backpressure,
+    usize,
+    bool,
+    bool,
+    Arc<EdgeCounters>,
+    Option<Arc<dyn Notify>>,
+    Option<Arc<dyn Notify>>,
+) -> (Box<dyn Any + Send>, Box<dyn Any + Send>);
+
+pub(crate) fn edge_maker<M: Message>(
+    policy: Backpressure,
+    capacity: usize,
+    may_wait: bool,
+    to_handle: bool,
+    counters: Arc<EdgeCounters>,
+    wake_subscriber: Option<Arc<dyn Notify>>,
+    wake_publisher: Option<Arc<dyn Notify>>,
+) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) {
+    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, may_wait, to_handle, counters);
+    if let Some(n) = wake_subscriber {
+        tx.notify_subscriber(n);
+    }
+    if let Some(n) = wake_publisher {
+        rx.notify_publisher(n);
+    }
+    (Box::new(tx), Box::new(rx))
 }
 
 /// Makes the two ends of one edge of topic `M`, type-erased for the wiring.

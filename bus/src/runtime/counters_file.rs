@@ -437,11 +437,11 @@ impl Source for Live {
 }
 
 /// The name of a backpressure policy, as the file spells it.
-fn policy_name(p: crate::bus::Backpressure) -> &'static str {
+fn policy_name(p: crate::runtime::Backpressure) -> &'static str {
     match p {
-        crate::bus::Backpressure::Block => "Block",
-        crate::bus::Backpressure::DropNewest => "DropNewest",
-        crate::bus::Backpressure::Latest => "Latest",
+        crate::runtime::Backpressure::Block => "Block",
+        crate::runtime::Backpressure::DropNewest => "DropNewest",
+        crate::runtime::Backpressure::Latest => "Latest",
     }
 }
 
@@ -822,7 +822,7 @@ fn write_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::{ActorReport, Backpressure, EdgeReport};
+    use crate::runtime::{ActorReport, Backpressure, EdgeReport};
 
     fn sample() -> Report {
         Report {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::builder::BusBuilder;
+use super::decl::ActorDecl;
 use super::error::StartError;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::TopicSpec;
@@ -44,8 +45,21 @@ pub(super) fn validate(
     online: usize,
     memory: u64,
 ) -> Result<Plan, StartError> {
-    let actors = &bus.actors;
-    if let Some(t) = bus.stop_timeout {
+    check_stop_timeout(bus.stop_timeout)?;
+    check_actors(&bus.actors, memory)?;
+    check_topic_names(&bus.actors)?;
+    let mut plan = plan_threads(bus);
+    check_cores(&plan, allowed, online)?;
+    check_spinners(&mut plan, allowed)?;
+    plan_edges(&bus.actors, &mut plan)?;
+    warn_unheard(&bus.actors, &mut plan);
+    warn_block_cycle(&mut plan);
+    Ok(plan)
+}
+
+/// Refuses a stop timeout that leaves no time (zero) or overflows.
+fn check_stop_timeout(timeout: Option<Duration>) -> Result<(), StartError> {
+    if let Some(t) = timeout {
         if t.is_zero() {
             return Err(StartError::Invalid(
                 "the bus's stop timeout is 0 s, which leaves no time to drain: use at least 1 ms"
@@ -54,7 +68,12 @@ pub(super) fn validate(
         }
         check_duration("the bus's stop timeout", t)?;
     }
-    // Names.
+    Ok(())
+}
+
+/// Each actor on its own: a unique name, its own errors, a subscription for its inbox, settings
+/// that belong to it, durations and capacities that can work.
+fn check_actors(actors: &[ActorDecl], memory: u64) -> Result<(), StartError> {
     let mut seen = HashMap::new();
     for (i, a) in actors.iter().enumerate() {
         if seen.insert(a.name.as_str(), i).is_some() {
@@ -130,7 +149,11 @@ pub(super) fn validate(
             check_capacity(&a.name, topic, capacity, memory)?;
         }
     }
-    // Topic names: one type per name.
+    Ok(())
+}
+
+/// One Rust type per topic name.
+fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
     let mut by_name: HashMap<&str, TopicSpec> = HashMap::new();
     for spec in actors.iter().flat_map(|a| {
         a.outputs
@@ -152,7 +175,12 @@ pub(super) fn validate(
             }
         }
     }
-    // Threads.
+    Ok(())
+}
+
+/// One thread per ungrouped actor and per group, with its core and idle strategy.
+fn plan_threads(bus: &BusBuilder) -> Plan {
+    let actors = &bus.actors;
     let mut threads: Vec<String> = Vec::new();
     let mut thread_core: Vec<Option<usize>> = Vec::new();
     let mut thread_idle: Vec<Idle> = Vec::new();
@@ -176,6 +204,19 @@ pub(super) fn validate(
         };
         thread_of.push(t);
     }
+    Plan {
+        threads,
+        thread_core,
+        thread_idle,
+        thread_of,
+        edges: Vec::new(),
+        warnings: Vec::new(),
+    }
+}
+
+/// Every pinned core exists and is one the process may use.
+fn check_cores(plan: &Plan, allowed: &[usize], online: usize) -> Result<(), StartError> {
+    let (threads, thread_core) = (&plan.threads, &plan.thread_core);
     for (t, core) in thread_core.iter().enumerate() {
         if let Some(core) = *core {
             if core >= online {
@@ -194,7 +235,12 @@ pub(super) fn validate(
             }
         }
     }
-    // Busy spinners: two confined to one core starve each other. An unpinned thread runs on
+    Ok(())
+}
+
+/// Busy spinners: two confined to one core are refused; more than the allowed cores, a warning.
+fn check_spinners(plan: &mut Plan, allowed: &[usize]) -> Result<(), StartError> {
+    let (threads, thread_core, thread_idle) = (&plan.threads, &plan.thread_core, &plan.thread_idle);
     // the process's allowed set, so with a single allowed core it is confined to that one.
     let only_core = |t: usize| match (thread_core[t], allowed) {
         (Some(core), _) => Some(core),
@@ -215,9 +261,8 @@ pub(super) fn validate(
             }
         }
     }
-    let mut warnings = Vec::new();
     if spinners.len() > allowed.len() {
-        warnings.push(format!(
+        plan.warnings.push(format!(
             "{} threads busy-spin ({}) but this process may only use {} cores {:?}: they will take turns on the cores and latency will suffer by orders of magnitude; give some the Backoff or Park idle strategy",
             spinners.len(),
             spinners
@@ -229,7 +274,13 @@ pub(super) fn validate(
             allowed
         ));
     }
-    // Edges.
+    Ok(())
+}
+
+/// One edge per publisher of each topic an actor receives, with the subscription's resolved
+/// settings; a `Block` edge within one thread is refused, a topic nobody publishes too.
+fn plan_edges(actors: &[ActorDecl], plan: &mut Plan) -> Result<(), StartError> {
+    let (threads, thread_of) = (&plan.threads, &plan.thread_of);
     let mut edges = Vec::new();
     for (s, sub) in actors.iter().enumerate() {
         for topic in sub.inbox.iter().chain(&sub.taken) {
@@ -278,31 +329,33 @@ pub(super) fn validate(
             }
         }
     }
+    plan.edges = edges;
+    Ok(())
+}
+
+/// Warns of outputs nobody subscribes to.
+fn warn_unheard(actors: &[ActorDecl], plan: &mut Plan) {
     for (p, publisher) in actors.iter().enumerate() {
         for (o, out) in publisher.outputs.iter().enumerate() {
-            if !edges.iter().any(|e| e.publisher == p && e.output == o) {
-                warnings.push(format!(
+            if !plan.edges.iter().any(|e| e.publisher == p && e.output == o) {
+                plan.warnings.push(format!(
                     "actor '{}' publishes topic '{}' but no actor subscribes to it: its messages go nowhere",
                     publisher.name, out.spec.name
                 ));
             }
         }
     }
-    if let Some(cycle) = block_cycle(threads.len(), &thread_of, &edges) {
-        let names: Vec<&str> = cycle.iter().map(|&t| threads[t].as_str()).collect();
-        warnings.push(format!(
+}
+
+/// Warns of a cycle of `Block` edges between threads.
+fn warn_block_cycle(plan: &mut Plan) {
+    if let Some(cycle) = block_cycle(plan.threads.len(), &plan.thread_of, &plan.edges) {
+        let names: Vec<&str> = cycle.iter().map(|&t| plan.threads[t].as_str()).collect();
+        plan.warnings.push(format!(
             "Block subscriptions form a cycle through threads {}: if every ring on the cycle fills, they wait for each other until the bus stops (a stop then gives the waits up after its timeout, counting their messages lost); make one edge DropNewest or Latest unless the cycle carries a bounded number of messages (a ping-pong)",
             names.join(" -> ")
         ));
     }
-    Ok(Plan {
-        threads,
-        thread_core,
-        thread_idle,
-        thread_of,
-        edges,
-        warnings,
-    })
 }
 
 /// A cycle of threads joined by `Block` edges (publisher thread -> subscriber thread), if any.

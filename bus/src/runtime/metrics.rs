@@ -290,7 +290,7 @@ pub struct EdgeReport {
     /// The subscribing actor.
     pub subscriber: String,
     /// The subscription's backpressure policy.
-    pub policy: crate::bus::Backpressure,
+    pub policy: crate::runtime::Backpressure,
     /// Every message published on this edge: `handled + panicked + dropped + conflated + lost
     /// + in_flight`, exactly, in every report.
     pub published: u64,
