@@ -146,7 +146,7 @@ impl BusBuilder {
     }
 
     /// Declares an external publisher of topic `T` called `name`: code outside the bus (a
-    /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`]
+    /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`](crate::Publisher)
     /// that [`RunningBus::publisher`] gives for the returned key after `start()`. It is wired,
     /// checked and reported like an actor that publishes `T` (its name must not clash with an
     /// actor's).
@@ -174,7 +174,7 @@ impl BusBuilder {
     }
 
     /// Declares an external subscription to topic `T` called `name`: code outside the bus reads
-    /// what every publisher of `T` publishes through the [`Subscription`] that
+    /// what every publisher of `T` publishes through the [`Subscription`](crate::Subscription) that
     /// [`RunningBus::subscription`] gives for the returned key after `start()`. One ring of
     /// `capacity` per publisher, under `policy`, as for an actor's subscription; `start()`
     /// refuses it if nothing publishes `T`.

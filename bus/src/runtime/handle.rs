@@ -12,10 +12,11 @@
 //!
 //! Stop protocol: once a stop is requested, [`Publisher::publish`] hands the message back
 //! ([`PublishError::Stopped`]); what was published before is drained like any actor's. The
-//! drain does not wait for subscriptions (the thread that reads one may be the one calling
-//! `join`): what they have not read yet stays readable after `join` and shows as `in_flight`
-//! on their edges, then `recv` reports [`RecvError`] once the bus has exited and the rings are
-//! empty. A dropped subscription counts what it left unread as lost.
+//! stop never waits for subscriptions (the thread that reads one may be the one calling
+//! `join`): a publisher blocked on a full one gives up at the request (counted lost), what they
+//! have not read yet stays readable and shows as `in_flight` on their edges, and `recv` reports
+//! [`RecvError`] once the bus has exited (which the stop driver brings about without `join`)
+//! and the rings are empty. A dropped subscription counts what it left unread as lost.
 
 use std::any::Any;
 use std::marker::PhantomData;
@@ -51,7 +52,7 @@ pub(super) fn handle_idle() -> Box<dyn IdleStrategy> {
     Box::new(crate::wait::Park::new().with_max_sleep(MAX_SLEEP))
 }
 
-/// The key to a [`Publisher`] declared with [`BusBuilder::publisher`]: redeem it once, on the
+/// The key to a [`Publisher`] declared with [`BusBuilder::publisher`](crate::BusBuilder::publisher): redeem it once, on the
 /// bus it was declared on, with [`RunningBus::publisher`].
 #[must_use = "redeem the key with RunningBus::publisher after start()"]
 #[derive(Debug)]
@@ -61,7 +62,7 @@ pub struct PublisherKey<T> {
     pub(super) _t: PhantomData<fn() -> T>,
 }
 
-/// The key to a [`Subscription`] declared with [`BusBuilder::subscription`]: redeem it once, on
+/// The key to a [`Subscription`] declared with [`BusBuilder::subscription`](crate::BusBuilder::subscription): redeem it once, on
 /// the bus it was declared on, with [`RunningBus::subscription`].
 #[must_use = "redeem the key with RunningBus::subscription after start()"]
 #[derive(Debug)]
