@@ -79,21 +79,8 @@ impl BusBuilder {
         let mut inbox = Vec::new();
         <A::In as Inbox>::topics(&mut inbox);
         let actor_name = name.to_owned();
-        let make_slot: SlotMaker = Box::new(move |mut parts: SlotParts| {
-            let rx = <A::In as Inbox>::receivers(&mut parts.wiring);
-            // What the inbox did not take are the `takes` topics, for the factory.
-            Box::new(ActorSlot::<A, F>::new(
-                actor_name,
-                factory,
-                rx,
-                parts.wiring,
-                parts.outputs,
-                parts.output_types,
-                parts.output_topics,
-                parts.counters,
-                parts.supervision,
-                parts.tick,
-            )) as Box<dyn Slot>
+        let make_slot: SlotMaker = Box::new(move |parts: SlotParts| {
+            Box::new(ActorSlot::<A, F>::new(actor_name, factory, parts)) as Box<dyn Slot>
         });
         self.actors.push(ActorDecl {
             name: name.to_owned(),

@@ -215,14 +215,7 @@ impl<T: Message + Clone> Publisher<T> {
         if self.control.is_stopping() {
             return Err(PublishError::Stopped(msg));
         }
-        let control: &Control = &self.control;
-        self.output.publish(
-            msg,
-            Some(&mut Wait {
-                idle: &mut *self.idle,
-                control,
-            }),
-        );
+        self.publish_accepted(msg);
         Ok(())
     }
 
@@ -245,10 +238,10 @@ impl<T: Message + Clone> Publisher<T> {
         &self.name
     }
 
-    /// Publishes a message that was accepted before a stop was requested (the tokio adapter's
-    /// channel holds such messages): as [`publish`](Self::publish), but also while the bus
+    /// Publishes a message that was accepted before a stop was requested (by `publish`, or into
+    /// the tokio adapter's channel): as [`publish`](Self::publish), but also while the bus
     /// drains, so that it is published and counted like any other.
-    #[cfg(feature = "tokio")]
+    #[inline]
     pub(super) fn publish_accepted(&mut self, msg: T) {
         let control: &Control = &self.control;
         self.output.publish(

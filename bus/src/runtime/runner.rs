@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::actor::{Actor, Context, Setup};
 use super::control::{Control, EXIT, GO_ABORT, GO_RUN, GO_WAIT, RUNNING, STOPPING};
+use super::decl::SlotParts;
 use super::edge::{AnyOutput, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
@@ -143,31 +144,23 @@ where
     A: Actor,
     F: FnMut(&mut Setup<'_>) -> A + Send + 'static,
 {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        name: String,
-        factory: F,
-        rx: <A::In as Inbox>::Receivers,
-        taken: Wiring,
-        outputs: Vec<Box<dyn AnyOutput>>,
-        output_types: Vec<TypeId>,
-        output_topics: Vec<&'static str>,
-        counters: Arc<ActorCounters>,
-        supervision: Supervision,
-        tick: Option<Duration>,
-    ) -> Self {
+    /// The slot of actor `name`, made by `factory` from the parts `start()` wired for it: its
+    /// inbox takes its rings from the wiring, and what it leaves are the `takes` topics, for
+    /// the factory.
+    pub(crate) fn new(name: String, factory: F, mut parts: SlotParts) -> Self {
+        let rx = <A::In as Inbox>::receivers(&mut parts.wiring);
         ActorSlot {
             name,
             factory,
             actor: None,
             rx: Some(rx),
-            taken,
-            outputs,
-            output_types,
-            output_topics,
-            counters,
-            supervision,
-            tick,
+            taken: parts.wiring,
+            outputs: parts.outputs,
+            output_types: parts.output_types,
+            output_topics: parts.output_topics,
+            counters: parts.counters,
+            supervision: parts.supervision,
+            tick: parts.tick,
             next_tick: Instant::now(),
             state: State::Restarting { at: Instant::now() },
             restarts: RestartWindow::default(),
