@@ -36,6 +36,9 @@ pub(crate) struct Control {
     /// Set when a stop runs past its drain phase: every `Block` wait gives up (its message is
     /// counted lost), so that no thread waits on a ring that will never drain.
     waits_over: AtomicBool,
+    /// Set by the stop driver once the bus's threads have left (or the wait for them is over):
+    /// nothing more is published into external subscriptions, which may then report closed.
+    threads_gone: AtomicBool,
     /// Wakes the stop driver when a stop is requested.
     stop_lock: Mutex<bool>,
     stop_bell: Condvar,
@@ -70,6 +73,7 @@ impl Control {
             go: AtomicUsize::new(GO_WAIT),
             stop_requested: AtomicBool::new(false),
             waits_over: AtomicBool::new(false),
+            threads_gone: AtomicBool::new(false),
             stop_lock: Mutex::new(false),
             stop_bell: Condvar::new(),
             escalation: Mutex::new(None),
@@ -112,6 +116,18 @@ impl Control {
     #[inline]
     pub(crate) fn waits_over(&self) -> bool {
         self.waits_over.load(Ordering::Acquire)
+    }
+
+    /// The bus's threads have left (or are left running on their own): see `threads_gone`.
+    pub(crate) fn threads_gone(&self) {
+        self.threads_gone.store(true, Ordering::Release);
+        self.ring_all();
+    }
+
+    /// True once the bus's threads have left.
+    #[inline]
+    pub(crate) fn has_exited(&self) -> bool {
+        self.threads_gone.load(Ordering::Acquire)
     }
 
     pub(crate) fn ring_all(&self) {

@@ -115,6 +115,19 @@ impl<M> Output<M> {
     }
 }
 
+impl<M> Output<M> {
+    /// Counts `msg` lost on every edge without offering it: the bus no longer handles
+    /// anything (its stop reached `Exit`), so nothing more goes into its rings.
+    #[cfg(feature = "tokio")]
+    #[cold]
+    pub(crate) fn lose(&mut self, msg: M) {
+        drop(msg);
+        for edge in &self.edges {
+            edge.counters().publisher.lost.add(1);
+        }
+    }
+}
+
 impl<M: Message + Clone> Output<M> {
     pub(crate) fn new_erased() -> Box<dyn AnyOutput> {
         Box::new(Output::<M> { edges: Vec::new() })

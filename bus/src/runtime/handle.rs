@@ -23,7 +23,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::control::{Control, EXIT};
+use super::control::Control;
+#[cfg(feature = "tokio")]
+use super::control::EXIT;
 use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
 use super::metrics::ActorCounters;
 #[cfg(feature = "tokio")]
@@ -96,6 +98,7 @@ pub(super) fn make_subscription<T: Message>(mut parts: HandleParts) -> Box<dyn A
         name: parts.name,
         inputs: Inputs::<T>::take(&mut parts.wiring),
         next: 0,
+        closed: false,
         idle: parts.idle,
         control: parts.control,
         counters: parts.counters,
@@ -206,7 +209,9 @@ impl<T: Message + Clone> Publisher<T> {
     /// Publishes `msg` to every subscriber of `T`, as an actor's `Context::publish` does:
     /// `Block` subscriptions make it wait (sleeping on its doorbell) while their ring is full,
     /// `DropNewest` ones drop and count, `Latest` ones overwrite and count. A `Block` wait gives
-    /// up, counting the message lost, if the bus's stop runs past its drain phase.
+    /// up, counting the message lost on that edge, if the bus's stop runs past its drain phase,
+    /// or at once when a stop is requested if the subscriber is an external subscription (the
+    /// call still returns `Ok`: the message was accepted, and the edge counts it).
     ///
     /// # Errors
     /// [`PublishError::Stopped`] with the message once a stop has been requested.
@@ -215,7 +220,7 @@ impl<T: Message + Clone> Publisher<T> {
         if self.control.is_stopping() {
             return Err(PublishError::Stopped(msg));
         }
-        self.publish_accepted(msg);
+        self.publish_waiting(msg);
         Ok(())
     }
 
@@ -238,11 +243,22 @@ impl<T: Message + Clone> Publisher<T> {
         &self.name
     }
 
-    /// Publishes a message that was accepted before a stop was requested (by `publish`, or into
-    /// the tokio adapter's channel): as [`publish`](Self::publish), but also while the bus
-    /// drains, so that it is published and counted like any other.
-    #[inline]
+    /// Publishes a message that was accepted before a stop was requested (into the tokio
+    /// adapter's channel): as [`publish`](Self::publish), but also while the bus drains, so
+    /// that it is published and counted like any other. Once the bus's stop has reached `Exit`
+    /// nothing is published any more: the message is counted lost on every edge instead.
+    #[cfg(feature = "tokio")]
     pub(super) fn publish_accepted(&mut self, msg: T) {
+        if self.control.phase() == EXIT {
+            self.output.lose(msg);
+            return;
+        }
+        self.publish_waiting(msg);
+    }
+
+    /// Publishes `msg`, waiting on full `Block` rings with this handle's idle strategy.
+    #[inline]
+    fn publish_waiting(&mut self, msg: T) {
         let control: &Control = &self.control;
         self.output.publish(
             msg,
@@ -271,6 +287,8 @@ pub struct Subscription<T> {
     name: String,
     inputs: Inputs<T>,
     next: usize,
+    /// It has reported closed: it stays closed.
+    closed: bool,
     idle: Box<dyn IdleStrategy>,
     control: Arc<Control>,
     counters: Arc<ActorCounters>,
@@ -344,6 +362,9 @@ impl<T: Send + 'static> Subscription<T> {
     /// ever will be.
     #[inline]
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        if self.closed {
+            return Err(TryRecvError::Closed);
+        }
         if let Some(m) = self.inputs.next_one(&mut self.next) {
             self.counters.handled.add(1);
             return Ok(m);
@@ -385,8 +406,16 @@ impl<T: Send + 'static> Subscription<T> {
         &self.name
     }
 
-    fn is_closed(&self) -> bool {
-        self.inputs.is_finished() || (self.control.phase() == EXIT && self.inputs.is_empty())
+    /// Closed once every publisher is gone, or the bus's threads have left, and everything
+    /// queued was received; and closed for good from the first time it says so (a message a
+    /// late publish leaves in a ring is counted lost when the subscription is dropped).
+    fn is_closed(&mut self) -> bool {
+        if !self.closed
+            && (self.inputs.is_finished() || (self.control.has_exited() && self.inputs.is_empty()))
+        {
+            self.closed = true;
+        }
+        self.closed
     }
 
     fn wait(&mut self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
@@ -438,6 +467,9 @@ impl<T: Send + 'static> Subscription<T> {
         let now = Instant::now();
         let deadline = now.checked_add(timeout).unwrap_or(now + MAX_SLEEP * 1000);
         self.wait_with(Some(deadline), |sub| {
+            if sub.closed {
+                return Err(TryRecvError::Closed);
+            }
             match sub.inputs.next_uncounted(&mut sub.next) {
                 Some(got) => Ok(got),
                 None if sub.is_closed() => Err(TryRecvError::Closed),

@@ -58,16 +58,25 @@ impl StopClock for StepClock {
     }
 }
 
-/// A subscriber thread's round loop, as `run_thread` has it: take the phase, poll the inbox,
-/// then `end_of_round`. Returns what it handled and whether its stop hook ran.
+/// A subscriber thread's round loop, as `run_thread` has it: take the phase, poll the inbox
+/// (unless the phase is `Exit`), then `end_of_round`. Returns what it handled and whether its
+/// stop hook ran.
 fn subscriber_rounds(control: &Control, mut inputs: Inputs<T>) -> (Vec<u64>, bool) {
     let mut got = Vec::new();
     let mut hooks_counted = false;
     let mut hook_ran = false;
     loop {
         let phase = control.phase();
-        let n = inputs.poll(64, |T(v)| got.push(v));
-        let (more, exit) = end_of_round(control, 0, phase, &mut hooks_counted, || hook_ran = true);
+        let n = if phase == super::control::EXIT {
+            0
+        } else {
+            inputs.poll(64, |T(v)| got.push(v))
+        };
+        let (more, exit) = end_of_round(control, 0, phase, &mut hooks_counted, || {
+            let first = !hook_ran;
+            hook_ran = true;
+            usize::from(first)
+        });
         if exit {
             break;
         }

@@ -35,7 +35,9 @@ pub(crate) trait Slot: Send {
     fn create(&mut self) -> Result<(), StartError>;
     fn start(&mut self, env: &mut Env<'_>);
     fn turn(&mut self, env: &mut Env<'_>) -> usize;
-    fn stop(&mut self, env: &mut Env<'_>);
+    /// Runs the current instance's `on_stop` unless it ran already (an instance remade during
+    /// the stop gets its own); returns 1 if it ran.
+    fn stop(&mut self, env: &mut Env<'_>) -> usize;
     /// When the actor next needs a turn without any message: its next tick, or a restart
     /// that waits out its delay.
     fn next_deadline(&self) -> Option<Instant>;
@@ -137,6 +139,8 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     next_tick: Instant,
     state: State,
     restarts: RestartWindow,
+    /// The current instance's `on_stop` has run.
+    stopped: bool,
 }
 
 impl<A, F> ActorSlot<A, F>
@@ -164,6 +168,7 @@ where
             next_tick: Instant::now(),
             state: State::Restarting { at: Instant::now() },
             restarts: RestartWindow::default(),
+            stopped: false,
         }
     }
 
@@ -303,6 +308,7 @@ where
             return;
         };
         self.state = State::Alive;
+        self.stopped = false;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx))) {
             self.failed(panic_message(&*payload), env.control);
@@ -325,31 +331,34 @@ where
         let (Some(actor), Some(rx)) = (self.actor.as_mut(), self.rx.as_mut()) else {
             return 0;
         };
-        let running = env.phase == RUNNING;
-        // A stop request moves the phase at once; the round's phase was read before this turn,
-        // so a due tick looks again (one load, only when a tick is due): no tick starts after
-        // the request.
-        let tick_due = running
-            && self.tick.is_some()
-            && env.now() >= self.next_tick
-            && env.control.phase() == RUNNING;
+        let env_running = env.phase == RUNNING;
+        let control: &Control = env.control;
+        let tick = self.tick.is_some();
+        let next_tick = self.next_tick;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         let counters = &self.counters;
         // Messages whose handler returned, counted as they go so that a panic later in the
         // turn does not take the earlier ones out of the actor's figure (its edges count each
         // message as it is handled).
         let mut handled = 0u64;
+        let mut tick_due = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let taken = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
                 actor.on_message(msg, &mut ctx);
                 handled += 1;
             });
+            // A stop request moves the phase at once, and a handler may just have made one (or
+            // another thread, meanwhile): after handling anything, look again (one load), so
+            // that no `poll` or tick starts after the request.
+            let running = env_running && (taken == 0 || control.phase() == RUNNING);
             let mut work = taken;
             work += if running {
                 actor.poll(&mut ctx)
             } else {
                 actor.drain(&mut ctx)
             };
+            // `poll` may have asked for a stop too: a due tick looks once more.
+            tick_due = running && tick && ctx.now() >= next_tick && control.phase() == RUNNING;
             if tick_due {
                 actor.on_tick(&mut ctx);
                 counters.ticks.add(1);
@@ -384,16 +393,21 @@ where
         }
     }
 
-    fn stop(&mut self, env: &mut Env<'_>) {
+    fn stop(&mut self, env: &mut Env<'_>) -> usize {
+        if self.stopped {
+            return 0;
+        }
         let Some(actor) = self.actor.as_mut() else {
-            return;
+            return 0;
         };
+        self.stopped = true;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx))) {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);
             log::error!("actor '{}' panicked in on_stop: {message}", self.name);
         }
+        1
     }
 
     fn has_deadlines(&self) -> bool {
@@ -467,22 +481,25 @@ impl Drop for ThreadGuard<'_> {
 }
 
 /// A thread's part of the stop protocol, after every actor's turn in a round: once the phase
-/// reaches `Stopping`, runs the stop hooks (`run_hooks`) once and marks thread `thread`'s hooks
-/// done. Returns the work that made (for the idle strategy) and whether the thread must leave
-/// its loop (`Exit`).
+/// reaches `Stopping`, runs the stop hooks of every instance that has not run them
+/// (`run_hooks`, each round: an instance remade during the stop gets its own) and, the first
+/// time, marks thread `thread`'s hooks done. Returns the work that made (for the idle strategy)
+/// and whether the thread must leave its loop (`Exit`).
 pub(crate) fn end_of_round(
     control: &Control,
     thread: usize,
     phase: usize,
     hooks_counted: &mut bool,
-    run_hooks: impl FnOnce(),
+    run_hooks: impl FnOnce() -> usize,
 ) -> (usize, bool) {
     let mut work = 0;
-    if phase >= STOPPING && !*hooks_counted {
-        run_hooks();
-        *hooks_counted = true;
-        control.hooks_ran(thread);
-        work = 1;
+    if phase >= STOPPING {
+        work = run_hooks();
+        if !*hooks_counted {
+            *hooks_counted = true;
+            control.hooks_ran(thread);
+            work += 1;
+        }
     }
     (work, phase == EXIT)
 }
@@ -560,8 +577,12 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
         env.phase = control.phase();
         env.now.set(None);
         let mut work = 0;
-        for slot in &mut plan.slots {
-            work += slot.turn(&mut env);
+        // Once the stop has reached `Exit` nothing more is handled: what is still queued is
+        // counted lost as the inputs drop, and subscriptions that report closed stay closed.
+        if env.phase != EXIT {
+            for slot in &mut plan.slots {
+                work += slot.turn(&mut env);
+            }
         }
         let phase = env.phase;
         let (more, exit) = end_of_round(
@@ -569,11 +590,7 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
             plan.index,
             phase,
             &mut guard.hooks_counted,
-            || {
-                for slot in &mut plan.slots {
-                    slot.stop(&mut env);
-                }
-            },
+            || plan.slots.iter_mut().map(|slot| slot.stop(&mut env)).sum(),
         );
         work += more;
         if exit {

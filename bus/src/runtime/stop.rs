@@ -15,8 +15,9 @@
 //!    publisher stuck on a full ring (a `Block` cycle) counts its message lost and goes on.
 //! 3. `Stopping`: each thread runs its actors' `on_stop` once; wait for all of them (a thread
 //!    that died counts as done through its guard), then for the edges to be quiet again.
-//! 4. `Exit`: waits are called off for good, the threads leave their loops, and external
-//!    subscriptions report closed once their rings are empty.
+//! 4. `Exit`: waits are called off for good and the threads leave their loops without
+//!    handling anything more. Once they have left (or the wait for them is over), external
+//!    subscriptions report closed when their rings are empty, and stay closed.
 //!
 //! Then the driver waits for the threads to leave, joins those that did and records how the
 //! stop went ([`Finished`]), which [`RunningBus::join`](crate::RunningBus::join) picks up: it
@@ -87,13 +88,15 @@ pub(crate) fn drive_stop(
     }
     let late_hooks = control.hooks_pending().collect();
     clock.begin_step();
-    if !quiesce(control, edges, clock, |c| c.step_over()) {
+    // What the hooks published must drain too: a stop that gives it up did not drain.
+    let drained_after_hooks = quiesce(control, edges, clock, |c| c.step_over());
+    if !drained_after_hooks {
         control.end_waits();
     }
     control.set_phase(EXIT);
     control.end_waits();
     StopOutcome {
-        drained,
+        drained: drained && drained_after_hooks,
         late_hooks,
     }
 }
@@ -233,6 +236,8 @@ impl Driver {
             std::thread::sleep(Duration::from_micros(200));
             control.ring_all();
         }
+        // Whatever is left running now is on its own: external subscriptions may close.
+        control.threads_gone();
         let mut finished = Finished {
             drained: outcome.drained,
             late_hooks: outcome

@@ -12,18 +12,21 @@
 //!
 //! - **Into the bus.** A message the async sender's `send` accepted is published and counted
 //!   on the bus's edges, even if a stop comes before the forwarding thread took it: the adapter
-//!   is part of the stop protocol. The stop request wakes its thread, which closes the channel
-//!   (every later `send` fails at once and hands the message back) and publishes everything the
-//!   channel had accepted; the bus's drain waits for it ([`Control::begin_flush`]).
+//!   is part of the stop protocol. The stop request closes the channel itself (every later
+//!   `send` fails at once and hands the message back) and wakes the forwarding thread, which
+//!   publishes everything the channel had accepted; the bus's drain waits for it
+//!   ([`Control::begin_flush`]). Nothing is published once the stop has reached `Exit`: a
+//!   message that comes later (through a permit held across the stop) is counted lost.
 //! - **Out of the bus.** A message counts as handled on its edge when the async side receives
 //!   it from the [`AsyncSubscription`], not when the forwarding thread takes it from the ring:
 //!   until then it is in flight, and if the [`AsyncSubscription`] is dropped with it still in
 //!   the channel it counts as lost. The rings stay in place (and publishers see the
 //!   subscription alive) until the last of those values is accounted for.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::control::Control;
@@ -35,31 +38,50 @@ use crate::message::Message;
 /// still there (it is woken sooner by a message or a stop request).
 const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// The largest channel capacity asked of tokio (its semaphore's limit); larger ones are
+/// clamped to it.
+const MAX_CAPACITY: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
 impl<T: Message + Clone> Publisher<T> {
     /// Turns this publisher into the sending half of a tokio channel of `capacity` (at least
-    /// 1): what is sent on it is published, in order, by a forwarding thread.
+    /// 1, at most tokio's limit): what is sent on it is published, in order, by a forwarding
+    /// thread.
     ///
     /// Every message a `send` accepted is published and counted, a stop included: the stop
-    /// request closes the channel, so a `send` after it fails at once and hands the message
-    /// back (`SendError`), and the bus's drain waits until the forwarding thread has published
-    /// everything accepted before. Once every sender is dropped the thread publishes what is
-    /// left and ends, ending the publisher's edges.
+    /// request itself closes the channel, so a `send` that starts after the request fails at
+    /// once and hands the message back (`SendError`), and the bus's drain waits until the
+    /// forwarding thread has published everything the channel accepted before. A message sent
+    /// later through a `Permit` reserved before the stop is published if the bus is still
+    /// draining, and counted lost once it has stopped handling. Once every sender is dropped
+    /// the thread publishes what is left and ends, ending the publisher's edges.
     ///
     /// # Errors
     /// If the forwarding thread cannot be spawned.
     pub fn into_async(self, capacity: usize) -> std::io::Result<mpsc::Sender<T>> {
-        let (tx, rx) = mpsc::channel::<T>(capacity.max(1));
+        let (tx, rx) = mpsc::channel::<T>(capacity.clamp(1, MAX_CAPACITY));
+        let rx = Arc::new(Mutex::new(rx));
         let control = Arc::clone(self.control());
         // Until the thread has handed over what it accepted, the drain waits for it.
         control.begin_flush();
+        let thread_rx = Arc::clone(&rx);
         let spawned = std::thread::Builder::new()
             .name(format!("llbus-async-{}", self.name()))
-            .spawn(move || forward_into_bus(self, rx));
-        if let Err(e) = spawned {
-            // Nothing was accepted: the channel's receiver went with the closure.
-            control.flushed();
-            return Err(e);
-        }
+            .spawn(move || forward_into_bus(self, thread_rx));
+        let thread = match spawned {
+            Ok(handle) => handle.thread().clone(),
+            Err(e) => {
+                // Nothing was accepted: the channel's receiver went with the closure.
+                control.flushed();
+                return Err(e);
+            }
+        };
+        // The stop closes the channel at once, on the requesting thread, then wakes the
+        // forwarding thread to publish what was accepted (at once if the bus is stopping
+        // already).
+        control.on_stop_request(Box::new(move || {
+            rx.lock().close();
+            thread.unpark();
+        }));
         Ok(tx)
     }
 }
@@ -77,35 +99,47 @@ impl Wake for Unpark {
     }
 }
 
-/// The forwarding thread of an async publisher: publishes what the channel brings until a stop
-/// is requested or every sender is gone, then closes the channel and publishes what it had
-/// accepted.
-fn forward_into_bus<T: Message + Clone>(mut publisher: Publisher<T>, mut rx: mpsc::Receiver<T>) {
+/// The forwarding thread of an async publisher: publishes what the channel brings; once a stop
+/// is requested (the stop closed the channel), publishes what the channel had accepted and
+/// lets the drain go on; ends when every sender and permit is gone.
+fn forward_into_bus<T: Message + Clone>(
+    mut publisher: Publisher<T>,
+    rx: Arc<Mutex<mpsc::Receiver<T>>>,
+) {
     let control: Arc<Control> = Arc::clone(publisher.control());
-    let me = std::thread::current();
-    control.on_stop_request(Box::new(move || me.unpark()));
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
-    let mut closed = false;
+    let mut flushed = false;
     loop {
-        if !closed && control.is_stopping() {
-            // No send succeeds after this; what was accepted is still received below.
-            rx.close();
-            closed = true;
+        if !flushed && control.is_stopping() {
+            // Everything accepted before the close is buffered (a permit held across the stop
+            // is not waited for: what it sends later is published or counted as it comes).
+            loop {
+                let next = rx.lock().try_recv();
+                match next {
+                    Ok(m) => publisher.publish_accepted(m),
+                    Err(_) => break,
+                }
+            }
+            control.flushed();
+            flushed = true;
         }
-        match rx.poll_recv(&mut cx) {
+        let polled = rx.lock().poll_recv(&mut cx);
+        match polled {
             Poll::Ready(Some(m)) => publisher.publish_accepted(m),
-            // Every sender is gone (or the channel is closed and every permit spent) and the
-            // channel is empty: everything accepted was published.
+            // Every sender and permit is gone and the channel is empty.
             Poll::Ready(None) => break,
             Poll::Pending => std::thread::park_timeout(CHECK_EVERY),
         }
     }
-    control.flushed();
+    if !flushed {
+        control.flushed();
+    }
 }
 
 impl<T: Message> Subscription<T> {
-    /// Turns this subscription into an [`AsyncSubscription`] of `capacity` (at least 1), filled
+    /// Turns this subscription into an [`AsyncSubscription`] of `capacity` (at least 1, at most
+    /// tokio's limit), filled
     /// in order by a forwarding thread. It ends (`recv` returns `None`) once the subscription
     /// is closed and everything was received.
     ///
@@ -116,7 +150,7 @@ impl<T: Message> Subscription<T> {
     /// # Errors
     /// If the forwarding thread cannot be spawned.
     pub fn into_async(self, capacity: usize) -> std::io::Result<AsyncSubscription<T>> {
-        let (tx, rx) = mpsc::channel::<Tracked<T>>(capacity.max(1));
+        let (tx, rx) = mpsc::channel::<Tracked<T>>(capacity.clamp(1, MAX_CAPACITY));
         let (edges, actor) = self.books();
         let books = Arc::new(Books {
             edges,
@@ -200,8 +234,7 @@ fn forward_out_of_bus<T: Message>(
             Err(RecvTimeoutError::Closed) => break,
         }
     }
-    let mut rings = books.rings.lock().unwrap_or_else(|p| p.into_inner());
-    *rings = Some(sub);
+    *books.rings.lock() = Some(sub);
 }
 
 /// The receiving end of a subscription turned async ([`Subscription::into_async`]): messages in
