@@ -452,6 +452,26 @@ impl fmt::Display for Report {
                 writeln!(f, "  {name:<40} {v:>12}")?;
             }
         }
+        if let Some(stop) = &self.stop {
+            writeln!(f)?;
+            write!(
+                f,
+                "stop: {} in {:?}",
+                if stop.drained {
+                    "drained"
+                } else {
+                    "gave up at its timeout"
+                },
+                stop.took
+            )?;
+            if !stop.late_hooks.is_empty() {
+                write!(f, "; on_stop late on {}", stop.late_hooks.join(", "))?;
+            }
+            if !stop.unresponsive.is_empty() {
+                write!(f, "; left running: {}", stop.unresponsive.join(", "))?;
+            }
+            writeln!(f)?;
+        }
         Ok(())
     }
 }
