@@ -27,6 +27,35 @@ fn count_thread() {
     let _ = THREAD_ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
 }
 
+std::thread_local! {
+    /// Whether this thread is the process's main thread: 0 not known yet, 1 yes, 2 no.
+    static IS_MAIN: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// True on the process's main thread, which in a test binary is libtest's own: it prints the
+/// "has been running for over 60 seconds" notices (allocating) while tests run, and runs no
+/// test and no bus code. Its thread id is the process id (Linux); asked once per thread,
+/// without allocating.
+fn on_harness_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        IS_MAIN
+            .try_with(|known| {
+                if known.get() == 0 {
+                    // SAFETY: gettid and getpid have no preconditions.
+                    let main = unsafe { libc::gettid() == libc::getpid() };
+                    known.set(if main { 1 } else { 2 });
+                }
+                known.get() == 1
+            })
+            .unwrap_or(false)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 impl CountingAlloc {
     /// Allocations and reallocations made so far by the calling thread only: immune to what
     /// the test harness's own threads do meanwhile (such as its "running over 60 seconds"
@@ -42,9 +71,17 @@ impl CountingAlloc {
         }
     }
 
-    /// Allocations and reallocations so far, on every thread.
+    /// Allocations and reallocations so far, on every thread but the test harness's own
+    /// main thread (see [`on_harness_thread`]).
     pub fn allocations(&self) -> u64 {
         self.allocations.load(Ordering::SeqCst)
+    }
+
+    fn count(&self) {
+        count_thread();
+        if !on_harness_thread() {
+            self.allocations.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -58,8 +95,7 @@ impl Default for CountingAlloc {
 // is an atomic and allocates nothing.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        count_thread();
+        self.count();
         // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
@@ -70,15 +106,13 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        count_thread();
+        self.count();
         // SAFETY: forwarded unchanged.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        count_thread();
+        self.count();
         // SAFETY: forwarded unchanged; `ptr` came from `System` through this allocator.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
