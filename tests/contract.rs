@@ -1,0 +1,105 @@
+//! docs/CONTRACT.md lists every promise the docs make with the tests that keep it. This checks
+//! that the list cannot rot: every test it names exists where it says, and every promise names
+//! at least one test.
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root (this package lives in `tests/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests package has a parent directory")
+        .to_path_buf()
+}
+
+/// Every `path::function` reference in backticks in `text`.
+fn references(text: &str) -> Vec<(String, String)> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|span| {
+            let (path, function) = span.split_once(".rs::")?;
+            let ok = !path.is_empty()
+                && !function.is_empty()
+                && function
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            ok.then(|| (format!("{path}.rs"), function.to_owned()))
+        })
+        .collect()
+}
+
+/// The promises of `text`: each bullet ("- " at the start of a line) with the lines that continue
+/// it.
+fn promises(text: &str) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("- ") {
+            all.extend(current.take());
+            current = Some(rest.to_owned());
+        } else if line.starts_with("  ") {
+            if let Some(c) = current.as_mut() {
+                c.push(' ');
+                c.push_str(line.trim());
+            }
+        } else {
+            all.extend(current.take());
+        }
+    }
+    all.extend(current);
+    all
+}
+
+#[test]
+fn every_test_the_contract_names_exists_and_every_promise_names_one() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join("docs/CONTRACT.md")).expect("docs/CONTRACT.md");
+    let refs = references(&text);
+    assert!(refs.len() > 50, "only {} tests named", refs.len());
+    let mut missing = Vec::new();
+    for (path, function) in &refs {
+        let source = match std::fs::read_to_string(root.join(path)) {
+            Ok(source) => source,
+            Err(e) => {
+                missing.push(format!("{path}::{function} ({path}: {e})"));
+                continue;
+            }
+        };
+        let defined = [format!("fn {function}("), format!("fn {function}<")]
+            .iter()
+            .any(|d| source.contains(d.as_str()));
+        if !defined {
+            missing.push(format!("{path}::{function}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/CONTRACT.md names tests that do not exist:\n{}",
+        missing.join("\n")
+    );
+    let untested: Vec<String> = promises(&text)
+        .into_iter()
+        .filter(|p| references(p).is_empty())
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "promises in docs/CONTRACT.md that name no test:\n{}",
+        untested.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_a_missing_test_and_an_untested_promise() {
+    let text = "- kept by `tests/bus_stop.rs::no_such_test_here`\n  and more\n- no test at all\n";
+    assert_eq!(
+        references(text),
+        [(
+            "tests/bus_stop.rs".to_owned(),
+            "no_such_test_here".to_owned()
+        )]
+    );
+    let p = promises(text);
+    assert_eq!(p.len(), 2);
+    assert!(references(&p[1]).is_empty());
+}
