@@ -15,24 +15,14 @@ mod plot;
 mod ring;
 mod udp;
 
-use harness::{human, machine, seed, Args, Command, Pinning, Suite, USAGE};
+use harness::{human, machine, seed, Args, Pinning, Suite};
 
 fn main() {
     // The `ipc` suite re-executes this binary as its echo process.
     if let Ok(base) = std::env::var(ipc::ECHO_VAR) {
         std::process::exit(ipc::echo_main(&base));
     }
-    let args = match Args::parse(std::env::args().skip(1)) {
-        Ok(Command::Run(args)) => args,
-        Ok(Command::Help) => {
-            print!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     let pinning = Pinning::probe();
     let seed = seed(&args);
     let machine = machine();

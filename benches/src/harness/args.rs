@@ -1,0 +1,106 @@
+//! The command line: which suite, how many rounds, which outputs (parsed by clap).
+
+use std::path::PathBuf;
+
+/// What `--help` prints after the options: what each suite measures, and its targets.
+const SUITES: &str = "\
+SUITES:
+    ring    SPSC queues between two pinned threads: round-trip latency
+            (p50/p99/p99.9/max) and one-way throughput (single item and batch)
+            for the llbus ring, rtrb, crossbeam, std mpsc, disruptor and the
+            cache-line floor
+    bus     the bus against its bare ring (impls llbus-bus, llbus-ring): round
+            trip between two actors on two pinned busy-spinning threads
+            (rtt_p50, rtt_p99, rtt_p999, rtt_max), and messages/s per
+            subscriber of one publisher fanning out to 1 and to 3 subscriber
+            actors (throughput_fanout1, throughput_fanout3); the ring's
+            throughput_fanout1 is a plain one-item-at-a-time stream, for
+            reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
+    udp     UDP over loopback (impls llbus, raw-spin, raw-blocking,
+            llbus-mac, the same with the pre-shared-key MAC on, and
+            llbus-park, both hosts Idle::Park, sleeping in epoll):
+            round trip of 32-byte messages (rtt_p50, rtt_p99, rtt_p999,
+            rtt_max) through two bridges on two buses, against raw
+            non-blocking (spinning) and blocking UDP sockets; and llbus
+            messages/s delivered from bridge A to bridge B with batching
+            (throughput_batch) and with one message per datagram
+            (throughput_single), each with the loss in % (loss_batch,
+            loss_single) and the messages per datagram sent
+            (msgs_per_datagram_batch, msgs_per_datagram_single). Targets:
+            rtt p50 llbus - raw-spin <= +1000 ns; llbus / raw-spin <= 1.25;
+            llbus-park / raw-blocking <= 1.25; batch / single >= 5
+    ipc     llbus-ipc's shared-memory ring (impls shm-threads: both ends in
+            this process; shm-process: echo in a second process) against the
+            in-process ring and udp-loopback: round trip (rtt_p50, rtt_p99,
+            rtt_p999) and values/s one at a time and in batches of 64
+            (throughput_single, throughput_batch). Targets: rtt p50
+            shm-process / ring <= 1.3; batch shm-process / ring >= 0.5
+    all     every suite above, in turn (the default)
+
+Run on an otherwise idle machine with at least two cores: threads spin.";
+
+/// Which suite to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Suite {
+    /// SPSC ring comparison.
+    Ring,
+    /// Bus round trip against the bare ring.
+    Bus,
+    /// UDP loopback round trip.
+    Udp,
+    /// Shared-memory IPC (llbus-ipc) against the in-process ring and UDP.
+    Ipc,
+    /// Every suite.
+    All,
+}
+
+impl Suite {
+    /// Whether running `self` includes `other`.
+    pub fn includes(self, other: Suite) -> bool {
+        self == Suite::All || self == other
+    }
+}
+
+/// llbus comparison benchmarks: `cargo run --release -p benches -- [SUITE] [OPTIONS]`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
+#[command(name = "benches", after_long_help = SUITES)]
+pub struct Args {
+    /// The suite to run (see --help for what each measures).
+    #[arg(value_enum, default_value_t = Suite::All)]
+    pub suite: Suite,
+    /// Print one JSON object per figure on its own line on stdout; the table and progress go
+    /// to stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the tables as Markdown tables and the targets in a code block, ready to paste
+    /// into README.md.
+    #[arg(long)]
+    pub markdown: bool,
+    /// Number of rounds (each runs every implementation once per measurement, in a fresh
+    /// random order); figures are medians over rounds, with their min and max [default: 15,
+    /// and no new round starts after the suite's time budget, so `all` stays under 4 minutes].
+    #[arg(long, value_name = "N", value_parser = parse_rounds)]
+    pub rounds: Option<usize>,
+    /// Short windows and few rounds: a smoke test, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print every round's figures on stderr as they come.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Seed of the rounds' random order [default: from the clock]; printed in the output, so
+    /// a run's order can be repeated.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Also write pictures into DIR, per suite: a round-trip latency percentile plot
+    /// (SUITE-latency) and a throughput bar chart (SUITE-throughput), each as .svg and .png.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+}
+
+/// A round count of at least 1.
+fn parse_rounds(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("takes a whole number of at least 1, not `{value}`")),
+    }
+}
