@@ -72,7 +72,7 @@ impl CountingAlloc {
     }
 
     /// Allocations and reallocations so far, on every thread but the test harness's own
-    /// main thread (see [`on_harness_thread`]).
+    /// main thread (libtest's, which allocates for its own notices while tests run).
     pub fn allocations(&self) -> u64 {
         self.allocations.load(Ordering::SeqCst)
     }

@@ -115,9 +115,9 @@ pub struct Figure {
 pub struct Collector {
     pub(super) suite: &'static str,
     pub(super) verbose: bool,
-    /// The round being run, set by [`run_rounds`].
+    /// The round being run, set by [`run_rounds`](super::run_rounds).
     pub(super) round: usize,
-    /// The implementations in table order, set by [`run_rounds`]: rows and pictures follow it
+    /// The implementations in table order, set by [`run_rounds`](super::run_rounds): rows and pictures follow it
     /// rather than the first round's random order.
     pub(super) order: Vec<&'static str>,
     pub(super) entries: Vec<Entry>,
