@@ -143,7 +143,7 @@ pub use protocol::fragment::{
 };
 pub use protocol::header::{
     Flags, Header, Kind, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, HEADER_LEN, MAGIC,
-    MAX_DATAGRAM_LIMIT, VERSION,
+    MAX_DATAGRAM_LIMIT, TOKEN_LEN, VERSION,
 };
 pub use protocol::limits::{
     Allowlist, Cidr, CidrError, RateLimit, RateLimiter, DEFAULT_RATE_LIMIT,
@@ -155,14 +155,14 @@ pub use protocol::mac::{
 pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
 pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
 pub use protocol::subscribers::{
-    Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
+    Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
 };
 
 mod session;
 pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};
 pub use session::reassembly::{Reassembled, Reassembler, ReassemblyConfig, ReassemblyCounts};
 pub use session::reliable::{
-    Delivery, History, ReliableConfig, ReliableExport, ReliableReceiver, ReliableRecvCounts,
+    Delivery, History, HostBudgets, ReliableConfig, ReliableExport, ReliableReceiver, ReliableRecvCounts,
     ReliableSendCounts, Retransmit,
 };
 pub use session::subscriber::{

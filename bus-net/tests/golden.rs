@@ -32,6 +32,9 @@ const COOKIE: Cookie = Cookie([
 /// The example nonce of the subscribe, echoed by its answers.
 const NONCE: u64 = 0xd1d2_d3d4_d5d6_d7d8;
 
+/// The example subscription token.
+const TOKEN: u64 = 0xe1e2_e3e4_e5e6_e7e8;
+
 /// The example pre-shared key: bytes `00` to `1f`.
 fn psk() -> [u8; 32] {
     core::array::from_fn(|i| i as u8)
@@ -176,6 +179,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     nonce: NONCE,
                     last_seq: 41,
                     cookie: COOKIE,
+                    token: TOKEN,
                 };
                 e.push_control(&c).unwrap()
             }),
@@ -373,6 +377,7 @@ fn v1_control_decodes() {
             nonce: NONCE,
             last_seq: 41,
             cookie: COOKIE,
+            token: TOKEN,
         }
     );
     assert_eq!(

@@ -18,6 +18,7 @@
 mod actor;
 mod config;
 mod direct;
+mod egress;
 mod metrics;
 mod ports;
 
