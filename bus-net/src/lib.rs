@@ -1,5 +1,5 @@
 //! The llbus network layer: topics of one bus made to appear on another bus on another host,
-//! over UDP, in llbus's own ll-udp dialect (wire version 2) or the original ll-udp-pubsub v0.1
+//! over UDP, in llbus's own native format (wire version 3) or the original ll-udp-pubsub v0.1
 //! format, byte for byte.
 //!
 //! Four layers, bottom up:
@@ -27,8 +27,10 @@
 //!   bus's report. [`Bridge::direct`] sends a topic from the publishing actor's own thread
 //!   instead, skipping the ring. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
 //!   On a shared network it admits only subscribers that proved their address with a cookie,
-//!   from its allowlist (loopback by default), rate-limits unproven control traffic, caps
-//!   subscribers per topic, binds every handshake answer to its request with a nonce, drops
+//!   from its allowlist (loopback by default), rate-limits control traffic per source (renewals
+//!   included), caps subscribers per topic and per host, binds every handshake answer to its
+//!   request with a nonce and every subscriber's data to its handshake with a subscription
+//!   token, answers NAKs and late joiners from one retransmission budget per host, drops
 //!   datagrams from sources that cannot be answered, and can require a replay-resistant
 //!   pre-shared-key MAC: see `SECURITY.md`. Nothing from the network stops it: a failed send
 //!   to one destination is counted, and a socket that truly fails (`EBADF`, `ENOTSOCK`,
@@ -153,17 +155,18 @@ pub use protocol::mac::{
     FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
 };
 pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
-pub use protocol::seq::{LatePolicy, LossCounts, SeqTracker, Verdict, WINDOW};
+pub use protocol::seq::{JumpGuard, LatePolicy, LossCounts, SeqTracker, Verdict, MAX_JUMP, WINDOW};
 pub use protocol::subscribers::{
-    Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
+    Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST,
+    DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
 };
 
 mod session;
 pub use session::publisher::{ExportedTopic, PublisherCounts, PublisherEvent, PublisherSession};
 pub use session::reassembly::{Reassembled, Reassembler, ReassemblyConfig, ReassemblyCounts};
 pub use session::reliable::{
-    Delivery, History, HostBudgets, ReliableConfig, ReliableExport, ReliableReceiver, ReliableRecvCounts,
-    ReliableSendCounts, Retransmit,
+    Delivery, History, HostBudgets, ReliableConfig, ReliableExport, ReliableReceiver,
+    ReliableRecvCounts, ReliableSendCounts, Retransmit,
 };
 pub use session::subscriber::{
     ImportState, SubscriberCounts, SubscriberEvent, SubscriberSession, MAX_BACKOFF_NS, OUTSTANDING,

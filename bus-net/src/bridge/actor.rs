@@ -22,8 +22,8 @@ use llbus::{Actor, Context, Setup};
 
 use super::config::mac_of;
 use super::direct::DirectPort;
-use super::metrics::{add_loss, NetMetrics};
 use super::egress::Protect;
+use super::metrics::{add_loss, NetMetrics};
 use super::ports::{fan_out, CompatExportPort, CompatImportPort, ExportPort, ImportPort, SendSide};
 use super::{BridgeConfig, BridgeStatus, Parts};
 use crate::session::{canonical, is_answerable, Replies};
@@ -208,7 +208,7 @@ pub struct BridgeActor {
     /// a dual-stack bridge (1452 by default) takes what an IPv4 peer (1472) sends it.
     recv_max: usize,
     endpoint: UdpEndpoint,
-    /// Set once the v1 socket failed for good; it is not used again.
+    /// Set once the native socket failed for good; it is not used again.
     failed: Option<std::io::Error>,
     failure_reported: bool,
     /// The receive batch; `None` only while `receive` holds it.
@@ -400,10 +400,7 @@ impl BridgeActor {
             table(),
             secret_or(session, "subscription tokens"),
         )
-        .with_budgets(HostBudgets::new(
-            capacity,
-            config.reliable.retransmit_rate,
-        ));
+        .with_budgets(HostBudgets::new(capacity, config.reliable.retransmit_rate));
         BridgeActor {
             name: name.to_owned(),
             seal_buf: vec![0; recv_max],
@@ -459,7 +456,7 @@ impl BridgeActor {
             ctx.fail(error);
         };
         if let (Some(e), false) = (&self.failed, self.failure_reported) {
-            report("ll-udp", self.endpoint.local_addr(), e);
+            report("native", self.endpoint.local_addr(), e);
             self.failure_reported = true;
         }
         for slot in &mut self.compat_exports {
@@ -516,7 +513,7 @@ impl BridgeActor {
             .map(|(_, token)| token)
     }
 
-    /// Sends one control frame to `dest` from the v1 socket.
+    /// Sends one control frame to `dest` from the native socket.
     fn send_control(&mut self, control: &Control, dest: SocketAddr) {
         let room = self.control_room();
         let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
@@ -566,7 +563,7 @@ impl BridgeActor {
         }
     }
 
-    /// Receives and handles what waits on the v1 socket. Returns datagrams handled.
+    /// Receives and handles what waits on the native socket. Returns datagrams handled.
     fn receive(&mut self, ctx: &mut Context<'_>) -> usize {
         if self.failed.is_some() {
             return 0;
@@ -940,10 +937,12 @@ impl BridgeActor {
                     // Only publishers we subscribe to may answer us.
                     return Err(DropReason::UnknownSender);
                 };
-                let event =
-                    self.imports[i]
-                        .session
-                        .on_control(control, token, now_ns, &mut self.replies)?;
+                let event = self.imports[i].session.on_control(
+                    control,
+                    token,
+                    now_ns,
+                    &mut self.replies,
+                )?;
                 if let Some(im) = self.imports.get_mut(i) {
                     let following = match im.session.state() {
                         ImportState::Established { session, .. } => Some(session),
@@ -1022,8 +1021,11 @@ impl BridgeActor {
     /// one list: subscriptions change seldom, never per message.
     fn refresh_direct(&mut self, topic_id: u64) {
         if let Some(d) = self.directs.iter_mut().find(|d| d.topic_id == topic_id) {
-            let list: super::direct::Destinations =
-                self.publisher.subscribers().destinations(topic_id).collect();
+            let list: super::direct::Destinations = self
+                .publisher
+                .subscribers()
+                .destinations(topic_id)
+                .collect();
             d.subscribers.write(list);
         }
         self.refresh_gauges();
@@ -1191,7 +1193,8 @@ impl BridgeActor {
             timestamp_ns,
         };
         let room = self.control_room();
-        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]).with_token(self.mac.is_none());
+        let mut enc =
+            BatchEncoder::new(&mut self.control_buf[..room]).with_token(self.mac.is_none());
         if enc.push_control(&control).is_ok() {
             fan_out(
                 enc.as_bytes(),
@@ -1212,6 +1215,9 @@ impl BridgeActor {
         // tracker sees heartbeats only.
         for import in self.imports.iter().filter(|i| i.reliable.is_none()) {
             add_loss(&mut loss, import.session.loss());
+        }
+        for r in self.imports.iter().filter_map(|i| i.reliable.as_ref()) {
+            loss.unconfirmed = loss.unconfirmed.saturating_add(r.counts().unconfirmed);
         }
         self.metrics.set_loss(&loss);
         let (mut nak_sent, mut unrecovered) = (0u64, 0u64);

@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::{
     Allowlist, FrameMac, LatePolicy, RateLimit, SocketConfig, DEFAULT_COOKIE_WINDOW,
     DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, DEFAULT_RATE_LIMIT, DEFAULT_RATE_LIMIT_SOURCES,
-    DEFAULT_SUBSCRIBERS_PER_HOST, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT, HANDSHAKE_PAYLOAD_LEN, HEADER_LEN,
-    MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
+    DEFAULT_SUBSCRIBERS_PER_HOST, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
+    HANDSHAKE_PAYLOAD_LEN, HEADER_LEN, MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
 };
 
 /// Settings of a bridge; each has a documented default.
@@ -46,7 +46,7 @@ pub struct BridgeConfig {
     pub batch: usize,
     /// Socket buffer sizes.
     pub socket: SocketConfig,
-    /// Which addresses may subscribe to this bridge's exports (v1 and compat). Default:
+    /// Which addresses may subscribe to this bridge's exports (native and compat). Default:
     /// loopback only; name your subscribers' networks (`"10.0.0.0/8".parse()?`) to serve them.
     pub allow: Allowlist,
     /// Control messages per second (and burst) accepted per source IP address (default 20/s,

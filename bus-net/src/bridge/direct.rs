@@ -139,13 +139,14 @@ impl<T: Message + Serialize> DirectSender<T> {
         if self.subscribers.is_empty() {
             return Ok(0);
         }
-        let room = self.buf.len()
-            - if self.mac.is_some() {
-                MAC_TAG_LEN
-            } else {
-                TOKEN_LEN
-            };
-        let mut enc = BatchEncoder::new(&mut self.buf[..room]).with_token(self.mac.is_none());
+        let trailer = if self.mac.is_some() {
+            MAC_TAG_LEN
+        } else {
+            TOKEN_LEN
+        };
+        let max = self.buf.len();
+        let mut enc =
+            BatchEncoder::new(&mut self.buf[..max - trailer]).with_token(self.mac.is_none());
         let meta = DataMeta {
             topic_id: T::TOPIC_ID,
             fingerprint: T::FINGERPRINT,
@@ -153,7 +154,17 @@ impl<T: Message + Serialize> DirectSender<T> {
             seq: self.seq + 1,
             timestamp_ns: realtime_ns(),
         };
-        enc.push_data(meta, msg).map_err(DirectError::Refused)?;
+        enc.push_data(meta, msg).map_err(|e| {
+            // Said in datagram bytes: the trailer (MAC or token) is part of the datagram.
+            DirectError::Refused(match e {
+                EncodeError::TooLarge { topic, size, .. } => EncodeError::TooLarge {
+                    topic,
+                    size: size + trailer,
+                    max,
+                },
+                other => other,
+            })
+        })?;
         self.seq += 1;
         self.shared.last_seq.store(self.seq, Ordering::Release);
         let len = enc.len();

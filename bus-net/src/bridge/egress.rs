@@ -16,7 +16,10 @@ use std::net::SocketAddr;
 use crate::io::SUFFIX_LEN;
 use crate::{FrameMac, SendBatch, UdpEndpoint, TOKEN_LEN};
 
-const _: () = assert!(TOKEN_LEN == SUFFIX_LEN, "the token is the io layer's suffix");
+const _: () = assert!(
+    TOKEN_LEN == SUFFIX_LEN,
+    "the token is the io layer's suffix"
+);
 
 /// How a datagram is protected on its way out. See the module docs.
 pub(crate) enum Protect<'a> {

@@ -171,7 +171,8 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
         let subscribed = out.subscribers.subscribers(T::TOPIC_ID).next().is_some()
             || self.reliable.as_ref().is_some_and(|r| r.late_join() > 0);
         // The encoder borrows the datagram buffer; `out` keeps the rest, to send with.
-        let mut enc = BatchEncoder::new(std::mem::take(&mut out.buf)).with_token(out.seal.is_none());
+        let mut enc =
+            BatchEncoder::new(std::mem::take(&mut out.buf)).with_token(out.seal.is_none());
         // Read once per pump, and only if there is something to stamp.
         let mut timestamp_ns = None;
         let (seq, logged, reliable, large) = (

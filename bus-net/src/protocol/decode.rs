@@ -9,7 +9,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::header::{Flags, Header, HEADER_LEN, TOKEN_LEN};
+use super::header::{Flags, Header, Kind, HEADER_LEN, TOKEN_LEN};
 
 /// Why a received datagram (or one message of it) was dropped. Each has a counter in
 /// [`DropCounts`]; the bridge and the io layer count, they never fail on these.
@@ -156,7 +156,9 @@ impl core::fmt::Display for DropReason {
         f.write_str(match self {
             DropReason::Truncated => "datagram truncated: shorter than its headers say",
             DropReason::BadMagic => "bad magic: not a native frame",
-            DropReason::BadVersion => "unsupported ll-udp protocol version",
+            DropReason::BadVersion => {
+                "unsupported native protocol version (this side speaks version 3)"
+            }
             DropReason::UnknownKind => "unknown frame kind",
             DropReason::ReservedKind => "frame kind reserved for authentication extensions",
             DropReason::UnsupportedFlags => "frame flags not supported by this version",
@@ -360,7 +362,12 @@ pub(crate) fn parse_with(
 /// The frames of `datagram` and the subscription token after them, if its first frame says
 /// there is one (only in a datagram without a MAC: a sealed one never carries a token).
 fn split_token(datagram: &[u8], auth: Auth) -> Result<(&[u8], Option<u64>), DropReason> {
-    let marked = datagram.get(5).is_some_and(|f| f & Flags::TOKEN != 0);
+    // Only a first frame that may carry the flag says so: on another kind the flag is the
+    // frame's fault (`UnsupportedFlags`, from the header check), not a trailer to strip.
+    let marked = datagram.get(5).is_some_and(|f| f & Flags::TOKEN != 0)
+        && datagram
+            .get(4)
+            .is_some_and(|&k| Kind::from_u8(k).is_ok_and(Kind::is_downstream));
     if !marked || auth != Auth::Plain {
         return Ok((datagram, None));
     }
@@ -586,6 +593,11 @@ mod tests {
         assert_eq!(reason(&mixed), DropReason::BadToken);
         // An unmarked datagram has no token.
         let plain = sample();
-        assert_eq!(parse_datagram(&plain, DEFAULT_MAX_DATAGRAM).unwrap().token(), None);
+        assert_eq!(
+            parse_datagram(&plain, DEFAULT_MAX_DATAGRAM)
+                .unwrap()
+                .token(),
+            None
+        );
     }
 }

@@ -188,7 +188,7 @@ pub fn check_fits<T: Serialize + ?Sized>(
     Ok(())
 }
 
-/// Appends ll-udp v1 frames to one datagram buffer. See the module docs.
+/// Appends native frames to one datagram buffer. See the module docs.
 ///
 /// ```
 /// use llbus_net::{parse_datagram, decode_payload, BatchEncoder, DataMeta, DEFAULT_MAX_DATAGRAM};

@@ -451,6 +451,9 @@ mod tests {
         // A heartbeat confirms like data does.
         let far = far + 1 + 2 * MAX_JUMP;
         assert_eq!(t.observe_last_seq(7, far), 0);
-        assert_eq!(t.observe_last_seq(7, far + 3), far + 3 - (far - 2 * MAX_JUMP));
+        assert_eq!(
+            t.observe_last_seq(7, far + 3),
+            far + 3 - (far - 2 * MAX_JUMP)
+        );
     }
 }

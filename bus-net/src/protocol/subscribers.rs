@@ -335,16 +335,28 @@ mod tests {
         let addr = |ip: [u8; 4], port| SocketAddr::from((ip, port));
         let mut t = SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 100).with_host_cap(2);
         assert_eq!(t.host_cap(), 2);
-        assert_eq!(t.renew(addr([10, 0, 0, 1], 1), 7, 1, 11, 0), Ok(Renewal::New));
-        assert_eq!(t.renew(addr([10, 0, 0, 1], 2), 7, 1, 12, 0), Ok(Renewal::New));
+        assert_eq!(
+            t.renew(addr([10, 0, 0, 1], 1), 7, 1, 11, 0),
+            Ok(Renewal::New)
+        );
+        assert_eq!(
+            t.renew(addr([10, 0, 0, 1], 2), 7, 1, 12, 0),
+            Ok(Renewal::New)
+        );
         assert!(t.host_full(addr([10, 0, 0, 1], 3), 7));
         assert_eq!(
             t.renew(addr([10, 0, 0, 1], 3), 7, 1, 13, 0),
             Err(DropReason::TopicFull)
         );
         // Another host, and another topic of the same host, are not affected; renewals are.
-        assert_eq!(t.renew(addr([10, 0, 0, 2], 3), 7, 1, 14, 0), Ok(Renewal::New));
-        assert_eq!(t.renew(addr([10, 0, 0, 1], 3), 8, 1, 15, 0), Ok(Renewal::New));
+        assert_eq!(
+            t.renew(addr([10, 0, 0, 2], 3), 7, 1, 14, 0),
+            Ok(Renewal::New)
+        );
+        assert_eq!(
+            t.renew(addr([10, 0, 0, 1], 3), 8, 1, 15, 0),
+            Ok(Renewal::New)
+        );
         assert_eq!(
             t.renew(addr([10, 0, 0, 1], 2), 7, 2, 16, 1),
             Ok(Renewal::Restarted)

@@ -610,7 +610,10 @@ mod tests {
         let renewals: Vec<_> = (0..4)
             .map(|n| handle(&mut p, &sub(10 + n, Some(c)), "127.0.0.1:1", 200 * MS).0)
             .collect();
-        assert!(renewals.contains(&Err(DropReason::RateLimited)), "{renewals:?}");
+        assert!(
+            renewals.contains(&Err(DropReason::RateLimited)),
+            "{renewals:?}"
+        );
         // The token is the subscription's: the same on renewal, another for another port,
         // topic or subscriber session, and it is what the table sends with.
         let src: SocketAddr = "127.0.0.1:1".parse().unwrap();

@@ -31,7 +31,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::{DropReason, Kind, Nak, Unavailable};
+use crate::{DropReason, JumpGuard, Kind, Nak, Unavailable};
 
 /// The knobs of reliable topics, shared by both sides (each uses its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -612,6 +612,8 @@ pub struct ReliableRecvCounts {
     pub unrecovered_ranges: u64,
     /// Messages whose payload was larger than a reorder slot (given up if not in order).
     pub oversized: u64,
+    /// Data frames and heartbeats not believed: too far ahead, unconfirmed ([`JumpGuard`]).
+    pub unconfirmed: u64,
 }
 
 /// Sequence numbers above this are never genuine (a publisher sending a million messages a
@@ -642,6 +644,8 @@ pub struct ReliableReceiver {
     nak_interval: u64,
     deadline: u64,
     max_ranges: usize,
+    /// Holds a number far ahead of `highest` until a second frame confirms it.
+    guard: JumpGuard,
     counts: ReliableRecvCounts,
 }
 
@@ -661,6 +665,7 @@ impl ReliableReceiver {
             nak_interval: ns(config.nak_interval).max(1),
             deadline: ns(config.gap_deadline),
             max_ranges: config.max_nak_ranges.max(1),
+            guard: JumpGuard::default(),
             counts: ReliableRecvCounts::default(),
         }
     }
@@ -685,6 +690,7 @@ impl ReliableReceiver {
         self.highest = 0;
         self.gap_since = None;
         self.last_nak = None;
+        self.guard.reset();
     }
 
     /// The publisher acknowledged the subscription with `last_seq` sent so far: delivery starts
@@ -784,6 +790,10 @@ impl ReliableReceiver {
             self.counts.duplicates = self.counts.duplicates.saturating_add(1);
             return;
         }
+        if !self.guard.believe(self.highest.max(self.next - 1), seq) {
+            self.counts.unconfirmed = self.counts.unconfirmed.saturating_add(1);
+            return;
+        }
         let window = self.window();
         if seq >= self.next.saturating_add(window) {
             // The buffer must move: what is missing below the new window is given up.
@@ -810,6 +820,13 @@ impl ReliableReceiver {
         }
         if self.next == 0 {
             self.start(last_seq);
+            return;
+        }
+        if !self
+            .guard
+            .believe(self.highest.max(self.next - 1), last_seq)
+        {
+            self.counts.unconfirmed = self.counts.unconfirmed.saturating_add(1);
             return;
         }
         self.highest = self.highest.max(last_seq);
@@ -961,6 +978,25 @@ mod tests {
     }
 
     #[test]
+    fn one_frame_far_ahead_is_not_believed() {
+        let mut r = ReliableReceiver::new(&config(8));
+        let mut s = Sink::default();
+        r.start(0);
+        r.on_data(1, Kind::Data, &1u64.to_le_bytes(), 0, &mut s);
+        // A data frame and a heartbeat 2^40 ahead: neither moves the stream.
+        let far = 1u64 << 40;
+        r.on_data(far, Kind::Data, &far.to_le_bytes(), 0, &mut s);
+        r.on_heartbeat(far + crate::MAX_JUMP + 1, 0);
+        for seq in 2..=5u64 {
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), MS, &mut s);
+        }
+        assert_eq!(s.got, [1, 2, 3, 4, 5]);
+        assert!(s.lost.is_empty());
+        assert!(naks(&mut r, 10 * MS, &mut s).is_empty(), "no gap believed");
+        assert_eq!(r.counts().unconfirmed, 2);
+    }
+
+    #[test]
     fn gaps_are_nakked_coalesced_and_rate_limited() {
         let mut r = ReliableReceiver::new(&config(16));
         let mut s = Sink::default();
@@ -1009,6 +1045,10 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         r.on_data(2, Kind::Data, &2u64.to_le_bytes(), 0, &mut s);
+        // One frame that far ahead is not believed; a second one near it confirms the jump.
+        let claim = MAX_SEQ - 1;
+        r.on_data(claim, Kind::Data, &claim.to_le_bytes(), 0, &mut s);
+        assert!(s.got.is_empty());
         r.on_data(MAX_SEQ, Kind::Data, &MAX_SEQ.to_le_bytes(), 0, &mut s);
         assert_eq!(s.got, [2]);
         assert_eq!(s.lost, [(1, 1), (3, MAX_SEQ - 4)]);
@@ -1160,14 +1200,32 @@ mod tests {
         e.on_nak(&nak(1, 8), src, 1_000 * MS, &mut budgets, &mut out);
         assert_eq!(out.seqs().len(), 3);
         // Another host has its own budget.
-        e.on_nak(&nak(1, 8), addr("127.0.0.2:1"), 1_000 * MS, &mut budgets, &mut out);
+        e.on_nak(
+            &nak(1, 8),
+            addr("127.0.0.2:1"),
+            1_000 * MS,
+            &mut budgets,
+            &mut out,
+        );
         assert_eq!(out.seqs().len(), 3);
         // Another port of a known host, or another topic, does not: the host's budget is spent.
-        e.on_nak(&nak(1, 8), addr("127.0.0.1:2"), 1_000 * MS, &mut budgets, &mut out);
+        e.on_nak(
+            &nak(1, 8),
+            addr("127.0.0.1:2"),
+            1_000 * MS,
+            &mut budgets,
+            &mut out,
+        );
         assert!(out.seqs().is_empty());
         let mut other = ReliableExport::new(3, 2, 9, 2, &cfg);
         other.record(1, &[0; 30]);
-        other.on_nak(&nak(1, 1), addr("127.0.0.1:3"), 1_000 * MS, &mut budgets, &mut out);
+        other.on_nak(
+            &nak(1, 1),
+            addr("127.0.0.1:3"),
+            1_000 * MS,
+            &mut budgets,
+            &mut out,
+        );
         assert!(out.seqs().is_empty());
     }
 

@@ -43,7 +43,11 @@ fn sub_addr() -> SocketAddr {
 #[derive(Clone, Debug)]
 enum Forged {
     ToSubscriber(Control, Token),
-    DataToSubscriber { session: u64, seq: u64, token: Token },
+    DataToSubscriber {
+        session: u64,
+        seq: u64,
+        token: Token,
+    },
     ToPublisher(Control, SocketAddr),
 }
 
@@ -136,17 +140,25 @@ fn control() -> impl Strategy<Value = Control> {
                 cookie
             }
         ),
-        (topic(), session(), seq(), any::<u64>(), any_cookie(), any::<u64>()).prop_map(
-            |(topic_id, session, last_seq, nonce, cookie, token)| Control::SubscribeAck {
-                topic_id,
-                fingerprint: FP,
-                session,
-                last_seq,
-                nonce,
-                cookie,
-                token
-            }
-        ),
+        (
+            topic(),
+            session(),
+            seq(),
+            any::<u64>(),
+            any_cookie(),
+            any::<u64>()
+        )
+            .prop_map(|(topic_id, session, last_seq, nonce, cookie, token)| {
+                Control::SubscribeAck {
+                    topic_id,
+                    fingerprint: FP,
+                    session,
+                    last_seq,
+                    nonce,
+                    cookie,
+                    token,
+                }
+            }),
         (topic(), session(), any::<u64>(), reason).prop_map(
             |(topic_id, session, nonce, reason)| {
                 Control::Refuse(Refusal {
@@ -265,9 +277,10 @@ impl World {
         };
         for _ in 0..2 {
             world.replies.clear(attacker_addr());
-            let _ = world
-                .publisher
-                .on_control(&request, attacker_addr(), 0, |_| 0, &mut world.replies);
+            let _ =
+                world
+                    .publisher
+                    .on_control(&request, attacker_addr(), 0, |_| 0, &mut world.replies);
             match world.replies.frames().first() {
                 Some(&Control::CookieChallenge { cookie, .. }) => {
                     if let Control::Subscribe { cookie: c, .. } = &mut request {
@@ -324,7 +337,9 @@ impl World {
     fn deliver_to_subscriber(&mut self, control: &Control, token: Option<u64>, now: u64) {
         let mut replies = Replies::with_capacity(4);
         replies.clear(pub_addr());
-        let _ = self.subscriber.on_control(control, token, now, &mut replies);
+        let _ = self
+            .subscriber
+            .on_control(control, token, now, &mut replies);
         for answer in replies.frames().to_vec() {
             self.deliver_to_publisher(&answer, sub_addr(), now);
         }

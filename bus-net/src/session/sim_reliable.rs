@@ -311,8 +311,13 @@ impl World {
                     if self.publisher.admit_nak(&nak, src, now).is_err() {
                         continue;
                     }
-                    self.export
-                        .on_nak(&nak, src, now, self.publisher.budgets_mut(), &mut self.retransmit);
+                    self.export.on_nak(
+                        &nak,
+                        src,
+                        now,
+                        self.publisher.budgets_mut(),
+                        &mut self.retransmit,
+                    );
                     let mut buf = vec![0u8; MAX];
                     let mut enc = BatchEncoder::new(&mut buf);
                     if let Some(u) = self.retransmit.unavailable() {
@@ -399,7 +404,9 @@ impl World {
                     };
                     let mut replies = Replies::with_capacity(4);
                     replies.clear(pub_addr());
-                    let event = self.subscriber.on_control(&control, None, now, &mut replies);
+                    let event = self
+                        .subscriber
+                        .on_control(&control, None, now, &mut replies);
                     match (control, event) {
                         (
                             Control::SubscribeAck { last_seq, .. },
@@ -414,7 +421,9 @@ impl World {
                                 session, last_seq, ..
                             },
                             Ok(_),
-                        ) if self.subscriber.follows_reliable(FP, session, None, now) == Ok(true) => {
+                        ) if self.subscriber.follows_reliable(FP, session, None, now)
+                            == Ok(true) =>
+                        {
                             self.receiver.on_heartbeat(last_seq, now);
                         }
                         _ => {}

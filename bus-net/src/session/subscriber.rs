@@ -682,7 +682,10 @@ mod tests {
             s.state(),
             ImportState::Established { session: PUB, .. }
         ));
-        assert_eq!(s.on_data(&data(PUB, 1), Some(TOK), 4 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 4 * MS),
+            Ok(Verdict::Deliver)
+        );
     }
 
     /// Issue 15: under duplication and reordering, a duplicated challenge, or one that arrives
@@ -694,12 +697,18 @@ mod tests {
         let mut r = replies();
         let first = s.poll(0).unwrap();
         let chal = challenge(nonce_of(&first));
-        assert_eq!(s.on_control(&chal, Some(TOK), MS, &mut r), Ok(SubscriberEvent::None));
+        assert_eq!(
+            s.on_control(&chal, Some(TOK), MS, &mut r),
+            Ok(SubscriberEvent::None)
+        );
         assert_eq!(r.frames().len(), 1);
         let second = r.frames()[0];
         // The network duplicates the challenge: not answered twice, not invalid.
         r.clear("127.0.0.1:7000".parse().unwrap());
-        assert_eq!(s.on_control(&chal, Some(TOK), MS, &mut r), Ok(SubscriberEvent::None));
+        assert_eq!(
+            s.on_control(&chal, Some(TOK), MS, &mut r),
+            Ok(SubscriberEvent::None)
+        );
         assert!(r.is_empty());
         assert_eq!(s.counts().control_duplicates, 1);
         // The ack arrives; then a late duplicate of the ack and a late challenge.
@@ -730,9 +739,15 @@ mod tests {
     #[test]
     fn unknown_sessions_never_switch_and_trigger_a_resubscribe() {
         let mut s = established();
-        assert_eq!(s.on_data(&data(PUB, 1), Some(TOK), 3 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
+            Ok(Verdict::Deliver)
+        );
         // Forged data and heartbeat of another session: dropped, counted, resubscribe due.
-        assert_eq!(s.on_data(&data(0xbad, 1_000), Some(TOK), 4 * MS), Ok(Verdict::Stale));
+        assert_eq!(
+            s.on_data(&data(0xbad, 1_000), Some(TOK), 4 * MS),
+            Ok(Verdict::Stale)
+        );
         let hb = Control::Heartbeat {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -740,12 +755,16 @@ mod tests {
             last_seq: u64::MAX,
             timestamp_ns: 0,
         };
-        s.on_control(&hb, Some(TOK), 5 * MS, &mut replies()).unwrap();
+        s.on_control(&hb, Some(TOK), 5 * MS, &mut replies())
+            .unwrap();
         assert_eq!(s.counts().unknown_session, 2);
         assert_eq!(s.counts().resubscribes, 1, "one per gap");
         assert!(s.poll(5 * MS).is_some(), "resubscribe due at once");
         // The real stream goes on untouched: no loss counted, no session change.
-        assert_eq!(s.on_data(&data(PUB, 2), Some(TOK), 6 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 2), Some(TOK), 6 * MS),
+            Ok(Verdict::Deliver)
+        );
         assert_eq!(s.loss().lost, 0);
         assert_eq!(s.loss().session_changes, 0);
     }
@@ -758,7 +777,9 @@ mod tests {
             "renewal due a period after the last request"
         );
         let renewal = s.poll(1001 * MS).unwrap();
-        let ev = s.on_control(&ack(nonce_of(&renewal), 0xbeef, 5), Some(TOK),
+        let ev = s.on_control(
+            &ack(nonce_of(&renewal), 0xbeef, 5),
+            Some(TOK),
             1001 * MS,
             &mut replies(),
         );
@@ -770,9 +791,15 @@ mod tests {
             })
         );
         // Late frames of the old session are stale, not a switch back.
-        assert_eq!(s.on_data(&data(PUB, 9), Some(TOK), 1002 * MS), Ok(Verdict::Stale));
+        assert_eq!(
+            s.on_data(&data(PUB, 9), Some(TOK), 1002 * MS),
+            Ok(Verdict::Stale)
+        );
         assert_eq!(s.counts().unknown_session, 0);
-        assert_eq!(s.on_data(&data(0xbeef, 6), Some(TOK), 1003 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(0xbeef, 6), Some(TOK), 1003 * MS),
+            Ok(Verdict::Deliver)
+        );
     }
 
     #[test]
@@ -780,18 +807,27 @@ mod tests {
         let mut s = session();
         let mut r = replies();
         let a = s.poll(0).unwrap();
-        let ev = s.on_control(&refuse(nonce_of(&a), RefuseReason::TableFull), Some(TOK), MS, &mut r);
+        let ev = s.on_control(
+            &refuse(nonce_of(&a), RefuseReason::TableFull),
+            Some(TOK),
+            MS,
+            &mut r,
+        );
         assert!(matches!(ev, Ok(SubscriberEvent::Retrying(_))));
         assert!(s.poll(1000 * MS).is_none(), "waits out the backoff");
         let b = s.poll(1001 * MS).unwrap();
-        s.on_control(&refuse(nonce_of(&b), RefuseReason::TopicFull), Some(TOK),
+        s.on_control(
+            &refuse(nonce_of(&b), RefuseReason::TopicFull),
+            Some(TOK),
             1002 * MS,
             &mut r,
         )
         .unwrap();
         assert!(s.poll(2500 * MS).is_none(), "backoff doubled");
         let c = s.poll(3002 * MS).unwrap();
-        let ev = s.on_control(&refuse(nonce_of(&c), RefuseReason::FingerprintMismatch), Some(TOK),
+        let ev = s.on_control(
+            &refuse(nonce_of(&c), RefuseReason::FingerprintMismatch),
+            Some(TOK),
             3003 * MS,
             &mut r,
         );
@@ -844,7 +880,10 @@ mod tests {
     fn downstream_frames_without_the_subscription_token_change_nothing() {
         let mut s = established();
         let mut r = replies();
-        assert_eq!(s.on_data(&data(PUB, 1), Some(TOK), 3 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
+            Ok(Verdict::Deliver)
+        );
         // Someone who knows the session but not the token: a far-ahead data frame and
         // heartbeat, with no token or a guessed one, are dropped without effect.
         for token in [None, Some(TOK ^ 1), Some(0)] {
@@ -870,7 +909,10 @@ mod tests {
             );
         }
         assert_eq!(s.counts().resubscribes, 0);
-        assert_eq!(s.on_data(&data(PUB, 2), Some(TOK), 5 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 2), Some(TOK), 5 * MS),
+            Ok(Verdict::Deliver)
+        );
         assert_eq!(s.loss().lost, 0);
         // With a pre-shared key the MAC authenticates instead: no token needed.
         let keyed = session().without_token();
