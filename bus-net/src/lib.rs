@@ -125,6 +125,17 @@
 //!
 //! Modules are private and their public types are re-exported here (the house style); the
 //! bridge, in this crate, reaches the same items through `crate::protocol` and `crate::io`.
+//!
+//! **One crate, not two (for now).** quinn splits its protocol (`quinn-proto`) from its
+//! sockets (`quinn`); llbus-net keeps both in one crate, with the split drawn by modules:
+//! `protocol` and `session` never touch a socket or a clock and are public (the CLI's tap uses
+//! them), `io` and `bridge` own sockets and threads. The crates would split along that line
+//! once one sans-IO endpoint owns everything the bridge actor still routes between the session
+//! machines (layer 5 of the project's architecture); until then a second crate would only
+//! move the same routing across a crate boundary. Every protocol decision already lives in a
+//! session machine (`PublisherSession`, `SubscriberSession`, `ReliableExport`,
+//! `ReliableReceiver`, `HostBudgets`) and every datagram leaves through one egress
+//! (`bridge/egress.rs`).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 

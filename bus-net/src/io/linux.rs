@@ -361,40 +361,29 @@ where
                 1
             };
         }
-        if count == 1 && suffixed {
-            // NB: one datagram with a suffix: `sendmsg` gathers the two parts (one system
+        if count == 1 {
+            // NB: one datagram (the usual case of a round trip): `sendto`, with no message
+            // header or iovec array for the kernel to copy in (the "where the round trip
+            // goes" breakdown); with a suffix, `sendmsg` gathers the two parts (one system
             // call, no copy), as `sendmmsg` does for several.
-            if let Some(hdr) = state.hdrs.first() {
-                stats.send_calls = stats.send_calls.saturating_add(1);
-                let result = retry_interrupted(|| {
+            let (Some(hdr), Some(iov), Some(name)) =
+                (state.hdrs.first(), state.iovs.first(), state.names.first())
+            else {
+                continue;
+            };
+            stats.send_calls = stats.send_calls.saturating_add(1);
+            let result = retry_interrupted(|| {
+                let rc = if suffixed {
                     // SAFETY: `hdr` was initialised above: it names two iovecs, over a
                     // payload borrowed for `'a` and over this batch's suffix slot, and a
                     // destination of its true length in `state.names`, none modified until
                     // the next fill. The kernel only reads them. `MSG_DONTWAIT`: never block.
-                    let rc = unsafe { libc::sendmsg(fd, &hdr.msg_hdr, libc::MSG_DONTWAIT) };
-                    usize::try_from(rc).map_err(|_| io::Error::last_os_error())
-                });
-                match result {
-                    Ok(_) => {
-                        stats.sent = stats.sent.saturating_add(1);
-                        sent += 1;
-                    }
-                    Err(e) => count_send_error(stats, e, 1)?,
-                }
-            }
-            continue;
-        }
-        if count == 1 {
-            // NB: one datagram (the usual case of a round trip): `sendto`, with no message
-            // header or iovec array for the kernel to copy in (the "where the round trip
-            // goes" breakdown).
-            if let (Some(iov), Some(name)) = (state.iovs.first(), state.names.first()) {
-                stats.send_calls = stats.send_calls.saturating_add(1);
-                let result = retry_interrupted(|| {
-                    // SAFETY: `iov` describes a payload borrowed for `'a` (alive for this whole
-                    // function) and `name` a destination of its true length; the kernel only
-                    // reads them. `MSG_DONTWAIT`: never block.
-                    let rc = unsafe {
+                    unsafe { libc::sendmsg(fd, &hdr.msg_hdr, libc::MSG_DONTWAIT) }
+                } else {
+                    // SAFETY: `iov` describes a payload borrowed for `'a` (alive for this
+                    // whole function) and `name` a destination of its true length; the kernel
+                    // only reads them. `MSG_DONTWAIT`: never block.
+                    unsafe {
                         libc::sendto(
                             fd,
                             iov.iov_base.cast_const(),
@@ -403,16 +392,16 @@ where
                             name.as_ptr(),
                             name.len(),
                         )
-                    };
-                    usize::try_from(rc).map_err(|_| io::Error::last_os_error())
-                });
-                match result {
-                    Ok(_) => {
-                        stats.sent = stats.sent.saturating_add(1);
-                        sent += 1;
                     }
-                    Err(e) => count_send_error(stats, e, 1)?,
+                };
+                usize::try_from(rc).map_err(|_| io::Error::last_os_error())
+            });
+            match result {
+                Ok(_) => {
+                    stats.sent = stats.sent.saturating_add(1);
+                    sent += 1;
                 }
+                Err(e) => count_send_error(stats, e, 1)?,
             }
             continue;
         }

@@ -240,21 +240,8 @@ impl HostBudgets {
                     tokens: burst,
                     last_ns: now_ns,
                 };
-                if self.entries.len() < self.entries.capacity() {
-                    self.entries.push(fresh);
-                    self.entries.len() - 1
-                } else {
-                    let i = self
-                        .entries
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, b)| b.last_ns)
-                        .map_or(0, |(i, _)| i);
-                    if let Some(slot) = self.entries.get_mut(i) {
-                        *slot = fresh;
-                    }
-                    i
-                }
+                // The host heard from longest ago makes room.
+                push_evicting(&mut self.entries, fresh, |b| b.last_ns)
             }
         };
         let len = self.entries.len();
@@ -282,6 +269,24 @@ impl HostBudgets {
             false
         }
     }
+}
+
+/// Pushes `item` onto `v` without growing it past its capacity: when full, the entry of
+/// lowest `rank` makes room first. Returns where `item` is. Allocates nothing once `v` has its
+/// capacity.
+fn push_evicting<T>(v: &mut Vec<T>, item: T, rank: impl Fn(&T) -> u64) -> usize {
+    if v.len() == v.capacity() {
+        if let Some(i) = v
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| rank(e))
+            .map(|(i, _)| i)
+        {
+            v.swap_remove(i);
+        }
+    }
+    v.push(item);
+    v.len() - 1
 }
 
 /// What one NAK frame earned: the messages to retransmit from history (in order) and, for the
@@ -429,19 +434,8 @@ impl ReliableExport {
                 true
             }
             None => {
-                if self.joined.len() == self.joined.capacity() {
-                    // The host that joined longest ago makes room.
-                    if let Some(i) = self
-                        .joined
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, (_, t))| *t)
-                        .map(|(i, _)| i)
-                    {
-                        self.joined.swap_remove(i);
-                    }
-                }
-                self.joined.push((host, now_ns));
+                // The host that joined longest ago makes room.
+                push_evicting(&mut self.joined, (host, now_ns), |&(_, t)| t);
                 true
             }
         }
@@ -481,19 +475,8 @@ impl ReliableExport {
             *n = n.saturating_add(gone);
             return;
         }
-        if self.missed.len() == self.missed.capacity() {
-            // The smallest count makes room: the subscribers that miss the most stay named.
-            if let Some(i) = self
-                .missed
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, (_, n))| *n)
-                .map(|(i, _)| i)
-            {
-                self.missed.swap_remove(i);
-            }
-        }
-        self.missed.push((addr, gone));
+        // The smallest count makes room: the subscribers that miss the most stay named.
+        push_evicting(&mut self.missed, (addr, gone), |&(_, n)| n);
     }
 
     /// Plans the answer to `nak` from `src`, which [`admit_nak`] accepted: into `out`, the
