@@ -218,7 +218,8 @@ pub struct BridgeActor {
     buf: Vec<u8>,
     /// Control frames being built (answers, renewals, heartbeats): one datagram.
     control_buf: Vec<u8>,
-    /// Where a datagram is copied to be sealed, when a pre-shared key is set.
+    /// Where a datagram is copied to be sealed (with a pre-shared key) or put together with
+    /// its subscription token (without).
     seal_buf: Vec<u8>,
     mac: Option<FrameMac>,
     /// The replay windows of the senders whose sealed datagrams arrive.
@@ -1053,7 +1054,8 @@ impl BridgeActor {
             subscribers: self.publisher.subscribers(),
             session: self.session,
             metrics: &self.metrics,
-            seal: self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
+            mac: self.mac.as_ref(),
+            scratch: &mut self.seal_buf,
             failed: &mut self.failed,
             max_message: self.config.reassembly.max_message,
         };

@@ -72,7 +72,7 @@ pub struct DirectSender<T> {
     endpoint: UdpEndpoint,
     batch: SendBatch,
     buf: Vec<u8>,
-    /// Where a datagram is sealed, with a pre-shared key.
+    /// Where a datagram is sealed (with a pre-shared key) or put together with its token.
     seal_buf: Vec<u8>,
     session: u64,
     seq: u64,
@@ -107,7 +107,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             endpoint,
             batch: SendBatch::new(batch),
             buf: vec![0; max_datagram],
-            seal_buf: vec![0; if mac.is_some() { max_datagram } else { 0 }],
+            seal_buf: vec![0; max_datagram],
             session,
             seq: 0,
             shared: Arc::clone(&shared),

@@ -6,9 +6,10 @@
 //! - with a pre-shared key, the frames are sealed once (a copy in the sealing buffer gets the
 //!   MAC trailer) and the same sealed bytes go to every destination;
 //! - without one, a datagram of downstream frames (marked `Flags::TOKEN` by their encoder) is
-//!   followed by the subscription token of each destination: the kernel gathers the shared
-//!   frames and the 8-byte token (two iovecs), so the payload is written once whatever the
-//!   fan-out;
+//!   followed by the subscription token of each destination: for several destinations the
+//!   kernel gathers the shared frames and each 8-byte token (two iovecs), so the payload is
+//!   written once whatever the fan-out; for one, frames and token are put together in the
+//!   scratch buffer and sent as one piece.
 //! - handshake frames and requests go as they are.
 
 use std::net::SocketAddr;
@@ -25,8 +26,9 @@ const _: () = assert!(
 pub(crate) enum Protect<'a> {
     /// As it is: handshake frames, requests, the compat format.
     Plain,
-    /// Each destination's subscription token after the frames (downstream frames, no key).
-    Token,
+    /// Each destination's subscription token after the frames (downstream frames, no key),
+    /// using the buffer to put frames and token together for a lone destination.
+    Token(&'a mut [u8]),
     /// Sealed with the pre-shared key (if the key's policy covers these frames), using the
     /// buffer as room for the sealed copy.
     Seal(&'a FrameMac, &'a mut [u8]),
@@ -38,7 +40,7 @@ impl<'a> Protect<'a> {
     pub(crate) fn of(mac: Option<&'a FrameMac>, scratch: &'a mut [u8], downstream: bool) -> Self {
         match mac {
             Some(mac) => Protect::Seal(mac, scratch),
-            None if downstream => Protect::Token,
+            None if downstream => Protect::Token(scratch),
             None => Protect::Plain,
         }
     }
@@ -68,7 +70,7 @@ pub(crate) fn send_frames(
 ) -> std::io::Result<Sent> {
     let (bytes, token) = match protect {
         Protect::Plain => (frames, false),
-        Protect::Token => (frames, true),
+        Protect::Token(buf) => return send_tokened(endpoint, batch, frames, buf, dests),
         Protect::Seal(mac, buf) if mac.must_seal(frames) && buf.len() >= frames.len() => {
             let (head, _) = buf.split_at_mut(frames.len());
             head.copy_from_slice(frames);
@@ -84,6 +86,47 @@ pub(crate) fn send_frames(
     let datagrams = endpoint.send_batch_suffixed(
         batch,
         dests.map(|(addr, t)| (bytes, token.then(|| t.to_le_bytes()), addr)),
+    )?;
+    Ok(Sent {
+        datagrams,
+        bytes: datagrams * each,
+    })
+}
+
+/// [`send_frames`] for downstream frames without a key: `frames` then each destination's
+/// token.
+fn send_tokened(
+    endpoint: &mut UdpEndpoint,
+    batch: &mut SendBatch,
+    frames: &[u8],
+    scratch: &mut [u8],
+    dests: impl Iterator<Item = (SocketAddr, u64)>,
+) -> std::io::Result<Sent> {
+    let each = frames.len() + TOKEN_LEN;
+    let mut dests = dests.peekable();
+    let Some((addr, token)) = dests.next() else {
+        return Ok(Sent::default());
+    };
+    // NB: one destination (the round trip's case) goes as one contiguous piece by `sendto`:
+    // copying the frames here is cheaper than the message header and two iovecs `sendmsg`
+    // makes the kernel copy in (the `udp` suite's round trip, `llbus` against `llbus-mac`).
+    if dests.peek().is_none() {
+        if let Some(whole) = scratch.get_mut(..each) {
+            let (head, tail) = whole.split_at_mut(frames.len());
+            head.copy_from_slice(frames);
+            tail.copy_from_slice(&token.to_le_bytes());
+            let datagrams = endpoint.send_batch(batch, [(&*whole, addr)])?;
+            return Ok(Sent {
+                datagrams,
+                bytes: datagrams * each,
+            });
+        }
+    }
+    let datagrams = endpoint.send_batch_suffixed(
+        batch,
+        std::iter::once((addr, token))
+            .chain(dests)
+            .map(|(a, t)| (frames, Some(t.to_le_bytes()), a)),
     )?;
     Ok(Sent {
         datagrams,

@@ -24,8 +24,11 @@ pub(crate) struct SendSide<'a> {
     pub(crate) subscribers: &'a SubscriberTable<SocketAddr>,
     pub(crate) session: u64,
     pub(crate) metrics: &'a NetMetrics,
-    /// With a pre-shared key: the MAC and a buffer to seal a copy of each datagram in.
-    pub(crate) seal: Option<(&'a FrameMac, &'a mut [u8])>,
+    /// The pre-shared key's MAC, if any.
+    pub(crate) mac: Option<&'a FrameMac>,
+    /// A buffer of one datagram, where a copy is sealed (with a key) or put together with its
+    /// token (without).
+    pub(crate) scratch: &'a mut [u8],
     /// Set when the socket fails for good (the bridge reports it and stops using the socket).
     pub(crate) failed: &'a mut Option<std::io::Error>,
     /// The largest message sent, in payload bytes (`ReassemblyConfig::max_message`).
@@ -35,16 +38,12 @@ pub(crate) struct SendSide<'a> {
 impl SendSide<'_> {
     /// Sends `enc`'s datagram to the subscribers of `topic` and empties it.
     fn flush(&mut self, enc: &mut BatchEncoder<'_>, topic: u64) {
-        let protect = match self.seal.as_mut() {
-            Some((mac, buf)) => Protect::Seal(mac, buf),
-            None => Protect::Token,
-        };
         fan_out(
             enc.as_bytes(),
             self.subscribers.destinations(topic),
             self.endpoint,
             self.batch,
-            protect,
+            Protect::of(self.mac, self.scratch, true),
             self.metrics,
             self.failed,
         );
@@ -171,8 +170,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
         let subscribed = out.subscribers.subscribers(T::TOPIC_ID).next().is_some()
             || self.reliable.as_ref().is_some_and(|r| r.late_join() > 0);
         // The encoder borrows the datagram buffer; `out` keeps the rest, to send with.
-        let mut enc =
-            BatchEncoder::new(std::mem::take(&mut out.buf)).with_token(out.seal.is_none());
+        let mut enc = BatchEncoder::new(std::mem::take(&mut out.buf)).with_token(out.mac.is_none());
         // Read once per pump, and only if there is something to stamp.
         let mut timestamp_ns = None;
         let (seq, logged, reliable, large) = (
