@@ -700,7 +700,8 @@ fn allowed_host_nak_flood_from_every_port_stays_within_one_host_budget() {
     // of slack for the answer in flight when the bucket emptied.
     let bound = BUDGET / 16 + (BUDGET as f64 * elapsed) as u64 + 1472;
     println!(
-        "{naks} NAK frames from 4 ports in {elapsed:.2} s drew {received} bytes of          retransmissions (bound for one host {bound})"
+        "{naks} NAK frames from 4 ports in {elapsed:.2} s drew {received} bytes of \
+         retransmissions (bound for one host {bound})"
     );
     assert!(
         received > 0,
