@@ -23,8 +23,10 @@
 //! - Without a pre-shared key, every data frame, heartbeat and `Unavailable` must end its
 //!   datagram with the subscription token of the `SubscribeAck` that established or renewed
 //!   the session (else [`DropReason::BadToken`], with no other effect: a host that was not
-//!   sent that acknowledgement cannot inject, nor trigger a resubscribe). With a key, the MAC
-//!   does that and no token is used ([`SubscriberSession::without_token`]).
+//!   sent that acknowledgement cannot inject, nor trigger a resubscribe once the import has its
+//!   token; before, such frames make the next request due at once, as an unknown session's
+//!   do, since they mean our acknowledgement was lost). With a key, the MAC does that and no
+//!   token is used ([`SubscriberSession::without_token`]).
 //! - A refusal of an unknown topic or a fingerprint mismatch is final; a full table or topic is
 //!   retried with exponential backoff (from the renewal period up to [`MAX_BACKOFF_NS`]).
 
@@ -406,7 +408,7 @@ impl SubscriberSession {
                 ..
             } => {
                 self.check_topic(topic_id)?;
-                self.check_token(token)?;
+                self.bound(token, now_ns)?;
                 if self.follows(session, now_ns) {
                     self.tracker.observe_last_seq(session, last_seq);
                 }
@@ -459,8 +461,15 @@ impl SubscriberSession {
             return false;
         }
         self.counts.unknown_session = self.counts.unknown_session.saturating_add(1);
+        self.resubscribe_soon(now_ns);
+        false
+    }
+
+    /// Makes the next `Subscribe` due now (at most once per [`RESUBSCRIBE_GAP_NS`]), unless
+    /// the import was refused for good.
+    fn resubscribe_soon(&mut self, now_ns: u64) {
         if matches!(self.state, ImportState::Refused(_)) {
-            return false;
+            return;
         }
         let due = self
             .last_resubscribe_ns
@@ -470,7 +479,19 @@ impl SubscriberSession {
             self.next_request_ns = now_ns;
             self.counts.resubscribes = self.counts.resubscribes.saturating_add(1);
         }
-        false
+    }
+
+    /// [`SubscriberSession::check_token`] for a frame that arrived at `now_ns`. Downstream
+    /// frames before any token is known mean the publisher admitted us and its answer was
+    /// lost or is late: the next `Subscribe` is made due at once (bounded as for an unknown
+    /// session) instead of a renewal period later. Once a token is known, a frame without it
+    /// changes nothing at all.
+    fn bound(&mut self, token: Option<u64>, now_ns: u64) -> Result<(), DropReason> {
+        let checked = self.check_token(token);
+        if checked.is_err() && self.token.is_none() {
+            self.resubscribe_soon(now_ns);
+        }
+        checked
     }
 
     /// Reliable imports: whether a data frame, heartbeat or `Unavailable` of publisher session
@@ -492,7 +513,7 @@ impl SubscriberSession {
         if fingerprint != self.fingerprint {
             return Err(DropReason::FingerprintMismatch);
         }
-        self.check_token(token)?;
+        self.bound(token, now_ns)?;
         Ok(self.follows(session, now_ns))
     }
 
@@ -512,7 +533,7 @@ impl SubscriberSession {
         if header.fingerprint != self.fingerprint {
             return Err(DropReason::FingerprintMismatch);
         }
-        self.check_token(token)?;
+        self.bound(token, now_ns)?;
         if !self.follows(header.session, now_ns) {
             return Ok(Verdict::Stale);
         }
@@ -917,5 +938,25 @@ mod tests {
         // With a pre-shared key the MAC authenticates instead: no token needed.
         let keyed = session().without_token();
         assert_eq!(keyed.check_token(None), Ok(()));
+    }
+
+    #[test]
+    fn tokened_data_before_the_acknowledgement_makes_the_next_request_due() {
+        let mut s = session();
+        let first = s.poll(0).unwrap();
+        let mut r = replies();
+        s.on_control(&challenge(nonce_of(&first)), Some(TOK), MS, &mut r)
+            .unwrap();
+        // The acknowledgement is lost; the publisher's data arrives with a token we lack.
+        assert!(
+            s.poll(2 * MS).is_none(),
+            "the next renewal is a period away"
+        );
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
+            Err(DropReason::BadToken)
+        );
+        assert!(s.poll(3 * MS).is_some(), "asked again at once");
+        assert_eq!(s.counts().resubscribes, 1);
     }
 }
