@@ -408,8 +408,7 @@ impl SubscriberSession {
                 ..
             } => {
                 self.check_topic(topic_id)?;
-                self.bound(token, now_ns)?;
-                if self.follows(session, now_ns) {
+                if self.bound(token, now_ns)? && self.follows(session, now_ns) {
                     self.tracker.observe_last_seq(session, last_seq);
                 }
                 Ok(SubscriberEvent::None)
@@ -481,17 +480,23 @@ impl SubscriberSession {
         }
     }
 
-    /// [`SubscriberSession::check_token`] for a frame that arrived at `now_ns`. Downstream
-    /// frames before any token is known mean the publisher admitted us and its answer was
-    /// lost or is late: the next `Subscribe` is made due at once (bounded as for an unknown
-    /// session) instead of a renewal period later. Once a token is known, a frame without it
-    /// changes nothing at all.
-    fn bound(&mut self, token: Option<u64>, now_ns: u64) -> Result<(), DropReason> {
-        let checked = self.check_token(token);
-        if checked.is_err() && self.token.is_none() {
-            self.resubscribe_soon(now_ns);
+    /// [`SubscriberSession::check_token`] for a frame that arrived at `now_ns`: `Ok(true)` for
+    /// a frame of this subscription. Downstream frames before any token is known mean the
+    /// publisher admitted us and its answer was lost or is late: like frames of a session no
+    /// acknowledgement established, they are counted (`unknown_session`), not delivered
+    /// (`Ok(false)`), and make the next `Subscribe` due at once (bounded) instead of a renewal
+    /// period later. Once a token is known, a frame without it is `Err(BadToken)` and changes
+    /// nothing at all.
+    fn bound(&mut self, token: Option<u64>, now_ns: u64) -> Result<bool, DropReason> {
+        match self.check_token(token) {
+            Ok(()) => Ok(true),
+            Err(_) if self.token.is_none() => {
+                self.counts.unknown_session = self.counts.unknown_session.saturating_add(1);
+                self.resubscribe_soon(now_ns);
+                Ok(false)
+            }
+            Err(reason) => Err(reason),
         }
-        checked
     }
 
     /// Reliable imports: whether a data frame, heartbeat or `Unavailable` of publisher session
@@ -513,8 +518,7 @@ impl SubscriberSession {
         if fingerprint != self.fingerprint {
             return Err(DropReason::FingerprintMismatch);
         }
-        self.bound(token, now_ns)?;
-        Ok(self.follows(session, now_ns))
+        Ok(self.bound(token, now_ns)? && self.follows(session, now_ns))
     }
 
     /// Checks a data frame's header, in a datagram that ended with `token`: whether to decode
@@ -533,8 +537,7 @@ impl SubscriberSession {
         if header.fingerprint != self.fingerprint {
             return Err(DropReason::FingerprintMismatch);
         }
-        self.bound(token, now_ns)?;
-        if !self.follows(header.session, now_ns) {
+        if !self.bound(token, now_ns)? || !self.follows(header.session, now_ns) {
             return Ok(Verdict::Stale);
         }
         Ok(self.tracker.observe(header.session, header.seq))
@@ -952,11 +955,13 @@ mod tests {
             s.poll(2 * MS).is_none(),
             "the next renewal is a period away"
         );
+        // Not an attack (nothing was established to attack): counted, not a drop.
         assert_eq!(
             s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
-            Err(DropReason::BadToken)
+            Ok(Verdict::Stale)
         );
         assert!(s.poll(3 * MS).is_some(), "asked again at once");
         assert_eq!(s.counts().resubscribes, 1);
+        assert_eq!(s.counts().unknown_session, 1);
     }
 }
