@@ -293,8 +293,8 @@ impl UdpEndpoint {
         )
     }
 
-    /// [`UdpEndpoint::send_batch`] where each datagram may end with a
-    /// [`SUFFIX_LEN`](super::batch::SUFFIX_LEN)-byte suffix of its own (a subscription token):
+    /// [`UdpEndpoint::send_batch`] where each datagram may end with an 8-byte suffix of its
+    /// own (a subscription token, [`TOKEN_LEN`](crate::TOKEN_LEN) bytes):
     /// `(bytes, suffix, destination)`. The kernel gathers the shared bytes and the suffix
     /// (two iovecs on Linux), so fan-out copies nothing per destination. Same counting and
     /// errors.
