@@ -29,7 +29,7 @@ use llbus::{Actor, ActorBuilder, Backpressure, Bus, Context, Idle, Message, Out,
 use llbus_net::{realtime_ns, Bridge, BridgeConfig};
 use serde::{Deserialize, Serialize};
 
-/// The counter in llbus's own format (ll-udp v1).
+/// The counter in llbus's own format (native).
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
 #[message(topic = "demo.counter")]
 struct Counter {
@@ -176,6 +176,18 @@ struct Args {
     /// four messages' fragments.
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     size: usize,
+    /// The most subscribers the topic serves [default: 64].
+    #[arg(long, value_name = "N")]
+    subscribers_per_topic: Option<usize>,
+    /// The most subscriber slots of the topic one host (IP address, any port) may hold
+    /// [default: 4].
+    #[arg(long, value_name = "N")]
+    subscribers_per_host: Option<usize>,
+    /// With --reliable: the bytes per second retransmitted to one subscriber host, all its
+    /// ports together, late-join bursts included [default: 64 MiB/s]; the burst is a
+    /// sixteenth of it.
+    #[arg(long, value_name = "BYTES_PER_S")]
+    retransmit_rate: Option<u64>,
     /// udp: through the network bridge; shm: through shared memory (llbus-ipc channel
     /// `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
@@ -210,7 +222,7 @@ fn metric(report: &llbus::Report, name: &str) -> u64 {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     if args.reliable && args.compat.is_some() {
-        eprintln!("publisher: error: --reliable needs the ll-udp format (not --compat)");
+        eprintln!("publisher: error: --reliable needs the native format (not --compat)");
         return std::process::ExitCode::from(2);
     }
     cli::report_errors("publisher", || run(&args))
@@ -241,8 +253,17 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     config.psk = args.psk;
     config.reliable = payload::reliable_config(Some(args.size));
+    if let Some(n) = args.subscribers_per_topic {
+        config.subscribers_per_topic = n;
+    }
+    if let Some(n) = args.subscribers_per_host {
+        config.subscribers_per_host = n;
+    }
+    if let Some(rate) = args.retransmit_rate {
+        config.reliable.retransmit_rate = (rate, rate / 16);
+    }
     let bridge = if compat {
-        // The v1 socket is unused in compat mode: bind it to any port of the same address.
+        // The native socket is unused in compat mode: bind it to any port of the same address.
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
             .export_compat::<Count>(args.bind)?
@@ -323,7 +344,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let (format, topic) = if compat {
         ("ll-udp-pubsub v0.1 (i64 counter)", Count::TOPIC)
     } else {
-        ("ll-udp v1", Counter::TOPIC)
+        ("native (wire version 3)", Counter::TOPIC)
     };
     let rate = match args.rate {
         0 => "as fast as possible".to_string(),
@@ -345,7 +366,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     loop {
         std::thread::sleep(Duration::from_millis(1));
         let now = Instant::now();
-        // Start once a subscriber is admitted (v1: it proved its address with a cookie, which
+        // Start once a subscriber is admitted (native: it proved its address with a cookie, which
         // takes a round trip or, if the challenge is lost, a renewal period); in compat mode,
         // which has no handshake, at its first Subscribe.
         let r = running.report();
@@ -392,7 +413,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} \
          send_dropped={} send_bad_destination={} bad_source={} bad_cookie={} rate_limited={} \
-         challenges={} socket_failed={} replayed={} bad_mac={}",
+         challenges={} socket_failed={} replayed={} bad_mac={} retransmitted={} refused={}",
         shared.published.load(Ordering::Relaxed),
         metric(&report, "messages_out"),
         metric(&report, "datagrams_out"),
@@ -407,6 +428,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         metric(&report, "socket_failed"),
         metric(&report, "drop.replayed"),
         metric(&report, "drop.bad_mac"),
+        metric(&report, "retransmitted"),
+        metric(&report, "refused"),
     );
     if let Some(shm) = &shm {
         println!("SHM moved={} dropped={}", shm.moved(), shm.dropped());

@@ -44,7 +44,7 @@ use llbus::{Actor, ActorBuilder, Bus, Context, Idle, Message};
 use llbus_net::{realtime_ns, Bridge, LatePolicy, LossCounts, SeqTracker, WINDOW};
 use serde::{Deserialize, Serialize};
 
-/// The counter in llbus's own format (ll-udp v1); must match the publisher's definition (the
+/// The counter in llbus's own format (native); must match the publisher's definition (the
 /// fingerprint check refuses the subscription otherwise).
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
 #[message(topic = "demo.counter")]
@@ -92,7 +92,7 @@ struct Sink<T> {
     size: Option<usize>,
     count: u64,
     /// Drop duplicate and stale copies. Only the compat format lets those through the bridge
-    /// (v1 imports drop them by sequence number), so only compat mode asks for it.
+    /// (native imports drop them by sequence number), so only compat mode asks for it.
     dedup: bool,
     received: u64,
     /// Counter values as sequence numbers (value + 1), one "session" per run of the publisher.
@@ -293,7 +293,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         bus.group(GROUP).idle(Idle::from(args.idle));
     }
     let bridge = if compat {
-        // The compat import has a socket of its own at `--bind`; the v1 socket is unused.
+        // The compat import has a socket of its own at `--bind`; the native socket is unused.
         Bridge::bind(SocketAddr::new(args.bind.ip(), 0))?
             .name("bridge")
             .import_compat::<Count>(args.bind, args.publisher)?
@@ -360,7 +360,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let format = if compat {
         "ll-udp-pubsub v0.1 (i64 counter)"
     } else {
-        "ll-udp v1"
+        "native (wire version 3)"
     };
     println!(
         "subscriber: {format} on {}, publisher {}, waiting for {} messages (timeout {:?})",
@@ -417,7 +417,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(PoisonError::into_inner)
         .take()
         .ok_or("the sink never stopped")?;
-    // v1 carries sequence numbers and sessions: the bridge's figures. Compat carries neither:
+    // The native format carries sequence numbers and sessions: the bridge's figures. Compat carries neither:
     // the sink's, from the counter values.
     let (lost, duplicates, reordered, stale, restarts) = if compat {
         let c = &summary.by_counter;
@@ -485,7 +485,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
          ring_dropped={ring_dropped} datagrams_in={} bad_source={} bad_nonce={} replayed={} \
          bad_mac={} unknown_session={} resubscribes={} control_duplicates={} control_stale={} \
          send_dropped={} errors={} unrecovered={unrecovered} out_of_order={} corrupt={} \
-         incomplete={} nak_sent={} \
+         incomplete={} nak_sent={} bad_token={} unconfirmed={} counter_lost={} \
          p50_us={} p99_us={} p999_us={} max_us={max_us}",
         summary.received,
         opt(summary.first),
@@ -505,6 +505,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         summary.corrupt,
         metric(&report, "drop.incomplete"),
         metric(&report, "nak_sent"),
+        metric(&report, "drop.bad_token"),
+        metric(&report, "unconfirmed"),
+        summary.by_counter.lost,
         us(0.50),
         us(0.99),
         us(0.999),

@@ -120,8 +120,9 @@ impl Proxy {
                     match parse_datagram(&buf[..n], buf.len()) {
                         Err(_) => out.push(buf[..n].to_vec()),
                         Ok(frames) => {
+                            let token = frames.token();
                             for frame in frames {
-                                let bytes = frame_bytes(&frame.header, frame.payload);
+                                let bytes = frame_bytes(&frame.header, frame.payload, token);
                                 let seq = frame.header.seq;
                                 match frame.header.kind {
                                     Kind::Data => {
@@ -208,12 +209,14 @@ impl Drop for Proxy {
     }
 }
 
-/// One frame as bytes: its header, rewritten, and its payload.
-fn frame_bytes(header: &Header, payload: &[u8]) -> Vec<u8> {
+/// One frame as a datagram: its header, rewritten, its payload, and the subscription token
+/// its datagram ended with (a frame relayed alone keeps its token).
+fn frame_bytes(header: &Header, payload: &[u8], token: Option<u64>) -> Vec<u8> {
     let mut head = [0u8; HEADER_LEN];
     header.write(&mut head);
     let mut v = head.to_vec();
     v.extend_from_slice(payload);
+    v.extend(token.map(u64::to_le_bytes).into_iter().flatten());
     v
 }
 

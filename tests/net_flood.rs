@@ -277,7 +277,10 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     let drops0 = (kernel_drops(pub_addr.port()), kernel_drops(sub_addr.port()));
     let got_before = got.load(Ordering::Relaxed);
 
-    let mut attacker = UdpEndpoint::bind(loopback, &SocketConfig::default()).unwrap();
+    // The attacker is another host (each IP has its own control rate limit, renewals
+    // included: on the subscriber's own address it would starve its renewals too).
+    let other_host: SocketAddr = "127.0.0.2:0".parse().unwrap();
+    let mut attacker = UdpEndpoint::bind(other_host, &SocketConfig::default()).unwrap();
     let mut batch = SendBatch::new(64);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut bufs = vec![[0u8; 2048]; 64];

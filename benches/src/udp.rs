@@ -45,9 +45,10 @@
 //! sent (`msgs_per_datagram_*`).
 //! - `throughput_batch`: default bridge settings: bridge A packs what is queued into datagrams
 //!   of up to 1472 bytes (18 frames of 80 bytes);
-//! - `throughput_single`: the same with bridge A's `max_datagram` set to 80 bytes, the 48-byte
-//!   header plus the 32-byte payload, so exactly one message fits in a datagram: one message
-//!   per datagram, everything else equal (B's settings are the defaults in both cases).
+//! - `throughput_single`: the same with bridge A's `max_datagram` set to 88 bytes, the 48-byte
+//!   header plus the 32-byte payload plus the 8-byte subscription token, so exactly one
+//!   message fits in a datagram: one message per datagram, everything else equal (B's
+//!   settings are the defaults in both cases).
 //!
 //! Large messages (`throughput_large`, MB/s): 1 MiB messages through the bridges in fragments
 //! (`llbus-1mib`) beside raw UDP sending the same datagrams (`raw-1mib`); see [`large`].
@@ -65,7 +66,7 @@ use llbus::{
     Actor, Backpressure, Bus, Context, Idle, Inputs, Message, Out, Report, RunningBus, Setup,
 };
 use llbus_net::{
-    Bridge, BridgeConfig, RecvBatch, SendBatch, SocketConfig, UdpEndpoint, HEADER_LEN,
+    Bridge, BridgeConfig, RecvBatch, SendBatch, SocketConfig, UdpEndpoint, HEADER_LEN, TOKEN_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -100,8 +101,9 @@ pub const WINDOW: Duration = Duration::from_millis(250);
 /// Payload bytes of every message and raw datagram.
 pub const PAYLOAD: usize = 32;
 
-/// Bridge A's `max_datagram` in the single case: exactly one frame.
-pub const ONE_FRAME: usize = HEADER_LEN + PAYLOAD;
+/// Bridge A's `max_datagram` in the single case: exactly one frame, and the subscription
+/// token that ends every datagram to a subscriber (no key here).
+pub const ONE_FRAME: usize = HEADER_LEN + PAYLOAD + TOKEN_LEN;
 
 /// Messages the throughput publisher publishes per `poll` (the bridge's export budget).
 pub const PER_POLL: u64 = 256;
@@ -1110,8 +1112,8 @@ mod tests {
     }
 
     #[test]
-    fn one_frame_is_header_and_payload() {
-        assert_eq!(ONE_FRAME, 80);
+    fn one_frame_is_header_payload_and_token() {
+        assert_eq!(ONE_FRAME, 88);
         let payload = llbus_net::payload_size(Data::TOPIC_ID, &Data::with(u64::MAX)).unwrap();
         assert_eq!(payload, PAYLOAD);
     }

@@ -157,7 +157,7 @@ fn protocol_steady_state_allocates_nothing() {
     let mut drops = DropCounts::new();
     let mut table = SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 64);
     let addrs: Vec<SocketAddr> = (0..8)
-        .map(|p| SocketAddr::from(([127, 0, 0, 1], 9000 + p)))
+        .map(|p| SocketAddr::from(([127, 0, 0, 1 + p as u8], 9000 + p)))
         .collect();
     let garbage = [0x4cu8; 100];
 
@@ -169,7 +169,7 @@ fn protocol_steady_state_allocates_nothing() {
         drain(&buf[..len], &mut tracker, &mut drops);
         drain(&garbage, &mut tracker, &mut drops);
         for &a in &addrs {
-            table.renew(a, 11, 1, now).unwrap();
+            table.renew(a, 11, 1, 7, now).unwrap();
         }
         let fanout = table.subscribers(11).count();
         table.expire(now, |_| {});

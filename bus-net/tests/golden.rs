@@ -6,7 +6,7 @@ use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
     split_fragments, BatchEncoder, CompatControl, Control, Cookie, DataMeta, Flags, FrameMac,
     Header, Kind, Nak, Reassembled, Reassembler, ReassemblyConfig, Refusal, RefuseReason,
-    Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN,
+    Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +31,9 @@ const COOKIE: Cookie = Cookie([
 
 /// The example nonce of the subscribe, echoed by its answers.
 const NONCE: u64 = 0xd1d2_d3d4_d5d6_d7d8;
+
+/// The example subscription token.
+const TOKEN: u64 = 0xe1e2_e3e4_e5e6_e7e8;
 
 /// The example pre-shared key: bytes `00` to `1f`.
 fn psk() -> [u8; 32] {
@@ -107,28 +110,61 @@ fn fragment(index: usize) -> Vec<u8> {
     encode(|e| e.push_fragment(meta(7 + index as u64), &h, piece).unwrap())
 }
 
-fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
+/// What a publisher without a key sends a subscriber: `f`'s frames, marked
+/// [`Flags::TOKEN`], then the subscription token.
+fn encode_tokened(f: impl FnOnce(&mut BatchEncoder<'_>)) -> Vec<u8> {
+    let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - TOKEN_LEN]).with_token(true);
+    f(&mut enc);
+    let mut bytes = enc.as_bytes().to_vec();
+    bytes.extend(TOKEN.to_le_bytes());
+    bytes
+}
+
+fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
     vec![
-        ("v2-fragment-0", fragment(0)),
-        ("v2-fragment-1", fragment(1)),
-        ("v2-nak", encode(|e| e.push_nak(&nak()).unwrap())),
         (
-            "v2-unavailable",
+            "native-data-token",
+            encode_tokened(|e| e.push_data(meta(1), &Quote { px: 100, qty: 5 }).unwrap()),
+        ),
+        (
+            "native-heartbeat-token",
+            encode_tokened(|e| e.push_control(&heartbeat()).unwrap()),
+        ),
+        (
+            "native-refuse-host-full",
+            encode(|e| {
+                let c = Control::Refuse(Refusal {
+                    topic_id: TOPIC,
+                    requested: FP,
+                    offered: FP,
+                    session: SESSION,
+                    reason: RefuseReason::HostFull,
+                    nonce: NONCE,
+                });
+                e.push_control(&c).unwrap()
+            }),
+        ),
+        ("native-fragment-0", fragment(0)),
+        ("native-fragment-1", fragment(1)),
+        ("native-nak", encode(|e| e.push_nak(&nak()).unwrap())),
+        (
+            "native-unavailable",
             encode(|e| e.push_unavailable(&unavailable()).unwrap()),
         ),
         (
-            "v1-data",
+            "native-data",
             encode(|e| e.push_data(meta(1), &Quote { px: 100, qty: 5 }).unwrap()),
         ),
         (
-            "v1-data-batch",
+            "native-data-batch",
             encode(|e| {
                 e.push_data(meta(1), &Quote { px: 100, qty: 5 }).unwrap();
                 e.push_data(meta(2), &Quote { px: -1, qty: 7 }).unwrap();
             }),
         ),
         (
-            "v1-subscribe",
+            "native-subscribe",
             encode(|e| {
                 let c = Control::Subscribe {
                     topic_id: TOPIC,
@@ -141,7 +177,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         (
-            "v1-cookie-challenge",
+            "native-cookie-challenge",
             encode(|e| {
                 let c = Control::CookieChallenge {
                     topic_id: TOPIC,
@@ -154,7 +190,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         (
-            "v1-subscribe-cookie",
+            "native-subscribe-cookie",
             encode(|e| {
                 let c = Control::Subscribe {
                     topic_id: TOPIC,
@@ -167,7 +203,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         (
-            "v1-subscribe-ack",
+            "native-subscribe-ack",
             encode(|e| {
                 let c = Control::SubscribeAck {
                     topic_id: TOPIC,
@@ -176,12 +212,13 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
                     nonce: NONCE,
                     last_seq: 41,
                     cookie: COOKIE,
+                    token: TOKEN,
                 };
                 e.push_control(&c).unwrap()
             }),
         ),
         (
-            "v1-refuse-mismatch",
+            "native-refuse-mismatch",
             encode(|e| {
                 let c = Control::Refuse(Refusal {
                     topic_id: TOPIC,
@@ -195,7 +232,7 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         (
-            "v1-unsubscribe",
+            "native-unsubscribe",
             encode(|e| {
                 let c = Control::Unsubscribe {
                     topic_id: TOPIC,
@@ -208,10 +245,10 @@ fn v1_vectors() -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         (
-            "v1-heartbeat",
+            "native-heartbeat",
             encode(|e| e.push_control(&heartbeat()).unwrap()),
         ),
-        ("v1-heartbeat-mac", sealed_heartbeat()),
+        ("native-heartbeat-mac", sealed_heartbeat()),
     ]
 }
 
@@ -261,7 +298,7 @@ fn documented(name: &str) -> Option<String> {
 #[test]
 fn every_vector_is_documented_verbatim() {
     let mut missing = Vec::new();
-    for (name, bytes) in v1_vectors().into_iter().chain(compat_vectors()) {
+    for (name, bytes) in native_vectors().into_iter().chain(compat_vectors()) {
         match documented(name) {
             Some(doc) if doc == hex(&bytes) => {}
             Some(doc) => missing.push(format!("{name}: doc {doc}\n  code {}", hex(&bytes))),
@@ -294,8 +331,47 @@ fn header(kind: Kind, payload_len: u16, session: u64, seq: u64, timestamp_ns: i6
 }
 
 #[test]
-fn v1_data_decodes() {
-    let bytes = doc_bytes("v1-data");
+fn tokened_data_and_heartbeat_decode_with_their_token() {
+    for name in ["native-data-token", "native-heartbeat-token"] {
+        let bytes = doc_bytes(name);
+        let frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
+        assert_eq!(frames.token(), Some(TOKEN), "{name}");
+        let frames: Vec<_> = frames.collect();
+        assert_eq!(frames.len(), 1);
+        assert!(frames[0].header.flags.token(), "{name}");
+    }
+    let data = doc_bytes("native-data-token");
+    assert_eq!(data.len(), 60 + TOKEN_LEN);
+    let frame = parse_datagram(&data, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    assert_eq!(
+        decode_payload::<Quote>(frame.payload),
+        Ok(Quote { px: 100, qty: 5 })
+    );
+    match Control::from_frame(&one_frame("native-subscribe-ack")) {
+        Ok(Control::SubscribeAck { token, .. }) => assert_eq!(token, TOKEN),
+        other => panic!("{other:?}"),
+    }
+    match Control::from_frame(&one_frame("native-refuse-host-full")) {
+        Ok(Control::Refuse(r)) => assert_eq!(r.reason, RefuseReason::HostFull),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The one frame of vector `name`, owned (its payload leaked for the test's lifetime).
+fn one_frame(name: &str) -> llbus_net::Frame<'static> {
+    let bytes: &'static [u8] = Vec::leak(doc_bytes(name));
+    parse_datagram(bytes, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+#[test]
+fn native_data_decodes() {
+    let bytes = doc_bytes("native-data");
     assert_eq!(bytes.len(), 60);
     let frames: Vec<_> = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
         .unwrap()
@@ -309,8 +385,8 @@ fn v1_data_decodes() {
 }
 
 #[test]
-fn v1_batch_decodes() {
-    let bytes = doc_bytes("v1-data-batch");
+fn native_batch_decodes() {
+    let bytes = doc_bytes("native-data-batch");
     let frames: Vec<_> = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
         .unwrap()
         .collect();
@@ -327,7 +403,7 @@ fn v1_batch_decodes() {
 }
 
 #[test]
-fn v1_control_decodes() {
+fn native_control_decodes() {
     let one = |name: &str| {
         let bytes = doc_bytes(name);
         let mut frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
@@ -335,7 +411,7 @@ fn v1_control_decodes() {
         Control::from_frame(&frames.next().unwrap()).unwrap()
     };
     assert_eq!(
-        one("v1-subscribe"),
+        one("native-subscribe"),
         Control::Subscribe {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -345,7 +421,7 @@ fn v1_control_decodes() {
         }
     );
     assert_eq!(
-        one("v1-cookie-challenge"),
+        one("native-cookie-challenge"),
         Control::CookieChallenge {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -355,7 +431,7 @@ fn v1_control_decodes() {
         }
     );
     assert_eq!(
-        one("v1-subscribe-cookie"),
+        one("native-subscribe-cookie"),
         Control::Subscribe {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -365,7 +441,7 @@ fn v1_control_decodes() {
         }
     );
     assert_eq!(
-        one("v1-subscribe-ack"),
+        one("native-subscribe-ack"),
         Control::SubscribeAck {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -373,10 +449,11 @@ fn v1_control_decodes() {
             nonce: NONCE,
             last_seq: 41,
             cookie: COOKIE,
+            token: TOKEN,
         }
     );
     assert_eq!(
-        one("v1-unsubscribe"),
+        one("native-unsubscribe"),
         Control::Unsubscribe {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -386,16 +463,16 @@ fn v1_control_decodes() {
         }
     );
     // Every answer to a subscribe is exactly as long as the subscribe: no amplification.
-    let hello = doc_bytes("v1-subscribe").len();
+    let hello = doc_bytes("native-subscribe").len();
     for answer in [
-        "v1-cookie-challenge",
-        "v1-subscribe-ack",
-        "v1-refuse-mismatch",
+        "native-cookie-challenge",
+        "native-subscribe-ack",
+        "native-refuse-mismatch",
     ] {
         assert_eq!(doc_bytes(answer).len(), hello, "{answer}");
     }
     // The sealed heartbeat opens with the key, and only with it.
-    let sealed = doc_bytes("v1-heartbeat-mac");
+    let sealed = doc_bytes("native-heartbeat-mac");
     let mut frames = FrameMac::new(&psk())
         .open(&sealed, DEFAULT_MAX_DATAGRAM)
         .unwrap();
@@ -404,7 +481,7 @@ fn v1_control_decodes() {
     assert_eq!(Control::from_frame(&frame), Ok(heartbeat()));
     assert!(parse_datagram(&sealed, DEFAULT_MAX_DATAGRAM).is_err());
     assert_eq!(
-        one("v1-heartbeat"),
+        one("native-heartbeat"),
         Control::Heartbeat {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -413,7 +490,7 @@ fn v1_control_decodes() {
             timestamp_ns: TS
         }
     );
-    let Control::Refuse(refusal) = one("v1-refuse-mismatch") else {
+    let Control::Refuse(refusal) = one("native-refuse-mismatch") else {
         panic!("not a refusal")
     };
     assert_eq!(
@@ -470,15 +547,15 @@ fn compat_decodes() {
 }
 
 #[test]
-fn v2_reliable_frames_decode() {
-    let bytes = doc_bytes("v2-nak");
+fn native_reliable_frames_decode() {
+    let bytes = doc_bytes("native-nak");
     let frame = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
         .unwrap()
         .next()
         .unwrap();
     assert_eq!(frame.header.kind, Kind::Nak);
     assert_eq!(Nak::from_frame(&frame), Ok(nak()));
-    let answer = doc_bytes("v2-unavailable");
+    let answer = doc_bytes("native-unavailable");
     let frame = parse_datagram(&answer, DEFAULT_MAX_DATAGRAM)
         .unwrap()
         .next()
@@ -489,11 +566,11 @@ fn v2_reliable_frames_decode() {
 }
 
 #[test]
-fn v2_fragments_reassemble() {
+fn native_fragments_reassemble() {
     let mut r = Reassembler::new(&ReassemblyConfig::default());
     let mut out = None;
     // In either order.
-    for name in ["v2-fragment-1", "v2-fragment-0"] {
+    for name in ["native-fragment-1", "native-fragment-0"] {
         let bytes = doc_bytes(name);
         let frame = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
             .unwrap()

@@ -101,14 +101,17 @@ fn control() -> impl Strategy<Value = Control> {
                 cookie,
             }
         }),
-        (ids, any::<u64>(), nonce, cookie()).prop_map(
-            |((topic_id, fingerprint, session), last_seq, nonce, cookie)| Control::SubscribeAck {
-                topic_id,
-                fingerprint,
-                session,
-                last_seq,
-                nonce,
-                cookie,
+        (ids, any::<u64>(), nonce, cookie(), any::<u64>()).prop_map(
+            |((topic_id, fingerprint, session), last_seq, nonce, cookie, token)| {
+                Control::SubscribeAck {
+                    topic_id,
+                    fingerprint,
+                    session,
+                    last_seq,
+                    nonce,
+                    cookie,
+                    token,
+                }
             }
         ),
         (ids, any::<u64>(), any::<i64>()).prop_map(

@@ -169,12 +169,13 @@ impl Tap {
                     continue;
                 };
                 self.replies.clear(from);
+                let token = frames.token();
                 for frame in frames {
                     if frame.header.kind == Kind::Data {
                         if stop {
                             continue;
                         }
-                        match self.session.on_data(&frame.header, now) {
+                        match self.session.on_data(&frame.header, token, now) {
                             Ok(v) if v.is_deliver() => {
                                 if !on_data(&frame.header, frame.payload) {
                                     stop = true;
@@ -186,7 +187,7 @@ impl Tap {
                         continue;
                     }
                     let event = Control::from_frame(&frame)
-                        .and_then(|c| self.session.on_control(&c, now, &mut self.replies));
+                        .and_then(|c| self.session.on_control(&c, token, now, &mut self.replies));
                     match event {
                         Ok(SubscriberEvent::Established { .. }) => self.established = true,
                         Ok(SubscriberEvent::Refused(r)) => {

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use llbus_net::{
-    parse_datagram, Cookie, Delivery, Kind, Nak, ReliableConfig, ReliableExport, ReliableReceiver,
-    Retransmit, Unavailable, DEFAULT_MAX_DATAGRAM,
+    parse_datagram, Cookie, Delivery, HostBudgets, Kind, Nak, ReliableConfig, ReliableExport,
+    ReliableReceiver, Retransmit, Unavailable, DEFAULT_MAX_DATAGRAM,
 };
 
 const MS: u64 = 1_000_000;
@@ -76,6 +76,8 @@ fuzz_target!(|data: &[u8]| {
     let mut rx = ReliableReceiver::new(&config);
     let mut export = ReliableExport::new(1, 2, 3, 2, &config).with_late_join(4);
     let mut plan = Retransmit::with_capacity(8);
+    // One budget per host: the sources share it by IP address.
+    let mut budgets = HostBudgets::new(2, config.retransmit_rate);
     let mut sink = Sink::default();
     let mut now = 0u64;
     let mut sent = 0u64;
@@ -141,10 +143,10 @@ fuzz_target!(|data: &[u8]| {
                 };
                 let src = srcs[(op[0] as usize / 7) % srcs.len()];
                 if op[0] & 0x40 != 0 {
-                    export.on_join(src, now, &mut plan);
+                    export.on_join(src, now, &mut budgets, &mut plan);
                     assert!(plan.seqs().iter().all(|&s| s > export.ack_seq()));
                 } else {
-                    export.on_nak(&nak, src, now, &mut plan);
+                    export.on_nak(&nak, src, now, &mut budgets, &mut plan);
                     assert!(plan.seqs().iter().all(|&s| s >= nak.first && s <= nak.last));
                     if let Some(u) = plan.unavailable() {
                         assert!(u.first == nak.first && u.last < export.history().oldest());

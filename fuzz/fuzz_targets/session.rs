@@ -5,8 +5,13 @@
 //! bytes..]`; each chunk's bytes are parsed as a datagram and its frames handed to the machine
 //! they are for.
 //!
+//! The fuzzer's datagrams end with whatever 8 bytes it chose when their frames carry the token
+//! flag; it does not know the honest subscriber's token (it could guess it, as it can guess a
+//! nonce, by the comparison libFuzzer learns).
+//!
 //! Crashes: any panic; answers to one datagram that are more frames or more bytes than it; a
-//! subscriber entry for a source that never received a cookie; and, after the fuzzer's input,
+//! subscriber entry for a source that never received a cookie; more entries of one host for
+//! the topic than its cap; and, after the fuzzer's input,
 //! an honest exchange of a few renewal periods that does not leave the import following the
 //! real publisher session (or, if the fuzzer guessed a nonce, refused) with data delivered.
 #![no_main]
@@ -26,6 +31,8 @@ const FP: u64 = 0xf0f0;
 const PUB_SESSION: u64 = 0x1234_5678_9abc_def0;
 const SUB_SESSION: u64 = 0x0fed_cba9_8765_4321;
 const MS: u64 = 1_000_000;
+/// Subscriber slots of the topic per host.
+const HOST_CAP: usize = 2;
 
 fn sources() -> [SocketAddr; 4] {
     [
@@ -57,7 +64,10 @@ impl World {
                     fingerprint: FP,
                     allow: None,
                 }],
-                SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 8).with_topic_cap(4),
+                SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 8)
+                    .with_topic_cap(4)
+                    .with_host_cap(HOST_CAP),
+                [4; 32],
             ),
             subscriber: SubscriberSession::new(
                 TOPIC,
@@ -92,7 +102,7 @@ impl World {
     fn to_subscriber(&mut self, c: &Control, now: u64) {
         let mut r = Replies::with_capacity(4);
         r.clear(sources()[1]);
-        let _ = self.subscriber.on_control(c, now, &mut r);
+        let _ = self.subscriber.on_control(c, None, now, &mut r);
         for a in r.frames().to_vec() {
             self.to_publisher(&a, sources()[0], now);
         }
@@ -120,7 +130,8 @@ impl World {
                 seq: self.seq,
                 timestamp_ns: 0,
             };
-            if let Ok(v) = self.subscriber.on_data(&h, now) {
+            let token = self.publisher.token(sources()[0], TOPIC, SUB_SESSION);
+            if let Ok(v) = self.subscriber.on_data(&h, Some(token), now) {
                 if v.is_deliver() {
                     self.delivered += 1;
                 }
@@ -147,11 +158,12 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let count = frames.len();
+        let token = frames.token();
         w.replies.clear(from);
         for frame in frames {
             if frame.header.kind == Kind::Data {
                 if from == sources()[1] {
-                    if let Ok(v) = w.subscriber.on_data(&frame.header, now) {
+                    if let Ok(v) = w.subscriber.on_data(&frame.header, token, now) {
                         let _ = v;
                     }
                 }
@@ -168,7 +180,7 @@ fuzz_target!(|data: &[u8]| {
                         .on_control(&c, from, now, |_| seq, &mut w.replies);
                 }
                 _ if from == sources()[1] => {
-                    let _ = w.subscriber.on_control(&c, now, &mut w.replies);
+                    let _ = w.subscriber.on_control(&c, token, now, &mut w.replies);
                 }
                 _ => {}
             }
@@ -192,6 +204,16 @@ fuzz_target!(|data: &[u8]| {
             for a in answers {
                 w.to_subscriber(&a, now);
             }
+        }
+        // No host holds more of the topic than its cap.
+        for host in [[127, 0, 0, 1], [127, 0, 0, 9], [10, 0, 0, 1]] {
+            let held = w
+                .publisher
+                .subscribers()
+                .iter()
+                .filter(|s| s.addr.ip() == std::net::IpAddr::from(host))
+                .count();
+            assert!(held <= HOST_CAP, "{host:?} holds {held} slots");
         }
         // Nobody is subscribed who never received a cookie.
         for s in w.publisher.subscribers().iter() {

@@ -16,13 +16,13 @@
 //! `socket_failed` metric.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Context, Setup};
 
 use super::config::mac_of;
 use super::direct::DirectPort;
+use super::egress::Protect;
 use super::metrics::{add_loss, NetMetrics};
 use super::ports::{fan_out, CompatExportPort, CompatImportPort, ExportPort, ImportPort, SendSide};
 use super::{BridgeConfig, BridgeStatus, Parts};
@@ -31,11 +31,11 @@ use crate::{
     parse_datagram, random_secret, BatchEncoder, CompatControl, Control, CookieJar, DropReason,
     ExportedTopic, FrameMac, Kind, LossCounts, PublisherEvent, PublisherSession, RateLimiter,
     RecvBatch, ReplayGuard, SendBatch, SubscriberEvent, SubscriberSession, SubscriberTable,
-    UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
+    UdpEndpoint, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN, TOKEN_LEN,
 };
 use crate::{
-    Delivery, ImportState, Nak, Reassembled, Reassembler, ReliableConfig, ReliableExport,
-    ReliableReceiver, Retransmit, Unavailable,
+    Delivery, HostBudgets, ImportState, Nak, Reassembled, Reassembler, ReliableConfig,
+    ReliableExport, ReliableReceiver, Retransmit, Unavailable,
 };
 
 /// Messages taken from one ring per poll of an export.
@@ -156,41 +156,31 @@ fn next_nonce(state: &mut u64) -> u64 {
     (z ^ (z >> 31)).max(1)
 }
 
-/// Seals `buf[..len]` with `mac` (if any) and sends it to `dest`; counts it. A socket that
-/// fails for good is recorded in `failed`.
+/// Sends the frames `buf[..len]` to `dest` alone through the bridge's one egress: sealed with
+/// `mac` if there is a key, else followed by `token` (the destination's subscription token)
+/// for downstream frames (`token` is `Some`), else as they are. Counts it; a socket that fails
+/// for good is recorded in `failed`.
 #[allow(clippy::too_many_arguments)]
-fn send_sealed(
+fn send_one(
     endpoint: &mut UdpEndpoint,
+    batch: &mut SendBatch,
     mac: Option<&FrameMac>,
-    buf: &mut [u8],
-    len: usize,
+    seal_buf: &mut [u8],
+    frames: &[u8],
     dest: SocketAddr,
+    token: Option<u64>,
     metrics: &NetMetrics,
     failed: &mut Option<std::io::Error>,
 ) {
-    if failed.is_some() {
-        return;
-    }
-    let mut len = len;
-    if let Some(mac) = mac {
-        if mac.must_seal(buf.get(..len).unwrap_or_default()) {
-            match mac.seal(buf, len) {
-                Ok(sealed) => len = sealed,
-                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
-            }
-        }
-    }
-    let Some(bytes) = buf.get(..len) else {
-        return;
-    };
-    match endpoint.send_to(bytes, dest) {
-        Ok(true) => {
-            metrics.datagrams_out.add(1);
-            metrics.bytes_out.add(len as u64);
-        }
-        Ok(false) => {}
-        Err(e) => *failed = Some(e),
-    }
+    fan_out(
+        frames,
+        std::iter::once((dest, token.unwrap_or(0))),
+        endpoint,
+        batch,
+        Protect::of(mac, seal_buf, token.is_some()),
+        metrics,
+        failed,
+    );
 }
 
 /// A compat export's socket, subscribers and health.
@@ -218,7 +208,7 @@ pub struct BridgeActor {
     /// a dual-stack bridge (1452 by default) takes what an IPv4 peer (1472) sends it.
     recv_max: usize,
     endpoint: UdpEndpoint,
-    /// Set once the v1 socket failed for good; it is not used again.
+    /// Set once the native socket failed for good; it is not used again.
     failed: Option<std::io::Error>,
     failure_reported: bool,
     /// The receive batch; `None` only while `receive` holds it.
@@ -228,7 +218,8 @@ pub struct BridgeActor {
     buf: Vec<u8>,
     /// Control frames being built (answers, renewals, heartbeats): one datagram.
     control_buf: Vec<u8>,
-    /// Where a datagram is copied to be sealed, when a pre-shared key is set.
+    /// Where a datagram is copied to be sealed (with a pre-shared key) or put together with
+    /// its subscription token (without).
     seal_buf: Vec<u8>,
     mac: Option<FrameMac>,
     /// The replay windows of the senders whose sealed datagrams arrive.
@@ -352,6 +343,13 @@ impl BridgeActor {
                     config.renew_every,
                     config.late,
                 );
+                // With a pre-shared key the MAC authenticates the stream; without, the
+                // subscription token does.
+                let session = if config.psk.is_some() {
+                    session.without_token()
+                } else {
+                    session
+                };
                 let mut nonce = [0u8; 8];
                 nonce.copy_from_slice(&seed[..8]);
                 ImportSlot {
@@ -369,8 +367,11 @@ impl BridgeActor {
             .collect();
         let capacity = config.subscriber_capacity;
         let timeout = config.subscriber_timeout;
-        let table =
-            || SubscriberTable::new(timeout, capacity).with_topic_cap(config.subscribers_per_topic);
+        let table = || {
+            SubscriberTable::new(timeout, capacity)
+                .with_topic_cap(config.subscribers_per_topic)
+                .with_host_cap(config.subscribers_per_host)
+        };
         let compat_exports = compat_exports
             .into_iter()
             .map(|e| CompatExportSlot {
@@ -398,7 +399,9 @@ impl BridgeActor {
             config.allow.clone(),
             topics,
             table(),
-        );
+            secret_or(session, "subscription tokens"),
+        )
+        .with_budgets(HostBudgets::new(capacity, config.reliable.retransmit_rate));
         BridgeActor {
             name: name.to_owned(),
             seal_buf: vec![0; recv_max],
@@ -454,7 +457,7 @@ impl BridgeActor {
             ctx.fail(error);
         };
         if let (Some(e), false) = (&self.failed, self.failure_reported) {
-            report("ll-udp", self.endpoint.local_addr(), e);
+            report("native", self.endpoint.local_addr(), e);
             self.failure_reported = true;
         }
         for slot in &mut self.compat_exports {
@@ -471,25 +474,47 @@ impl BridgeActor {
         }
     }
 
-    /// Sends `len` bytes of `control_buf` (sealed first with a key) to `dest`.
-    fn send_control_buf(&mut self, len: usize, dest: SocketAddr) {
-        send_sealed(
+    /// Sends `len` bytes of `control_buf` to `dest` (see [`send_one`]).
+    fn send_control_buf(&mut self, len: usize, dest: SocketAddr, token: Option<u64>) {
+        send_one(
             &mut self.endpoint,
+            &mut self.send,
             self.mac.as_ref(),
-            &mut self.control_buf,
-            len,
+            &mut self.seal_buf,
+            self.control_buf.get(..len).unwrap_or_default(),
             dest,
+            token,
             &self.metrics,
             &mut self.failed,
         );
     }
 
-    /// The room for frames in a control datagram (the tag is added after, with a key).
+    /// The room for frames in a datagram: what the MAC trailer (with a key) or the
+    /// subscription token (without) leaves.
     fn control_room(&self) -> usize {
-        self.max_datagram - if self.mac.is_some() { MAC_TAG_LEN } else { 0 }
+        self.max_datagram - self.trailer_len()
     }
 
-    /// Sends one control frame to `dest` from the v1 socket.
+    /// The bytes after the last frame of a downstream datagram: the MAC trailer with a key,
+    /// the subscription token without.
+    fn trailer_len(&self) -> usize {
+        if self.mac.is_some() {
+            MAC_TAG_LEN
+        } else {
+            TOKEN_LEN
+        }
+    }
+
+    /// The subscription token of `dest`'s subscription to `topic_id`, if it is subscribed.
+    fn token_of(&self, topic_id: u64, dest: SocketAddr) -> Option<u64> {
+        self.publisher
+            .subscribers()
+            .destinations(topic_id)
+            .find(|&(addr, _)| addr == dest)
+            .map(|(_, token)| token)
+    }
+
+    /// Sends one control frame to `dest` from the native socket.
     fn send_control(&mut self, control: &Control, dest: SocketAddr) {
         let room = self.control_room();
         let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
@@ -497,7 +522,7 @@ impl BridgeActor {
             return; // Cannot happen: `max_datagram` holds a control frame (checked at bind).
         }
         let len = enc.len();
-        self.send_control_buf(len, dest);
+        self.send_control_buf(len, dest, None);
     }
 
     /// Sends the answers to one datagram of `request_len` bytes, packed into as few datagrams
@@ -535,11 +560,11 @@ impl BridgeActor {
                 self.metrics.drop(DropReason::TooLarge);
                 return;
             }
-            self.send_control_buf(len, dest);
+            self.send_control_buf(len, dest, None);
         }
     }
 
-    /// Receives and handles what waits on the v1 socket. Returns datagrams handled.
+    /// Receives and handles what waits on the native socket. Returns datagrams handled.
     fn receive(&mut self, ctx: &mut Context<'_>) -> usize {
         if self.failed.is_some() {
             return 0;
@@ -574,15 +599,16 @@ impl BridgeActor {
                 }
             };
             self.replies.clear(src);
+            let token = frames.token();
             // A datagram is counted under one drop reason at most: its first.
             let mut dropped = None;
             for frame in frames {
                 let result = match frame.header.kind {
-                    Kind::Data | Kind::Fragment => self.on_data(&frame, src, now_ns, ctx),
+                    Kind::Data | Kind::Fragment => self.on_data(&frame, src, token, now_ns, ctx),
                     Kind::Nak => self.on_nak(&frame, src, now_ns),
-                    Kind::Unavailable => self.on_unavailable(&frame, src, now_ns, ctx),
+                    Kind::Unavailable => self.on_unavailable(&frame, src, token, now_ns, ctx),
                     _ => match Control::from_frame(&frame) {
-                        Ok(control) => self.on_control(&control, src, now_ns),
+                        Ok(control) => self.on_control(&control, src, token, now_ns),
                         Err(reason) => Err(reason),
                     },
                 };
@@ -607,56 +633,61 @@ impl BridgeActor {
                 continue;
             };
             if let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) {
-                history.on_join(dest, now_ns, &mut self.retransmit);
+                let budgets = self.publisher.budgets_mut();
+                history.on_join(dest, now_ns, budgets, &mut self.retransmit);
             }
             self.send_retransmit(i, dest);
         }
     }
 
     /// Sends what `self.retransmit` planned for export `i` to `dest`: the `Unavailable`, then
-    /// the history frames packed into as few datagrams as they fit in, each sealed.
+    /// the history frames packed into as few datagrams as they fit in, each protected like
+    /// any downstream datagram (sealed, or followed by `dest`'s subscription token).
     fn send_retransmit(&mut self, i: usize, dest: SocketAddr) {
         let room = self.control_room();
+        let token = self.mac.is_none().then_some(());
         let Some(history) = self.exports.get(i).and_then(|e| e.reliable()) else {
             return;
         };
-        let buf = &mut self.control_buf[..];
-        let mut len = 0usize;
-        let flush =
-            |buf: &mut [u8], len: &mut usize, endpoint: &mut UdpEndpoint, failed: &mut _| {
-                if *len > 0 {
-                    send_sealed(
-                        endpoint,
-                        self.mac.as_ref(),
-                        buf,
-                        *len,
-                        dest,
-                        &self.metrics,
-                        failed,
-                    );
-                    *len = 0;
-                }
-            };
+        let token = match token {
+            Some(()) => match self.token_of(history.topic_id(), dest) {
+                Some(t) => Some(t),
+                // No longer subscribed (unsubscribed by the datagram that asked): nothing.
+                None => return,
+            },
+            None => None,
+        };
+        let (endpoint, batch, mac) = (&mut self.endpoint, &mut self.send, self.mac.as_ref());
+        let (seal_buf, metrics, failed) = (&mut self.seal_buf, &self.metrics, &mut self.failed);
+        let mut flush = |frames: &[u8]| {
+            if !frames.is_empty() {
+                send_one(
+                    endpoint, batch, mac, seal_buf, frames, dest, token, metrics, failed,
+                );
+            }
+        };
+        let buf = &mut self.control_buf[..room];
         if let Some(u) = self.retransmit.unavailable() {
-            let mut enc = BatchEncoder::new(&mut buf[..room]);
+            let mut enc = BatchEncoder::new(&mut *buf).with_token(token.is_some());
             if enc.push_unavailable(u).is_ok() {
-                len = enc.len();
-                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+                flush(enc.as_bytes());
             }
         }
+        let mut len = 0usize;
         for &seq in self.retransmit.seqs() {
             let Some(frame) = history.frame(seq) else {
                 continue;
             };
             if len + frame.len() > room {
-                flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+                flush(buf.get(..len).unwrap_or_default());
+                len = 0;
             }
             if let Some(dst) = buf.get_mut(len..len + frame.len()) {
                 dst.copy_from_slice(frame);
                 len += frame.len();
             }
         }
-        flush(buf, &mut len, &mut self.endpoint, &mut self.failed);
+        flush(buf.get(..len).unwrap_or_default());
     }
 
     /// Hands a data frame to the import of its (source, topic). A frame of a topic this bridge
@@ -667,6 +698,7 @@ impl BridgeActor {
         &mut self,
         frame: &crate::Frame<'_>,
         src: SocketAddr,
+        token: Option<u64>,
         now_ns: u64,
         ctx: &mut Context<'_>,
     ) -> Result<(), DropReason> {
@@ -700,7 +732,7 @@ impl BridgeActor {
             ..
         } = import;
         if let Some(receiver) = reliable.as_mut() {
-            if session.follows_reliable(h.fingerprint, h.session, now_ns)? {
+            if session.follows_reliable(h.fingerprint, h.session, token, now_ns)? {
                 let mut sink = PortSink::new(
                     &mut **port,
                     reassembly,
@@ -713,7 +745,7 @@ impl BridgeActor {
             }
             return Ok(());
         }
-        if session.on_data(h, now_ns)?.is_deliver() {
+        if session.on_data(h, token, now_ns)?.is_deliver() {
             deliver_frame(
                 &mut **port,
                 reassembly,
@@ -751,7 +783,8 @@ impl BridgeActor {
         let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable_mut()) else {
             return Err(DropReason::UnknownTopic);
         };
-        history.on_nak(&nak, src, now_ns, &mut self.retransmit);
+        let budgets = self.publisher.budgets_mut();
+        history.on_nak(&nak, src, now_ns, budgets, &mut self.retransmit);
         self.send_retransmit(i, src);
         Ok(())
     }
@@ -761,6 +794,7 @@ impl BridgeActor {
         &mut self,
         frame: &crate::Frame<'_>,
         src: SocketAddr,
+        token: Option<u64>,
         now_ns: u64,
         ctx: &mut Context<'_>,
     ) -> Result<(), DropReason> {
@@ -782,7 +816,7 @@ impl BridgeActor {
         let Some(receiver) = reliable.as_mut() else {
             return Err(DropReason::BadControl);
         };
-        if !session.follows_reliable(u.fingerprint, u.session, now_ns)? {
+        if !session.follows_reliable(u.fingerprint, u.session, token, now_ns)? {
             return Err(DropReason::UnknownSender);
         }
         let mut sink = PortSink::new(
@@ -856,7 +890,7 @@ impl BridgeActor {
             );
             let len = enc.len();
             if len > 0 {
-                self.send_control_buf(len, dest);
+                self.send_control_buf(len, dest, None);
             }
         }
     }
@@ -865,6 +899,7 @@ impl BridgeActor {
         &mut self,
         control: &Control,
         src: SocketAddr,
+        token: Option<u64>,
         now_ns: u64,
     ) -> Result<(), DropReason> {
         match control {
@@ -903,10 +938,12 @@ impl BridgeActor {
                     // Only publishers we subscribe to may answer us.
                     return Err(DropReason::UnknownSender);
                 };
-                let event =
-                    self.imports[i]
-                        .session
-                        .on_control(control, now_ns, &mut self.replies)?;
+                let event = self.imports[i].session.on_control(
+                    control,
+                    token,
+                    now_ns,
+                    &mut self.replies,
+                )?;
                 if let Some(im) = self.imports.get_mut(i) {
                     let following = match im.session.state() {
                         ImportState::Established { session, .. } => Some(session),
@@ -985,8 +1022,11 @@ impl BridgeActor {
     /// one list: subscriptions change seldom, never per message.
     fn refresh_direct(&mut self, topic_id: u64) {
         if let Some(d) = self.directs.iter_mut().find(|d| d.topic_id == topic_id) {
-            let list: Arc<[SocketAddr]> =
-                self.publisher.subscribers().subscribers(topic_id).collect();
+            let list: super::direct::Destinations = self
+                .publisher
+                .subscribers()
+                .destinations(topic_id)
+                .collect();
             d.subscribers.write(list);
         }
         self.refresh_gauges();
@@ -1006,7 +1046,7 @@ impl BridgeActor {
     /// Pumps every export. Returns messages taken.
     fn pump(&mut self) -> usize {
         let mut work = 0;
-        let room = self.buf.len() - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
+        let room = self.buf.len() - self.trailer_len();
         let mut side = SendSide {
             endpoint: &mut self.endpoint,
             batch: &mut self.send,
@@ -1014,7 +1054,8 @@ impl BridgeActor {
             subscribers: self.publisher.subscribers(),
             session: self.session,
             metrics: &self.metrics,
-            seal: self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
+            mac: self.mac.as_ref(),
+            scratch: &mut self.seal_buf,
             failed: &mut self.failed,
             max_message: self.config.reassembly.max_message,
         };
@@ -1059,7 +1100,7 @@ impl BridgeActor {
                 }
                 match CompatControl::decode(bytes) {
                     Ok(CompatControl::Subscribe) => {
-                        if slot.table.renew(src, 0, 0, now_ns).is_err() {
+                        if slot.table.renew(src, 0, 0, 0, now_ns).is_err() {
                             self.metrics.drop(DropReason::TableFull);
                         }
                     }
@@ -1154,16 +1195,16 @@ impl BridgeActor {
             timestamp_ns,
         };
         let room = self.control_room();
-        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+        let mut enc =
+            BatchEncoder::new(&mut self.control_buf[..room]).with_token(self.mac.is_none());
         if enc.push_control(&control).is_ok() {
             fan_out(
                 enc.as_bytes(),
-                topic_id,
+                self.publisher.subscribers().destinations(topic_id),
                 &mut self.endpoint,
                 &mut self.send,
-                self.publisher.subscribers(),
+                Protect::of(self.mac.as_ref(), &mut self.seal_buf, true),
                 &self.metrics,
-                self.mac.as_ref().map(|mac| (mac, &mut self.seal_buf[..])),
                 &mut self.failed,
             );
         }
@@ -1176,6 +1217,9 @@ impl BridgeActor {
         // tracker sees heartbeats only.
         for import in self.imports.iter().filter(|i| i.reliable.is_none()) {
             add_loss(&mut loss, import.session.loss());
+        }
+        for r in self.imports.iter().filter_map(|i| i.reliable.as_ref()) {
+            loss.unconfirmed = loss.unconfirmed.saturating_add(r.counts().unconfirmed);
         }
         self.metrics.set_loss(&loss);
         let (mut nak_sent, mut unrecovered) = (0u64, 0u64);

@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::{
     Allowlist, FrameMac, LatePolicy, RateLimit, SocketConfig, DEFAULT_COOKIE_WINDOW,
     DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, DEFAULT_RATE_LIMIT, DEFAULT_RATE_LIMIT_SOURCES,
-    DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT, HANDSHAKE_PAYLOAD_LEN, HEADER_LEN,
-    MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
+    DEFAULT_SUBSCRIBERS_PER_HOST, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
+    HANDSHAKE_PAYLOAD_LEN, HEADER_LEN, MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
 };
 
 /// Settings of a bridge; each has a documented default.
@@ -46,16 +46,21 @@ pub struct BridgeConfig {
     pub batch: usize,
     /// Socket buffer sizes.
     pub socket: SocketConfig,
-    /// Which addresses may subscribe to this bridge's exports (v1 and compat). Default:
+    /// Which addresses may subscribe to this bridge's exports (native and compat). Default:
     /// loopback only; name your subscribers' networks (`"10.0.0.0/8".parse()?`) to serve them.
     pub allow: Allowlist,
-    /// Control messages per second (and burst) accepted per source address before it has
-    /// proved its address (default 20/s, burst 40).
+    /// Control messages per second (and burst) accepted per source IP address (default 20/s,
+    /// burst 40): every `Subscribe` and `Unsubscribe`, renewals included, so a host renewing
+    /// more than 20 subscriptions to one bridge needs a higher limit.
     pub rate_limit: RateLimit,
     /// How many sources the rate limiter tracks at once (default 4096).
     pub rate_limit_sources: usize,
     /// Subscribers one topic serves at most (default 64).
     pub subscribers_per_topic: usize,
+    /// Subscriber slots of one topic one host (IP address, whatever its ports) may hold
+    /// (default 4): a host cannot take every slot of a topic. A subscriber refused for it is
+    /// told why (a `HostFull` refusal, in its warning) and retries with backoff.
+    pub subscribers_per_host: usize,
     /// How long an address-proving cookie stays valid: one to two windows (default 30 s).
     pub cookie_window: Duration,
     /// A pre-shared key: control datagrams carry a MAC and those without a valid one are
@@ -90,6 +95,7 @@ impl Default for BridgeConfig {
             rate_limit: DEFAULT_RATE_LIMIT,
             rate_limit_sources: DEFAULT_RATE_LIMIT_SOURCES,
             subscribers_per_topic: DEFAULT_SUBSCRIBERS_PER_TOPIC,
+            subscribers_per_host: DEFAULT_SUBSCRIBERS_PER_HOST,
             cookie_window: DEFAULT_COOKIE_WINDOW,
             psk: None,
             psk_id: 0,

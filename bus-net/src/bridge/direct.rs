@@ -3,8 +3,8 @@
 //!
 //! The bridge still owns the topic's control plane: it answers subscriptions, renews and
 //! expires subscribers, and sends heartbeats. What it shares with the [`DirectSender`] is the
-//! list of subscriber addresses (a [`Latest`](llbus::Latest) slot the bridge writes only when
-//! the list changes, a new `Arc<[SocketAddr]>` each time) and the last sequence number sent (an
+//! list of subscribers with their subscription tokens (a [`Latest`](llbus::Latest) slot the
+//! bridge writes only when the list changes, a new `Arc<[(SocketAddr, u64)]>` each time) and the last sequence number sent (an
 //! atomic the sender stores after each send). Sending allocates nothing and takes no lock.
 
 use std::net::SocketAddr;
@@ -14,10 +14,14 @@ use std::sync::Arc;
 use llbus::{LatestReader, LatestWriter, Message};
 use serde::Serialize;
 
+use super::egress::{send_frames, Protect};
 use crate::{
     realtime_ns, BatchEncoder, DataMeta, EncodeError, FrameMac, IoStats, SendBatch, UdpEndpoint,
-    MAC_TAG_LEN,
+    MAC_TAG_LEN, TOKEN_LEN,
 };
+
+/// The subscribers of a direct topic, each with its subscription token.
+pub(crate) type Destinations = Arc<[(SocketAddr, u64)]>;
 
 /// What the bridge and a direct sender share about one topic.
 #[derive(Debug, Default)]
@@ -31,7 +35,7 @@ pub(crate) struct DirectPort {
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
     pub(crate) shared: Arc<DirectShared>,
-    pub(crate) subscribers: LatestWriter<Arc<[SocketAddr]>>,
+    pub(crate) subscribers: LatestWriter<Destinations>,
 }
 
 /// Why a direct send did not happen.
@@ -68,11 +72,13 @@ pub struct DirectSender<T> {
     endpoint: UdpEndpoint,
     batch: SendBatch,
     buf: Vec<u8>,
+    /// Where a datagram is sealed (with a pre-shared key) or put together with its token.
+    seal_buf: Vec<u8>,
     session: u64,
     seq: u64,
     shared: Arc<DirectShared>,
-    updates: LatestReader<Arc<[SocketAddr]>>,
-    subscribers: Arc<[SocketAddr]>,
+    updates: LatestReader<Destinations>,
+    subscribers: Destinations,
     mac: Option<FrameMac>,
     _t: std::marker::PhantomData<fn(T)>,
 }
@@ -101,6 +107,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             endpoint,
             batch: SendBatch::new(batch),
             buf: vec![0; max_datagram],
+            seal_buf: vec![0; max_datagram],
             session,
             seq: 0,
             shared: Arc::clone(&shared),
@@ -132,8 +139,14 @@ impl<T: Message + Serialize> DirectSender<T> {
         if self.subscribers.is_empty() {
             return Ok(0);
         }
-        let room = self.buf.len() - if self.mac.is_some() { MAC_TAG_LEN } else { 0 };
-        let mut enc = BatchEncoder::new(&mut self.buf[..room]);
+        let trailer = if self.mac.is_some() {
+            MAC_TAG_LEN
+        } else {
+            TOKEN_LEN
+        };
+        let max = self.buf.len();
+        let mut enc =
+            BatchEncoder::new(&mut self.buf[..max - trailer]).with_token(self.mac.is_none());
         let meta = DataMeta {
             topic_id: T::TOPIC_ID,
             fingerprint: T::FINGERPRINT,
@@ -141,20 +154,30 @@ impl<T: Message + Serialize> DirectSender<T> {
             seq: self.seq + 1,
             timestamp_ns: realtime_ns(),
         };
-        enc.push_data(meta, msg).map_err(DirectError::Refused)?;
+        enc.push_data(meta, msg).map_err(|e| {
+            // Said in datagram bytes: the trailer (MAC or token) is part of the datagram.
+            DirectError::Refused(match e {
+                EncodeError::TooLarge { topic, size, .. } => EncodeError::TooLarge {
+                    topic,
+                    size: size + trailer,
+                    max,
+                },
+                other => other,
+            })
+        })?;
         self.seq += 1;
         self.shared.last_seq.store(self.seq, Ordering::Release);
-        let mut len = enc.len();
-        if let Some(mac) = self.mac.as_ref().filter(|m| m.seals_data()) {
-            len = mac
-                .seal(&mut self.buf, len)
-                .map_err(|_| DirectError::Socket(std::io::Error::other("sealing failed")))?;
-        }
-        let bytes = &self.buf[..len];
-        let datagrams = self.subscribers.iter().map(|&addr| (bytes, addr));
-        self.endpoint
-            .send_batch(&mut self.batch, datagrams)
-            .map_err(DirectError::Socket)
+        let len = enc.len();
+        let frames = self.buf.get(..len).unwrap_or_default();
+        send_frames(
+            &mut self.endpoint,
+            &mut self.batch,
+            frames,
+            Protect::of(self.mac.as_ref(), &mut self.seal_buf, true),
+            self.subscribers.iter().copied(),
+        )
+        .map(|sent| sent.datagrams)
+        .map_err(DirectError::Socket)
     }
 
     /// How many subscribers the topic has now (takes the bridge's latest list).

@@ -20,6 +20,8 @@ pub(crate) struct NetMetrics {
     pub(crate) late_dropped: Metric,
     pub(crate) stale: Metric,
     pub(crate) publisher_restarts: Metric,
+    /// Data frames and heartbeats too far ahead to believe on one frame's word.
+    pub(crate) unconfirmed: Metric,
     /// Messages refused because they cannot fit in a datagram.
     pub(crate) too_large: Metric,
     /// Exported messages taken while nobody subscribed to their topic.
@@ -70,6 +72,7 @@ impl NetMetrics {
             late_dropped: setup.metric("late_dropped"),
             stale: setup.metric("stale"),
             publisher_restarts: setup.metric("publisher_restarts"),
+            unconfirmed: setup.metric("unconfirmed"),
             too_large: setup.metric("too_large"),
             no_subscriber: setup.metric("no_subscriber"),
             refused: setup.metric("refused"),
@@ -138,6 +141,7 @@ impl NetMetrics {
         self.late_dropped.set(total.late_dropped);
         self.stale.set(total.stale);
         self.publisher_restarts.set(total.session_changes);
+        self.unconfirmed.set(total.unconfirmed);
     }
 
     /// Sets the socket figures from every endpoint's counters (sums saturate).
@@ -198,6 +202,7 @@ pub(crate) fn add_loss(a: &mut LossCounts, b: &LossCounts) {
     a.late_dropped = a.late_dropped.saturating_add(b.late_dropped);
     a.stale = a.stale.saturating_add(b.stale);
     a.session_changes = a.session_changes.saturating_add(b.session_changes);
+    a.unconfirmed = a.unconfirmed.saturating_add(b.unconfirmed);
 }
 
 #[cfg(test)]

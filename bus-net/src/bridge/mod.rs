@@ -4,7 +4,7 @@
 //! - `config`: [`BridgeConfig`], every setting with its default.
 //! - `actor`: [`BridgeActor`], the thin actor: sockets and timers in, frames to the session
 //!   machines (`crate::session`) and the ports, their answers out.
-//! - `ports`: one typed port per exported or imported topic (v1 and compat).
+//! - `ports`: one typed port per exported or imported topic (native and compat).
 //! - `direct`: a topic sent from the publishing actor's own thread.
 //! - `metrics`: the bridge's figures, shown in the bus's report.
 //!
@@ -18,6 +18,7 @@
 mod actor;
 mod config;
 mod direct;
+mod egress;
 mod metrics;
 mod ports;
 
@@ -228,7 +229,7 @@ fn resolve(addr: impl ToSocketAddrs) -> std::io::Result<SocketAddr> {
 }
 
 impl Bridge {
-    /// Binds the bridge's ll-udp socket to `addr` now, so a port in use is an error here.
+    /// Binds the bridge's native socket to `addr` now, so a port in use is an error here.
     /// `[::]` serves IPv4 and IPv6 peers alike (dual stack).
     ///
     /// # Errors
@@ -321,7 +322,7 @@ impl Bridge {
         self
     }
 
-    /// The address the v1 socket is bound to (useful after binding port 0).
+    /// The address the native socket is bound to (useful after binding port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.parts.endpoint.local_addr()
     }

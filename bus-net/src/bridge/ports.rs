@@ -7,6 +7,7 @@ use llbus::{Context, Inputs, Message, Out, Setup};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::egress::{send_frames, Protect};
 use super::metrics::NetMetrics;
 use crate::{
     decode_compat_packet, decode_payload, encode_compat_packet, encode_payload_sized, realtime_ns,
@@ -23,8 +24,11 @@ pub(crate) struct SendSide<'a> {
     pub(crate) subscribers: &'a SubscriberTable<SocketAddr>,
     pub(crate) session: u64,
     pub(crate) metrics: &'a NetMetrics,
-    /// With a pre-shared key: the MAC and a buffer to seal a copy of each datagram in.
-    pub(crate) seal: Option<(&'a FrameMac, &'a mut [u8])>,
+    /// The pre-shared key's MAC, if any.
+    pub(crate) mac: Option<&'a FrameMac>,
+    /// A buffer of one datagram, where a copy is sealed (with a key) or put together with its
+    /// token (without).
+    pub(crate) scratch: &'a mut [u8],
     /// Set when the socket fails for good (the bridge reports it and stops using the socket).
     pub(crate) failed: &'a mut Option<std::io::Error>,
     /// The largest message sent, in payload bytes (`ReassemblyConfig::max_message`).
@@ -34,15 +38,13 @@ pub(crate) struct SendSide<'a> {
 impl SendSide<'_> {
     /// Sends `enc`'s datagram to the subscribers of `topic` and empties it.
     fn flush(&mut self, enc: &mut BatchEncoder<'_>, topic: u64) {
-        let seal = self.seal.as_mut().map(|(m, b)| (*m, &mut **b));
         fan_out(
             enc.as_bytes(),
-            topic,
+            self.subscribers.destinations(topic),
             self.endpoint,
             self.batch,
-            self.subscribers,
+            Protect::of(self.mac, self.scratch, true),
             self.metrics,
-            seal,
             self.failed,
         );
         enc.clear();
@@ -67,39 +69,26 @@ impl SendSide<'_> {
     }
 }
 
-/// Sends one datagram to every subscriber of `topic`, counting what happens. With `seal`, a
-/// copy is sealed with the MAC first (if the MAC covers it). A send that fails for one
-/// destination is counted by the endpoint and the others go on; a socket that fails for good is
-/// recorded in `failed` (and nothing more is sent on it).
-#[allow(clippy::too_many_arguments)]
+/// Sends one datagram of frames to `dests` (addresses with their subscription tokens) through
+/// the bridge's one egress ([`send_frames`]), counting what happens. A send that fails for
+/// one destination is counted by the endpoint and the others go on; a socket that fails for
+/// good is recorded in `failed` (and nothing more is sent on it).
 pub(crate) fn fan_out(
-    bytes: &[u8],
-    topic: u64,
+    frames: &[u8],
+    dests: impl Iterator<Item = (SocketAddr, u64)>,
     endpoint: &mut UdpEndpoint,
     batch: &mut SendBatch,
-    subscribers: &SubscriberTable<SocketAddr>,
+    protect: Protect<'_>,
     metrics: &NetMetrics,
-    seal: Option<(&FrameMac, &mut [u8])>,
     failed: &mut Option<std::io::Error>,
 ) {
     if failed.is_some() {
         return;
     }
-    let bytes = match seal {
-        Some((mac, buf)) if mac.must_seal(bytes) && buf.len() >= bytes.len() => {
-            buf[..bytes.len()].copy_from_slice(bytes);
-            match mac.seal(buf, bytes.len()) {
-                Ok(len) => &buf[..len],
-                Err(_) => return, // Cannot happen: room was kept and the frames are whole.
-            }
-        }
-        _ => bytes,
-    };
-    let datagrams = subscribers.subscribers(topic).map(|addr| (bytes, addr));
-    match endpoint.send_batch(batch, datagrams) {
+    match send_frames(endpoint, batch, frames, protect, dests) {
         Ok(sent) => {
-            metrics.datagrams_out.add(sent as u64);
-            metrics.bytes_out.add((sent * bytes.len()) as u64);
+            metrics.datagrams_out.add(sent.datagrams as u64);
+            metrics.bytes_out.add(sent.bytes as u64);
         }
         Err(e) => *failed = Some(e),
     }
@@ -181,7 +170,7 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
         let subscribed = out.subscribers.subscribers(T::TOPIC_ID).next().is_some()
             || self.reliable.as_ref().is_some_and(|r| r.late_join() > 0);
         // The encoder borrows the datagram buffer; `out` keeps the rest, to send with.
-        let mut enc = BatchEncoder::new(std::mem::take(&mut out.buf));
+        let mut enc = BatchEncoder::new(std::mem::take(&mut out.buf)).with_token(out.mac.is_none());
         // Read once per pump, and only if there is something to stamp.
         let mut timestamp_ns = None;
         let (seq, logged, reliable, large) = (
@@ -371,15 +360,14 @@ impl<T: Message + Serialize> CompatExportPort for CompatExport<T> {
                 Ok(n) => {
                     metrics.messages_out.add(1);
                     // In compat mode the one topic of the socket has id 0 in the table; the
-                    // format has no room for a MAC.
+                    // format has no room for a MAC or a token.
                     fan_out(
                         &buf[..n],
-                        0,
+                        subscribers.destinations(0),
                         endpoint,
                         batch,
-                        subscribers,
+                        Protect::Plain,
                         metrics,
-                        None,
                         failed,
                     );
                 }

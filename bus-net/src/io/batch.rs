@@ -10,6 +10,10 @@ use crate::protocol::header::MAX_DATAGRAM_LIMIT;
 /// The most datagrams one batch holds.
 pub const MAX_BATCH: usize = 1024;
 
+/// The length of the per-destination suffix a batched send may append to a datagram (a
+/// subscription token).
+pub const SUFFIX_LEN: usize = 8;
+
 /// Marks a slot whose datagram was dropped (too large, unknown address family).
 pub(super) const DROPPED: usize = usize::MAX;
 
@@ -103,6 +107,9 @@ pub struct SendBatch {
     capacity: usize,
     #[cfg(target_os = "linux")]
     pub(super) sys: super::linux::SendState,
+    /// Where a datagram and its suffix are put together for `send_to`.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) scratch: Vec<u8>,
 }
 
 impl SendBatch {
@@ -113,6 +120,8 @@ impl SendBatch {
             capacity,
             #[cfg(target_os = "linux")]
             sys: super::linux::SendState::new(capacity),
+            #[cfg(not(target_os = "linux"))]
+            scratch: vec![0; MAX_DATAGRAM_LIMIT + SUFFIX_LEN],
         }
     }
 

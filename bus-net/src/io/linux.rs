@@ -14,6 +14,7 @@ use std::ptr;
 
 use socket2::SockAddr;
 
+use super::batch::SUFFIX_LEN;
 use super::batch::{RecvBatch, SendBatch, DROPPED};
 use super::socket::{count_send_error, retry_interrupted, IoStats};
 
@@ -257,7 +258,10 @@ fn recv_one(socket: &UdpSocket, batch: &mut RecvBatch, stats: &mut IoStats) -> i
 /// The kernel-facing descriptors of a [`SendBatch`].
 pub(crate) struct SendState {
     hdrs: Box<[libc::mmsghdr]>,
+    /// Two per datagram: its shared bytes, then its own suffix (empty if none).
     iovs: Box<[libc::iovec]>,
+    /// Each datagram's suffix, where its second iovec points.
+    suffixes: Box<[[u8; SUFFIX_LEN]]>,
     /// Destinations of the datagrams being sent; capacity fixed at `hdrs.len()`.
     names: Vec<SockAddr>,
 }
@@ -279,13 +283,16 @@ impl SendState {
     pub(crate) fn new(capacity: usize) -> Self {
         SendState {
             hdrs: (0..capacity).map(|_| zeroed_mmsghdr()).collect(),
-            iovs: (0..capacity).map(|_| empty_iovec()).collect(),
+            iovs: (0..2 * capacity).map(|_| empty_iovec()).collect(),
+            suffixes: vec![[0; SUFFIX_LEN]; capacity].into_boxed_slice(),
             names: Vec::with_capacity(capacity),
         }
     }
 }
 
-/// Sends `datagrams` with `sendmmsg`, `batch.capacity()` per call.
+/// Sends `datagrams` with `sendmmsg`, `batch.capacity()` per call: each is its bytes, then
+/// its own suffix if it has one (gathered by the kernel from two iovecs, so shared bytes are
+/// never copied per destination).
 pub(super) fn send<'a, I>(
     socket: &UdpSocket,
     stats: &mut IoStats,
@@ -293,7 +300,7 @@ pub(super) fn send<'a, I>(
     mut datagrams: I,
 ) -> io::Result<usize>
 where
-    I: Iterator<Item = (&'a [u8], SocketAddr)>,
+    I: Iterator<Item = (&'a [u8], Option<[u8; SUFFIX_LEN]>, SocketAddr)>,
 {
     let fd = socket.as_raw_fd();
     let state = &mut batch.sys;
@@ -304,16 +311,31 @@ where
         // descriptors that point at them.
         state.names.clear();
         let mut count = 0usize;
+        let mut suffixed = false;
         while count < capacity {
-            let Some((payload, dest)) = datagrams.next() else {
+            let Some((payload, suffix, dest)) = datagrams.next() else {
                 break;
             };
-            let Some(iov) = state.iovs.get_mut(count) else {
+            let (Some([iov, tail]), Some(own)) = (
+                state.iovs.get_mut(2 * count..2 * count + 2),
+                state.suffixes.get_mut(count),
+            ) else {
                 break;
             };
             *iov = libc::iovec {
                 iov_base: payload.as_ptr().cast_mut().cast(),
                 iov_len: payload.len(),
+            };
+            *tail = match suffix {
+                Some(bytes) => {
+                    suffixed = true;
+                    *own = bytes;
+                    libc::iovec {
+                        iov_base: own.as_mut_ptr().cast(),
+                        iov_len: SUFFIX_LEN,
+                    }
+                }
+                None => empty_iovec(),
             };
             state.names.push(SockAddr::from(dest));
             count += 1;
@@ -325,27 +347,43 @@ where
         for ((hdr, iov), name) in state
             .hdrs
             .iter_mut()
-            .zip(state.iovs.iter_mut())
+            .zip(state.iovs.chunks_exact_mut(2))
             .zip(&state.names)
         {
             *hdr = zeroed_mmsghdr();
             // The kernel only reads the destination: the cast to `*mut` is for the C signature.
             hdr.msg_hdr.msg_name = name.as_ptr().cast_mut().cast();
             hdr.msg_hdr.msg_namelen = name.len();
-            hdr.msg_hdr.msg_iov = ptr::from_mut(iov);
-            hdr.msg_hdr.msg_iovlen = 1;
+            hdr.msg_hdr.msg_iov = iov.as_mut_ptr();
+            hdr.msg_hdr.msg_iovlen = if iov.get(1).is_some_and(|t| t.iov_len > 0) {
+                2
+            } else {
+                1
+            };
         }
         if count == 1 {
             // NB: one datagram (the usual case of a round trip): `sendto`, with no message
             // header or iovec array for the kernel to copy in (the "where the round trip
-            // goes" breakdown).
-            if let (Some(iov), Some(name)) = (state.iovs.first(), state.names.first()) {
-                stats.send_calls = stats.send_calls.saturating_add(1);
-                let result = retry_interrupted(|| {
-                    // SAFETY: `iov` describes a payload borrowed for `'a` (alive for this whole
-                    // function) and `name` a destination of its true length; the kernel only
-                    // reads them. `MSG_DONTWAIT`: never block.
-                    let rc = unsafe {
+            // goes" breakdown); with a suffix, `sendmsg` gathers the two parts (one system
+            // call, no copy), as `sendmmsg` does for several.
+            let (Some(hdr), Some(iov), Some(name)) =
+                (state.hdrs.first(), state.iovs.first(), state.names.first())
+            else {
+                continue;
+            };
+            stats.send_calls = stats.send_calls.saturating_add(1);
+            let result = retry_interrupted(|| {
+                let rc = if suffixed {
+                    // SAFETY: `hdr` was initialised above: it names two iovecs, over a
+                    // payload borrowed for `'a` and over this batch's suffix slot, and a
+                    // destination of its true length in `state.names`, none modified until
+                    // the next fill. The kernel only reads them. `MSG_DONTWAIT`: never block.
+                    unsafe { libc::sendmsg(fd, &hdr.msg_hdr, libc::MSG_DONTWAIT) }
+                } else {
+                    // SAFETY: `iov` describes a payload borrowed for `'a` (alive for this
+                    // whole function) and `name` a destination of its true length; the kernel
+                    // only reads them. `MSG_DONTWAIT`: never block.
+                    unsafe {
                         libc::sendto(
                             fd,
                             iov.iov_base.cast_const(),
@@ -354,16 +392,16 @@ where
                             name.as_ptr(),
                             name.len(),
                         )
-                    };
-                    usize::try_from(rc).map_err(|_| io::Error::last_os_error())
-                });
-                match result {
-                    Ok(_) => {
-                        stats.sent = stats.sent.saturating_add(1);
-                        sent += 1;
                     }
-                    Err(e) => count_send_error(stats, e, 1)?,
+                };
+                usize::try_from(rc).map_err(|_| io::Error::last_os_error())
+            });
+            match result {
+                Ok(_) => {
+                    stats.sent = stats.sent.saturating_add(1);
+                    sent += 1;
                 }
+                Err(e) => count_send_error(stats, e, 1)?,
             }
             continue;
         }

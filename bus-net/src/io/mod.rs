@@ -29,6 +29,7 @@ mod portable;
 pub(crate) mod socket;
 pub(crate) mod start;
 
+pub(crate) use batch::SUFFIX_LEN;
 pub use batch::{RecvBatch, SendBatch, MAX_BATCH};
 pub use socket::{IoStats, SocketConfig, UdpEndpoint};
 pub use start::{new_session_id, random_secret, realtime_ns};
@@ -60,6 +61,43 @@ mod tests {
             got.extend(batch.iter().map(|(b, a)| (b.to_vec(), a)));
         }
         got
+    }
+
+    /// A fan-out where each destination's datagram ends with its own suffix: the shared bytes
+    /// and the suffix arrive as one datagram, whatever the batch size (one goes by `sendmsg`,
+    /// several by `sendmmsg`).
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn each_destination_gets_its_own_suffix() {
+        let mut tx = endpoint();
+        let mut rx = [endpoint(), endpoint(), endpoint()];
+        let dests: Vec<_> = rx.iter().map(|r| r.local_addr()).collect();
+        let mut batch = SendBatch::new(16);
+        let mut recv = RecvBatch::new(4, 1472);
+        let shared = [0xabu8; 40];
+        for fan in [1usize, 3] {
+            let sent = tx
+                .send_batch_suffixed(
+                    &mut batch,
+                    dests
+                        .iter()
+                        .take(fan)
+                        .enumerate()
+                        .map(|(i, &d)| (&shared[..], Some([i as u8 + 1; SUFFIX_LEN]), d)),
+                )
+                .unwrap();
+            assert_eq!(sent, fan);
+            for (i, r) in rx.iter_mut().take(fan).enumerate() {
+                let got = recv_all(r, &mut recv, 1);
+                let mut want = shared.to_vec();
+                want.extend([i as u8 + 1; SUFFIX_LEN]);
+                assert_eq!(got[0].0, want, "destination {i}, fan-out {fan}");
+            }
+        }
+        // Without a suffix the datagram is the shared bytes alone.
+        tx.send_batch_suffixed(&mut batch, [(&shared[..], None, dests[0])])
+            .unwrap();
+        assert_eq!(recv_all(&mut rx[0], &mut recv, 1)[0].0, shared.to_vec());
     }
 
     #[test]
@@ -232,13 +270,28 @@ mod tests {
         let to = receiver.local_addr();
         let mut stats = IoStats::default();
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100]).collect();
+        let mut scratch = vec![0u8; 1472];
+        // Every other datagram with a suffix of its own, put together in the scratch buffer.
+        let suffix = |i: usize| (i % 2 == 1).then_some([i as u8; SUFFIX_LEN]);
         let sent = portable::send(
             sender.socket(),
             &mut stats,
-            payloads.iter().map(|p| (p.as_slice(), to)),
+            &mut scratch,
+            payloads
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.as_slice(), suffix(i), to)),
         )
         .unwrap();
         assert_eq!(sent, 10);
+        let payloads: Vec<Vec<u8>> = payloads
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut p)| {
+                p.extend(suffix(i).into_iter().flatten());
+                p
+            })
+            .collect();
         let mut batch = RecvBatch::new(4, 1472);
         let mut rstats = IoStats::default();
         let mut got = Vec::new();

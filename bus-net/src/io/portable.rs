@@ -4,7 +4,7 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 
-use super::batch::{RecvBatch, DROPPED};
+use super::batch::{RecvBatch, DROPPED, SUFFIX_LEN};
 use super::socket::{count_send_error, retry_interrupted, IoStats};
 
 /// Fills `batch` with `recv_from` until the socket would block or the batch is full.
@@ -37,19 +37,34 @@ pub(super) fn recv(
     Ok(batch.taken)
 }
 
-/// Sends each datagram with `send_to`.
+/// Sends each datagram with `send_to`; one with a suffix is put together in `scratch` first.
 pub(super) fn send<'a, I>(
     socket: &UdpSocket,
     stats: &mut IoStats,
+    scratch: &mut [u8],
     datagrams: I,
 ) -> io::Result<usize>
 where
-    I: Iterator<Item = (&'a [u8], SocketAddr)>,
+    I: Iterator<Item = (&'a [u8], Option<[u8; SUFFIX_LEN]>, SocketAddr)>,
 {
     let mut sent = 0;
-    for (payload, dest) in datagrams {
+    for (payload, suffix, dest) in datagrams {
+        let whole = match suffix {
+            None => payload,
+            Some(suffix) => {
+                let len = payload.len() + SUFFIX_LEN;
+                let Some(buf) = scratch.get_mut(..len) else {
+                    stats.send_refused = stats.send_refused.saturating_add(1);
+                    continue;
+                };
+                let (head, tail) = buf.split_at_mut(payload.len());
+                head.copy_from_slice(payload);
+                tail.copy_from_slice(&suffix);
+                &*buf
+            }
+        };
         stats.send_calls = stats.send_calls.saturating_add(1);
-        match retry_interrupted(|| socket.send_to(payload, dest)) {
+        match retry_interrupted(|| socket.send_to(whole, dest)) {
             Ok(_) => {
                 stats.sent = stats.sent.saturating_add(1);
                 sent += 1;

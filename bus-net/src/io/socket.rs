@@ -285,17 +285,39 @@ impl UdpEndpoint {
     where
         I: IntoIterator<Item = (&'a [u8], SocketAddr)>,
     {
+        self.send_batch_suffixed(
+            batch,
+            datagrams
+                .into_iter()
+                .map(|(bytes, dest)| (bytes, None, dest)),
+        )
+    }
+
+    /// [`UdpEndpoint::send_batch`] where each datagram may end with an 8-byte suffix of its
+    /// own (a subscription token, [`TOKEN_LEN`](crate::TOKEN_LEN) bytes):
+    /// `(bytes, suffix, destination)`. The kernel gathers the shared bytes and the suffix
+    /// (two iovecs on Linux), so fan-out copies nothing per destination. Same counting and
+    /// errors.
+    ///
+    /// # Errors
+    /// A fatal socket error (see the module docs); datagrams after it are not sent.
+    pub fn send_batch_suffixed<'a, I>(
+        &mut self,
+        batch: &mut SendBatch,
+        datagrams: I,
+    ) -> io::Result<usize>
+    where
+        I: IntoIterator<Item = (&'a [u8], Option<[u8; super::batch::SUFFIX_LEN]>, SocketAddr)>,
+    {
         let v6 = self.local.is_ipv6();
         let datagrams = datagrams
             .into_iter()
-            .map(move |(bytes, dest)| (bytes, wire_dest(v6, dest)));
+            .map(move |(bytes, suffix, dest)| (bytes, suffix, wire_dest(v6, dest)));
         #[cfg(target_os = "linux")]
         let sent = super::linux::send(&self.socket, &mut self.stats, batch, datagrams);
         #[cfg(not(target_os = "linux"))]
-        let sent = {
-            let _ = batch;
-            super::portable::send(&self.socket, &mut self.stats, datagrams)
-        };
+        let sent =
+            super::portable::send(&self.socket, &mut self.stats, &mut batch.scratch, datagrams);
         if let Err(e) = &sent {
             log::error!("llbus-net: fatal send error on {}: {e}", self.local);
         }

@@ -20,6 +20,8 @@
 //! |------------------------------------|------------------------------------------------------|
 //! | Subscribe, Unsubscribe             | nonce `u64`, cookie (16) or 16 zero bytes            |
 //! | CookieChallenge, SubscribeAck      | nonce `u64` echoed, cookie (16)                      |
+//!
+//! A `SubscribeAck` carries the subscription token in its header's timestamp field.
 //! | Refuse                             | reason `u8`, 7 zero bytes, offered fingerprint `u64`, nonce `u64` echoed |
 
 use super::cookie::{Cookie, COOKIE_LEN};
@@ -47,6 +49,9 @@ pub enum RefuseReason {
     TableFull = 3,
     /// The topic has as many subscribers as the publisher allows per topic.
     TopicFull = 4,
+    /// The subscriber's host (its IP address, whatever the port) holds as many of the topic's
+    /// subscriber slots as the publisher allows one host.
+    HostFull = 5,
 }
 
 impl RefuseReason {
@@ -60,6 +65,7 @@ impl RefuseReason {
             2 => Ok(RefuseReason::FingerprintMismatch),
             3 => Ok(RefuseReason::TableFull),
             4 => Ok(RefuseReason::TopicFull),
+            5 => Ok(RefuseReason::HostFull),
             _ => Err(DropReason::BadControl),
         }
     }
@@ -132,6 +138,13 @@ impl core::fmt::Display for Refusal {
                 "publisher refused topic {topic:#018x}: the topic has as many subscribers as it \
                  allows; raise its per-topic cap or subscribe fewer hosts"
             ),
+            RefuseReason::HostFull => write!(
+                f,
+                "publisher refused topic {topic:#018x}: this host already holds as many of the \
+                 topic's subscriber slots as the publisher allows one host (other ports of this \
+                 address subscribe to it); stop one of them or raise the publisher's \
+                 `subscribers_per_host`"
+            ),
         }
     }
 }
@@ -185,6 +198,11 @@ pub enum Control {
         /// A fresh cookie: the subscriber uses it in its next renewals (and `Unsubscribe`), so
         /// an active subscription never sees its cookie expire.
         cookie: Cookie,
+        /// The subscription token (in the header's timestamp field): every data, heartbeat and
+        /// unavailable datagram of this subscription ends with it, so that nobody who was not
+        /// sent this acknowledgement can inject into the stream (0 with a pre-shared key,
+        /// where the MAC does that).
+        token: u64,
     },
     /// Publisher to subscriber: the subscription is refused.
     Refuse(Refusal),
@@ -304,6 +322,7 @@ impl Control {
                     last_seq: h.seq,
                     nonce,
                     cookie: Cookie(cookie),
+                    token: h.timestamp_ns as u64,
                 }
             }
             Kind::Heartbeat => Control::Heartbeat {
@@ -431,9 +450,11 @@ impl BatchEncoder<'_> {
                 last_seq,
                 nonce,
                 cookie,
+                token,
             } => {
                 let mut h = control_header(Kind::SubscribeAck, topic_id, fingerprint, session);
                 h.seq = last_seq;
+                h.timestamp_ns = token as i64;
                 self.push_handshake(h, nonce, cookie)
             }
             Control::Heartbeat {
@@ -569,6 +590,7 @@ mod tests {
                 nonce: 0x6e6f6e6365,
                 last_seq: 5,
                 cookie: Cookie([9; 16]),
+                token: 0x70c3,
             },
             Control::Refuse(Refusal {
                 topic_id: 1,

@@ -1,4 +1,4 @@
-//! Decoding a received ll-udp v1 datagram: one validation pass over the frame headers, then a
+//! Decoding a received native datagram: one validation pass over the frame headers, then a
 //! zero-copy iterator of (header, payload slice), then bincode decoding of a payload on demand.
 //!
 //! A datagram is accepted or dropped whole for structural faults (truncation, bad magic or
@@ -9,7 +9,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::header::{Header, HEADER_LEN};
+use super::header::{Flags, Header, Kind, HEADER_LEN, TOKEN_LEN};
 
 /// Why a received datagram (or one message of it) was dropped. Each has a counter in
 /// [`DropCounts`]; the bridge and the io layer count, they never fail on these.
@@ -76,11 +76,15 @@ pub enum DropReason {
     /// A fragmented message given up before all its fragments arrived (the reassemblies in
     /// flight were full, or it timed out): the message is dropped, never delivered in part.
     Incomplete,
+    /// Without a pre-shared key: a data frame, heartbeat or `Unavailable` whose datagram does
+    /// not end with the subscription token this import was given (forged by a host that does
+    /// not hold it), or a datagram whose frames disagree about carrying one.
+    BadToken,
 }
 
 impl DropReason {
     /// How many reasons there are: the length of [`DropCounts`]'s array.
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Truncated,
@@ -107,6 +111,7 @@ impl DropReason {
         DropReason::Replayed,
         DropReason::BadFragment,
         DropReason::Incomplete,
+        DropReason::BadToken,
     ];
 
     /// This reason's index in [`DropReason::ALL`] and in a [`DropCounts`].
@@ -141,6 +146,7 @@ impl DropReason {
             DropReason::Replayed => "replayed",
             DropReason::BadFragment => "bad_fragment",
             DropReason::Incomplete => "incomplete",
+            DropReason::BadToken => "bad_token",
         }
     }
 }
@@ -149,8 +155,10 @@ impl core::fmt::Display for DropReason {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
             DropReason::Truncated => "datagram truncated: shorter than its headers say",
-            DropReason::BadMagic => "bad magic: not an ll-udp v1 frame",
-            DropReason::BadVersion => "unsupported ll-udp protocol version",
+            DropReason::BadMagic => "bad magic: not a native frame",
+            DropReason::BadVersion => {
+                "unsupported native protocol version (this side speaks version 3)"
+            }
             DropReason::UnknownKind => "unknown frame kind",
             DropReason::ReservedKind => "frame kind reserved for authentication extensions",
             DropReason::UnsupportedFlags => "frame flags not supported by this version",
@@ -176,6 +184,10 @@ impl core::fmt::Display for DropReason {
             DropReason::Replayed => "sealed datagram replayed (packet number seen or too old)",
             DropReason::BadFragment => "fragment inconsistent with its message",
             DropReason::Incomplete => "fragmented message given up before all fragments arrived",
+            DropReason::BadToken => {
+                "data or heartbeat without this subscription's token (forged, or a datagram \
+                 whose frames disagree about carrying one)"
+            }
         })
     }
 }
@@ -235,12 +247,19 @@ pub struct Frame<'a> {
 pub struct Frames<'a> {
     rest: &'a [u8],
     remaining: usize,
+    token: Option<u64>,
 }
 
 impl<'a> Frames<'a> {
     /// How many frames are left.
     pub fn remaining(&self) -> usize {
         self.remaining
+    }
+
+    /// The subscription token after the last frame, if the frames are marked
+    /// [`Flags::TOKEN`](super::header::Flags::TOKEN) (every frame is, or none).
+    pub fn token(&self) -> Option<u64> {
+        self.token
     }
 }
 
@@ -287,7 +306,7 @@ impl Auth {
     }
 }
 
-/// Validates a received ll-udp v1 datagram and returns its frames.
+/// Validates a received native datagram and returns its frames.
 ///
 /// Every frame header is checked before this returns, so iterating the result cannot fail: a
 /// datagram is dropped whole or delivered whole (payload decoding aside). `max_datagram` is the
@@ -299,7 +318,10 @@ impl Auth {
 /// `max_datagram`; [`DropReason::Truncated`] if it is empty or ends inside a frame header; the
 /// header's own faults ([`Header::read`]); [`DropReason::BadLength`] for a payload length that
 /// runs past the end or is wrong for its kind; [`DropReason::BadMac`] for a frame that says the
-/// datagram carries a MAC tag (a peer configured with a pre-shared key this side lacks).
+/// datagram carries a MAC tag (a peer configured with a pre-shared key this side lacks);
+/// [`DropReason::BadToken`] for a datagram whose frames disagree about ending with a
+/// subscription token (it is read from the last [`TOKEN_LEN`] bytes when the first frame is
+/// marked [`Flags::TOKEN`](super::header::Flags::TOKEN), and every frame must be).
 pub fn parse_datagram(datagram: &[u8], max_datagram: usize) -> Result<Frames<'_>, DropReason> {
     parse_with(datagram, max_datagram, Auth::Plain)
 }
@@ -316,20 +338,50 @@ pub(crate) fn parse_with(
     if datagram.is_empty() {
         return Err(DropReason::Truncated);
     }
-    let mut rest = datagram;
+    let (frames, token) = split_token(datagram, auth)?;
+    let mut rest = frames;
     let mut count = 0usize;
     while !rest.is_empty() {
         let (frame, next) = split_frame(rest)?;
         if !auth.admits(&frame.header) {
             return Err(DropReason::BadMac);
         }
+        if frame.header.flags.token() != token.is_some() {
+            return Err(DropReason::BadToken);
+        }
         rest = next;
         count += 1;
     }
     Ok(Frames {
-        rest: datagram,
+        rest: frames,
         remaining: count,
+        token,
     })
+}
+
+/// The frames of `datagram` and the subscription token after them, if its first frame says
+/// there is one (only in a datagram without a MAC: a sealed one never carries a token).
+fn split_token(datagram: &[u8], auth: Auth) -> Result<(&[u8], Option<u64>), DropReason> {
+    // Only a first frame that may carry the flag says so: on another kind the flag is the
+    // frame's fault (`UnsupportedFlags`, from the header check), not a trailer to strip.
+    let marked = datagram.get(5).is_some_and(|f| f & Flags::TOKEN != 0)
+        && datagram
+            .get(4)
+            .is_some_and(|&k| Kind::from_u8(k).is_ok_and(Kind::is_downstream));
+    if !marked || auth != Auth::Plain {
+        return Ok((datagram, None));
+    }
+    match datagram
+        .len()
+        .checked_sub(TOKEN_LEN)
+        .map(|at| datagram.split_at(at))
+    {
+        Some((frames, token)) if frames.len() >= HEADER_LEN => {
+            let token: [u8; TOKEN_LEN] = token.try_into().map_err(|_| DropReason::Truncated)?;
+            Ok((frames, Some(u64::from_le_bytes(token))))
+        }
+        _ => Err(DropReason::Truncated),
+    }
 }
 
 impl<'a> Iterator for Frames<'a> {
@@ -441,7 +493,8 @@ mod tests {
         };
         assert_eq!(with(0, b'X'), DropReason::BadMagic);
         assert_eq!(with(3, 1), DropReason::BadVersion);
-        assert_eq!(with(3, 3), DropReason::BadVersion);
+        assert_eq!(with(3, 2), DropReason::BadVersion);
+        assert_eq!(with(3, 4), DropReason::BadVersion);
         assert_eq!(with(4, 0), DropReason::UnknownKind);
         assert_eq!(with(4, 0x7f), DropReason::UnknownKind);
         assert_eq!(with(4, 0x21), DropReason::ReservedKind);
@@ -450,6 +503,8 @@ mod tests {
         assert_eq!(with(5, 0x01), DropReason::UnsupportedFlags);
         assert_eq!(with(5, 0x02), DropReason::BadMac);
         assert_eq!(with(5, 0x80), DropReason::UnsupportedFlags);
+        // The token flag on a kind a publisher never sends down a subscription.
+        assert_eq!(with(52 + 58 + 5, 0x04), DropReason::UnsupportedFlags);
         // Payload length past the end.
         assert_eq!(with(7, 0xff), DropReason::BadLength);
         // A subscribe (third frame, at 52 + 58) with a payload length other than 24.
@@ -510,5 +565,39 @@ mod tests {
             assert!(!r.to_string().is_empty());
             assert!(!r.name().is_empty());
         }
+    }
+
+    #[test]
+    fn a_token_follows_the_frames_of_a_marked_datagram() {
+        let mut buf = [0u8; 256];
+        let meta = DataMeta {
+            topic_id: 1,
+            fingerprint: 2,
+            session: 3,
+            seq: 1,
+            timestamp_ns: 4,
+        };
+        let mut enc = BatchEncoder::new(&mut buf).with_token(true);
+        enc.push_data(meta, &1u32).unwrap();
+        enc.push_data(DataMeta { seq: 2, ..meta }, &2u32).unwrap();
+        let mut bytes = enc.as_bytes().to_vec();
+        assert!(bytes[5] & Flags::TOKEN != 0);
+        bytes.extend(0x1234_5678_u64.to_le_bytes());
+        let frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
+        assert_eq!(frames.token(), Some(0x1234_5678));
+        assert_eq!(frames.count(), 2);
+        // Without its token the last frame is cut short; a frame that disagrees is refused.
+        assert_eq!(reason(&bytes[..bytes.len() - 8]), DropReason::Truncated);
+        let mut mixed = bytes.clone();
+        mixed[52 + 5] = 0;
+        assert_eq!(reason(&mixed), DropReason::BadToken);
+        // An unmarked datagram has no token.
+        let plain = sample();
+        assert_eq!(
+            parse_datagram(&plain, DEFAULT_MAX_DATAGRAM)
+                .unwrap()
+                .token(),
+            None
+        );
     }
 }

@@ -188,7 +188,7 @@ pub fn check_fits<T: Serialize + ?Sized>(
     Ok(())
 }
 
-/// Appends ll-udp v1 frames to one datagram buffer. See the module docs.
+/// Appends native frames to one datagram buffer. See the module docs.
 ///
 /// ```
 /// use llbus_net::{parse_datagram, decode_payload, BatchEncoder, DataMeta, DEFAULT_MAX_DATAGRAM};
@@ -213,6 +213,9 @@ pub struct BatchEncoder<'a> {
     len: usize,
     /// Frames in `buf[..len]`.
     frames: usize,
+    /// Whether downstream frames get [`Flags::TOKEN`] (the datagram will end with the
+    /// subscription token of each destination).
+    token: bool,
 }
 
 impl<'a> BatchEncoder<'a> {
@@ -228,7 +231,17 @@ impl<'a> BatchEncoder<'a> {
             buf,
             len: 0,
             frames: 0,
+            token: false,
         }
+    }
+
+    /// The same encoder, marking every downstream frame (data, fragment, heartbeat,
+    /// unavailable) with [`Flags::TOKEN`]: its datagram is sent with each destination's
+    /// subscription token after the last frame (`docs/PROTOCOL.md`, "Subscription tokens").
+    /// Leave [`TOKEN_LEN`](super::header::TOKEN_LEN) bytes of room for it.
+    pub fn with_token(mut self, token: bool) -> Self {
+        self.token = token;
+        self
     }
 
     /// The maximum datagram size, in bytes.
@@ -355,7 +368,10 @@ impl<'a> BatchEncoder<'a> {
 
     /// Writes `header` at `start` and accounts for a frame of `payload_len` payload bytes that
     /// is already in place.
-    fn commit(&mut self, header: Header, start: usize, payload_len: usize) {
+    fn commit(&mut self, mut header: Header, start: usize, payload_len: usize) {
+        if self.token && header.kind.is_downstream() {
+            header.flags = Flags(header.flags.0 | Flags::TOKEN);
+        }
         if let Some(head) = self
             .buf
             .get_mut(start..)

@@ -1,4 +1,4 @@
-//! The ll-udp v1 frame header: 48 bytes, little-endian, in front of every message and every
+//! The native frame header: 48 bytes, little-endian, in front of every message and every
 //! control message. A datagram is one or more frames back to back (see `docs/PROTOCOL.md`).
 //!
 //! Every frame carries the magic and version, so a frame is self-describing and a batch needs
@@ -8,7 +8,7 @@
 //! | offset | size | field                                     |
 //! |-------:|-----:|-------------------------------------------|
 //! | 0      | 3    | magic `b"LLU"`                            |
-//! | 3      | 1    | version, `2` (was `1` before the nonce-bound handshake) |
+//! | 3      | 1    | version, `3` (`2` had no subscription token, `1` no nonce-bound handshake) |
 //! | 4      | 1    | kind ([`Kind`])                           |
 //! | 5      | 1    | flags ([`Flags`])                         |
 //! | 6      | 2    | payload length, `u16`                     |
@@ -20,10 +20,13 @@
 
 use super::decode::DropReason;
 
-/// The first three bytes of every ll-udp v1 frame.
+/// The first three bytes of every native frame.
 pub const MAGIC: [u8; 3] = *b"LLU";
 /// The protocol version this crate speaks, in byte 3 of every frame.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
+/// The length of the subscription token after the last frame of a datagram marked
+/// [`Flags::TOKEN`].
+pub const TOKEN_LEN: usize = 8;
 /// The size of a frame header in bytes.
 pub const HEADER_LEN: usize = 48;
 /// The default maximum datagram size: a 1500-byte Ethernet MTU less 20 bytes of IPv4 header
@@ -108,6 +111,15 @@ impl Kind {
         matches!(self, Kind::Data | Kind::Fragment)
     }
 
+    /// Whether a publisher sends frames of this kind down an established subscription (data,
+    /// fragments, heartbeats, unavailable ranges): the kinds that carry [`Flags::TOKEN`].
+    pub const fn is_downstream(self) -> bool {
+        matches!(
+            self,
+            Kind::Data | Kind::Fragment | Kind::Heartbeat | Kind::Unavailable
+        )
+    }
+
     /// The payload length a frame of this kind must have, if it is fixed.
     pub(crate) const fn fixed_payload_len(self) -> Option<usize> {
         match self {
@@ -130,7 +142,11 @@ impl Kind {
 ///   other kind, the frame is dropped as [`DropReason::UnsupportedFlags`].
 /// - bit 1, [`Flags::MAC`]: the datagram ends with a 16-byte pre-shared-key tag after its last
 ///   frame (see `mac`). Set on every frame of such a datagram.
-/// - bits 2..7: reserved; a frame with any of them set is dropped as
+/// - bit 2, [`Flags::TOKEN`]: the datagram ends with the 8-byte subscription token of the
+///   subscriber it is sent to (see `decode`). Only on the kinds a publisher sends down a
+///   subscription (data, fragment, heartbeat, unavailable), on every frame of the datagram,
+///   and never with [`Flags::MAC`].
+/// - bits 3..7: reserved; a frame with any of them set is dropped as
 ///   [`DropReason::UnsupportedFlags`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Flags(pub u8);
@@ -142,12 +158,14 @@ impl Flags {
     pub const COOKIE: u8 = 0x01;
     /// The datagram ends with a MAC tag (pre-shared key).
     pub const MAC: u8 = 0x02;
+    /// The datagram ends with the subscription token of its destination.
+    pub const TOKEN: u8 = 0x04;
     /// Old name of [`Flags::COOKIE`].
     pub const RESERVED_COOKIE: u8 = Flags::COOKIE;
     /// Old name of [`Flags::MAC`].
     pub const RESERVED_MAC: u8 = Flags::MAC;
     /// The flags this version understands.
-    pub const SUPPORTED: u8 = Flags::COOKIE | Flags::MAC;
+    pub const SUPPORTED: u8 = Flags::COOKIE | Flags::MAC | Flags::TOKEN;
 
     /// Whether the cookie bit is set.
     pub const fn cookie(self) -> bool {
@@ -158,6 +176,11 @@ impl Flags {
     pub const fn mac(self) -> bool {
         self.0 & Flags::MAC != 0
     }
+
+    /// Whether the token bit is set.
+    pub const fn token(self) -> bool {
+        self.0 & Flags::TOKEN != 0
+    }
 }
 
 /// One frame's header, decoded. See the module docs for the byte layout.
@@ -165,7 +188,7 @@ impl Flags {
 pub struct Header {
     /// What the frame is.
     pub kind: Kind,
-    /// Flags ([`Flags::COOKIE`], [`Flags::MAC`]).
+    /// Flags ([`Flags::COOKIE`], [`Flags::MAC`], [`Flags::TOKEN`]).
     pub flags: Flags,
     /// The number of payload bytes after the header.
     pub payload_len: u16,
@@ -213,6 +236,7 @@ impl Header {
         let kind = Kind::from_u8(kind)?;
         if flags & !Flags::SUPPORTED != 0
             || (flags & Flags::COOKIE != 0 && !matches!(kind, Kind::Subscribe | Kind::Unsubscribe))
+            || (flags & Flags::TOKEN != 0 && (!kind.is_downstream() || flags & Flags::MAC != 0))
         {
             return Err(DropReason::UnsupportedFlags);
         }

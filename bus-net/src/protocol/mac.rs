@@ -78,7 +78,7 @@ impl core::fmt::Display for SealError {
                  {capacity}-byte buffer; encode into a buffer {MAC_TAG_LEN} bytes shorter"
             ),
             SealError::Malformed => f.write_str(
-                "cannot seal: the bytes are not whole ll-udp frames of one direction and one \
+                "cannot seal: the bytes are not whole native frames of one direction and one \
                  session; seal what a BatchEncoder made",
             ),
         }

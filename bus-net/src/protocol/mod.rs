@@ -4,7 +4,7 @@
 //! The wire format is specified in `docs/PROTOCOL.md`; the golden tests in this module check
 //! its hex vectors verbatim.
 //!
-//! - [`header`]: the ll-udp frame header (48 bytes, little-endian, version 2), kinds and flags.
+//! - [`header`]: the native frame header (48 bytes, little-endian, version 3), kinds and flags.
 //! - [`encode`]: packing one or more frames into a caller's datagram buffer, without allocating.
 //! - [`decode`]: validating a received datagram and iterating its frames zero-copy; why a
 //!   datagram is dropped ([`DropReason`]) and counters for it.

@@ -13,9 +13,53 @@
 //! the previous session that arrive after the change are dropped as stale instead of switching
 //! back. A heartbeat's (or acknowledgement's) last sequence number advances the window like a
 //! message that was not received, so loss at the end of a burst is counted.
+//!
+//! No single frame moves the window far: a number more than [`MAX_JUMP`] above the highest
+//! one believed (data or heartbeat) is held as a claim, not delivered and not counted
+//! ([`Verdict::Unconfirmed`]), until a second frame within [`MAX_JUMP`] above the claim
+//! confirms it ([`JumpGuard`]). A genuine jump that far (a long outage at a high rate) costs
+//! one frame; a forged one alone can neither inflate `lost` nor make the genuine stream stale.
 
 /// How many sequence numbers below the highest one the tracker remembers.
 pub const WINDOW: u64 = 128;
+
+/// The furthest one frame may move the highest sequence number believed; a number further
+/// ahead waits for a second frame to confirm it.
+pub const MAX_JUMP: u64 = 1 << 16;
+
+/// Holds a sequence number far ahead of what a stream has seen until another frame confirms
+/// it. See the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JumpGuard {
+    /// The last far-ahead number claimed and not yet confirmed.
+    claim: Option<u64>,
+}
+
+impl JumpGuard {
+    /// Whether `seq` is believed, `highest` being the highest number believed so far: yes if
+    /// it is at most [`MAX_JUMP`] above it, or confirms the previous claim (at or at most
+    /// [`MAX_JUMP`] above it); otherwise it becomes the claim.
+    pub fn believe(&mut self, highest: u64, seq: u64) -> bool {
+        if seq <= highest.saturating_add(MAX_JUMP) {
+            return true;
+        }
+        match self.claim {
+            Some(c) if c <= seq && seq - c <= MAX_JUMP => {
+                self.claim = None;
+                true
+            }
+            _ => {
+                self.claim = Some(seq);
+                false
+            }
+        }
+    }
+
+    /// Forgets the claim (a new session starts).
+    pub fn reset(&mut self) {
+        self.claim = None;
+    }
+}
 
 /// What an import does with a message that arrives after a later one of its topic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -41,6 +85,9 @@ pub enum Verdict {
     /// Older than the window, from before this tracker started, or from a previous session:
     /// drop.
     Stale,
+    /// More than [`MAX_JUMP`] ahead of the highest number believed, and not confirmed by an
+    /// earlier frame: drop, count nothing lost ([`JumpGuard`]).
+    Unconfirmed,
 }
 
 impl Verdict {
@@ -69,6 +116,8 @@ pub struct LossCounts {
     pub stale: u64,
     /// Times the publisher's session id changed (restarts seen).
     pub session_changes: u64,
+    /// Data messages and heartbeats not believed: too far ahead, unconfirmed ([`JumpGuard`]).
+    pub unconfirmed: u64,
 }
 
 /// The window of one session.
@@ -91,6 +140,7 @@ pub struct SeqTracker {
     stream: Option<Stream>,
     /// The session before the current one: its late frames are stale, not a new restart.
     previous_session: Option<u64>,
+    guard: JumpGuard,
     counts: LossCounts,
 }
 
@@ -101,6 +151,7 @@ impl SeqTracker {
             policy,
             stream: None,
             previous_session: None,
+            guard: JumpGuard { claim: None },
             counts: LossCounts {
                 received: 0,
                 delivered: 0,
@@ -110,6 +161,7 @@ impl SeqTracker {
                 late_dropped: 0,
                 stale: 0,
                 session_changes: 0,
+                unconfirmed: 0,
             },
         }
     }
@@ -131,6 +183,7 @@ impl SeqTracker {
             Some(s) if s.session == session => true,
             Some(_) if self.previous_session == Some(session) => false,
             current => {
+                self.guard.reset();
                 if let Some(old) = current {
                     self.previous_session = Some(old.session);
                     self.counts.session_changes = self.counts.session_changes.saturating_add(1);
@@ -166,6 +219,9 @@ impl SeqTracker {
                 self.counts.late_dropped = self.counts.late_dropped.saturating_add(1)
             }
             Verdict::Stale => self.counts.stale = self.counts.stale.saturating_add(1),
+            Verdict::Unconfirmed => {
+                self.counts.unconfirmed = self.counts.unconfirmed.saturating_add(1)
+            }
         }
         verdict
     }
@@ -178,6 +234,9 @@ impl SeqTracker {
             return Verdict::Stale;
         }
         if seq > s.highest {
+            if !self.guard.believe(s.highest, seq) {
+                return Verdict::Unconfirmed;
+            }
             let shift = seq - s.highest;
             self.counts.lost = self.counts.lost.saturating_add(shift - 1);
             s.seen = if shift >= WINDOW { 0 } else { s.seen << shift };
@@ -216,6 +275,10 @@ impl SeqTracker {
             return 0;
         };
         if last_seq <= s.highest {
+            return 0;
+        }
+        if !self.guard.believe(s.highest, last_seq) {
+            self.counts.unconfirmed = self.counts.unconfirmed.saturating_add(1);
             return 0;
         }
         let shift = last_seq - s.highest;
@@ -366,5 +429,31 @@ mod tests {
         assert_eq!(t.counts().lost, 1);
         assert_eq!(t.observe(9, 41), Verdict::DeliverLate);
         assert_eq!(t.counts().lost, 0);
+    }
+
+    #[test]
+    fn one_frame_far_ahead_is_not_believed() {
+        let mut t = SeqTracker::new(LatePolicy::Deliver);
+        assert_eq!(t.observe(7, 1), Verdict::Deliver);
+        // A forged data frame and heartbeat 2^40 ahead: neither delivered nor counted lost.
+        assert_eq!(t.observe(7, 1 << 40), Verdict::Unconfirmed);
+        assert_eq!(t.observe_last_seq(7, (1 << 41) + MAX_JUMP + 1), 0);
+        for seq in 2..=10 {
+            assert_eq!(t.observe(7, seq), Verdict::Deliver, "genuine {seq}");
+        }
+        assert_eq!((t.counts().lost, t.counts().unconfirmed), (0, 2));
+        // A genuine jump past MAX_JUMP (a long outage) costs one frame: the next confirms it,
+        // and `lost` counts exactly what was skipped (the unconfirmed frame included).
+        let far = 10 + MAX_JUMP + 5;
+        assert_eq!(t.observe(7, far), Verdict::Unconfirmed);
+        assert_eq!(t.observe(7, far + 1), Verdict::Deliver);
+        assert_eq!(t.counts().lost, far - 10);
+        // A heartbeat confirms like data does.
+        let far = far + 1 + 2 * MAX_JUMP;
+        assert_eq!(t.observe_last_seq(7, far), 0);
+        assert_eq!(
+            t.observe_last_seq(7, far + 3),
+            far + 3 - (far - 2 * MAX_JUMP)
+        );
     }
 }

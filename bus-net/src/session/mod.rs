@@ -8,8 +8,9 @@
 //!   that echoes its nonce and is no longer than it.
 //! - [`reassembly`]: fragmented messages put back together, with bounded memory (a maximum
 //!   message size, a bound on reassemblies in flight, a timeout, reused buffers).
-//! - [`reliable`]: reliable topics: the publisher's history and retransmit budgets, the
-//!   subscriber's gap detection, NAKs, reorder buffer and in-order delivery.
+//! - [`reliable`]: reliable topics: the publisher's history and the retransmission budgets
+//!   of its subscriber hosts, the subscriber's gap detection, NAKs, reorder buffer and
+//!   in-order delivery.
 //! - [`subscriber`]: the subscriber side of one import: fresh nonces, which answers are its
 //!   own, which publisher session the import follows (changed only by an echoing
 //!   `SubscribeAck`), renewal, backoff after a transient refusal, and the sequence tracker.
@@ -18,8 +19,11 @@
 //! random nonce; a `CookieChallenge`, `SubscribeAck` or `Refuse` that does not echo the nonce
 //! of a request still outstanding is dropped and counted ([`DropReason::BadNonce`]); a
 //! duplicate or late answer to a request that was answered already is counted under its own
-//! name (duplicate or stale control), not as invalid. Data or heartbeats of a session no
-//! acknowledgement established never switch the import: they trigger a resubscribe (counted).
+//! name (duplicate or stale control), not as invalid. Without a pre-shared key, data and
+//! heartbeats count only if their datagram ends with the subscription token of the
+//! acknowledgement the import follows; others change nothing. Data or heartbeats of a session
+//! no acknowledgement established never switch the import: they trigger a resubscribe
+//! (counted).
 //!
 //! [`DropReason::BadNonce`]: crate::DropReason::BadNonce
 

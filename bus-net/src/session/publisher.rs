@@ -7,14 +7,23 @@
 //!
 //! 1. The source must be allowed to subscribe to the topic (the export's allowlist or the
 //!    bridge's), else [`DropReason::NotAllowed`] and no answer.
-//! 2. A `Subscribe` without a cookie that proves the source's address is answered only by a
-//!    `CookieChallenge`, rate-limited per source IP ([`DropReason::RateLimited`] beyond it); a
-//!    wrong cookie is [`DropReason::BadCookie`] (counted once, still challenged if the limit
-//!    allows, so a subscriber whose cookie expired recovers).
-//! 3. A proven `Subscribe` is checked (topic exported, fingerprint equal), entered in the
-//!    subscriber table (capped per topic and in all) and acknowledged with a fresh cookie and
-//!    the topic's last sequence number; or refused with the reason.
-//! 4. An `Unsubscribe` is honoured only with a cookie proving the source.
+//! 2. Every `Subscribe` and `Unsubscribe`, proven or not (renewals included), is charged to
+//!    the rate limit of its source IP ([`DropReason::RateLimited`] beyond it, no answer).
+//! 3. A `Subscribe` without a cookie that proves the source's address is answered only by a
+//!    `CookieChallenge`; a wrong cookie is [`DropReason::BadCookie`] (counted once, still
+//!    challenged, so a subscriber whose cookie expired recovers).
+//! 4. A proven `Subscribe` is checked (topic exported, fingerprint equal), entered in the
+//!    subscriber table (capped per host per topic, per topic and in all) and acknowledged with
+//!    a fresh cookie, the topic's last sequence number and the subscription token; or refused
+//!    with the reason (`HostFull` when the host holds its share of the topic's slots).
+//! 5. An `Unsubscribe` is honoured only with a cookie proving the source.
+//!
+//! The subscription token binds the data of a subscription to its handshake: it is a keyed
+//! BLAKE3 hash (under a random key of this bridge) of the subscriber's address, the topic and
+//! the subscriber's session, sent only in the `SubscribeAck` to that proven address; every
+//! data, heartbeat and retransmission datagram to that subscriber ends with it. Another host,
+//! even one allowed to subscribe, never sees it, so it cannot inject into or silence that
+//! subscriber's import.
 //!
 //! Cookies are stateless (`CookieJar`): nothing is kept for an unproven source but its rate
 //! limiter bucket.
@@ -22,8 +31,8 @@
 use std::net::SocketAddr;
 
 use crate::{
-    Allowlist, Control, Cookie, CookieJar, DropReason, RateLimiter, Refusal, RefuseReason, Renewal,
-    SubscriberTable,
+    Allowlist, Control, Cookie, CookieJar, DropReason, HostBudgets, RateLimiter, Refusal,
+    RefuseReason, ReliableConfig, Renewal, SubscriberTable,
 };
 
 use super::Replies;
@@ -66,12 +75,19 @@ pub struct PublisherSession {
     allow: Allowlist,
     topics: Vec<ExportedTopic>,
     subscribers: SubscriberTable<SocketAddr>,
+    /// The key of the subscription tokens (random per bridge, never sent).
+    token_key: [u8; 32],
+    /// The retransmission budgets of the subscriber hosts.
+    budgets: HostBudgets,
     counts: PublisherCounts,
 }
 
 impl PublisherSession {
     /// The handshake of the bridge with session id `session`, exporting `topics`, admitting
-    /// sources of `allow` (unless a topic has its own list).
+    /// sources of `allow` (unless a topic has its own list). `token_key` is a random secret
+    /// of this bridge, the key of its subscription tokens. Retransmission budgets are the
+    /// default's ([`ReliableConfig::retransmit_rate`]) per host, for as many hosts as the
+    /// table holds subscribers ([`PublisherSession::with_budgets`] to change them).
     pub fn new(
         session: u64,
         jar: CookieJar,
@@ -79,7 +95,12 @@ impl PublisherSession {
         allow: Allowlist,
         topics: Vec<ExportedTopic>,
         subscribers: SubscriberTable<SocketAddr>,
+        token_key: [u8; 32],
     ) -> Self {
+        let budgets = HostBudgets::new(
+            subscribers.capacity(),
+            ReliableConfig::default().retransmit_rate,
+        );
         PublisherSession {
             session,
             jar,
@@ -87,8 +108,43 @@ impl PublisherSession {
             allow,
             topics,
             subscribers,
+            token_key,
+            budgets,
             counts: PublisherCounts::default(),
         }
+    }
+
+    /// The same session with these retransmission budgets.
+    pub fn with_budgets(mut self, budgets: HostBudgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// The retransmission budgets of the subscriber hosts, to plan a retransmission or a
+    /// late-join burst with.
+    pub fn budgets_mut(&mut self) -> &mut HostBudgets {
+        &mut self.budgets
+    }
+
+    /// The subscription token of `src`'s subscription to `topic_id` under its session
+    /// `session`: the first 8 bytes of BLAKE3-keyed(token key, canonical IPv6 form of the
+    /// address (16) | port (2) | topic (8) | session (8)), never 0.
+    pub fn token(&self, src: SocketAddr, topic_id: u64, session: u64) -> u64 {
+        let ip = match src.ip().to_canonical() {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            std::net::IpAddr::V6(v6) => v6,
+        };
+        let mut input = [0u8; 34];
+        input[..16].copy_from_slice(&ip.octets());
+        input[16..18].copy_from_slice(&src.port().to_le_bytes());
+        input[18..26].copy_from_slice(&topic_id.to_le_bytes());
+        input[26..].copy_from_slice(&session.to_le_bytes());
+        let hash = blake3::keyed_hash(&self.token_key, &input);
+        let mut token = [0u8; 8];
+        if let Some(head) = hash.as_bytes().first_chunk::<8>() {
+            token = *head;
+        }
+        u64::from_le_bytes(token).max(1)
     }
 
     /// The subscriber table.
@@ -204,12 +260,14 @@ impl PublisherSession {
                     return Err(DropReason::NotAllowed);
                 }
                 let proven = self.proven(src, cookie, now_ns);
+                // Proven or not, a request costs its source: renewals cannot hold slots
+                // faster than the rate limit allows.
+                if !self.limiter.allow(src.ip(), now_ns) {
+                    return Err(proven.err().unwrap_or(DropReason::RateLimited));
+                }
                 if proven != Ok(true) {
                     // Unproven address: the only answer is a challenge, as long as the
-                    // request, rate-limited per source.
-                    if !self.limiter.allow(src.ip(), now_ns) {
-                        return Err(proven.err().unwrap_or(DropReason::RateLimited));
-                    }
+                    // request.
                     let cookie = self.jar.issue(src, now_ns);
                     replies.push(Control::CookieChallenge {
                         topic_id,
@@ -242,7 +300,13 @@ impl PublisherSession {
                         refuse(RefuseReason::FingerprintMismatch, offered),
                         PublisherEvent::None,
                     ),
-                    Some(offered) => match self.subscribers.renew(src, topic_id, session, now_ns) {
+                    Some(offered) => match self.subscribers.renew(
+                        src,
+                        topic_id,
+                        session,
+                        self.token(src, topic_id, session),
+                        now_ns,
+                    ) {
                         Ok(renewal) => {
                             let ack = Control::SubscribeAck {
                                 topic_id,
@@ -251,6 +315,7 @@ impl PublisherSession {
                                 last_seq: last_seq(topic_id),
                                 nonce,
                                 cookie: self.jar.issue(src, now_ns),
+                                token: self.token(src, topic_id, session),
                             };
                             let event = if renewal == Renewal::Renewed {
                                 PublisherEvent::None
@@ -259,10 +324,14 @@ impl PublisherSession {
                             };
                             (ack, event)
                         }
-                        Err(DropReason::TopicFull) => (
-                            refuse(RefuseReason::TopicFull, offered),
-                            PublisherEvent::None,
-                        ),
+                        Err(DropReason::TopicFull) => {
+                            let reason = if self.subscribers.host_full(src, topic_id) {
+                                RefuseReason::HostFull
+                            } else {
+                                RefuseReason::TopicFull
+                            };
+                            (refuse(reason, offered), PublisherEvent::None)
+                        }
                         Err(_) => (
                             refuse(RefuseReason::TableFull, offered),
                             PublisherEvent::None,
@@ -281,6 +350,9 @@ impl PublisherSession {
                 // Only the subscriber itself may end its subscription: it proves its address.
                 if cookie.is_none() {
                     return Err(DropReason::BadCookie);
+                }
+                if !self.limiter.allow(src.ip(), now_ns) {
+                    return Err(DropReason::RateLimited);
                 }
                 self.proven(src, cookie, now_ns)?;
                 if self.subscribers.remove(src, topic_id) {
@@ -327,6 +399,7 @@ mod tests {
                 allow: None,
             }],
             SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 8).with_topic_cap(cap),
+            [7; 32],
         )
     }
 
@@ -377,7 +450,7 @@ mod tests {
         let (res, _) = handle(&mut p, &sub(12, Some(cookie)), "127.0.0.2:5000", MS);
         assert_eq!(res, Err(DropReason::BadCookie));
         assert!(p.subscribers().is_empty());
-        let (res, out) = handle(&mut p, &sub(13, Some(cookie)), "127.0.0.1:5000", MS);
+        let (res, out) = handle(&mut p, &sub(13, Some(cookie)), "127.0.0.1:5000", 100 * MS);
         assert_eq!(res, Ok(PublisherEvent::SubscribersChanged(TOPIC)));
         assert!(matches!(
             out[..],
@@ -394,7 +467,7 @@ mod tests {
             &mut p,
             &sub(14, Some(cookie_of(&out[0]))),
             "127.0.0.1:5000",
-            2 * MS,
+            200 * MS,
         );
         assert_eq!(res, Ok(PublisherEvent::None));
         assert!(matches!(out[..], [Control::SubscribeAck { nonce: 14, .. }]));
@@ -410,7 +483,7 @@ mod tests {
         handle(&mut p, &sub(2, Some(c1)), "127.0.0.1:1", MS)
             .0
             .unwrap();
-        let (_, out) = handle(&mut p, &sub(3, Some(c2)), "127.0.0.2:1", MS);
+        let (_, out) = handle(&mut p, &sub(3, Some(c2)), "127.0.0.2:1", 100 * MS);
         assert!(matches!(
             out[..],
             [Control::Refuse(Refusal {
@@ -423,7 +496,7 @@ mod tests {
         if let Control::Subscribe { fingerprint, .. } = &mut other {
             *fingerprint = 1;
         }
-        let (_, out) = handle(&mut p, &other, "127.0.0.2:1", MS);
+        let (_, out) = handle(&mut p, &other, "127.0.0.2:1", 200 * MS);
         assert!(matches!(
             out[..],
             [Control::Refuse(Refusal {
@@ -486,9 +559,71 @@ mod tests {
             Err(DropReason::BadCookie)
         );
         assert_eq!(p.subscribers().len(), 1);
-        let (res, out) = handle(&mut p, &unsub(Some(c)), "127.0.0.1:1", MS);
+        let (res, out) = handle(&mut p, &unsub(Some(c)), "127.0.0.1:1", 100 * MS);
         assert_eq!(res, Ok(PublisherEvent::SubscribersChanged(TOPIC)));
         assert!(out.is_empty());
         assert!(p.subscribers().is_empty());
+    }
+
+    /// Admits `src` (challenge, then the proven subscribe) at `now`.
+    fn admit(p: &mut PublisherSession, src: &str, now: u64) -> Vec<Control> {
+        let c = cookie_of(&handle(p, &sub(1, None), src, now).1[0]);
+        handle(p, &sub(2, Some(c)), src, now + 100 * MS).1
+    }
+
+    #[test]
+    fn one_host_cannot_take_every_slot_and_is_told_why() {
+        let mut p = publisher(8);
+        // 127.0.0.5 fills its share (4 by default) from four ports; its fifth port is
+        // refused with the reason, another host is still admitted.
+        for (i, port) in (1..=4).enumerate() {
+            let out = admit(&mut p, &format!("127.0.0.5:{port}"), i as u64 * 1000 * MS);
+            assert!(matches!(out[..], [Control::SubscribeAck { .. }]), "{out:?}");
+        }
+        let out = admit(&mut p, "127.0.0.5:5", 5000 * MS);
+        assert!(
+            matches!(
+                out[..],
+                [Control::Refuse(Refusal {
+                    reason: RefuseReason::HostFull,
+                    ..
+                })]
+            ),
+            "{out:?}"
+        );
+        if let [Control::Refuse(r)] = out[..] {
+            assert!(r.to_string().contains("this host"), "{r}");
+        }
+        let out = admit(&mut p, "127.0.0.6:1", 6000 * MS);
+        assert!(matches!(out[..], [Control::SubscribeAck { .. }]), "{out:?}");
+    }
+
+    #[test]
+    fn renewals_are_rate_limited_and_tokens_are_per_subscription() {
+        let mut p = publisher(8);
+        let out = admit(&mut p, "127.0.0.1:1", 0);
+        let (c, token) = match out[..] {
+            [Control::SubscribeAck { cookie, token, .. }] => (cookie, token),
+            _ => panic!("{out:?}"),
+        };
+        // Burst 2: proven renewals in the same instant are charged too.
+        let renewals: Vec<_> = (0..4)
+            .map(|n| handle(&mut p, &sub(10 + n, Some(c)), "127.0.0.1:1", 200 * MS).0)
+            .collect();
+        assert!(
+            renewals.contains(&Err(DropReason::RateLimited)),
+            "{renewals:?}"
+        );
+        // The token is the subscription's: the same on renewal, another for another port,
+        // topic or subscriber session, and it is what the table sends with.
+        let src: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(p.token(src, TOPIC, 1), token);
+        assert_ne!(p.token("127.0.0.1:2".parse().unwrap(), TOPIC, 1), token);
+        assert_ne!(p.token(src, TOPIC + 1, 1), token);
+        assert_ne!(p.token(src, TOPIC, 2), token);
+        assert_eq!(
+            p.subscribers().destinations(TOPIC).collect::<Vec<_>>(),
+            [(src, token)]
+        );
     }
 }

@@ -16,8 +16,9 @@
 //!   subscriber table for the topic under the NAK's session id, and the NAK carries a cookie
 //!   that proves that address ([`PublisherSession::admit_nak`]). An unproven source gets
 //!   nothing back at all. An admitted one gets at most `retransmit_per_nak` messages per NAK
-//!   frame and at most its byte budget (a token bucket per subscriber, `retransmit_rate`), so
-//!   a NAK flood cannot turn the publisher into a flood; the part of a range that left history
+//!   frame and at most its host's byte budget (a token bucket per IP address, shared by all
+//!   its ports and topics and by late-join bursts: [`HostBudgets`]), so a NAK flood cannot
+//!   turn the publisher into a flood; the part of a range that left history
 //!   is answered by one `Unavailable`, shorter than the NAK.
 //! - A gap is given up, and reported as unrecovered with its range, when the publisher says
 //!   it left history (`Unavailable` echoing one of our NAK nonces), when it is older than
@@ -27,10 +28,10 @@
 //!
 //! [`PublisherSession::admit_nak`]: super::publisher::PublisherSession::admit_nak
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::{DropReason, Kind, Nak, Unavailable};
+use crate::{DropReason, JumpGuard, Kind, Nak, Unavailable};
 
 /// The knobs of reliable topics, shared by both sides (each uses its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +53,11 @@ pub struct ReliableConfig {
     pub max_nak_ranges: usize,
     /// Publisher: messages retransmitted per NAK frame at most.
     pub retransmit_per_nak: usize,
-    /// Publisher: retransmitted bytes per second per subscriber, and the burst, at most.
+    /// Publisher: retransmitted bytes per second per subscriber host (IP address, all its
+    /// ports and topics together), and the burst, at most: late-join bursts included.
     pub retransmit_rate: (u64, u64),
+    /// Publisher: the least time between two late-join bursts of one topic to one host.
+    pub join_period: Duration,
 }
 
 impl Default for ReliableConfig {
@@ -68,6 +72,7 @@ impl Default for ReliableConfig {
             max_nak_ranges: 16,
             retransmit_per_nak: 64,
             retransmit_rate: (64 << 20, 4 << 20),
+            join_period: Duration::from_secs(1),
         }
     }
 }
@@ -192,15 +197,96 @@ impl History {
     }
 }
 
-/// A token bucket of retransmitted bytes for one subscriber address, and what that subscriber
-/// alone missed.
+/// A token bucket of retransmitted bytes for one host.
 #[derive(Clone, Copy, Debug)]
-struct Budget {
-    addr: SocketAddr,
+struct HostBudget {
+    host: IpAddr,
     tokens: u64,
     last_ns: u64,
-    /// Sequence numbers this subscriber asked for after they had left history.
-    missed: u64,
+}
+
+/// The retransmission budgets of a publisher, one token bucket per subscriber *host* (IP
+/// address, whatever its ports and topics): every retransmission and late-join burst of every
+/// reliable export of the bridge comes out of the bucket of the host it goes to, so a host
+/// cannot multiply its budget by ports or topics, and a new port of a known host starts with
+/// what the host has left. A host not seen before starts with a full burst; when all slots
+/// are taken, the host heard from longest ago gives up its slot. Allocated once.
+#[derive(Debug)]
+pub struct HostBudgets {
+    /// Invariant: `entries.len() <= entries.capacity()`, no two entries share a host.
+    entries: Vec<HostBudget>,
+    /// Bytes per second, and the burst.
+    rate: (u64, u64),
+}
+
+impl HostBudgets {
+    /// Budgets for up to `hosts` hosts at `rate` (bytes per second, burst), allocated now.
+    pub fn new(hosts: usize, rate: (u64, u64)) -> Self {
+        HostBudgets {
+            entries: Vec::with_capacity(hosts.max(1)),
+            rate,
+        }
+    }
+
+    /// The bytes `host` may be sent now.
+    fn refill(&mut self, host: IpAddr, now_ns: u64) -> &mut HostBudget {
+        let (per_second, burst) = self.rate;
+        let host = host.to_canonical();
+        let i = match self.entries.iter().position(|b| b.host == host) {
+            Some(i) => i,
+            None => {
+                let fresh = HostBudget {
+                    host,
+                    tokens: burst,
+                    last_ns: now_ns,
+                };
+                // The host heard from longest ago makes room.
+                push_evicting(&mut self.entries, fresh, |b| b.last_ns)
+            }
+        };
+        let len = self.entries.len();
+        // `i < len` by construction; the fallback keeps this total.
+        let b = &mut self.entries[i.min(len - 1)];
+        let elapsed = now_ns.saturating_sub(b.last_ns);
+        let earned = (u128::from(elapsed) * u128::from(per_second) / 1_000_000_000) as u64;
+        b.tokens = b.tokens.saturating_add(earned).min(burst);
+        b.last_ns = b.last_ns.max(now_ns);
+        b
+    }
+
+    /// The bytes `host` has left at `now_ns`.
+    pub fn available(&mut self, host: IpAddr, now_ns: u64) -> u64 {
+        self.refill(host, now_ns).tokens
+    }
+
+    /// Takes `bytes` from `host`'s budget if it has them; `false` (and nothing taken) if not.
+    fn take(&mut self, host: IpAddr, bytes: u64, now_ns: u64) -> bool {
+        let b = self.refill(host, now_ns);
+        if bytes <= b.tokens {
+            b.tokens -= bytes;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Pushes `item` onto `v` without growing it past its capacity: when full, the entry of
+/// lowest `rank` makes room first. Returns where `item` is. Allocates nothing once `v` has its
+/// capacity.
+fn push_evicting<T>(v: &mut Vec<T>, item: T, rank: impl Fn(&T) -> u64) -> usize {
+    if v.len() == v.capacity() {
+        if let Some(i) = v
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| rank(e))
+            .map(|(i, _)| i)
+        {
+            v.swap_remove(i);
+        }
+    }
+    v.push(item);
+    v.len() - 1
 }
 
 /// What one NAK frame earned: the messages to retransmit from history (in order) and, for the
@@ -254,11 +340,17 @@ pub struct ReliableExport {
     fingerprint: u64,
     session: u64,
     history: History,
-    budgets: Vec<Budget>,
+    /// Per subscriber address, the sequence numbers it asked for after they had left
+    /// history. Invariant: at most its capacity, allocated once.
+    missed: Vec<(SocketAddr, u64)>,
+    /// Per host, when it was last sent a late-join burst of this topic. Invariant: at most
+    /// its capacity, allocated once.
+    joined: Vec<(IpAddr, u64)>,
     per_nak: usize,
-    rate: (u64, u64),
     /// Messages sent to a subscriber when it is admitted (late joiners start with state).
     late_join: usize,
+    /// The least time between two late-join bursts of this topic to one host.
+    join_period_ns: u64,
     counts: ReliableSendCounts,
 }
 
@@ -277,10 +369,11 @@ impl ReliableExport {
             fingerprint,
             session,
             history: History::new(config.history, config.max_frame),
-            budgets: Vec::with_capacity(subscribers.max(1)),
+            missed: Vec::with_capacity(subscribers.max(1)),
+            joined: Vec::with_capacity(subscribers.max(1)),
             per_nak: config.retransmit_per_nak.max(1),
-            rate: config.retransmit_rate,
             late_join: 0,
+            join_period_ns: ns(config.join_period),
             counts: ReliableSendCounts::default(),
         }
     }
@@ -310,16 +403,42 @@ impl ReliableExport {
     }
 
     /// Plans what a newly admitted subscriber `src` is sent: the messages after
-    /// [`ack_seq`](Self::ack_seq), within the per-NAK cap and the byte budget of `src` (what
-    /// does not fit, it NAKs).
-    pub fn on_join(&mut self, src: SocketAddr, now_ns: u64, out: &mut Retransmit) {
+    /// [`ack_seq`](Self::ack_seq), within the per-NAK cap and the byte budget of its host
+    /// (what does not fit, it NAKs). A host is sent at most one such burst of the topic per
+    /// join period (`ReliableConfig::join_period`), whatever its ports and sessions: a
+    /// subscriber that joins again sooner NAKs what it lacks, from the same budget.
+    pub fn on_join(
+        &mut self,
+        src: SocketAddr,
+        now_ns: u64,
+        budgets: &mut HostBudgets,
+        out: &mut Retransmit,
+    ) {
         out.seqs.clear();
         out.unavailable = None;
         let (first, last) = (self.ack_seq() + 1, self.history.newest());
-        if self.late_join == 0 || first > last {
+        if self.late_join == 0 || first > last || !self.join_due(src.ip(), now_ns) {
             return;
         }
-        self.plan(first, last, src, now_ns, out);
+        self.plan(first, last, src, now_ns, budgets, out);
+    }
+
+    /// Whether `host` may be sent a late-join burst at `now_ns` (and if so, it is recorded).
+    fn join_due(&mut self, host: IpAddr, now_ns: u64) -> bool {
+        let host = host.to_canonical();
+        let period = self.join_period_ns;
+        match self.joined.iter_mut().find(|(h, _)| *h == host) {
+            Some((_, last)) if now_ns.saturating_sub(*last) < period => false,
+            Some((_, last)) => {
+                *last = now_ns;
+                true
+            }
+            None => {
+                // The host that joined longest ago makes room.
+                push_evicting(&mut self.joined, (host, now_ns), |&(_, t)| t);
+                true
+            }
+        }
     }
 
     /// The topic id.
@@ -347,54 +466,32 @@ impl ReliableExport {
     /// Only addresses that missed something; an address not heard from while the table of
     /// budgets was full may have been replaced (its count starts again).
     pub fn missed(&self) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
-        self.budgets
-            .iter()
-            .filter(|b| b.missed > 0)
-            .map(|b| (b.addr, b.missed))
+        self.missed.iter().copied()
     }
 
-    /// The budget of `addr`, refilled to `now_ns`; a new address takes the slot of the one
-    /// heard from longest ago when all are taken.
-    fn budget(&mut self, addr: SocketAddr, now_ns: u64) -> &mut Budget {
-        let (per_second, burst) = self.rate;
-        let i = match self.budgets.iter().position(|b| b.addr == addr) {
-            Some(i) => i,
-            None => {
-                let fresh = Budget {
-                    addr,
-                    tokens: burst,
-                    last_ns: now_ns,
-                    missed: 0,
-                };
-                if self.budgets.len() < self.budgets.capacity() {
-                    self.budgets.push(fresh);
-                    self.budgets.len() - 1
-                } else {
-                    let i = self
-                        .budgets
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, b)| b.last_ns)
-                        .map_or(0, |(i, _)| i);
-                    self.budgets[i] = fresh;
-                    i
-                }
-            }
-        };
-        let b = &mut self.budgets[i];
-        let elapsed = now_ns.saturating_sub(b.last_ns);
-        let earned = (u128::from(elapsed) * u128::from(per_second) / 1_000_000_000) as u64;
-        b.tokens = b.tokens.saturating_add(earned).min(burst);
-        b.last_ns = b.last_ns.max(now_ns);
-        b
+    /// Counts `gone` more numbers `addr` asked for after they had left history.
+    fn add_missed(&mut self, addr: SocketAddr, gone: u64) {
+        if let Some((_, n)) = self.missed.iter_mut().find(|(a, _)| *a == addr) {
+            *n = n.saturating_add(gone);
+            return;
+        }
+        // The smallest count makes room: the subscribers that miss the most stay named.
+        push_evicting(&mut self.missed, (addr, gone), |&(_, n)| n);
     }
 
     /// Plans the answer to `nak` from `src`, which [`admit_nak`] accepted: into `out`, the
-    /// messages to retransmit (at most the per-NAK cap and the budget of `src`) and the
-    /// `Unavailable` for what left history.
+    /// messages to retransmit (at most the per-NAK cap and the budget of `src`'s host in
+    /// `budgets`) and the `Unavailable` for what left history.
     ///
     /// [`admit_nak`]: super::publisher::PublisherSession::admit_nak
-    pub fn on_nak(&mut self, nak: &Nak, src: SocketAddr, now_ns: u64, out: &mut Retransmit) {
+    pub fn on_nak(
+        &mut self,
+        nak: &Nak,
+        src: SocketAddr,
+        now_ns: u64,
+        budgets: &mut HostBudgets,
+        out: &mut Retransmit,
+    ) {
         out.seqs.clear();
         out.unavailable = None;
         self.counts.naks = self.counts.naks.saturating_add(1);
@@ -417,25 +514,32 @@ impl ReliableExport {
             });
             let gone = gone_last - nak.first + 1;
             self.counts.unavailable = self.counts.unavailable.saturating_add(gone);
-            let b = self.budget(src, now_ns);
-            b.missed = b.missed.saturating_add(gone);
+            self.add_missed(src, gone);
         }
         let first = nak.first.max(oldest);
         if first > last {
             return;
         }
-        self.plan(first, last, src, now_ns, out);
+        self.plan(first, last, src, now_ns, budgets, out);
     }
 
-    /// Plans the retransmission of `first..=last` (all in history) to `src`.
-    fn plan(&mut self, first: u64, last: u64, src: SocketAddr, now_ns: u64, out: &mut Retransmit) {
+    /// Plans the retransmission of `first..=last` (all in history) to `src`, each frame
+    /// taken from the budget of its host.
+    fn plan(
+        &mut self,
+        first: u64,
+        last: u64,
+        src: SocketAddr,
+        now_ns: u64,
+        budgets: &mut HostBudgets,
+        out: &mut Retransmit,
+    ) {
         let per_nak = self.per_nak;
-        let mut tokens = self.budget(src, now_ns).tokens;
+        let host = src.ip();
         let mut seq = first;
         while seq <= last && out.seqs.len() < per_nak {
             match self.history.get(seq) {
-                Some(frame) if frame.len() as u64 <= tokens => {
-                    tokens -= frame.len() as u64;
+                Some(frame) if budgets.take(host, frame.len() as u64, now_ns) => {
                     out.seqs.push(seq);
                     self.counts.retransmitted_bytes = self
                         .counts
@@ -455,7 +559,6 @@ impl ReliableExport {
         if seq <= last {
             self.counts.throttled = self.counts.throttled.saturating_add(last - seq + 1);
         }
-        self.budget(src, now_ns).tokens = tokens;
     }
 
     /// The history frame of message `seq` (to copy into a datagram after [`on_nak`]).
@@ -492,6 +595,8 @@ pub struct ReliableRecvCounts {
     pub unrecovered_ranges: u64,
     /// Messages whose payload was larger than a reorder slot (given up if not in order).
     pub oversized: u64,
+    /// Data frames and heartbeats not believed: too far ahead, unconfirmed ([`JumpGuard`]).
+    pub unconfirmed: u64,
 }
 
 /// Sequence numbers above this are never genuine (a publisher sending a million messages a
@@ -522,6 +627,8 @@ pub struct ReliableReceiver {
     nak_interval: u64,
     deadline: u64,
     max_ranges: usize,
+    /// Holds a number far ahead of `highest` until a second frame confirms it.
+    guard: JumpGuard,
     counts: ReliableRecvCounts,
 }
 
@@ -541,6 +648,7 @@ impl ReliableReceiver {
             nak_interval: ns(config.nak_interval).max(1),
             deadline: ns(config.gap_deadline),
             max_ranges: config.max_nak_ranges.max(1),
+            guard: JumpGuard::default(),
             counts: ReliableRecvCounts::default(),
         }
     }
@@ -565,6 +673,7 @@ impl ReliableReceiver {
         self.highest = 0;
         self.gap_since = None;
         self.last_nak = None;
+        self.guard.reset();
     }
 
     /// The publisher acknowledged the subscription with `last_seq` sent so far: delivery starts
@@ -664,6 +773,10 @@ impl ReliableReceiver {
             self.counts.duplicates = self.counts.duplicates.saturating_add(1);
             return;
         }
+        if !self.guard.believe(self.highest.max(self.next - 1), seq) {
+            self.counts.unconfirmed = self.counts.unconfirmed.saturating_add(1);
+            return;
+        }
         let window = self.window();
         if seq >= self.next.saturating_add(window) {
             // The buffer must move: what is missing below the new window is given up.
@@ -690,6 +803,13 @@ impl ReliableReceiver {
         }
         if self.next == 0 {
             self.start(last_seq);
+            return;
+        }
+        if !self
+            .guard
+            .believe(self.highest.max(self.next - 1), last_seq)
+        {
+            self.counts.unconfirmed = self.counts.unconfirmed.saturating_add(1);
             return;
         }
         self.highest = self.highest.max(last_seq);
@@ -841,6 +961,25 @@ mod tests {
     }
 
     #[test]
+    fn one_frame_far_ahead_is_not_believed() {
+        let mut r = ReliableReceiver::new(&config(8));
+        let mut s = Sink::default();
+        r.start(0);
+        r.on_data(1, Kind::Data, &1u64.to_le_bytes(), 0, &mut s);
+        // A data frame and a heartbeat 2^40 ahead: neither moves the stream.
+        let far = 1u64 << 40;
+        r.on_data(far, Kind::Data, &far.to_le_bytes(), 0, &mut s);
+        r.on_heartbeat(far + crate::MAX_JUMP + 1, 0);
+        for seq in 2..=5u64 {
+            r.on_data(seq, Kind::Data, &seq.to_le_bytes(), MS, &mut s);
+        }
+        assert_eq!(s.got, [1, 2, 3, 4, 5]);
+        assert!(s.lost.is_empty());
+        assert!(naks(&mut r, 10 * MS, &mut s).is_empty(), "no gap believed");
+        assert_eq!(r.counts().unconfirmed, 2);
+    }
+
+    #[test]
     fn gaps_are_nakked_coalesced_and_rate_limited() {
         let mut r = ReliableReceiver::new(&config(16));
         let mut s = Sink::default();
@@ -889,6 +1028,10 @@ mod tests {
         let mut s = Sink::default();
         r.start(0);
         r.on_data(2, Kind::Data, &2u64.to_le_bytes(), 0, &mut s);
+        // One frame that far ahead is not believed; a second one near it confirms the jump.
+        let claim = MAX_SEQ - 1;
+        r.on_data(claim, Kind::Data, &claim.to_le_bytes(), 0, &mut s);
+        assert!(s.got.is_empty());
         r.on_data(MAX_SEQ, Kind::Data, &MAX_SEQ.to_le_bytes(), 0, &mut s);
         assert_eq!(s.got, [2]);
         assert_eq!(s.lost, [(1, 1), (3, MAX_SEQ - 4)]);
@@ -956,14 +1099,15 @@ mod tests {
         assert!(!e.record(21, &[0; 65]), "larger than a slot");
         assert_eq!(e.history().oldest(), 13);
         let mut out = Retransmit::with_capacity(4);
-        e.on_nak(&nak(10, 30), addr("127.0.0.1:1"), 0, &mut out);
+        let mut budgets = HostBudgets::new(4, ReliableConfig::default().retransmit_rate);
+        e.on_nak(&nak(10, 30), addr("127.0.0.1:1"), 0, &mut budgets, &mut out);
         let u = out.unavailable().copied().unwrap();
         assert_eq!((u.first, u.last, u.nonce, u.session), (10, 12, 77, 9));
         assert_eq!(out.seqs(), [13, 14, 15, 16], "capped per NAK");
         assert_eq!(e.frame(13), Some(&[13u8; 10][..]));
         assert_eq!(e.counts().throttled, 4);
         // Numbers never sent get nothing.
-        e.on_nak(&nak(25, 30), addr("127.0.0.1:1"), 0, &mut out);
+        e.on_nak(&nak(25, 30), addr("127.0.0.1:1"), 0, &mut budgets, &mut out);
         assert!(out.seqs().is_empty() && out.unavailable().is_none());
     }
 
@@ -975,12 +1119,13 @@ mod tests {
         }
         let (slow, fast) = (addr("127.0.0.1:1"), addr("127.0.0.2:1"));
         let mut out = Retransmit::with_capacity(64);
+        let mut budgets = HostBudgets::new(4, ReliableConfig::default().retransmit_rate);
         // The slow one asks for 1..=15: 1..=12 left history (8 kept: 13..=20).
-        e.on_nak(&nak(1, 15), slow, 0, &mut out);
+        e.on_nak(&nak(1, 15), slow, 0, &mut budgets, &mut out);
         assert_eq!(out.seqs(), [13, 14, 15]);
-        e.on_nak(&nak(5, 6), slow, 0, &mut out);
+        e.on_nak(&nak(5, 6), slow, 0, &mut budgets, &mut out);
         // The fast one asks only for what history holds.
-        e.on_nak(&nak(18, 20), fast, 0, &mut out);
+        e.on_nak(&nak(18, 20), fast, 0, &mut budgets, &mut out);
         assert_eq!(out.seqs(), [18, 19, 20]);
         assert_eq!(e.missed().collect::<Vec<_>>(), [(slow, 14)]);
         assert_eq!(e.counts().unavailable, 14);
@@ -991,20 +1136,21 @@ mod tests {
         let mut e = ReliableExport::new(1, 2, 9, 2, &config(8)).with_late_join(3);
         let src = addr("127.0.0.1:1");
         let mut out = Retransmit::with_capacity(64);
+        let mut budgets = HostBudgets::new(4, ReliableConfig::default().retransmit_rate);
         // Nothing sent yet: nothing to join with.
         assert_eq!(e.ack_seq(), 0);
-        e.on_join(src, 0, &mut out);
+        e.on_join(src, 0, &mut budgets, &mut out);
         assert!(out.seqs().is_empty());
         e.record(1, &[1; 10]);
         e.record(2, &[2; 10]);
         assert_eq!(e.ack_seq(), 0);
-        e.on_join(src, 0, &mut out);
+        e.on_join(src, 0, &mut budgets, &mut out);
         assert_eq!(out.seqs(), [1, 2]);
         for seq in 3..=20u64 {
             e.record(seq, &[seq as u8; 10]);
         }
         assert_eq!(e.ack_seq(), 17);
-        e.on_join(src, 0, &mut out);
+        e.on_join(src, 2_000 * MS, &mut budgets, &mut out);
         assert_eq!(out.seqs(), [18, 19, 20]);
         // Without late join: acknowledged at the newest, sent nothing.
         let plain = ReliableExport::new(1, 2, 9, 2, &config(8));
@@ -1026,17 +1172,66 @@ mod tests {
         }
         let src = addr("127.0.0.1:1");
         let mut out = Retransmit::with_capacity(64);
+        let mut budgets = HostBudgets::new(4, cfg.retransmit_rate);
         let mut total = 0;
         for _ in 0..1000 {
-            e.on_nak(&nak(1, 8), src, 0, &mut out);
+            e.on_nak(&nak(1, 8), src, 0, &mut budgets, &mut out);
             total += out.seqs().len();
         }
         assert_eq!(total, 3, "burst of 100 bytes: three 30-byte frames");
         // A second later the bucket refilled (1000 B/s, capped at the burst).
-        e.on_nak(&nak(1, 8), src, 1_000 * MS, &mut out);
+        e.on_nak(&nak(1, 8), src, 1_000 * MS, &mut budgets, &mut out);
         assert_eq!(out.seqs().len(), 3);
-        // Another subscriber has its own budget.
-        e.on_nak(&nak(1, 8), addr("127.0.0.2:1"), 1_000 * MS, &mut out);
+        // Another host has its own budget.
+        e.on_nak(
+            &nak(1, 8),
+            addr("127.0.0.2:1"),
+            1_000 * MS,
+            &mut budgets,
+            &mut out,
+        );
         assert_eq!(out.seqs().len(), 3);
+        // Another port of a known host, or another topic, does not: the host's budget is spent.
+        e.on_nak(
+            &nak(1, 8),
+            addr("127.0.0.1:2"),
+            1_000 * MS,
+            &mut budgets,
+            &mut out,
+        );
+        assert!(out.seqs().is_empty());
+        let mut other = ReliableExport::new(3, 2, 9, 2, &cfg);
+        other.record(1, &[0; 30]);
+        other.on_nak(
+            &nak(1, 1),
+            addr("127.0.0.1:3"),
+            1_000 * MS,
+            &mut budgets,
+            &mut out,
+        );
+        assert!(out.seqs().is_empty());
+    }
+
+    #[test]
+    fn a_host_gets_one_late_join_burst_per_period_whatever_its_ports() {
+        let cfg = config(8);
+        let mut e = ReliableExport::new(1, 2, 9, 4, &cfg).with_late_join(2);
+        for seq in 1..=8u64 {
+            e.record(seq, &[0; 10]);
+        }
+        let mut out = Retransmit::with_capacity(64);
+        let mut budgets = HostBudgets::new(4, cfg.retransmit_rate);
+        e.on_join(addr("127.0.0.1:1"), 0, &mut budgets, &mut out);
+        assert_eq!(out.seqs(), [7, 8]);
+        // A new port (or a restarted session) of the same host within the period: nothing.
+        e.on_join(addr("127.0.0.1:2"), 500 * MS, &mut budgets, &mut out);
+        assert!(out.seqs().is_empty());
+        e.on_join(addr("127.0.0.1:1"), 900 * MS, &mut budgets, &mut out);
+        assert!(out.seqs().is_empty());
+        // Another host, or the same one a period later: a burst.
+        e.on_join(addr("127.0.0.2:1"), 900 * MS, &mut budgets, &mut out);
+        assert_eq!(out.seqs(), [7, 8]);
+        e.on_join(addr("127.0.0.1:2"), 1_000 * MS, &mut budgets, &mut out);
+        assert_eq!(out.seqs(), [7, 8]);
     }
 }

@@ -1,8 +1,11 @@
 //! A simulated network between one publisher machine and one subscriber machine, with an
-//! off-path adversary that injects arbitrary frames under arbitrary source addresses
-//! (the subscriber's and the publisher's included). It cannot read the traffic, so it does not
-//! know the session ids, cookies or nonces; it can guess. The honest stream must still be
-//! delivered whole and in order, and the import must follow the real publisher session.
+//! adversary that injects arbitrary frames under arbitrary source addresses (the
+//! subscriber's and the publisher's included). It is an *allowed host*: it subscribed itself,
+//! so it knows everything a subscriber knows (the publisher's session id, its own cookie and
+//! subscription token), and it can guess the rest; it cannot read the victim's traffic, so it
+//! does not know the victim's nonces or token. The honest stream must still be delivered
+//! whole and in order, `lost` must stay 0, and the import must follow the real publisher
+//! session.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,9 +42,37 @@ fn sub_addr() -> SocketAddr {
 /// any address).
 #[derive(Clone, Debug)]
 enum Forged {
-    ToSubscriber(Control),
-    DataToSubscriber { session: u64, seq: u64 },
+    ToSubscriber(Control, Token),
+    DataToSubscriber {
+        session: u64,
+        seq: u64,
+        token: Token,
+    },
     ToPublisher(Control, SocketAddr),
+}
+
+/// What the adversary ends a forged downstream datagram with.
+#[derive(Clone, Copy, Debug)]
+enum Token {
+    /// No token.
+    None,
+    /// The token of its own subscription (it knows it).
+    Own,
+    /// A guess.
+    Guess(u64),
+}
+
+fn token() -> impl Strategy<Value = Token> {
+    prop_oneof![
+        Just(Token::None),
+        Just(Token::Own),
+        any::<u64>().prop_map(Token::Guess)
+    ]
+}
+
+/// The allowed host the adversary sends from (and subscribed from).
+fn attacker_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 9], 7002))
 }
 
 fn any_cookie() -> impl Strategy<Value = Cookie> {
@@ -52,12 +83,18 @@ fn topic() -> impl Strategy<Value = u64> {
     prop_oneof![Just(TOPIC), any::<u64>()]
 }
 
-/// A session id the adversary guesses: anything but the real ones (64 random bits it cannot
-/// see off-path).
+/// A session id the adversary uses: the publisher's (it learned it by subscribing) or a
+/// guess (it cannot see the subscriber's).
 fn session() -> impl Strategy<Value = u64> {
-    any::<u64>().prop_filter("the real session", |s| {
-        *s != PUB_SESSION && *s != SUB_SESSION
-    })
+    prop_oneof![
+        Just(PUB_SESSION),
+        any::<u64>().prop_filter("the subscriber's session", |s| *s != SUB_SESSION),
+    ]
+}
+
+/// A sequence number: near the stream, or far ahead of it.
+fn seq() -> impl Strategy<Value = u64> {
+    prop_oneof![0u64..4000, any::<u64>(), Just(1 << 40)]
 }
 
 fn control() -> impl Strategy<Value = Control> {
@@ -103,16 +140,25 @@ fn control() -> impl Strategy<Value = Control> {
                 cookie
             }
         ),
-        (topic(), session(), any::<u64>(), any::<u64>(), any_cookie()).prop_map(
-            |(topic_id, session, last_seq, nonce, cookie)| Control::SubscribeAck {
-                topic_id,
-                fingerprint: FP,
-                session,
-                last_seq,
-                nonce,
-                cookie
-            }
-        ),
+        (
+            topic(),
+            session(),
+            seq(),
+            any::<u64>(),
+            any_cookie(),
+            any::<u64>()
+        )
+            .prop_map(|(topic_id, session, last_seq, nonce, cookie, token)| {
+                Control::SubscribeAck {
+                    topic_id,
+                    fingerprint: FP,
+                    session,
+                    last_seq,
+                    nonce,
+                    cookie,
+                    token,
+                }
+            }),
         (topic(), session(), any::<u64>(), reason).prop_map(
             |(topic_id, session, nonce, reason)| {
                 Control::Refuse(Refusal {
@@ -125,7 +171,7 @@ fn control() -> impl Strategy<Value = Control> {
                 })
             }
         ),
-        (topic(), session(), any::<u64>()).prop_map(|(topic_id, session, last_seq)| {
+        (topic(), session(), seq()).prop_map(|(topic_id, session, last_seq)| {
             Control::Heartbeat {
                 topic_id,
                 fingerprint: FP,
@@ -147,9 +193,12 @@ fn source() -> impl Strategy<Value = SocketAddr> {
 
 fn forged() -> impl Strategy<Value = Forged> {
     prop_oneof![
-        control().prop_map(Forged::ToSubscriber),
-        (session(), any::<u64>())
-            .prop_map(|(session, seq)| Forged::DataToSubscriber { session, seq }),
+        (control(), token()).prop_map(|(c, t)| Forged::ToSubscriber(c, t)),
+        (session(), seq(), token()).prop_map(|(session, seq, token)| Forged::DataToSubscriber {
+            session,
+            seq,
+            token
+        }),
         (control(), source()).prop_map(|(c, s)| Forged::ToPublisher(c, s)),
     ]
 }
@@ -174,6 +223,8 @@ struct World {
     /// Honest messages published (sequence numbers 1..=published) while subscribed.
     published: u64,
     delivered: Vec<u64>,
+    /// The token of the adversary's own subscription.
+    attacker_token: u64,
 }
 
 impl World {
@@ -196,6 +247,7 @@ impl World {
                     allow: None,
                 }],
                 SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 64).with_topic_cap(8),
+                [4; 32],
             ),
             subscriber: SubscriberSession::new(
                 TOPIC,
@@ -208,7 +260,60 @@ impl World {
             replies: Replies::with_capacity(8),
             published: 0,
             delivered: Vec::new(),
+            attacker_token: 0,
         }
+    }
+
+    /// The world after the adversary subscribed from its allowed host: it holds the
+    /// publisher's session id, a cookie and a token of its own.
+    fn with_allowed_adversary() -> Self {
+        let mut world = World::new();
+        let mut request = Control::Subscribe {
+            topic_id: TOPIC,
+            fingerprint: FP,
+            session: 0xa77ac,
+            nonce: 1,
+            cookie: None,
+        };
+        for _ in 0..2 {
+            world.replies.clear(attacker_addr());
+            let _ =
+                world
+                    .publisher
+                    .on_control(&request, attacker_addr(), 0, |_| 0, &mut world.replies);
+            match world.replies.frames().first() {
+                Some(&Control::CookieChallenge { cookie, .. }) => {
+                    if let Control::Subscribe { cookie: c, .. } = &mut request {
+                        *c = Some(cookie);
+                    }
+                }
+                Some(&Control::SubscribeAck { session, token, .. }) => {
+                    assert_eq!(session, PUB_SESSION);
+                    world.attacker_token = token;
+                }
+                other => panic!("unexpected answer {other:?}"),
+            }
+        }
+        assert_ne!(world.attacker_token, 0);
+        world
+    }
+
+    /// The token the adversary ends a forged datagram with.
+    fn forged_token(&self, t: Token) -> Option<u64> {
+        match t {
+            Token::None => None,
+            Token::Own => Some(self.attacker_token),
+            Token::Guess(g) => Some(g),
+        }
+    }
+
+    /// The token of the honest subscriber's subscription (what honest datagrams end with).
+    fn honest_token(&self) -> Option<u64> {
+        self.publisher
+            .subscribers()
+            .destinations(TOPIC)
+            .find(|&(a, _)| a == sub_addr())
+            .map(|(_, t)| t)
     }
 
     /// Delivers `control` to the publisher from `src`, and its answers to the subscriber if
@@ -222,24 +327,28 @@ impl World {
         if src == sub_addr() {
             let answers: Vec<Control> = self.replies.frames().to_vec();
             for answer in answers {
-                self.deliver_to_subscriber(&answer, now);
+                self.deliver_to_subscriber(&answer, None, now);
             }
         }
     }
 
     /// Delivers `control` to the subscriber as if from the publisher, and its answers (a
     /// `Subscribe` after a challenge) to the publisher.
-    fn deliver_to_subscriber(&mut self, control: &Control, now: u64) {
+    fn deliver_to_subscriber(&mut self, control: &Control, token: Option<u64>, now: u64) {
         let mut replies = Replies::with_capacity(4);
         replies.clear(pub_addr());
-        let _ = self.subscriber.on_control(control, now, &mut replies);
+        let _ = self
+            .subscriber
+            .on_control(control, token, now, &mut replies);
         for answer in replies.frames().to_vec() {
             self.deliver_to_publisher(&answer, sub_addr(), now);
         }
     }
 
-    fn deliver_data(&mut self, session: u64, seq: u64, now: u64, honest: bool) {
-        let verdict = self.subscriber.on_data(&data_header(session, seq), now);
+    fn deliver_data(&mut self, session: u64, seq: u64, token: Option<u64>, now: u64, honest: bool) {
+        let verdict = self
+            .subscriber
+            .on_data(&data_header(session, seq), token, now);
         if let Ok(Verdict::Deliver | Verdict::DeliverLate) = verdict {
             assert!(
                 honest,
@@ -263,14 +372,19 @@ impl World {
         {
             self.published += 1;
             let seq = self.published;
-            self.deliver_data(PUB_SESSION, seq, now, true);
+            let token = self.honest_token();
+            self.deliver_data(PUB_SESSION, seq, token, now, true);
         }
         for f in forged {
             match f {
-                Forged::ToSubscriber(c) => self.deliver_to_subscriber(c, now),
-                Forged::DataToSubscriber { session, seq } => {
-                    self.deliver_data(*session, *seq, now, false)
+                Forged::ToSubscriber(c, t) => {
+                    self.deliver_to_subscriber(c, self.forged_token(*t), now)
                 }
+                Forged::DataToSubscriber {
+                    session,
+                    seq,
+                    token,
+                } => self.deliver_data(*session, *seq, self.forged_token(*token), now, false),
                 Forged::ToPublisher(c, src) => self.deliver_to_publisher(c, *src, now),
             }
         }
@@ -287,7 +401,7 @@ proptest! {
     fn adversary_cannot_hijack_or_stop_the_stream(
         attacks in proptest::collection::vec((0u64..3000, forged()), 0..200)
     ) {
-        let mut world = World::new();
+        let mut world = World::with_allowed_adversary();
         let mut attacks = attacks;
         attacks.sort_by_key(|(t, _)| *t);
         let mut next = 0;
@@ -310,6 +424,48 @@ proptest! {
         prop_assert_eq!(world.subscriber.loss().lost, 0);
         prop_assert_eq!(world.subscriber.loss().session_changes, 0);
     }
+}
+
+/// The attack of the issue, replayed: an allowed host that learned the publisher's session
+/// forges one data frame and one heartbeat with sequence number 2^40, with its own token and
+/// with none. The subscriber gets every genuine message and counts nothing lost.
+#[test]
+fn an_allowed_host_cannot_inject_or_silence_with_the_learned_session() {
+    let mut world = World::with_allowed_adversary();
+    let huge = 1u64 << 40;
+    let heartbeat = Control::Heartbeat {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: PUB_SESSION,
+        last_seq: huge,
+        timestamp_ns: 0,
+    };
+    for ms in 0..2000u64 {
+        let forged = if ms % 100 == 50 {
+            vec![
+                Forged::DataToSubscriber {
+                    session: PUB_SESSION,
+                    seq: huge + ms,
+                    token: Token::Own,
+                },
+                Forged::DataToSubscriber {
+                    session: PUB_SESSION,
+                    seq: huge + ms,
+                    token: Token::None,
+                },
+                Forged::ToSubscriber(heartbeat, Token::Own),
+                Forged::ToSubscriber(heartbeat, Token::None),
+            ]
+        } else {
+            Vec::new()
+        };
+        world.step(ms * MS, &forged);
+    }
+    let expected: Vec<u64> = (1..=world.published).collect();
+    assert!(world.published > 1900);
+    assert_eq!(world.delivered, expected);
+    assert_eq!(world.subscriber.loss().lost, 0);
+    assert_eq!(world.subscriber.loss().stale, 0);
 }
 
 /// The same world without an adversary, over a network that duplicates every handshake answer
@@ -335,7 +491,7 @@ fn duplicated_and_late_handshake_frames_are_not_invalid() {
                     let mut r = Replies::with_capacity(4);
                     r.clear(pub_addr());
                     assert!(
-                        world.subscriber.on_control(&a, now, &mut r).is_ok(),
+                        world.subscriber.on_control(&a, None, now, &mut r).is_ok(),
                         "{a:?}"
                     );
                     for again in r.frames().to_vec() {
@@ -351,7 +507,7 @@ fn duplicated_and_late_handshake_frames_are_not_invalid() {
                 let mut r = Replies::with_capacity(4);
                 r.clear(pub_addr());
                 assert!(
-                    world.subscriber.on_control(&old, now, &mut r).is_ok(),
+                    world.subscriber.on_control(&old, None, now, &mut r).is_ok(),
                     "{old:?}"
                 );
                 assert!(r.is_empty(), "a late frame was answered");

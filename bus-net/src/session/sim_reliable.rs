@@ -16,7 +16,9 @@ use proptest::prelude::*;
 
 use super::publisher::{ExportedTopic, PublisherSession};
 use super::reassembly::{Reassembled, Reassembler, ReassemblyConfig};
-use super::reliable::{Delivery, ReliableConfig, ReliableExport, ReliableReceiver, Retransmit};
+use super::reliable::{
+    Delivery, HostBudgets, ReliableConfig, ReliableExport, ReliableReceiver, Retransmit,
+};
 use super::subscriber::{SubscriberEvent, SubscriberSession};
 use super::Replies;
 use crate::{
@@ -246,7 +248,9 @@ impl World {
                     allow: None,
                 }],
                 SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 64).with_topic_cap(8),
-            ),
+                [6; 32],
+            )
+            .with_budgets(HostBudgets::new(64, config.retransmit_rate)),
             export: ReliableExport::new(TOPIC, FP, PUB_SESSION, 8, &config),
             retransmit: Retransmit::with_capacity(config.retransmit_per_nak),
             subscriber: SubscriberSession::new(
@@ -256,7 +260,9 @@ impl World {
                 [8; 32],
                 Duration::from_millis(200),
                 LatePolicy::Deliver,
-            ),
+            )
+            // This world tests recovery under faults; tokens are `sim`'s business.
+            .without_token(),
             receiver: ReliableReceiver::new(&config),
             sink: Sink::default(),
             published: 0,
@@ -305,7 +311,13 @@ impl World {
                     if self.publisher.admit_nak(&nak, src, now).is_err() {
                         continue;
                     }
-                    self.export.on_nak(&nak, src, now, &mut self.retransmit);
+                    self.export.on_nak(
+                        &nak,
+                        src,
+                        now,
+                        self.publisher.budgets_mut(),
+                        &mut self.retransmit,
+                    );
                     let mut buf = vec![0u8; MAX];
                     let mut enc = BatchEncoder::new(&mut buf);
                     if let Some(u) = self.retransmit.unavailable() {
@@ -367,7 +379,7 @@ impl World {
                 Kind::Data | Kind::Fragment => {
                     if self
                         .subscriber
-                        .follows_reliable(h.fingerprint, h.session, now)
+                        .follows_reliable(h.fingerprint, h.session, None, now)
                         == Ok(true)
                     {
                         self.receiver
@@ -380,7 +392,7 @@ impl World {
                     };
                     if self
                         .subscriber
-                        .follows_reliable(h.fingerprint, h.session, now)
+                        .follows_reliable(h.fingerprint, h.session, None, now)
                         == Ok(true)
                     {
                         let _ = self.receiver.on_unavailable(&u, now, &mut self.sink);
@@ -392,7 +404,9 @@ impl World {
                     };
                     let mut replies = Replies::with_capacity(4);
                     replies.clear(pub_addr());
-                    let event = self.subscriber.on_control(&control, now, &mut replies);
+                    let event = self
+                        .subscriber
+                        .on_control(&control, None, now, &mut replies);
                     match (control, event) {
                         (
                             Control::SubscribeAck { last_seq, .. },
@@ -407,7 +421,9 @@ impl World {
                                 session, last_seq, ..
                             },
                             Ok(_),
-                        ) if self.subscriber.follows_reliable(FP, session, now) == Ok(true) => {
+                        ) if self.subscriber.follows_reliable(FP, session, None, now)
+                            == Ok(true) =>
+                        {
                             self.receiver.on_heartbeat(last_seq, now);
                         }
                         _ => {}

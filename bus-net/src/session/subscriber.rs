@@ -20,6 +20,13 @@
 //!   session. Data or heartbeats of any other session are dropped (frames of the session
 //!   before the current one as stale, others as unknown) and trigger a resubscribe, at most one
 //!   per [`RESUBSCRIBE_GAP_NS`].
+//! - Without a pre-shared key, every data frame, heartbeat and `Unavailable` must end its
+//!   datagram with the subscription token of the `SubscribeAck` that established or renewed
+//!   the session (else [`DropReason::BadToken`], with no other effect: a host that was not
+//!   sent that acknowledgement cannot inject, nor trigger a resubscribe once the import has its
+//!   token; before, such frames make the next request due at once, as an unknown session's
+//!   do, since they mean our acknowledgement was lost). With a key, the MAC does that and no
+//!   token is used ([`SubscriberSession::without_token`]).
 //! - A refusal of an unknown topic or a fingerprint mismatch is final; a full table or topic is
 //!   retried with exponential backoff (from the renewal period up to [`MAX_BACKOFF_NS`]).
 
@@ -127,6 +134,10 @@ pub struct SubscriberSession {
     backoff_ns: u64,
     /// When the last resubscribe was triggered by an unknown session.
     last_resubscribe_ns: Option<u64>,
+    /// Whether downstream frames must carry the subscription token (no pre-shared key).
+    token_required: bool,
+    /// The subscription token of the session followed, from its `SubscribeAck`.
+    token: Option<u64>,
     counts: SubscriberCounts,
 }
 
@@ -158,7 +169,29 @@ impl SubscriberSession {
             next_request_ns: 0,
             backoff_ns: renew_ns,
             last_resubscribe_ns: None,
+            token_required: true,
+            token: None,
             counts: SubscriberCounts::default(),
+        }
+    }
+
+    /// The same machine for a bridge with a pre-shared key: downstream frames carry no
+    /// subscription token (the MAC authenticates them).
+    pub fn without_token(mut self) -> Self {
+        self.token_required = false;
+        self
+    }
+
+    /// Whether a downstream frame whose datagram ended with `token` belongs to this
+    /// subscription. Without a required token, every frame does.
+    ///
+    /// # Errors
+    /// [`DropReason::BadToken`] when the token is missing or not this subscription's.
+    pub fn check_token(&self, token: Option<u64>) -> Result<(), DropReason> {
+        if !self.token_required || (token.is_some() && token == self.token) {
+            Ok(())
+        } else {
+            Err(DropReason::BadToken)
         }
     }
 
@@ -269,16 +302,19 @@ impl SubscriberSession {
         Ok(number)
     }
 
-    /// Handles a control frame from the publisher's address. Answers (a `Subscribe` with the
-    /// cookie, after a challenge) go into `replies`.
+    /// Handles a control frame from the publisher's address; `token` is the subscription
+    /// token its datagram ended with, if any. Answers (a `Subscribe` with the cookie, after a
+    /// challenge) go into `replies`.
     ///
     /// # Errors
     /// The reason to count the frame under: [`DropReason::BadNonce`] for an answer to nothing
-    /// we sent, [`DropReason::BadControl`] for a frame a publisher never sends, or a topic
+    /// we sent, [`DropReason::BadControl`] for a frame a publisher never sends,
+    /// [`DropReason::BadToken`] for a heartbeat without this subscription's token, or a topic
     /// mismatch as [`DropReason::UnknownTopic`].
     pub fn on_control(
         &mut self,
         control: &Control,
+        token: Option<u64>,
         now_ns: u64,
         replies: &mut Replies,
     ) -> Result<SubscriberEvent, DropReason> {
@@ -302,6 +338,7 @@ impl SubscriberSession {
                 last_seq,
                 nonce,
                 cookie,
+                token: acked,
                 ..
             } => {
                 let Some(number) = self.admit(topic_id, nonce)? else {
@@ -311,6 +348,7 @@ impl SubscriberSession {
                 self.backoff_ns = self.renew_ns;
                 match self.state {
                     ImportState::Established { session: s, .. } if s == session => {
+                        self.token = Some(acked);
                         self.state = ImportState::Established {
                             session,
                             by: number,
@@ -319,6 +357,7 @@ impl SubscriberSession {
                         Ok(SubscriberEvent::None)
                     }
                     ImportState::Established { session: old, by } if number > by => {
+                        self.token = Some(acked);
                         self.previous = Some(old);
                         self.state = ImportState::Established {
                             session,
@@ -336,6 +375,7 @@ impl SubscriberSession {
                         Ok(SubscriberEvent::None)
                     }
                     ImportState::Subscribing | ImportState::Refused(_) => {
+                        self.token = Some(acked);
                         self.state = ImportState::Established {
                             session,
                             by: number,
@@ -368,7 +408,7 @@ impl SubscriberSession {
                 ..
             } => {
                 self.check_topic(topic_id)?;
-                if self.follows(session, now_ns) {
+                if self.bound(token, now_ns)? && self.follows(session, now_ns) {
                     self.tracker.observe_last_seq(session, last_seq);
                 }
                 Ok(SubscriberEvent::None)
@@ -420,8 +460,15 @@ impl SubscriberSession {
             return false;
         }
         self.counts.unknown_session = self.counts.unknown_session.saturating_add(1);
+        self.resubscribe_soon(now_ns);
+        false
+    }
+
+    /// Makes the next `Subscribe` due now (at most once per [`RESUBSCRIBE_GAP_NS`]), unless
+    /// the import was refused for good.
+    fn resubscribe_soon(&mut self, now_ns: u64) {
         if matches!(self.state, ImportState::Refused(_)) {
-            return false;
+            return;
         }
         let due = self
             .last_resubscribe_ns
@@ -431,35 +478,66 @@ impl SubscriberSession {
             self.next_request_ns = now_ns;
             self.counts.resubscribes = self.counts.resubscribes.saturating_add(1);
         }
-        false
+    }
+
+    /// [`SubscriberSession::check_token`] for a frame that arrived at `now_ns`: `Ok(true)` for
+    /// a frame of this subscription. Downstream frames before any token is known mean the
+    /// publisher admitted us and its answer was lost or is late: like frames of a session no
+    /// acknowledgement established, they are counted (`unknown_session`), not delivered
+    /// (`Ok(false)`), and make the next `Subscribe` due at once (bounded) instead of a renewal
+    /// period later. Once a token is known, a frame without it is `Err(BadToken)` and changes
+    /// nothing at all.
+    fn bound(&mut self, token: Option<u64>, now_ns: u64) -> Result<bool, DropReason> {
+        match self.check_token(token) {
+            Ok(()) => Ok(true),
+            Err(_) if self.token.is_none() => {
+                self.counts.unknown_session = self.counts.unknown_session.saturating_add(1);
+                self.resubscribe_soon(now_ns);
+                Ok(false)
+            }
+            Err(reason) => Err(reason),
+        }
     }
 
     /// Reliable imports: whether a data frame, heartbeat or `Unavailable` of publisher session
-    /// `session` with `fingerprint` belongs to the stream the import follows. The reliable
-    /// receiver (not the loss tracker) accounts for what it carries. A frame of an unknown
-    /// session triggers a resubscribe, as for [`SubscriberSession::on_data`].
+    /// `session` with `fingerprint`, in a datagram that ended with `token`, belongs to the
+    /// stream the import follows. The reliable receiver (not the loss tracker) accounts for
+    /// what it carries. A frame of an unknown session triggers a resubscribe, as for
+    /// [`SubscriberSession::on_data`].
     ///
     /// # Errors
-    /// [`DropReason::FingerprintMismatch`] for another fingerprint.
+    /// [`DropReason::FingerprintMismatch`] for another fingerprint, [`DropReason::BadToken`]
+    /// for a frame without this subscription's token.
     pub fn follows_reliable(
         &mut self,
         fingerprint: u64,
         session: u64,
+        token: Option<u64>,
         now_ns: u64,
     ) -> Result<bool, DropReason> {
         if fingerprint != self.fingerprint {
             return Err(DropReason::FingerprintMismatch);
         }
-        Ok(self.follows(session, now_ns))
+        Ok(self.bound(token, now_ns)? && self.follows(session, now_ns))
     }
 
-    /// Checks a data frame's header: whether to decode and deliver its payload. The caller has
-    /// checked the source and the topic; the fingerprint is checked here.
-    pub fn on_data(&mut self, header: &Header, now_ns: u64) -> Result<Verdict, DropReason> {
+    /// Checks a data frame's header, in a datagram that ended with `token`: whether to decode
+    /// and deliver its payload. The caller has checked the source and the topic; the
+    /// fingerprint and the token are checked here.
+    ///
+    /// # Errors
+    /// [`DropReason::FingerprintMismatch`] for another fingerprint, [`DropReason::BadToken`]
+    /// for a frame without this subscription's token.
+    pub fn on_data(
+        &mut self,
+        header: &Header,
+        token: Option<u64>,
+        now_ns: u64,
+    ) -> Result<Verdict, DropReason> {
         if header.fingerprint != self.fingerprint {
             return Err(DropReason::FingerprintMismatch);
         }
-        if !self.follows(header.session, now_ns) {
+        if !self.bound(token, now_ns)? || !self.follows(header.session, now_ns) {
             return Ok(Verdict::Stale);
         }
         Ok(self.tracker.observe(header.session, header.seq))
@@ -482,6 +560,8 @@ mod tests {
     const ME: u64 = 0x5ab;
     const PUB: u64 = 0xaaaa;
     const MS: u64 = 1_000_000;
+    /// The subscription token the publisher's acknowledgements carry.
+    const TOK: u64 = 0x70c;
 
     fn session() -> SubscriberSession {
         SubscriberSession::new(
@@ -525,6 +605,7 @@ mod tests {
             last_seq,
             nonce,
             cookie: Cookie([8; 16]),
+            token: TOK,
         }
     }
 
@@ -558,7 +639,7 @@ mod tests {
         let mut r = replies();
         let first = s.poll(0).unwrap();
         assert!(matches!(first, Control::Subscribe { cookie: None, .. }));
-        s.on_control(&challenge(nonce_of(&first)), MS, &mut r)
+        s.on_control(&challenge(nonce_of(&first)), Some(TOK), MS, &mut r)
             .unwrap();
         let second = r.frames()[0];
         assert!(matches!(
@@ -568,7 +649,7 @@ mod tests {
                 ..
             }
         ));
-        let ev = s.on_control(&ack(nonce_of(&second), PUB, 0), 2 * MS, &mut r);
+        let ev = s.on_control(&ack(nonce_of(&second), PUB, 0), Some(TOK), 2 * MS, &mut r);
         assert_eq!(
             ev,
             Ok(SubscriberEvent::Established {
@@ -610,7 +691,7 @@ mod tests {
             refuse(12345, RefuseReason::FingerprintMismatch),
         ] {
             assert_eq!(
-                s.on_control(&forged, 3 * MS, &mut r),
+                s.on_control(&forged, Some(TOK), 3 * MS, &mut r),
                 Err(DropReason::BadNonce),
                 "{forged:?}"
             );
@@ -625,7 +706,10 @@ mod tests {
             s.state(),
             ImportState::Established { session: PUB, .. }
         ));
-        assert_eq!(s.on_data(&data(PUB, 1), 4 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 4 * MS),
+            Ok(Verdict::Deliver)
+        );
     }
 
     /// Issue 15: under duplication and reordering, a duplicated challenge, or one that arrives
@@ -637,33 +721,39 @@ mod tests {
         let mut r = replies();
         let first = s.poll(0).unwrap();
         let chal = challenge(nonce_of(&first));
-        assert_eq!(s.on_control(&chal, MS, &mut r), Ok(SubscriberEvent::None));
+        assert_eq!(
+            s.on_control(&chal, Some(TOK), MS, &mut r),
+            Ok(SubscriberEvent::None)
+        );
         assert_eq!(r.frames().len(), 1);
         let second = r.frames()[0];
         // The network duplicates the challenge: not answered twice, not invalid.
         r.clear("127.0.0.1:7000".parse().unwrap());
-        assert_eq!(s.on_control(&chal, MS, &mut r), Ok(SubscriberEvent::None));
+        assert_eq!(
+            s.on_control(&chal, Some(TOK), MS, &mut r),
+            Ok(SubscriberEvent::None)
+        );
         assert!(r.is_empty());
         assert_eq!(s.counts().control_duplicates, 1);
         // The ack arrives; then a late duplicate of the ack and a late challenge.
-        s.on_control(&ack(nonce_of(&second), PUB, 0), 2 * MS, &mut r)
+        s.on_control(&ack(nonce_of(&second), PUB, 0), Some(TOK), 2 * MS, &mut r)
             .unwrap();
         assert_eq!(
-            s.on_control(&ack(nonce_of(&second), PUB, 0), 3 * MS, &mut r),
+            s.on_control(&ack(nonce_of(&second), PUB, 0), Some(TOK), 3 * MS, &mut r),
             Ok(SubscriberEvent::None)
         );
         assert_eq!(
-            s.on_control(&chal, 4 * MS, &mut r),
+            s.on_control(&chal, Some(TOK), 4 * MS, &mut r),
             Ok(SubscriberEvent::None)
         );
         assert_eq!(s.counts().control_duplicates, 3);
         // A renewal's answer overtaken by the next renewal's: stale.
         let r1 = s.poll(1001 * MS).unwrap();
         let r2 = s.poll(2001 * MS).unwrap();
-        s.on_control(&ack(nonce_of(&r2), PUB, 0), 2002 * MS, &mut r)
+        s.on_control(&ack(nonce_of(&r2), PUB, 0), Some(TOK), 2002 * MS, &mut r)
             .unwrap();
         assert_eq!(
-            s.on_control(&ack(nonce_of(&r1), PUB, 0), 2003 * MS, &mut r),
+            s.on_control(&ack(nonce_of(&r1), PUB, 0), Some(TOK), 2003 * MS, &mut r),
             Ok(SubscriberEvent::None)
         );
         assert_eq!(s.counts().control_stale, 1);
@@ -673,9 +763,15 @@ mod tests {
     #[test]
     fn unknown_sessions_never_switch_and_trigger_a_resubscribe() {
         let mut s = established();
-        assert_eq!(s.on_data(&data(PUB, 1), 3 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
+            Ok(Verdict::Deliver)
+        );
         // Forged data and heartbeat of another session: dropped, counted, resubscribe due.
-        assert_eq!(s.on_data(&data(0xbad, 1_000), 4 * MS), Ok(Verdict::Stale));
+        assert_eq!(
+            s.on_data(&data(0xbad, 1_000), Some(TOK), 4 * MS),
+            Ok(Verdict::Stale)
+        );
         let hb = Control::Heartbeat {
             topic_id: TOPIC,
             fingerprint: FP,
@@ -683,12 +779,16 @@ mod tests {
             last_seq: u64::MAX,
             timestamp_ns: 0,
         };
-        s.on_control(&hb, 5 * MS, &mut replies()).unwrap();
+        s.on_control(&hb, Some(TOK), 5 * MS, &mut replies())
+            .unwrap();
         assert_eq!(s.counts().unknown_session, 2);
         assert_eq!(s.counts().resubscribes, 1, "one per gap");
         assert!(s.poll(5 * MS).is_some(), "resubscribe due at once");
         // The real stream goes on untouched: no loss counted, no session change.
-        assert_eq!(s.on_data(&data(PUB, 2), 6 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(PUB, 2), Some(TOK), 6 * MS),
+            Ok(Verdict::Deliver)
+        );
         assert_eq!(s.loss().lost, 0);
         assert_eq!(s.loss().session_changes, 0);
     }
@@ -703,6 +803,7 @@ mod tests {
         let renewal = s.poll(1001 * MS).unwrap();
         let ev = s.on_control(
             &ack(nonce_of(&renewal), 0xbeef, 5),
+            Some(TOK),
             1001 * MS,
             &mut replies(),
         );
@@ -714,9 +815,15 @@ mod tests {
             })
         );
         // Late frames of the old session are stale, not a switch back.
-        assert_eq!(s.on_data(&data(PUB, 9), 1002 * MS), Ok(Verdict::Stale));
+        assert_eq!(
+            s.on_data(&data(PUB, 9), Some(TOK), 1002 * MS),
+            Ok(Verdict::Stale)
+        );
         assert_eq!(s.counts().unknown_session, 0);
-        assert_eq!(s.on_data(&data(0xbeef, 6), 1003 * MS), Ok(Verdict::Deliver));
+        assert_eq!(
+            s.on_data(&data(0xbeef, 6), Some(TOK), 1003 * MS),
+            Ok(Verdict::Deliver)
+        );
     }
 
     #[test]
@@ -724,12 +831,18 @@ mod tests {
         let mut s = session();
         let mut r = replies();
         let a = s.poll(0).unwrap();
-        let ev = s.on_control(&refuse(nonce_of(&a), RefuseReason::TableFull), MS, &mut r);
+        let ev = s.on_control(
+            &refuse(nonce_of(&a), RefuseReason::TableFull),
+            Some(TOK),
+            MS,
+            &mut r,
+        );
         assert!(matches!(ev, Ok(SubscriberEvent::Retrying(_))));
         assert!(s.poll(1000 * MS).is_none(), "waits out the backoff");
         let b = s.poll(1001 * MS).unwrap();
         s.on_control(
             &refuse(nonce_of(&b), RefuseReason::TopicFull),
+            Some(TOK),
             1002 * MS,
             &mut r,
         )
@@ -738,6 +851,7 @@ mod tests {
         let c = s.poll(3002 * MS).unwrap();
         let ev = s.on_control(
             &refuse(nonce_of(&c), RefuseReason::FingerprintMismatch),
+            Some(TOK),
             3003 * MS,
             &mut r,
         );
@@ -756,17 +870,17 @@ mod tests {
             *topic_id = 1;
         }
         assert_eq!(
-            s.on_control(&wrong, 0, &mut replies()),
+            s.on_control(&wrong, Some(TOK), 0, &mut replies()),
             Err(DropReason::UnknownTopic)
         );
         assert_eq!(
-            s.on_control(&a, 0, &mut replies()),
+            s.on_control(&a, Some(TOK), 0, &mut replies()),
             Err(DropReason::BadControl)
         );
         let mut other_fp = data(PUB, 1);
         other_fp.fingerprint = 1;
         assert_eq!(
-            s.on_data(&other_fp, 0),
+            s.on_data(&other_fp, Some(TOK), 0),
             Err(DropReason::FingerprintMismatch)
         );
     }
@@ -784,5 +898,70 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn downstream_frames_without_the_subscription_token_change_nothing() {
+        let mut s = established();
+        let mut r = replies();
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
+            Ok(Verdict::Deliver)
+        );
+        // Someone who knows the session but not the token: a far-ahead data frame and
+        // heartbeat, with no token or a guessed one, are dropped without effect.
+        for token in [None, Some(TOK ^ 1), Some(0)] {
+            assert_eq!(
+                s.on_data(&data(PUB, 1 << 40), token, 4 * MS),
+                Err(DropReason::BadToken)
+            );
+            let hb = Control::Heartbeat {
+                topic_id: TOPIC,
+                fingerprint: FP,
+                session: PUB,
+                last_seq: 1 << 40,
+                timestamp_ns: 0,
+            };
+            assert_eq!(
+                s.on_control(&hb, token, 4 * MS, &mut r),
+                Err(DropReason::BadToken)
+            );
+            // Not even a resubscribe for a forged unknown session.
+            assert_eq!(
+                s.on_data(&data(0xbad, 1), token, 4 * MS),
+                Err(DropReason::BadToken)
+            );
+        }
+        assert_eq!(s.counts().resubscribes, 0);
+        assert_eq!(
+            s.on_data(&data(PUB, 2), Some(TOK), 5 * MS),
+            Ok(Verdict::Deliver)
+        );
+        assert_eq!(s.loss().lost, 0);
+        // With a pre-shared key the MAC authenticates instead: no token needed.
+        let keyed = session().without_token();
+        assert_eq!(keyed.check_token(None), Ok(()));
+    }
+
+    #[test]
+    fn tokened_data_before_the_acknowledgement_makes_the_next_request_due() {
+        let mut s = session();
+        let first = s.poll(0).unwrap();
+        let mut r = replies();
+        s.on_control(&challenge(nonce_of(&first)), Some(TOK), MS, &mut r)
+            .unwrap();
+        // The acknowledgement is lost; the publisher's data arrives with a token we lack.
+        assert!(
+            s.poll(2 * MS).is_none(),
+            "the next renewal is a period away"
+        );
+        // Not an attack (nothing was established to attack): counted, not a drop.
+        assert_eq!(
+            s.on_data(&data(PUB, 1), Some(TOK), 3 * MS),
+            Ok(Verdict::Stale)
+        );
+        assert!(s.poll(3 * MS).is_some(), "asked again at once");
+        assert_eq!(s.counts().resubscribes, 1);
+        assert_eq!(s.counts().unknown_session, 1);
     }
 }
