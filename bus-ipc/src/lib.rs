@@ -48,7 +48,10 @@ mod handshake;
 mod layout;
 #[cfg(all(test, loom))]
 mod loom_models;
+mod payload;
 mod region;
+#[cfg(unix)]
+mod rendezvous;
 mod ring;
 mod sys;
 
@@ -61,7 +64,7 @@ pub use channel::{
 pub use codec::{Bincode, CodecError, Pod, SlotCodec, DECODE_LIMIT};
 pub use component::{ExportActor, ImportActor, IpcStatus, ShmExport, ShmImport};
 pub use layout::{Geometry, Kind, LayoutError, HEADER_LEN, MAGIC, VERSION};
-pub use region::Region;
+pub use region::{Region, Slots};
 pub use ring::{RingError, RingReader, RingWriter};
 
 /// Re-exported so that users can implement or derive [`bytemuck::Pod`] for their messages.

@@ -1,8 +1,26 @@
-//! A region of memory that a channel lives in: a shared mapping of a file, or (for tests and
-//! miri, which cannot `mmap`) a zeroed heap buffer with the same alignment.
+//! A region of memory that a channel lives in: a shared mapping of a sealed memory file, or
+//! (for tests and miri, which cannot `mmap`) a zeroed heap buffer with the same alignment.
+//!
+//! # Why shared bytes are never behind a Rust reference
+//!
+//! The peer writes the region whenever it likes, and it is another program: nothing it does is
+//! ordered with what we do except through the header's atomics. A `&[u8]` or `&mut [u8]` over
+//! such bytes would tell the compiler that they do not change while the reference lives (or
+//! that nobody else sees them), which the peer can falsify at any moment: the compiler may then
+//! read a length twice and get two answers, which is undefined behaviour whatever the bytes.
+//! So slot bytes are reached only through [`Slots`], which holds a raw pointer and moves bytes
+//! only by copying them, a 64-bit atomic (`Relaxed`) load or store per word, between the region
+//! and private memory. Everything is interpreted (lengths checked, values decoded) only after
+//! it has been copied: a peer that rewrites a slot while we copy it makes us copy a mix of old
+//! and new words, each of them some value, never undefined behaviour. The ordering that makes
+//! a well-behaved peer's bytes whole comes from the ring's `Release`/`Acquire` on its indices.
+//! The header is a struct of atomics, which are allowed behind shared references because they
+//! are interior-mutable.
 
 use std::alloc::Layout;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::layout::Header;
 
@@ -92,12 +110,22 @@ impl Region {
         unsafe { &*self.ptr.as_ptr().cast::<Header>() }
     }
 
-    /// A raw pointer to byte `offset`. The caller checks `offset + n <= len` for what it reads.
-    pub(crate) fn at(&self, offset: usize) -> *mut u8 {
-        debug_assert!(offset <= self.len);
-        // SAFETY: `offset <= len` (the callers' bound: slot offsets come from the private,
-        // validated geometry, never from the mapping), so the result stays inside the region.
-        unsafe { self.ptr.as_ptr().add(offset) }
+    /// The `len` bytes at `offset` as [`Slots`], or `None` if they are not 8-aligned or not
+    /// inside the region. Offsets come from the private, validated geometry, never from the
+    /// mapping.
+    #[inline]
+    pub(crate) fn slots(&self, offset: usize, len: usize) -> Option<Slots<'_>> {
+        let end = offset.checked_add(len)?;
+        if end > self.len || offset % 8 != 0 || len % 8 != 0 {
+            return None;
+        }
+        // SAFETY: `offset + len <= self.len`, so the result stays inside the region.
+        let ptr = unsafe { self.ptr.as_ptr().add(offset) };
+        Some(Slots {
+            ptr,
+            len,
+            _region: PhantomData,
+        })
     }
 
     /// Copies `bytes` into the region at `offset` (clipped to the region), as a faulty or
@@ -107,9 +135,10 @@ impl Region {
     /// No other thread may access the region during the call (in this process: another
     /// process's accesses are its own business, and ours tolerate any bytes).
     pub unsafe fn poke(&self, offset: usize, bytes: &[u8]) {
-        let n = bytes.len().min(self.len.saturating_sub(offset));
+        let offset = offset.min(self.len);
+        let n = bytes.len().min(self.len - offset);
         // SAFETY: `offset + n <= len`; the caller guarantees no concurrent access here.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.at(offset.min(self.len)), n) };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), n) };
     }
 }
 
@@ -130,5 +159,116 @@ impl Drop for Region {
                 }
             }
         }
+    }
+}
+
+/// A run of shared bytes (one slot or several adjacent ones) that is only ever copied, a
+/// 64-bit word at a time through atomics, to or from private memory: see the module doc.
+///
+/// Invariant: `ptr` is 8-aligned and `ptr..ptr + len` lies inside a live region for `'a`, with
+/// `len` a multiple of 8.
+#[derive(Debug)]
+pub struct Slots<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _region: PhantomData<&'a Region>,
+}
+
+impl Slots<'_> {
+    /// The run's length in bytes (a multiple of 8).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the run holds no byte.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Word `i` of the run as an atomic, or `None` past the end.
+    #[inline]
+    fn word(&self, i: usize) -> Option<&AtomicU64> {
+        if i >= self.len / 8 {
+            return None;
+        }
+        // SAFETY: `i < len / 8`, so the word lies inside the run, which is 8-aligned and lives
+        // for the borrow of `self` (the struct's invariant). Every access this process makes to
+        // slot bytes is through such atomics, never a plain reference (the module doc).
+        Some(unsafe { AtomicU64::from_ptr(self.ptr.add(i * 8).cast::<u64>()) })
+    }
+
+    /// Copies `dst.len()` bytes from byte `offset` (a multiple of 8) of the run into `dst`.
+    /// Returns false, copying nothing, if `offset` is not a multiple of 8 or the bytes (rounded
+    /// up to a whole word) are not all inside the run.
+    #[inline]
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if !self.fits(offset, dst.len()) {
+            return false;
+        }
+        let first = offset / 8;
+        let mut chunks = dst.chunks_exact_mut(8);
+        let mut i = first;
+        for chunk in &mut chunks {
+            if let Some(w) = self.word(i) {
+                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+            }
+            i += 1;
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            if let Some(w) = self.word(i) {
+                let bytes = w.load(Ordering::Relaxed).to_ne_bytes();
+                rest.copy_from_slice(&bytes[..rest.len()]);
+            }
+        }
+        true
+    }
+
+    /// Copies `src` into the run from byte `offset` (a multiple of 8). A last partial word is
+    /// padded with zeros. Returns false, copying nothing, if it does not fit.
+    #[inline]
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> bool {
+        if !self.fits(offset, src.len()) {
+            return false;
+        }
+        let mut chunks = src.chunks_exact(8);
+        let mut i = offset / 8;
+        for chunk in &mut chunks {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            if let Some(w) = self.word(i) {
+                w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            }
+            i += 1;
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            if let Some(w) = self.word(i) {
+                w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    /// A plain-data value copied out of the run from byte `offset`, or `None` if it does not
+    /// fit. Every bit pattern is a `T`, so whatever the peer wrote is a value.
+    #[inline]
+    pub fn read_pod<T: bytemuck::Pod>(&self, offset: usize) -> Option<T> {
+        let mut v = T::zeroed();
+        self.read(offset, bytemuck::bytes_of_mut(&mut v))
+            .then_some(v)
+    }
+
+    /// Whether `n` bytes from `offset`, rounded up to whole words, lie inside the run.
+    #[inline]
+    fn fits(&self, offset: usize, n: usize) -> bool {
+        offset % 8 == 0
+            && n.checked_next_multiple_of(8)
+                .and_then(|n| n.checked_add(offset))
+                .is_some_and(|end| end <= self.len)
     }
 }
