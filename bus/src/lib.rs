@@ -108,24 +108,27 @@
 
 mod blocking;
 mod bus;
+#[cfg(unix)]
+mod counters;
 mod message;
 mod ring;
 mod schema;
 mod sync;
 mod wait;
 
-#[cfg(unix)]
-pub use bus::{
-    counters_dir, counters_files, decode_counters, read_counters_file, ActorCounts,
-    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
-    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
-};
 pub use bus::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
     EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
     Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
     StartError, StopHandle, Subscription, SubscriptionKey, Supervision, TryRecvError, Wiring,
     DEFAULT_CAPACITY,
+};
+#[cfg(unix)]
+pub use counters::{
+    counters_dir, counters_files, decode as decode_counters, find_counters_files,
+    read_counters_file, read_counters_file_of, ActorCounts, CountersFileError, CountersLocation,
+    CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS,
+    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{
