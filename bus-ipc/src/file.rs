@@ -72,9 +72,16 @@ pub(crate) fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// How many `/dev/shm/llbus-UID-N` alternatives are tried when the first name is taken by
+/// someone else.
+const ALTERNATIVES: usize = 8;
+
 /// The default directory of channels: `$XDG_RUNTIME_DIR/llbus` when that variable names an
 /// absolute directory of ours, else `/dev/shm/llbus-UID` (the temporary directory where there
-/// is no `/dev/shm`).
+/// is no `/dev/shm`). If that name is taken by a directory we must not use (another user's, a
+/// link, one others may write), it is reported and the next of `llbus-UID-1`, `llbus-UID-2`,
+/// ... that is missing or ours is used instead: a squatter is never used, and must take every
+/// alternative to keep the channel from being made.
 pub(crate) fn default_dir() -> PathBuf {
     if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR") {
         let xdg = PathBuf::from(xdg);
@@ -88,7 +95,23 @@ pub(crate) fn default_dir() -> PathBuf {
     } else {
         std::env::temp_dir()
     };
-    base.join(format!("llbus-{}", euid()))
+    let first = base.join(format!("llbus-{}", euid()));
+    for n in 0..ALTERNATIVES {
+        let candidate = if n == 0 {
+            first.clone()
+        } else {
+            base.join(format!("llbus-{}-{n}", euid()))
+        };
+        match check_dir(&candidate, None) {
+            Ok(()) => return candidate,
+            Err(_) if std::fs::symlink_metadata(&candidate).is_err() => return candidate,
+            Err(why) => log::warn!(
+                "llbus-ipc: not using {} as the channel directory: {why}",
+                candidate.display()
+            ),
+        }
+    }
+    first
 }
 
 /// Why a directory is not one a channel may meet in: the text says what is wrong with it.
@@ -101,7 +124,10 @@ pub(crate) fn check_dir(dir: &Path, group: Option<u32>) -> Result<(), String> {
         return Err("it is not a directory".to_owned());
     }
     let me = euid();
-    if m.uid() != me {
+    // A directory shared with the channel's group may be another member's: the group is
+    // trusted with the channel by configuration.
+    let shared = group.is_some_and(|g| g == m.gid());
+    if m.uid() != me && !shared {
         return Err(format!(
             "it belongs to uid {}, not to this user ({me}): someone else made it; remove it or choose another directory",
             m.uid()
