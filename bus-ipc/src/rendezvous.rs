@@ -234,7 +234,7 @@ pub(crate) fn fetch(
         }
         Err(e) => return Err(FetchError::Io(e)),
     };
-    // SAFETY-free: the credentials are those the listener had when it called `listen`.
+    // The credentials the listener had when it called `listen`, from the kernel.
     let who = {
         use std::os::fd::AsFd;
         peer(stream.as_fd()).map_err(FetchError::Io)?
