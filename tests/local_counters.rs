@@ -253,8 +253,7 @@ fn top_draws_promptly(dir: &CountersDir) {
 
 #[test]
 fn a_squatted_counters_directory_is_reported_and_the_bus_runs_without_it() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a second user");
+    if !tests::local::root_or_skip("a squatted counters directory") {
         return;
     }
     let nobody = nobody();

@@ -360,8 +360,7 @@ impl Drop for Dir {
 
 #[test]
 fn another_users_channel_is_refused_unless_admitted() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a second user");
+    if !tests::local::root_or_skip("another users channel") {
         return;
     }
     let nobody = nobody();
@@ -437,8 +436,7 @@ fn another_users_channel_is_refused_unless_admitted() {
 
 #[test]
 fn a_squatted_per_user_directory_is_reported_never_used_and_not_fatal() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a second user");
+    if !tests::local::root_or_skip("a squatted per-user directory") {
         return;
     }
     let nobody = nobody();

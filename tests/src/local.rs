@@ -14,6 +14,23 @@ pub fn is_root() -> bool {
     euid() == 0
 }
 
+/// Whether a scenario that needs root (a second user) can run: true as root; otherwise it is
+/// skipped with a notice, except under CI (`CI=true`), where a skip would hide a gap and fails.
+///
+/// # Panics
+/// Under CI without root.
+pub fn root_or_skip(what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{what} needs root (a second user), and CI must run it"
+    );
+    eprintln!("\n!!!!! SKIPPED: {what} needs root (a second user) !!!!!\n");
+    false
+}
+
 /// The unprivileged user `nobody` (uid, gid), from `/etc/passwd`, else 65534.
 pub fn nobody() -> (u32, u32) {
     std::fs::read_to_string("/etc/passwd")
