@@ -33,6 +33,9 @@ use crate::rendezvous::{self, Access, FetchError, HandoverError, Listener};
 use crate::ring::{RingError, RingReader, RingWriter};
 use crate::sys;
 
+/// The longest [`Receiver::open`] waits for a writer to hand over its memory.
+const HANDOVER_TIMEOUT: Duration = Duration::from_millis(250);
+
 /// The start of every channel's socket name.
 pub const PREFIX: &str = "llbus-ipc-";
 
@@ -59,7 +62,7 @@ pub struct ChannelConfig {
     /// named here, and a root process attaches only to root's channels).
     pub allow_uids: Vec<u32>,
     /// A peer whose stamp is older than this is dead (default 1 s). Also bounds how long
-    /// [`Receiver::open`] waits for a listener's answer.
+    /// [`Receiver::open`] waits for a listener's answer (and 250 ms does in any case).
     pub stale_after: Duration,
 }
 
@@ -660,7 +663,8 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
     /// socket, checks that the writer is this user (or one `config` admits), receives the
     /// ring's memory and checks that its size is sealed, then checks the header, the slot
     /// encoding and the schema fingerprint, and takes the reader's side (from a dead reader
-    /// too, resuming at its position). Waits at most `config.stale_after` for the writer.
+    /// too, resuming at its position). Waits at most `config.stale_after`, and at most 250 ms,
+    /// for the writer's answer.
     ///
     /// # Errors
     /// [`OpenError::NotReady`] (no live writer yet: retry later), [`OpenError::UnsafeDir`],
@@ -673,7 +677,9 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
             return Err(OpenError::NotReady);
         }
         let path = config.path(name);
-        let timeout = config.stale_after.min(Duration::from_secs(5));
+        // A live writer answers from a thread of its own within microseconds; a writer that
+        // does not (stopped, or not a llbus writer) must not hold a bus thread for long.
+        let timeout = config.stale_after.min(HANDOVER_TIMEOUT);
         let (fd, _writer) = match rendezvous::fetch(&path, &config.access(), timeout) {
             Ok(got) => got,
             Err(FetchError::NotThere) => return Err(OpenError::NotReady),
