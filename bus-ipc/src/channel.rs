@@ -860,11 +860,7 @@ impl<T: Message + bytemuck::Pod> Receiver<T, Pod> {
             return self.recv_batch(max, f).map(|(n, _)| n);
         }
         let got = self.ring.read_runs(max, |run, slots| {
-            for i in 0..slots {
-                if let Some(v) = run.read_pod::<T>(i * size) {
-                    f(v);
-                }
-            }
+            run.read_each::<T>(slots, size, &mut f);
         });
         got.map_err(|e| self.broken(e))
     }

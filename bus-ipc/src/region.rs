@@ -187,16 +187,73 @@ impl Slots<'_> {
         self.len == 0
     }
 
-    /// Word `i` of the run as an atomic, or `None` past the end.
-    #[inline]
-    fn word(&self, i: usize) -> Option<&AtomicU64> {
-        if i >= self.len / 8 {
-            return None;
-        }
-        // SAFETY: `i < len / 8`, so the word lies inside the run, which is 8-aligned and lives
-        // for the borrow of `self` (the struct's invariant). Every access this process makes to
+    /// The atomic word at byte `at` of the run.
+    ///
+    /// # Safety
+    /// `at` is a multiple of 8 and `at + 8 <= self.len`.
+    #[inline(always)]
+    unsafe fn word(&self, at: usize) -> &AtomicU64 {
+        debug_assert!(at % 8 == 0 && at + 8 <= self.len);
+        // SAFETY: the caller keeps the word inside the run, which is 8-aligned and lives for
+        // the borrow of `self` (the struct's invariant). Every access this process makes to
         // slot bytes is through such atomics, never a plain reference (the module doc).
-        Some(unsafe { AtomicU64::from_ptr(self.ptr.add(i * 8).cast::<u64>()) })
+        unsafe { AtomicU64::from_ptr(self.ptr.add(at).cast::<u64>()) }
+    }
+
+    /// Copies `n` bytes from byte `offset` of the run to `dst`, a word at a time.
+    ///
+    /// # Safety
+    /// `self.fits(offset, n)`, and `dst` is valid for writes of `n` bytes.
+    #[inline(always)]
+    unsafe fn copy_out(&self, offset: usize, dst: *mut u8, n: usize) {
+        let whole = n / 8;
+        for w in 0..whole {
+            // SAFETY: `fits` puts every word of the rounded-up range inside the run; `dst`
+            // holds `n >= 8 * (w + 1)` bytes.
+            unsafe {
+                let v = self.word(offset + 8 * w).load(Ordering::Relaxed);
+                std::ptr::write_unaligned(dst.add(8 * w).cast::<u64>(), v);
+            }
+        }
+        let rest = n % 8;
+        if rest != 0 {
+            // SAFETY: as above; the last word is inside the run because `fits` rounded `n` up.
+            unsafe {
+                let bytes = self
+                    .word(offset + 8 * whole)
+                    .load(Ordering::Relaxed)
+                    .to_ne_bytes();
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(8 * whole), rest);
+            }
+        }
+    }
+
+    /// Copies `src` into the run from byte `offset`, a word at a time, a last partial word
+    /// padded with zeros.
+    ///
+    /// # Safety
+    /// `self.fits(offset, src.len())`.
+    #[inline(always)]
+    unsafe fn copy_in(&mut self, offset: usize, src: &[u8]) {
+        let whole = src.len() / 8;
+        let p = src.as_ptr();
+        for w in 0..whole {
+            // SAFETY: `src` holds `8 * (w + 1)` bytes; the word is inside the run (`fits`).
+            unsafe {
+                let v = std::ptr::read_unaligned(p.add(8 * w).cast::<u64>());
+                self.word(offset + 8 * w).store(v, Ordering::Relaxed);
+            }
+        }
+        let rest = src.len() % 8;
+        if rest != 0 {
+            let mut b = [0u8; 8];
+            b[..rest].copy_from_slice(&src[8 * whole..]);
+            // SAFETY: the last word is inside the run because `fits` rounded the length up.
+            unsafe {
+                self.word(offset + 8 * whole)
+                    .store(u64::from_ne_bytes(b), Ordering::Relaxed)
+            };
+        }
     }
 
     /// Copies `dst.len()` bytes from byte `offset` (a multiple of 8) of the run into `dst`.
@@ -207,22 +264,8 @@ impl Slots<'_> {
         if !self.fits(offset, dst.len()) {
             return false;
         }
-        let first = offset / 8;
-        let mut chunks = dst.chunks_exact_mut(8);
-        let mut i = first;
-        for chunk in &mut chunks {
-            if let Some(w) = self.word(i) {
-                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-            }
-            i += 1;
-        }
-        let rest = chunks.into_remainder();
-        if !rest.is_empty() {
-            if let Some(w) = self.word(i) {
-                let bytes = w.load(Ordering::Relaxed).to_ne_bytes();
-                rest.copy_from_slice(&bytes[..rest.len()]);
-            }
-        }
+        // SAFETY: `fits` holds; `dst` is a live buffer of `dst.len()` bytes.
+        unsafe { self.copy_out(offset, dst.as_mut_ptr(), dst.len()) };
         true
     }
 
@@ -233,24 +276,8 @@ impl Slots<'_> {
         if !self.fits(offset, src.len()) {
             return false;
         }
-        let mut chunks = src.chunks_exact(8);
-        let mut i = offset / 8;
-        for chunk in &mut chunks {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(chunk);
-            if let Some(w) = self.word(i) {
-                w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-            }
-            i += 1;
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            if let Some(w) = self.word(i) {
-                w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-            }
-        }
+        // SAFETY: `fits` holds.
+        unsafe { self.copy_in(offset, src) };
         true
     }
 
@@ -258,9 +285,50 @@ impl Slots<'_> {
     /// fit. Every bit pattern is a `T`, so whatever the peer wrote is a value.
     #[inline]
     pub fn read_pod<T: bytemuck::Pod>(&self, offset: usize) -> Option<T> {
-        let mut v = T::zeroed();
-        self.read(offset, bytemuck::bytes_of_mut(&mut v))
-            .then_some(v)
+        let n = std::mem::size_of::<T>();
+        if !self.fits(offset, n) {
+            return None;
+        }
+        let mut v = std::mem::MaybeUninit::<T>::uninit();
+        // SAFETY: `fits` holds and `v` has room for `n` bytes; once all `n` bytes are written,
+        // `v` is a `T` because every bit pattern is one (`Pod`).
+        unsafe {
+            self.copy_out(offset, v.as_mut_ptr().cast::<u8>(), n);
+            Some(v.assume_init())
+        }
+    }
+
+    /// Hands `count` plain-data values laid `stride` bytes apart from the start of the run
+    /// (`stride` a multiple of 8, at least a `T`) to `f`, each copied out of the run first;
+    /// returns how many it handed over (0 if they do not all fit). The bounds are checked once
+    /// for the whole run.
+    #[inline]
+    pub fn read_each<T: bytemuck::Pod>(
+        &self,
+        count: usize,
+        stride: usize,
+        mut f: impl FnMut(T),
+    ) -> usize {
+        let n = std::mem::size_of::<T>();
+        let fits = stride % 8 == 0
+            && stride >= n
+            && count
+                .checked_mul(stride)
+                .is_some_and(|total| total <= self.len);
+        if !fits || count == 0 {
+            return 0;
+        }
+        for i in 0..count {
+            let mut v = std::mem::MaybeUninit::<T>::uninit();
+            // SAFETY: value `i` starts at `i * stride` (a multiple of 8) and its bytes, rounded
+            // up to a word, end by `(i + 1) * stride <= count * stride <= len` (checked above),
+            // so `fits(i * stride, n)` holds; once written, `v` is a `T` (`Pod`).
+            unsafe {
+                self.copy_out(i * stride, v.as_mut_ptr().cast::<u8>(), n);
+                f(v.assume_init());
+            }
+        }
+        count
     }
 
     /// Whether `n` bytes from `offset`, rounded up to whole words, lie inside the run.

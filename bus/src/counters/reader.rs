@@ -73,7 +73,8 @@ pub struct CountersSnapshot {
     pub bus: String,
     /// The writer's process id.
     pub pid: u64,
-    /// The user who owns the file (the bus's user).
+    /// The user who owns the file (the bus's user), as checked when it was opened (0 from
+    /// [`decode`], which sees bytes only).
     pub owner: u32,
     /// When the bus started, ns since the UNIX epoch.
     pub started_unix_ns: u64,
