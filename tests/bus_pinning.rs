@@ -178,3 +178,79 @@ fn on_core_outside_the_taskset_mask_is_refused() {
         out.status
     );
 }
+
+const MAIN_PINNED_CHILD: &str = "LLBUS_TEST_MAIN_PINNED_CHILD";
+
+/// Pins the process's main thread (whose thread id is the process id) to `core`, as a `main`
+/// that pins itself before `start()` does.
+fn pin_main_thread(core: usize) {
+    // SAFETY: `cpu_set_t` is plain data, valid when zeroed.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `core` is below the set's capacity (it is an allowed core id).
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: the main thread's id is the process id; `set` is initialised and of the size
+    // passed.
+    let rc = unsafe {
+        libc::sched_setaffinity(libc::getpid(), std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// The child's side: its main thread pins itself to the first allowed core, and the bus still
+/// sees the whole set the process started with.
+fn as_main_pinned_child(allowed: &[usize]) {
+    pin_main_thread(allowed[0]);
+    assert_eq!(
+        llbus::allowed_cores(),
+        allowed,
+        "the allowed set shrank to the main thread's pin"
+    );
+    let other = allowed[allowed.len() - 1];
+    let mut bus = Bus::builder();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    bus.actor("where", move |_: &mut Setup<'_>| Where {
+        seen: Arc::clone(&s),
+    })
+    .on_core(other);
+    bus.start()
+        .expect("on_core of another allowed core starts")
+        .join()
+        .expect("joins");
+    assert_eq!(*seen.lock().unwrap(), [other]);
+    assert_eq!(unpinned_thread_cores(), allowed);
+    println!("main-pinned child: all checks passed");
+}
+
+#[test]
+fn a_main_thread_that_pins_itself_does_not_shrink_the_bus_s_cores() {
+    let allowed = llbus::allowed_cores();
+    if let Ok(list) = std::env::var(MAIN_PINNED_CHILD) {
+        let parent: Vec<usize> = list.split(',').map(|c| c.parse().unwrap()).collect();
+        assert_eq!(allowed, parent, "the child starts with its parent's set");
+        as_main_pinned_child(&allowed);
+        return;
+    }
+    if allowed.len() < 2 {
+        eprintln!("SKIPPED ****** needs two allowed cores (have {allowed:?})");
+        return;
+    }
+    let list: Vec<String> = allowed.iter().map(|c| c.to_string()).collect();
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            "a_main_thread_that_pins_itself_does_not_shrink_the_bus_s_cores",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MAIN_PINNED_CHILD, list.join(","))
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("main-pinned child: all checks passed"),
+        "the child failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}

@@ -37,24 +37,33 @@
 //!   ([`EdgeReport`]), with `in_flight == 0` after `join` (but for what an external
 //!   [`Subscription`] has not read yet). A message whose handler panicked is `panicked`, not
 //!   handled; a publish to a subscriber that is gone is `lost` at once.
-//! - **Stopping is bounded.** Once a stop is requested, `join` (and dropping a
-//!   [`RunningBus`], which requests one) returns within the stop timeout
-//!   ([`BusBuilder::stop_timeout`], default 10 s) plus under a second, whatever the actors do: past the timeout every `Block` wait gives up (counted lost), and a thread that
-//!   still does not exit (a handler that never returns) is left running and reported
-//!   ([`BusError::Unresponsive`]). Durations that would overflow are refused by `start()`.
+//! - **Stopping acts at once and is bounded.** Whoever requests a stop ([`RunningBus::stop`], a
+//!   [`StopHandle`], [`Context::request_stop`], [`Context::fail`], an escalated panic, or
+//!   dropping the [`RunningBus`]), no tick or `poll` starts after the request, and the bus's own
+//!   stop driver runs the whole stop (drain, `on_stop` hooks, exit, subscriptions closed)
+//!   without anyone calling `join`, within the stop timeout ([`BusBuilder::stop_timeout`],
+//!   default 10 s) plus under a second, whatever the actors do: past the timeout every `Block`
+//!   wait gives up (counted lost), and a thread that still does not exit (a handler that never
+//!   returns) is left running and reported ([`BusError::Unresponsive`]). The stop never waits
+//!   for a reader outside the bus: a publisher blocked on a full [`Subscription`] gives up at
+//!   the request (counted lost). `join` waits for the stop and reports how it went
+//!   ([`Report::stop`]). Durations and capacities that cannot work are refused by `start()`.
 //! - **Ways in and out.** Code that is not an actor publishes through a [`Publisher`] and reads
 //!   through a [`Subscription`], declared on the builder ([`BusBuilder::publisher`],
 //!   [`BusBuilder::subscription`]) and wired, counted and stopped like actors' edges; their
 //!   `publish` and `try_recv` allocate nothing and take no lock. With the `tokio` feature they
-//!   turn into tokio channels at the bus's edge.
+//!   turn into tokio channels at the bus's edge that lose nothing uncounted: every message an
+//!   async sender accepted is published, and what an `AsyncSubscription` never received is
+//!   counted lost, not handled.
 //! - **Live counters.** [`RunningBus::snapshot`] reads every figure while the bus runs; each
 //!   bus also publishes them for other processes (the `llbus` command) in a shared-memory file
 //!   that a sleeping thread refreshes 10 times a second ([`counters_dir`],
 //!   [`read_counters_file`]; the layout is documented on [`COUNTERS_VERSION`]). No hot path
 //!   does any work for either.
 //! - **Where threads run.** `start()` reads the process's allowed cores once
-//!   ([`allowed_cores`]); [`ActorBuilder::on_core`] outside them is a [`StartError`], and
-//!   unpinned threads run on all of them, not on the core of whoever called `start()`.
+//!   ([`allowed_cores`]: the affinity the process started with, within its cgroup cpuset, not
+//!   the mask of the thread calling `start()`); [`ActorBuilder::on_core`] outside them is a
+//!   [`StartError`], and unpinned threads run on all of them.
 //!
 //! # Example
 //!
@@ -107,22 +116,15 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod blocking;
-mod bus;
 #[cfg(unix)]
 mod counters;
 mod message;
 mod ring;
+mod runtime;
 mod schema;
 mod sync;
 mod wait;
 
-pub use bus::{
-    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
-    EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
-    Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
-    StartError, StopHandle, Subscription, SubscriptionKey, Supervision, TryRecvError, Wiring,
-    DEFAULT_CAPACITY,
-};
 #[cfg(unix)]
 pub use counters::{
     counters_dir, counters_files, decode as decode_counters, find_counters_files,
@@ -134,6 +136,15 @@ pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{
     Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
     TryPushError,
+};
+#[cfg(feature = "tokio")]
+pub use runtime::AsyncSubscription;
+pub use runtime::{
+    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
+    EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
+    Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
+    StartError, StopHandle, StopReport, Subscription, SubscriptionKey, Supervision, TryRecvError,
+    Wiring, DEFAULT_CAPACITY,
 };
 pub use schema::*;
 pub use wait::{

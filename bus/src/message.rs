@@ -12,7 +12,7 @@
 
 use std::any::TypeId;
 
-use crate::bus::{Inputs, Wiring};
+use crate::runtime::{Inputs, Wiring};
 
 /// A type that can be published on the bus.
 ///
@@ -74,6 +74,9 @@ pub struct TopicSpec {
     pub type_id: TypeId,
     /// The Rust type's name, for error messages.
     pub type_name: &'static str,
+    /// The size of one value of the type in bytes (what a ring slot holds), so that `start()`
+    /// can refuse a ring larger than memory before allocating it.
+    pub size: usize,
 }
 
 impl TopicSpec {
@@ -85,6 +88,7 @@ impl TopicSpec {
             fingerprint: M::FINGERPRINT,
             type_id: TypeId::of::<M>(),
             type_name: std::any::type_name::<M>(),
+            size: std::mem::size_of::<M>(),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use super::file::{self, unix_ns};
 use super::layout::*;
-use crate::bus::Report;
+use crate::runtime::Report;
 
 /// How often the snapshotter thread copies the counters into the file.
 pub const SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
@@ -95,16 +95,16 @@ impl Source for Report {
 }
 
 /// The name of a backpressure policy, as the file spells it.
-pub(crate) fn policy_name(p: crate::bus::Backpressure) -> &'static str {
+pub(crate) fn policy_name(p: crate::runtime::Backpressure) -> &'static str {
     match p {
-        crate::bus::Backpressure::Block => "Block",
-        crate::bus::Backpressure::DropNewest => "DropNewest",
-        crate::bus::Backpressure::Latest => "Latest",
+        crate::runtime::Backpressure::Block => "Block",
+        crate::runtime::Backpressure::DropNewest => "DropNewest",
+        crate::runtime::Backpressure::Latest => "Latest",
     }
 }
 
 /// The values of an edge record, in the file's order.
-pub(crate) fn edge_values(e: &crate::bus::EdgeReport) -> [u64; 9] {
+pub(crate) fn edge_values(e: &crate::runtime::EdgeReport) -> [u64; 9] {
     [
         e.published,
         e.handled,
@@ -290,9 +290,9 @@ fn write_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::{ActorReport, Backpressure, EdgeReport};
     use crate::counters::file::pid_in_name;
     use crate::counters::reader::{decode, read_counters_file, CountersFileError};
+    use crate::runtime::{ActorReport, Backpressure, EdgeReport};
     use std::sync::atomic::AtomicU64;
     use std::time::Duration;
 
@@ -323,6 +323,7 @@ mod tests {
                 panics: 1,
                 metrics: vec![("datagrams_sent".to_owned(), 42), ("drops".to_owned(), 1)],
             }],
+            stop: None,
         }
     }
 

@@ -23,6 +23,7 @@ mod pin;
 use std::time::{Duration, Instant};
 
 pub use doorbell::Doorbell;
+pub(crate) use pin::total_memory;
 pub use pin::{allowed_cores, online_cores, pin_to_core, run_on_cores, PinError};
 
 /// How long [`Idle::Backoff`](crate::Idle::Backoff) keeps yielding before it sleeps on a

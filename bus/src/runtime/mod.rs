@@ -1,10 +1,16 @@
-//! The typed bus: actors declared once, wired with one SPSC ring per publisher-subscriber edge,
-//! run on pinned threads.
+//! The actor runtime: actors declared once, wired with one SPSC ring per publisher-subscriber
+//! edge, run on pinned threads, stopped by a driver of its own.
 //!
-//! - `builder`: declaring actors, groups and their subscriptions (the public builder API).
-//! - `validate`: the pure check of a whole declaration, planning threads and edges.
-//! - `start`: making the rings, spawning and pinning threads, running the factories.
-//! - `stop`: the running bus and the stop protocol (`join`, drain, the stop timeout).
+//! Declaring, in the order `start()` reads it:
+//! - `decl`: a declaration as plain data (actors, groups, outputs, subscriptions, handles).
+//! - `builder`: every public method of the builders, which fill `decl`.
+//! - `validate`: the pure check of a whole declaration as named passes, planning threads and
+//!   edges.
+//! - `start`: the named steps that make rings, slots, handles and threads from the plan.
+//!
+//! Running:
+//! - `running`: the running bus (`stop`, `report`, `join`).
+//! - `stop`: the stop protocol and the stop driver that runs it.
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
 //! - `handle`: external publishers and subscriptions, for code that is not an actor.
 //! - `counters_file`: the bus's side of its live counters file (the file: `crate::counters`).
@@ -20,6 +26,7 @@ mod builder;
 mod control;
 #[cfg(unix)]
 mod counters_file;
+mod decl;
 mod edge;
 mod error;
 mod handle;
@@ -27,6 +34,7 @@ mod handle;
 mod loom_models;
 mod metrics;
 mod runner;
+mod running;
 mod start;
 mod stop;
 #[cfg(feature = "tokio")]
@@ -41,8 +49,10 @@ pub use handle::{
     HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError,
     Subscription, SubscriptionKey, TryRecvError,
 };
-pub use metrics::{ActorReport, EdgeReport, Metric, Report};
-pub use stop::{RunningBus, StopHandle};
+pub use metrics::{ActorReport, EdgeReport, Metric, Report, StopReport};
+pub use running::{RunningBus, StopHandle};
+#[cfg(feature = "tokio")]
+pub use tokio_adapter::AsyncSubscription;
 
 /// What a publisher does when a subscriber's ring is full. Set per subscription.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -12,24 +12,27 @@
 //!
 //! Stop protocol: once a stop is requested, [`Publisher::publish`] hands the message back
 //! ([`PublishError::Stopped`]); what was published before is drained like any actor's. The
-//! drain does not wait for subscriptions (the thread that reads one may be the one calling
-//! `join`): what they have not read yet stays readable after `join` and shows as `in_flight`
-//! on their edges, then `recv` reports [`RecvError`] once the bus has exited and the rings are
-//! empty. A dropped subscription counts what it left unread as lost.
+//! stop never waits for subscriptions (the thread that reads one may be the one calling
+//! `join`): a publisher blocked on a full one gives up at the request (counted lost), what they
+//! have not read yet stays readable and shows as `in_flight` on their edges, and `recv` reports
+//! [`RecvError`] once the bus has exited (which the stop driver brings about without `join`)
+//! and the rings are empty. A dropped subscription counts what it left unread as lost.
 
 use std::any::Any;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::builder::{ActorDecl, BusBuilder, OutputDecl, SlotMaker, SubscriptionDecl};
-use super::control::{Control, EXIT};
+use super::control::Control;
+#[cfg(feature = "tokio")]
+use super::control::EXIT;
 use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
 use super::metrics::ActorCounters;
-use super::stop::RunningBus;
-use super::{Backpressure, Idle, Supervision};
-use crate::message::{Message, TopicSpec};
+#[cfg(feature = "tokio")]
+use super::metrics::EdgeCounters;
+use super::running::RunningBus;
+
+use crate::message::Message;
 use crate::wait::IdleStrategy;
 
 /// The longest a handle sleeps without being rung, so that it notices a publisher that went
@@ -46,132 +49,32 @@ pub(super) struct HandleParts {
     pub(super) control: Arc<Control>,
 }
 
-/// A declared handle: its place in the running bus's list and how to make it.
-pub(super) struct HandleDecl {
-    pub(super) index: usize,
-    pub(super) make: fn(HandleParts) -> Box<dyn Any + Send>,
-}
-
 /// The idle strategy of every handle.
 pub(super) fn handle_idle() -> Box<dyn IdleStrategy> {
     Box::new(crate::wait::Park::new().with_max_sleep(MAX_SLEEP))
 }
 
-/// Numbers buses that declare handles, so a key is only redeemed on its own bus.
-static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
-
-/// The key to a [`Publisher`] declared with [`BusBuilder::publisher`]: redeem it once, on the
+/// The key to a [`Publisher`] declared with [`BusBuilder::publisher`](crate::BusBuilder::publisher): redeem it once, on the
 /// bus it was declared on, with [`RunningBus::publisher`].
 #[must_use = "redeem the key with RunningBus::publisher after start()"]
 #[derive(Debug)]
 pub struct PublisherKey<T> {
-    serial: u64,
-    index: usize,
-    _t: PhantomData<fn() -> T>,
+    pub(super) serial: u64,
+    pub(super) index: usize,
+    pub(super) _t: PhantomData<fn() -> T>,
 }
 
-/// The key to a [`Subscription`] declared with [`BusBuilder::subscription`]: redeem it once, on
+/// The key to a [`Subscription`] declared with [`BusBuilder::subscription`](crate::BusBuilder::subscription): redeem it once, on
 /// the bus it was declared on, with [`RunningBus::subscription`].
 #[must_use = "redeem the key with RunningBus::subscription after start()"]
 #[derive(Debug)]
 pub struct SubscriptionKey<T> {
-    serial: u64,
-    index: usize,
-    _t: PhantomData<fn() -> T>,
+    pub(super) serial: u64,
+    pub(super) index: usize,
+    pub(super) _t: PhantomData<fn() -> T>,
 }
 
-impl BusBuilder {
-    /// Declares an external publisher of topic `T` called `name`: code outside the bus (a
-    /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`]
-    /// that [`RunningBus::publisher`] gives for the returned key after `start()`. It is wired,
-    /// checked and reported like an actor that publishes `T` (its name must not clash with an
-    /// actor's).
-    pub fn publisher<T: Message + Clone>(&mut self, name: &str) -> PublisherKey<T> {
-        let index = self.declare_handle(name, make_publisher::<T>);
-        let decl = self.actors.last_mut();
-        if let Some(decl) = decl {
-            decl.outputs.push(OutputDecl {
-                spec: TopicSpec::of::<T>(),
-                new_output: Output::<T>::new_erased,
-                make_edge: super::builder::edge_maker::<T>,
-            });
-        }
-        PublisherKey {
-            serial: self.serial,
-            index,
-            _t: PhantomData,
-        }
-    }
-
-    /// Declares an external subscription to topic `T` called `name`, with `Block`
-    /// backpressure and the default capacity: see [`subscription_with`](Self::subscription_with).
-    pub fn subscription<T: Message>(&mut self, name: &str) -> SubscriptionKey<T> {
-        self.subscription_with(name, Backpressure::Block, super::DEFAULT_CAPACITY)
-    }
-
-    /// Declares an external subscription to topic `T` called `name`: code outside the bus reads
-    /// what every publisher of `T` publishes through the [`Subscription`] that
-    /// [`RunningBus::subscription`] gives for the returned key after `start()`. One ring of
-    /// `capacity` per publisher, under `policy`, as for an actor's subscription; `start()`
-    /// refuses it if nothing publishes `T`.
-    pub fn subscription_with<T: Message>(
-        &mut self,
-        name: &str,
-        policy: Backpressure,
-        capacity: usize,
-    ) -> SubscriptionKey<T> {
-        let index = self.declare_handle(name, make_subscription::<T>);
-        if let Some(decl) = self.actors.last_mut() {
-            let spec = TopicSpec::of::<T>();
-            decl.taken.push(spec);
-            decl.settings
-                .insert(spec.type_id, SubscriptionDecl { policy, capacity });
-        }
-        SubscriptionKey {
-            serial: self.serial,
-            index,
-            _t: PhantomData,
-        }
-    }
-
-    /// Adds the declaration of a handle: an actor that no thread runs, on a "thread" of its own
-    /// (which `start()` does not spawn; the handle takes its idle strategy).
-    fn declare_handle(
-        &mut self,
-        name: &str,
-        make: fn(HandleParts) -> Box<dyn Any + Send>,
-    ) -> usize {
-        if self.serial == 0 {
-            self.serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-        }
-        let index = self.handles;
-        self.handles += 1;
-        let make_slot: SlotMaker = Box::new(|_| unreachable!("no thread runs a handle"));
-        self.actors.push(ActorDecl {
-            name: name.to_owned(),
-            group: None,
-            core: None,
-            idle: Some(Idle::Park),
-            tick: None,
-            supervision: Supervision::Stop,
-            inbox: Vec::new(),
-            taken: Vec::new(),
-            never_waits: false,
-            watches_fds: false,
-            inbox_name: "()",
-            subscribed: true,
-            settings: std::collections::HashMap::new(),
-            default_capacity: super::DEFAULT_CAPACITY,
-            outputs: Vec::new(),
-            make_slot,
-            errors: Vec::new(),
-            handle: Some(HandleDecl { index, make }),
-        });
-        index
-    }
-}
-
-fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + Send> {
+pub(super) fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + Send> {
     let output = parts
         .outputs
         .pop()
@@ -190,11 +93,12 @@ fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<dyn Any + S
     })
 }
 
-fn make_subscription<T: Message>(mut parts: HandleParts) -> Box<dyn Any + Send> {
+pub(super) fn make_subscription<T: Message>(mut parts: HandleParts) -> Box<dyn Any + Send> {
     Box::new(Subscription {
         name: parts.name,
         inputs: Inputs::<T>::take(&mut parts.wiring),
         next: 0,
+        closed: false,
         idle: parts.idle,
         control: parts.control,
         counters: parts.counters,
@@ -305,7 +209,9 @@ impl<T: Message + Clone> Publisher<T> {
     /// Publishes `msg` to every subscriber of `T`, as an actor's `Context::publish` does:
     /// `Block` subscriptions make it wait (sleeping on its doorbell) while their ring is full,
     /// `DropNewest` ones drop and count, `Latest` ones overwrite and count. A `Block` wait gives
-    /// up, counting the message lost, if the bus's stop runs past its drain phase.
+    /// up, counting the message lost on that edge, if the bus's stop runs past its drain phase,
+    /// or at once when a stop is requested if the subscriber is an external subscription (the
+    /// call still returns `Ok`: the message was accepted, and the edge counts it).
     ///
     /// # Errors
     /// [`PublishError::Stopped`] with the message once a stop has been requested.
@@ -314,14 +220,7 @@ impl<T: Message + Clone> Publisher<T> {
         if self.control.is_stopping() {
             return Err(PublishError::Stopped(msg));
         }
-        let control: &Control = &self.control;
-        self.output.publish(
-            msg,
-            Some(&mut Wait {
-                idle: &mut *self.idle,
-                control,
-            }),
-        );
+        self.publish_waiting(msg);
         Ok(())
     }
 
@@ -343,6 +242,38 @@ impl<T: Message + Clone> Publisher<T> {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Publishes a message that was accepted before a stop was requested (into the tokio
+    /// adapter's channel): as [`publish`](Self::publish), but also while the bus drains, so
+    /// that it is published and counted like any other. Once the bus's stop has reached `Exit`
+    /// nothing is published any more: the message is counted lost on every edge instead.
+    #[cfg(feature = "tokio")]
+    pub(super) fn publish_accepted(&mut self, msg: T) {
+        if self.control.phase() == EXIT {
+            self.output.lose(msg);
+            return;
+        }
+        self.publish_waiting(msg);
+    }
+
+    /// Publishes `msg`, waiting on full `Block` rings with this handle's idle strategy.
+    #[inline]
+    fn publish_waiting(&mut self, msg: T) {
+        let control: &Control = &self.control;
+        self.output.publish(
+            msg,
+            Some(&mut Wait {
+                idle: &mut *self.idle,
+                control,
+            }),
+        );
+    }
+
+    /// The bus's control, for the tokio adapter.
+    #[cfg(feature = "tokio")]
+    pub(super) fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
 }
 
 /// A way out of a running bus for code that is not an actor: receives topic `T` from every
@@ -356,6 +287,8 @@ pub struct Subscription<T> {
     name: String,
     inputs: Inputs<T>,
     next: usize,
+    /// It has reported closed: it stays closed.
+    closed: bool,
     idle: Box<dyn IdleStrategy>,
     control: Arc<Control>,
     counters: Arc<ActorCounters>,
@@ -429,6 +362,9 @@ impl<T: Send + 'static> Subscription<T> {
     /// ever will be.
     #[inline]
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        if self.closed {
+            return Err(TryRecvError::Closed);
+        }
         if let Some(m) = self.inputs.next_one(&mut self.next) {
             self.counters.handled.add(1);
             return Ok(m);
@@ -470,13 +406,30 @@ impl<T: Send + 'static> Subscription<T> {
         &self.name
     }
 
-    fn is_closed(&self) -> bool {
-        self.inputs.is_finished() || (self.control.phase() == EXIT && self.inputs.is_empty())
+    /// Closed once every publisher is gone, or the bus's threads have left, and everything
+    /// queued was received; and closed for good from the first time it says so (a message a
+    /// late publish leaves in a ring is counted lost when the subscription is dropped).
+    fn is_closed(&mut self) -> bool {
+        if !self.closed
+            && (self.inputs.is_finished() || (self.control.has_exited() && self.inputs.is_empty()))
+        {
+            self.closed = true;
+        }
+        self.closed
     }
 
     fn wait(&mut self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        self.wait_with(deadline, Self::try_recv)
+    }
+
+    /// Waits for what `take` takes, until `deadline` if there is one.
+    fn wait_with<R>(
+        &mut self,
+        deadline: Option<Instant>,
+        mut take: impl FnMut(&mut Self) -> Result<R, TryRecvError>,
+    ) -> Result<R, RecvTimeoutError> {
         loop {
-            match self.try_recv() {
+            match take(self) {
                 Ok(m) => {
                     self.idle.reset();
                     return Ok(m);
@@ -498,6 +451,36 @@ impl<T: Send + 'static> Subscription<T> {
                 None => self.idle.idle(0),
             }
         }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<T: Send + 'static> Subscription<T> {
+    /// Waits at most `timeout` for the next message, as [`recv_timeout`](Self::recv_timeout),
+    /// but counts nothing: returns the message with the index of its edge in
+    /// [`edge_counters`](Self::edge_counters), for the tokio adapter to count when it is
+    /// delivered or dropped.
+    pub(super) fn recv_uncounted_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(T, usize), RecvTimeoutError> {
+        let now = Instant::now();
+        let deadline = now.checked_add(timeout).unwrap_or(now + MAX_SLEEP * 1000);
+        self.wait_with(Some(deadline), |sub| {
+            if sub.closed {
+                return Err(TryRecvError::Closed);
+            }
+            match sub.inputs.next_uncounted(&mut sub.next) {
+                Some(got) => Ok(got),
+                None if sub.is_closed() => Err(TryRecvError::Closed),
+                None => Err(TryRecvError::Empty),
+            }
+        })
+    }
+
+    /// The counters of each edge into this subscription, and of the subscription itself.
+    pub(super) fn books(&self) -> (Vec<Arc<EdgeCounters>>, Arc<ActorCounters>) {
+        (self.inputs.edge_counters(), Arc::clone(&self.counters))
     }
 }
 

@@ -49,7 +49,7 @@ impl Source for Live {
     fn visit(&self, rec: &mut Visitor<'_>) {
         for e in &self.edges {
             let snap = e.counters.snapshot();
-            let report = super::stop::edge_report_of(e, &snap, String::new(), String::new());
+            let report = super::running::edge_report_of(e, &snap, String::new(), String::new());
             let label = [e.topic, &e.publisher, &e.subscriber, policy_name(e.policy)];
             rec(RECORD_EDGE, &edge_values(&report), &label);
         }

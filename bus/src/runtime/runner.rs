@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use super::actor::{Actor, Context, Setup};
 use super::control::{Control, EXIT, GO_ABORT, GO_RUN, GO_WAIT, RUNNING, STOPPING};
+use super::decl::SlotParts;
 use super::edge::{AnyOutput, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
-use crate::sync::Ordering;
 use crate::wait::IdleStrategy;
 
 /// Messages taken from one ring in one turn: bounds a turn's length, so group mates and other
@@ -35,7 +35,9 @@ pub(crate) trait Slot: Send {
     fn create(&mut self) -> Result<(), StartError>;
     fn start(&mut self, env: &mut Env<'_>);
     fn turn(&mut self, env: &mut Env<'_>) -> usize;
-    fn stop(&mut self, env: &mut Env<'_>);
+    /// Runs the current instance's `on_stop` unless it ran already (an instance remade during
+    /// the stop gets its own); returns 1 if it ran.
+    fn stop(&mut self, env: &mut Env<'_>) -> usize;
     /// When the actor next needs a turn without any message: its next tick, or a restart
     /// that waits out its delay.
     fn next_deadline(&self) -> Option<Instant>;
@@ -137,6 +139,8 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     next_tick: Instant,
     state: State,
     restarts: RestartWindow,
+    /// The current instance's `on_stop` has run.
+    stopped: bool,
 }
 
 impl<A, F> ActorSlot<A, F>
@@ -144,34 +148,27 @@ where
     A: Actor,
     F: FnMut(&mut Setup<'_>) -> A + Send + 'static,
 {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        name: String,
-        factory: F,
-        rx: <A::In as Inbox>::Receivers,
-        taken: Wiring,
-        outputs: Vec<Box<dyn AnyOutput>>,
-        output_types: Vec<TypeId>,
-        output_topics: Vec<&'static str>,
-        counters: Arc<ActorCounters>,
-        supervision: Supervision,
-        tick: Option<Duration>,
-    ) -> Self {
+    /// The slot of actor `name`, made by `factory` from the parts `start()` wired for it: its
+    /// inbox takes its rings from the wiring, and what it leaves are the `takes` topics, for
+    /// the factory.
+    pub(crate) fn new(name: String, factory: F, mut parts: SlotParts) -> Self {
+        let rx = <A::In as Inbox>::receivers(&mut parts.wiring);
         ActorSlot {
             name,
             factory,
             actor: None,
             rx: Some(rx),
-            taken,
-            outputs,
-            output_types,
-            output_topics,
-            counters,
-            supervision,
-            tick,
+            taken: parts.wiring,
+            outputs: parts.outputs,
+            output_types: parts.output_types,
+            output_topics: parts.output_topics,
+            counters: parts.counters,
+            supervision: parts.supervision,
+            tick: parts.tick,
             next_tick: Instant::now(),
             state: State::Restarting { at: Instant::now() },
             restarts: RestartWindow::default(),
+            stopped: false,
         }
     }
 
@@ -311,6 +308,7 @@ where
             return;
         };
         self.state = State::Alive;
+        self.stopped = false;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx))) {
             self.failed(panic_message(&*payload), env.control);
@@ -333,23 +331,34 @@ where
         let (Some(actor), Some(rx)) = (self.actor.as_mut(), self.rx.as_mut()) else {
             return 0;
         };
-        let running = env.phase == RUNNING;
-        let tick_due = running && self.tick.is_some() && env.now() >= self.next_tick;
+        let env_running = env.phase == RUNNING;
+        let control: &Control = env.control;
+        let tick = self.tick.is_some();
+        let next_tick = self.next_tick;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         let counters = &self.counters;
+        // Messages whose handler returned, counted as they go so that a panic later in the
+        // turn does not take the earlier ones out of the actor's figure (its edges count each
+        // message as it is handled).
+        let mut handled = 0u64;
+        let mut tick_due = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let handled = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
+            let taken = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
                 actor.on_message(msg, &mut ctx);
+                handled += 1;
             });
-            if handled > 0 {
-                counters.handled.add(handled as u64);
-            }
-            let mut work = handled;
+            // A stop request moves the phase at once, and a handler may just have made one (or
+            // another thread, meanwhile): after handling anything, look again (one load), so
+            // that no `poll` or tick starts after the request.
+            let running = env_running && (taken == 0 || control.phase() == RUNNING);
+            let mut work = taken;
             work += if running {
                 actor.poll(&mut ctx)
             } else {
                 actor.drain(&mut ctx)
             };
+            // `poll` may have asked for a stop too: a due tick looks once more.
+            tick_due = running && tick && ctx.now() >= next_tick && control.phase() == RUNNING;
             if tick_due {
                 actor.on_tick(&mut ctx);
                 counters.ticks.add(1);
@@ -357,6 +366,9 @@ where
             }
             work
         }));
+        if handled > 0 {
+            self.counters.handled.add(handled);
+        }
         match outcome {
             Ok(work) => {
                 if tick_due {
@@ -381,16 +393,21 @@ where
         }
     }
 
-    fn stop(&mut self, env: &mut Env<'_>) {
+    fn stop(&mut self, env: &mut Env<'_>) -> usize {
+        if self.stopped {
+            return 0;
+        }
         let Some(actor) = self.actor.as_mut() else {
-            return;
+            return 0;
         };
+        self.stopped = true;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx))) {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);
             log::error!("actor '{}' panicked in on_stop: {message}", self.name);
         }
+        1
     }
 
     fn has_deadlines(&self) -> bool {
@@ -430,6 +447,8 @@ pub(crate) type Ready = mpsc::Sender<Result<(), StartError>>;
 
 /// Everything one bus thread owns.
 pub(crate) struct ThreadPlan {
+    /// The thread's place in the bus's list (its stop-hook flag in `Control`).
+    pub(crate) index: usize,
     pub(crate) name: String,
     pub(crate) core: Option<usize>,
     /// The cores an unpinned thread runs on: the process's allowed set, read in `start()`.
@@ -442,6 +461,7 @@ pub(crate) struct ThreadPlan {
 /// in llbus) must reach `join`, not leave it waiting for a thread that is gone.
 struct ThreadGuard<'a> {
     control: &'a Control,
+    index: usize,
     name: &'a str,
     /// Whether this thread has counted its stop hooks as done.
     hooks_counted: bool,
@@ -454,29 +474,32 @@ impl Drop for ThreadGuard<'_> {
                 "bus thread '{}' panicked outside an actor's hooks; stopping the bus",
                 self.name
             );
-            if !self.hooks_counted {
-                self.control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
-            }
+            self.control.hooks_ran(self.index);
             self.control.request_stop();
         }
     }
 }
 
 /// A thread's part of the stop protocol, after every actor's turn in a round: once the phase
-/// reaches `Stopping`, runs the stop hooks (`run_hooks`) once and counts them done. Returns the
-/// work that made (for the idle strategy) and whether the thread must leave its loop (`Exit`).
+/// reaches `Stopping`, runs the stop hooks of every instance that has not run them
+/// (`run_hooks`, each round: an instance remade during the stop gets its own) and, the first
+/// time, marks thread `thread`'s hooks done. Returns the work that made (for the idle strategy)
+/// and whether the thread must leave its loop (`Exit`).
 pub(crate) fn end_of_round(
     control: &Control,
+    thread: usize,
     phase: usize,
     hooks_counted: &mut bool,
-    run_hooks: impl FnOnce(),
+    run_hooks: impl FnOnce() -> usize,
 ) -> (usize, bool) {
     let mut work = 0;
-    if phase >= STOPPING && !*hooks_counted {
-        run_hooks();
-        *hooks_counted = true;
-        control.stop_hooks_done.fetch_add(1, Ordering::AcqRel);
-        work = 1;
+    if phase >= STOPPING {
+        work = run_hooks();
+        if !*hooks_counted {
+            *hooks_counted = true;
+            control.hooks_ran(thread);
+            work += 1;
+        }
     }
     (work, phase == EXIT)
 }
@@ -486,6 +509,7 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
     let name = plan.name.clone();
     let mut guard = ThreadGuard {
         control: &control,
+        index: plan.index,
         name: &name,
         hooks_counted: false,
     };
@@ -553,15 +577,21 @@ pub(crate) fn run_thread(mut plan: ThreadPlan, control: Arc<Control>, ready: Rea
         env.phase = control.phase();
         env.now.set(None);
         let mut work = 0;
-        for slot in &mut plan.slots {
-            work += slot.turn(&mut env);
+        // Once the stop has reached `Exit` nothing more is handled: what is still queued is
+        // counted lost as the inputs drop, and subscriptions that report closed stay closed.
+        if env.phase != EXIT {
+            for slot in &mut plan.slots {
+                work += slot.turn(&mut env);
+            }
         }
         let phase = env.phase;
-        let (more, exit) = end_of_round(&control, phase, &mut guard.hooks_counted, || {
-            for slot in &mut plan.slots {
-                slot.stop(&mut env);
-            }
-        });
+        let (more, exit) = end_of_round(
+            &control,
+            plan.index,
+            phase,
+            &mut guard.hooks_counted,
+            || plan.slots.iter_mut().map(|slot| slot.stop(&mut env)).sum(),
+        );
         work += more;
         if exit {
             break;

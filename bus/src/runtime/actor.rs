@@ -154,7 +154,10 @@ impl Context<'_> {
     /// depends on that subscription's backpressure: `Block` waits with this thread's idle
     /// strategy, `DropNewest` drops and counts, `Latest` overwrites and counts. A message for a
     /// subscriber that has stopped is counted as lost at once. A `Block` wait gives up, and
-    /// counts the message lost, if a stop runs past its drain phase (the stop timeout). An
+    /// counts the message lost, if a stop runs past its drain phase (the stop timeout), and at
+    /// once when a stop is requested if the subscriber is an external
+    /// [`Subscription`](crate::Subscription) (the stop never waits for a reader outside the
+    /// bus). An
     /// actor declared `never_waits` never waits: its publishes to a full ring are dropped and
     /// counted, as with [`try_publish`](Self::try_publish).
     ///

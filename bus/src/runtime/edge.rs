@@ -14,7 +14,7 @@ use super::control::Control;
 use super::metrics::EdgeCounters;
 use super::Backpressure;
 use crate::message::Message;
-use crate::ring::{Consumer, LatestReader, LatestWriter, Producer};
+use crate::ring::{Consumer, LatestReader, LatestWriter, Notify, Producer};
 use crate::wait::IdleStrategy;
 
 /// A typed handle to one of an actor's declared outputs, from `Setup::output`. `Copy`.
@@ -53,6 +53,10 @@ pub(crate) enum OutEdge<M> {
         /// A full ring makes the publisher wait: `Block`, and the publisher did not promise
         /// `never_waits`. Otherwise a publish that finds it full is dropped and counted.
         wait: bool,
+        /// The subscriber is an external subscription, whose reader may be the very thread
+        /// that waits for the bus to stop: once a stop is requested, a full ring is not waited
+        /// on (the message is counted lost).
+        to_handle: bool,
         counters: Arc<EdgeCounters>,
     },
     Latest {
@@ -111,6 +115,19 @@ impl<M> Output<M> {
     }
 }
 
+impl<M> Output<M> {
+    /// Counts `msg` lost on every edge without offering it: the bus no longer handles
+    /// anything (its stop reached `Exit`), so nothing more goes into its rings.
+    #[cfg(feature = "tokio")]
+    #[cold]
+    pub(crate) fn lose(&mut self, msg: M) {
+        drop(msg);
+        for edge in &self.edges {
+            edge.counters().publisher.lost.add(1);
+        }
+    }
+}
+
 impl<M: Message + Clone> Output<M> {
     pub(crate) fn new_erased() -> Box<dyn AnyOutput> {
         Box::new(Output::<M> { edges: Vec::new() })
@@ -146,6 +163,7 @@ impl<M> OutEdge<M> {
             OutEdge::Ring {
                 tx,
                 wait: may_wait,
+                to_handle,
                 counters,
             } => {
                 let p = &counters.publisher;
@@ -165,7 +183,7 @@ impl<M> OutEdge<M> {
                         p.sent.sub(1);
                         let msg = e.into_inner();
                         match wait {
-                            Some(wait) if *may_wait => wait_and_push(tx, msg, p, wait),
+                            Some(wait) if *may_wait => wait_and_push(tx, msg, p, *to_handle, wait),
                             _ => p.dropped.add(1),
                         }
                     }
@@ -196,26 +214,32 @@ fn abandoned(counters: &EdgeCounters) {
     counters.publisher.lost.add(1);
     let left = counters.snapshot().in_flight();
     if left > 0 {
-        counters.subscriber.lost.add(left as u64);
+        counters.subscriber.lost.add_shared(left as u64);
     }
 }
 
 /// Waits for room in a full `Block` ring, then pushes. Gives up, counting the message lost,
 /// when the subscriber goes or the stop protocol calls waits off (a stop past its drain
-/// phase), so that no wait outlives the bus.
+/// phase), so that no wait outlives the bus; and, on an edge into an external subscription
+/// (`to_handle`), as soon as a stop is requested: the stop never waits for a reader outside
+/// the bus.
 #[cold]
 fn wait_and_push<M>(
     tx: &mut Producer<M>,
     mut msg: M,
     p: &super::metrics::PublisherCounters,
+    to_handle: bool,
     wait: &mut Wait<'_>,
 ) {
     p.waited.add(1);
     loop {
         // With `Park` the first idle round only arms the doorbell and the second sleeps, so
-        // these checks always run between arming and sleeping: a pop or `Control::end_waits`
-        // after them rings the bell.
-        if tx.is_abandoned() || wait.control.waits_over() {
+        // these checks always run between arming and sleeping: a pop, `Control::end_waits` or
+        // a stop request (which rings every doorbell) after them rings the bell.
+        if tx.is_abandoned()
+            || wait.control.waits_over()
+            || (to_handle && wait.control.is_stopping())
+        {
             p.lost.add(1);
             wait.idle.reset();
             return;
@@ -325,30 +349,53 @@ impl<M: Send + 'static> Inputs<M> {
     /// edge. Allocates nothing. For the external [`Subscription`](crate::Subscription).
     #[inline]
     pub(crate) fn next_one(&mut self, next: &mut usize) -> Option<M> {
+        self.next_from(next, true).map(|(m, _)| m)
+    }
+
+    /// Takes one message as [`next_one`](Self::next_one) does, but leaves counting it to the
+    /// caller, with the index of the edge it came from ([`edge_counters`](Self::edge_counters)):
+    /// for the tokio adapter, which counts it when it is delivered or dropped.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn next_uncounted(&mut self, next: &mut usize) -> Option<(M, usize)> {
+        self.next_from(next, false)
+    }
+
+    /// The counters of each edge, in the order of the indexes `next_uncounted` returns.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn edge_counters(&self) -> Vec<Arc<EdgeCounters>> {
+        self.edges
+            .iter()
+            .map(|edge| match edge {
+                InEdge::Ring { counters, .. } | InEdge::Latest { counters, .. } => {
+                    Arc::clone(counters)
+                }
+            })
+            .collect()
+    }
+
+    #[inline]
+    fn next_from(&mut self, next: &mut usize, count: bool) -> Option<(M, usize)> {
         let n = self.edges.len();
         for i in 0..n {
             let at = (*next + i) % n;
             let mut got = None;
-            match &mut self.edges[at] {
+            let (depth, counters) = match &mut self.edges[at] {
                 InEdge::Ring { rx, counters } => {
-                    let counters: &EdgeCounters = counters;
-                    if rx.pop_batch(1, |m| handle(counters, m, &mut |m| got = Some(m))) > 0 {
-                        counters
-                            .subscriber
-                            .max_depth
-                            .raise_to((1 + rx.cached_len()) as u64);
-                    }
+                    rx.pop_batch(1, |m| got = Some(m));
+                    (1 + rx.cached_len(), &**counters)
                 }
                 InEdge::Latest { rx, counters } => {
-                    if let Some(m) = rx.read() {
-                        counters.subscriber.max_depth.raise_to(1);
-                        handle(counters, m, &mut |m| got = Some(m));
-                    }
+                    got = rx.read();
+                    (1, &**counters)
                 }
-            }
-            if got.is_some() {
+            };
+            if let Some(m) = got {
+                counters.subscriber.max_depth.raise_to(depth as u64);
+                if count {
+                    counters.subscriber.handled.add(1);
+                }
                 *next = (at + 1) % n;
-                return got;
+                return Some((m, at));
             }
         }
         None
@@ -376,12 +423,15 @@ impl<M> Drop for InEdge<M> {
         // The subscriber is going for good: what is still queued will never be handled.
         let counters = match self {
             InEdge::Ring { rx, counters } => {
-                counters.subscriber.lost.add(rx.len() as u64);
+                counters.subscriber.lost.add_shared(rx.len() as u64);
                 counters
             }
             InEdge::Latest { rx, counters } => {
-                if rx.has_fresh() {
-                    counters.subscriber.lost.add(1);
+                // Taken, not just looked at: a write racing with this drop then either finds
+                // the value taken (and does not count it conflated) or overwrites it first (and
+                // this takes the new one), so each value is counted once.
+                if rx.read().is_some() {
+                    counters.subscriber.lost.add_shared(1);
                 }
                 counters
             }
@@ -407,11 +457,42 @@ impl std::fmt::Debug for Wiring {
     }
 }
 
+/// Makes both ends of one edge of a topic: `(OutEdge<M>, InEdge<M>)`, type-erased.
+pub(crate) type EdgeMaker = fn(
+    Backpressure,
+    usize,
+    bool,
+    bool,
+    Arc<EdgeCounters>,
+    Option<Arc<dyn Notify>>,
+    Option<Arc<dyn Notify>>,
+) -> (Box<dyn Any + Send>, Box<dyn Any + Send>);
+
+pub(crate) fn edge_maker<M: Message>(
+    policy: Backpressure,
+    capacity: usize,
+    may_wait: bool,
+    to_handle: bool,
+    counters: Arc<EdgeCounters>,
+    wake_subscriber: Option<Arc<dyn Notify>>,
+    wake_publisher: Option<Arc<dyn Notify>>,
+) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) {
+    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, may_wait, to_handle, counters);
+    if let Some(n) = wake_subscriber {
+        tx.notify_subscriber(n);
+    }
+    if let Some(n) = wake_publisher {
+        rx.notify_publisher(n);
+    }
+    (Box::new(tx), Box::new(rx))
+}
+
 /// Makes the two ends of one edge of topic `M`, type-erased for the wiring.
 pub(crate) fn make_edge<M: Message>(
     policy: Backpressure,
     capacity: usize,
     may_wait: bool,
+    to_handle: bool,
     counters: Arc<EdgeCounters>,
 ) -> (OutEdge<M>, InEdge<M>) {
     match policy {
@@ -436,6 +517,7 @@ pub(crate) fn make_edge<M: Message>(
                 OutEdge::Ring {
                     tx,
                     wait: may_wait && policy == Backpressure::Block,
+                    to_handle,
                     counters: Arc::clone(&counters),
                 },
                 InEdge::Ring { rx, counters },
@@ -470,12 +552,57 @@ impl<M> InEdge<M> {
 pub(crate) fn single_edge<M: Message + Clone>(
     policy: Backpressure,
     capacity: usize,
+    to_handle: bool,
     counters: Arc<EdgeCounters>,
     wake_publisher: Option<Arc<dyn crate::ring::Notify>>,
 ) -> (Output<M>, Inputs<M>) {
-    let (tx, mut rx) = make_edge::<M>(policy, capacity, true, counters);
+    let (tx, mut rx) = make_edge::<M>(policy, capacity, true, to_handle, counters);
     if let Some(n) = wake_publisher {
         rx.notify_publisher(n);
     }
     (Output { edges: vec![tx] }, Inputs { edges: vec![rx] })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct V(u64);
+
+    impl crate::Message for V {
+        const TOPIC: &'static str = "edge.v";
+        const TOPIC_ID: u64 = crate::topic_id("edge.v");
+        const FINGERPRINT: u64 = 1;
+    }
+
+    /// The interleaving a racing publisher can produce on a `Latest` edge: it passes its
+    /// "subscriber gone?" check, the subscriber leaves with an unread value, then the write
+    /// lands. Each value must be counted once: the unread one lost (the leaving subscriber took
+    /// it), the late one lost when the edge settles, nothing conflated.
+    #[test]
+    fn a_latest_value_is_counted_once_when_the_subscriber_leaves_under_a_write() {
+        let counters = Arc::new(EdgeCounters::default());
+        let (mut tx, rx) =
+            make_edge::<V>(Backpressure::Latest, 1, true, false, Arc::clone(&counters));
+        tx.send(V(1), None);
+        drop(rx);
+        // The publisher's side of `send` after its abandonment check, as it runs when the
+        // subscriber leaves between the two.
+        let OutEdge::Latest {
+            tx: writer,
+            counters: c,
+        } = &mut tx
+        else {
+            panic!("a Latest edge");
+        };
+        c.publisher.sent.add(1);
+        if writer.write(V(2)) {
+            c.publisher.conflated.add(1);
+        }
+        drop(tx);
+        let s = counters.snapshot();
+        assert_eq!((s.sent, s.conflated, s.subscriber_lost), (2, 0, 2), "{s:?}");
+        assert_eq!(s.in_flight(), 0, "{s:?}");
+    }
 }

@@ -30,6 +30,15 @@ impl Counter {
         self.0.store(v.wrapping_sub(n), Ordering::Release);
     }
 
+    /// Adds `n` with an atomic read-modify-write, for a counter that more than one thread may
+    /// write at once (an edge's `lost` once its subscriber's values can be dropped outside the
+    /// bus: the tokio adapter). Every writer of such a counter must use this; none is on a hot
+    /// path.
+    #[inline]
+    pub(crate) fn add_shared(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::AcqRel);
+    }
+
     #[inline(always)]
     pub(crate) fn raise_to(&self, v: u64) {
         if v > self.0.load(Ordering::Relaxed) {
@@ -71,7 +80,9 @@ pub(crate) struct SubscriberCounters {
     pub(crate) panicked: Counter,
     /// Messages that were in the ring or slot when the subscriber stopped for good, plus what
     /// the last end of the edge to go found still unaccounted for (see
-    /// [`EdgeCounters::end_dropped`]). Writer: the subscriber, then the last end.
+    /// [`EdgeCounters::end_dropped`]), plus what a tokio adapter took but never delivered.
+    /// Writers: the subscriber's end as it goes, a publisher that finds it gone, the last end,
+    /// and the adapter's undelivered values as they are dropped; all with `add_shared`.
     pub(crate) lost: Counter,
     /// The highest queue depth the subscriber saw. Writer: the subscriber.
     pub(crate) max_depth: Counter,
@@ -193,7 +204,7 @@ impl EdgeCounters {
             let left = self.snapshot().in_flight();
             debug_assert!(left >= 0);
             if left > 0 {
-                self.subscriber.lost.add(left as u64);
+                self.subscriber.lost.add_shared(left as u64);
             }
         }
     }
@@ -279,7 +290,7 @@ pub struct EdgeReport {
     /// The subscribing actor.
     pub subscriber: String,
     /// The subscription's backpressure policy.
-    pub policy: crate::bus::Backpressure,
+    pub policy: crate::runtime::Backpressure,
     /// Every message published on this edge: `handled + panicked + dropped + conflated + lost
     /// + in_flight`, exactly, in every report.
     pub published: u64,
@@ -344,6 +355,25 @@ pub struct Report {
     pub edges: Vec<EdgeReport>,
     /// One entry per actor.
     pub actors: Vec<ActorReport>,
+    /// How the stop went: `None` while the bus runs, set in the report of
+    /// [`RunningBus::join`](crate::RunningBus::join).
+    pub stop: Option<StopReport>,
+}
+
+/// How a bus's stop went, in the report of [`RunningBus::join`](crate::RunningBus::join).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StopReport {
+    /// Every edge drained before the stop timeout: nothing was given up. When false, `Block`
+    /// waits gave up at the timeout and what they held is counted lost on their edges.
+    pub drained: bool,
+    /// Threads whose actors' `on_stop` hooks had not run when the stop moved on without them
+    /// (a hook, or a handler before it, that took longer than the stop allowed).
+    pub late_hooks: Vec<String>,
+    /// Threads that had not exited when the stop ended; `join` returns
+    /// [`BusError::Unresponsive`](crate::BusError::Unresponsive) for them.
+    pub unresponsive: Vec<String>,
+    /// From the stop request to the end of the stop.
+    pub took: std::time::Duration,
 }
 
 impl Report {
@@ -421,6 +451,26 @@ impl fmt::Display for Report {
             for (name, v) in a.metrics.iter().filter(|(_, v)| *v != 0) {
                 writeln!(f, "  {name:<40} {v:>12}")?;
             }
+        }
+        if let Some(stop) = &self.stop {
+            writeln!(f)?;
+            write!(
+                f,
+                "stop: {} in {:?}",
+                if stop.drained {
+                    "drained"
+                } else {
+                    "gave up at its timeout"
+                },
+                stop.took
+            )?;
+            if !stop.late_hooks.is_empty() {
+                write!(f, "; on_stop late on {}", stop.late_hooks.join(", "))?;
+            }
+            if !stop.unresponsive.is_empty() {
+                write!(f, "; left running: {}", stop.unresponsive.join(", "))?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }

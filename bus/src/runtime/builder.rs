@@ -1,113 +1,35 @@
-//! Declaring a bus: [`Bus::builder`], actors, groups and their settings.
+//! Declaring a bus: [`Bus::builder`], actors, groups, external handles and their settings.
+//! Every public method of the builders is here.
 //!
-//! The builder only records declarations; nothing is checked or made here. `start()` hands
-//! them to `validate` (a pure check of the whole declaration) and then to `start` (rings,
-//! threads, actors); the running bus and its stop protocol live in `stop`.
+//! The builder only records declarations (`decl`); nothing is checked or made here. `start()`
+//! hands them to `validate` (a pure check of the whole declaration) and then to `start`
+//! (rings, threads, actors); the running bus lives in `running`, its stop protocol in `stop`.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::actor::{Actor, Setup};
-use super::edge::{make_edge, AnyOutput, Output, Wiring};
+use super::decl::{
+    ActorDecl, GroupDecl, HandleDecl, OutputDecl, SlotMaker, SlotParts, SubscriptionDecl,
+};
+use super::edge::{edge_maker, Output};
 use super::error::StartError;
-use super::metrics::{ActorCounters, EdgeCounters};
+use super::handle::{
+    make_publisher, make_subscription, HandleParts, PublisherKey, SubscriptionKey,
+};
 use super::runner::{ActorSlot, Slot};
-use super::stop::RunningBus;
+use super::running::RunningBus;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Inbox, Message, TopicSpec};
-use crate::ring::Notify;
 
 /// The default ring capacity of a subscription.
 pub const DEFAULT_CAPACITY: usize = 1024;
 
-/// Makes both ends of one edge of a topic: `(OutEdge<M>, InEdge<M>)`, type-erased.
-pub(super) type EdgeMaker = fn(
-    Backpressure,
-    usize,
-    bool,
-    Arc<EdgeCounters>,
-    Option<Arc<dyn Notify>>,
-    Option<Arc<dyn Notify>>,
-) -> (Box<dyn Any + Send>, Box<dyn Any + Send>);
-
-pub(super) fn edge_maker<M: Message>(
-    policy: Backpressure,
-    capacity: usize,
-    may_wait: bool,
-    counters: Arc<EdgeCounters>,
-    wake_subscriber: Option<Arc<dyn Notify>>,
-    wake_publisher: Option<Arc<dyn Notify>>,
-) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) {
-    let (mut tx, mut rx) = make_edge::<M>(policy, capacity, may_wait, counters);
-    if let Some(n) = wake_subscriber {
-        tx.notify_subscriber(n);
-    }
-    if let Some(n) = wake_publisher {
-        rx.notify_publisher(n);
-    }
-    (Box::new(tx), Box::new(rx))
-}
-
-/// One declared output.
-pub(super) struct OutputDecl {
-    pub(super) spec: TopicSpec,
-    pub(super) new_output: fn() -> Box<dyn AnyOutput>,
-    pub(super) make_edge: EdgeMaker,
-}
-
-/// Turns an actor declaration into a runnable slot once its rings exist.
-pub(super) type SlotMaker = Box<dyn FnOnce(SlotParts) -> Box<dyn Slot>>;
-
-pub(super) struct SlotParts {
-    pub(super) wiring: Wiring,
-    pub(super) outputs: Vec<Box<dyn AnyOutput>>,
-    pub(super) output_types: Vec<TypeId>,
-    pub(super) output_topics: Vec<&'static str>,
-    pub(super) counters: Arc<ActorCounters>,
-    pub(super) supervision: Supervision,
-    pub(super) tick: Option<Duration>,
-}
-
-/// Per-topic subscription settings.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct SubscriptionDecl {
-    pub(super) policy: Backpressure,
-    pub(super) capacity: usize,
-}
-
-pub(super) struct ActorDecl {
-    pub(super) name: String,
-    pub(super) group: Option<String>,
-    pub(super) core: Option<usize>,
-    pub(super) idle: Option<Idle>,
-    pub(super) tick: Option<Duration>,
-    pub(super) supervision: Supervision,
-    pub(super) inbox: Vec<TopicSpec>,
-    /// Topics subscribed with `takes`: their rings go to the factory, not the inbox.
-    pub(super) taken: Vec<TopicSpec>,
-    /// Publishes only with `try_publish`: its edges can never make it wait.
-    pub(super) never_waits: bool,
-    /// Watches file descriptors (`Context::wake_on_readable`): a `Backoff` thread running it
-    /// sleeps on them (and its doorbell) once yielding is done.
-    pub(super) watches_fds: bool,
-    pub(super) inbox_name: &'static str,
-    pub(super) subscribed: bool,
-    pub(super) settings: HashMap<TypeId, SubscriptionDecl>,
-    pub(super) default_capacity: usize,
-    pub(super) outputs: Vec<OutputDecl>,
-    pub(super) make_slot: SlotMaker,
-    pub(super) errors: Vec<String>,
-    /// Set for an external handle (`publisher`, `subscription`): no thread runs it.
-    pub(super) handle: Option<super::handle::HandleDecl>,
-}
-
-#[derive(Default)]
-pub(super) struct GroupDecl {
-    pub(super) core: Option<usize>,
-    pub(super) idle: Option<Idle>,
-}
+/// Numbers buses that declare handles, so a key is only redeemed on its own bus.
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// Where llbus starts: `Bus::builder()`.
 #[derive(Debug)]
@@ -157,21 +79,8 @@ impl BusBuilder {
         let mut inbox = Vec::new();
         <A::In as Inbox>::topics(&mut inbox);
         let actor_name = name.to_owned();
-        let make_slot: SlotMaker = Box::new(move |mut parts: SlotParts| {
-            let rx = <A::In as Inbox>::receivers(&mut parts.wiring);
-            // What the inbox did not take are the `takes` topics, for the factory.
-            Box::new(ActorSlot::<A, F>::new(
-                actor_name,
-                factory,
-                rx,
-                parts.wiring,
-                parts.outputs,
-                parts.output_types,
-                parts.output_topics,
-                parts.counters,
-                parts.supervision,
-                parts.tick,
-            )) as Box<dyn Slot>
+        let make_slot: SlotMaker = Box::new(move |parts: SlotParts| {
+            Box::new(ActorSlot::<A, F>::new(actor_name, factory, parts)) as Box<dyn Slot>
         });
         self.actors.push(ActorDecl {
             name: name.to_owned(),
@@ -216,11 +125,105 @@ impl BusBuilder {
 
     /// How long a graceful stop may take (default 10 s), from the stop request: draining every
     /// ring, the `on_stop` hooks and what they publish. Past it every `Block` wait gives up and
-    /// what is left is counted as lost; `join` returns within it plus under a second. A timeout
-    /// over a year is refused by `start()`.
+    /// what is left is counted as lost; the stop ends within it plus under a second. `start()`
+    /// refuses zero and a timeout over a year.
     pub fn stop_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.stop_timeout = Some(timeout);
         self
+    }
+
+    /// Declares an external publisher of topic `T` called `name`: code outside the bus (a
+    /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`](crate::Publisher)
+    /// that [`RunningBus::publisher`] gives for the returned key after `start()`. It is wired,
+    /// checked and reported like an actor that publishes `T` (its name must not clash with an
+    /// actor's).
+    pub fn publisher<T: Message + Clone>(&mut self, name: &str) -> PublisherKey<T> {
+        let index = self.declare_handle(name, make_publisher::<T>);
+        let decl = self.actors.last_mut();
+        if let Some(decl) = decl {
+            decl.outputs.push(OutputDecl {
+                spec: TopicSpec::of::<T>(),
+                new_output: Output::<T>::new_erased,
+                make_edge: edge_maker::<T>,
+            });
+        }
+        PublisherKey {
+            serial: self.serial,
+            index,
+            _t: PhantomData,
+        }
+    }
+
+    /// Declares an external subscription to topic `T` called `name`, with `Block`
+    /// backpressure and the default capacity: see [`subscription_with`](Self::subscription_with).
+    pub fn subscription<T: Message>(&mut self, name: &str) -> SubscriptionKey<T> {
+        self.subscription_with(name, Backpressure::Block, super::DEFAULT_CAPACITY)
+    }
+
+    /// Declares an external subscription to topic `T` called `name`: code outside the bus reads
+    /// what every publisher of `T` publishes through the [`Subscription`](crate::Subscription) that
+    /// [`RunningBus::subscription`] gives for the returned key after `start()`. One ring of
+    /// `capacity` per publisher, under `policy`, as for an actor's subscription; `start()`
+    /// refuses it if nothing publishes `T`.
+    pub fn subscription_with<T: Message>(
+        &mut self,
+        name: &str,
+        policy: Backpressure,
+        capacity: usize,
+    ) -> SubscriptionKey<T> {
+        let index = self.declare_handle(name, make_subscription::<T>);
+        if let Some(decl) = self.actors.last_mut() {
+            let spec = TopicSpec::of::<T>();
+            decl.taken.push(spec);
+            decl.settings.insert(
+                spec.type_id,
+                SubscriptionDecl {
+                    policy: Some(policy),
+                    capacity: Some(capacity),
+                },
+            );
+        }
+        SubscriptionKey {
+            serial: self.serial,
+            index,
+            _t: PhantomData,
+        }
+    }
+
+    /// Adds the declaration of a handle: an actor that no thread runs, on a "thread" of its own
+    /// (which `start()` does not spawn; the handle takes its idle strategy).
+    fn declare_handle(
+        &mut self,
+        name: &str,
+        make: fn(HandleParts) -> Box<dyn Any + Send>,
+    ) -> usize {
+        if self.serial == 0 {
+            self.serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+        }
+        let index = self.handles;
+        self.handles += 1;
+        let make_slot: SlotMaker = Box::new(|_| unreachable!("no thread runs a handle"));
+        self.actors.push(ActorDecl {
+            name: name.to_owned(),
+            group: None,
+            core: None,
+            idle: Some(Idle::Park),
+            tick: None,
+            supervision: Supervision::Stop,
+            inbox: Vec::new(),
+            taken: Vec::new(),
+            never_waits: false,
+            watches_fds: false,
+            inbox_name: "()",
+            subscribed: true,
+            settings: std::collections::HashMap::new(),
+            default_capacity: super::DEFAULT_CAPACITY,
+            outputs: Vec::new(),
+            make_slot,
+            errors: Vec::new(),
+            handle: Some(HandleDecl { index, make }),
+        });
+        index
     }
 
     /// Checks the declaration, makes every ring, spawns and pins the threads, makes every actor,
@@ -362,31 +365,28 @@ impl<A: Actor> ActorBuilder<'_, A> {
 
     /// Sets the backpressure of the actor's subscription to topic `M` (default `Block`).
     pub fn backpressure<M: Message>(mut self, policy: Backpressure) -> Self {
-        let capacity = self.decl().default_capacity;
         self.decl()
             .settings
             .entry(TypeId::of::<M>())
-            .or_insert(SubscriptionDecl { policy, capacity })
-            .policy = policy;
+            .or_default()
+            .policy = Some(policy);
         self
     }
 
-    /// Sets the ring capacity of the actor's subscription to topic `M` (default 1024, rounded
-    /// up to a power of two).
+    /// Sets the ring capacity of the actor's subscription to topic `M` (default: the actor's
+    /// [`default_capacity`](Self::default_capacity), rounded up to a power of two). `start()`
+    /// refuses 0 and a ring larger than the machine's memory.
     pub fn capacity<M: Message>(mut self, capacity: usize) -> Self {
         self.decl()
             .settings
             .entry(TypeId::of::<M>())
-            .or_insert(SubscriptionDecl {
-                policy: Backpressure::Block,
-                capacity,
-            })
-            .capacity = capacity;
+            .or_default()
+            .capacity = Some(capacity);
         self
     }
 
     /// Sets the ring capacity of every subscription of this actor that has no capacity of its
-    /// own.
+    /// own (default [`DEFAULT_CAPACITY`]), whether those were declared before or after this.
     pub fn default_capacity(mut self, capacity: usize) -> Self {
         self.decl().default_capacity = capacity;
         self
@@ -417,14 +417,6 @@ impl<A: Actor> ActorBuilder<'_, A> {
 #[derive(Debug)]
 pub struct GroupBuilder<'b> {
     decl: &'b mut GroupDecl,
-}
-
-impl std::fmt::Debug for GroupDecl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupDecl")
-            .field("core", &self.core)
-            .finish_non_exhaustive()
-    }
 }
 
 impl GroupBuilder<'_> {

@@ -1,6 +1,7 @@
-//! Loom models of the bus's stop protocol and of a publisher waiting on a full `Block` edge.
-//! They drive the real code: `Control` (through the `sync` shim), the edges and their
-//! counters, `drive_stop`, the runner's `end_of_round`, and the real `Park`. Only the runner's
+//! Loom models of the bus's stop protocol, its stop driver, and a publisher waiting on a full
+//! `Block` edge. They drive the real code: `Control` (through the `sync` shim), the edges and
+//! their counters, `drive_stop` behind the driver's `wait_for_stop_request`, the runner's
+//! `end_of_round`, and the real `Park`. Only the runner's
 //! round loop is restated (four lines, beside `end_of_round`), and loom's clock is a step
 //! count. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p llbus --release --lib loom`.
@@ -57,16 +58,25 @@ impl StopClock for StepClock {
     }
 }
 
-/// A subscriber thread's round loop, as `run_thread` has it: take the phase, poll the inbox,
-/// then `end_of_round`. Returns what it handled and whether its stop hook ran.
+/// A subscriber thread's round loop, as `run_thread` has it: take the phase, poll the inbox
+/// (unless the phase is `Exit`), then `end_of_round`. Returns what it handled and whether its
+/// stop hook ran.
 fn subscriber_rounds(control: &Control, mut inputs: Inputs<T>) -> (Vec<u64>, bool) {
     let mut got = Vec::new();
     let mut hooks_counted = false;
     let mut hook_ran = false;
     loop {
         let phase = control.phase();
-        let n = inputs.poll(64, |T(v)| got.push(v));
-        let (more, exit) = end_of_round(control, phase, &mut hooks_counted, || hook_ran = true);
+        let n = if phase == super::control::EXIT {
+            0
+        } else {
+            inputs.poll(64, |T(v)| got.push(v))
+        };
+        let (more, exit) = end_of_round(control, 0, phase, &mut hooks_counted, || {
+            let first = !hook_ran;
+            hook_ran = true;
+            usize::from(first)
+        });
         if exit {
             break;
         }
@@ -120,9 +130,10 @@ fn assert_settled(counters: &EdgeCounters, published: u64) {
 #[test]
 fn loom_stop_drains_what_was_published_before_it() {
     explore(|| {
-        let control = Arc::new(Control::new(Vec::new()));
+        let control = Arc::new(Control::new(1, Vec::new()));
         let counters = Arc::new(EdgeCounters::default());
-        let (out, inputs) = single_edge::<T>(Backpressure::Block, 2, Arc::clone(&counters), None);
+        let (out, inputs) =
+            single_edge::<T>(Backpressure::Block, 2, false, Arc::clone(&counters), None);
         let c = Arc::clone(&control);
         let sub = thread::spawn(move || subscriber_rounds(&c, inputs));
         let c = Arc::clone(&control);
@@ -131,14 +142,13 @@ fn loom_stop_drains_what_was_published_before_it() {
         let outcome = drive_stop(
             &control,
             &[&*counters],
-            1,
             &mut StepClock {
                 drain_gives_up: false,
             },
         );
         let (got, hook_ran) = sub.join().unwrap();
         drop(publ.join().unwrap());
-        assert!(outcome.drained && outcome.hooks_done);
+        assert!(outcome.drained && outcome.late_hooks.is_empty());
         assert_eq!(got, [7]);
         assert!(hook_ran);
         assert_settled(&counters, 1);
@@ -150,9 +160,10 @@ fn loom_stop_drains_what_was_published_before_it() {
 #[test]
 fn loom_stop_past_its_timeout_still_balances() {
     explore(|| {
-        let control = Arc::new(Control::new(Vec::new()));
+        let control = Arc::new(Control::new(1, Vec::new()));
         let counters = Arc::new(EdgeCounters::default());
-        let (out, inputs) = single_edge::<T>(Backpressure::Block, 1, Arc::clone(&counters), None);
+        let (out, inputs) =
+            single_edge::<T>(Backpressure::Block, 1, false, Arc::clone(&counters), None);
         let c = Arc::clone(&control);
         let sub = thread::spawn(move || subscriber_rounds(&c, inputs));
         let c = Arc::clone(&control);
@@ -161,7 +172,6 @@ fn loom_stop_past_its_timeout_still_balances() {
         drive_stop(
             &control,
             &[&*counters],
-            1,
             &mut StepClock {
                 drain_gives_up: true,
             },
@@ -183,13 +193,26 @@ fn parked_publisher() -> (
     Inputs<T>,
     thread::JoinHandle<Output<T>>,
 ) {
+    parked_publisher_into(false)
+}
+
+/// [`parked_publisher`], into an external subscription if `to_handle`.
+fn parked_publisher_into(
+    to_handle: bool,
+) -> (
+    Arc<Control>,
+    Arc<EdgeCounters>,
+    Inputs<T>,
+    thread::JoinHandle<Output<T>>,
+) {
     let mut park = Park::new();
     let bell = park.doorbell().expect("park has a doorbell");
-    let control = Arc::new(Control::new(vec![Arc::clone(&bell)]));
+    let control = Arc::new(Control::new(0, vec![Arc::clone(&bell)]));
     let counters = Arc::new(EdgeCounters::default());
     let (mut out, inputs) = single_edge::<T>(
         Backpressure::Block,
         1,
+        to_handle,
         Arc::clone(&counters),
         Some(bell as Arc<dyn crate::ring::Notify>),
     );
@@ -232,6 +255,85 @@ fn loom_block_publisher_asleep_gives_up_when_waits_end() {
         control.end_waits();
         // A lost wake-up would leave the publisher asleep: loom reports the deadlock here.
         let out = publ.join().unwrap();
+        let s = counters.snapshot();
+        assert_eq!((s.sent, s.publisher_lost), (1, 1), "{s:?}");
+        drop((out, inputs));
+        assert_settled(&counters, 2);
+    });
+}
+
+/// Who asks the bus to stop in [`loom_the_stop_driver_runs_the_stop_without_join`].
+#[derive(Clone, Copy)]
+enum Requester {
+    /// Another thread: an actor's `ctx.request_stop()` or a `StopHandle`.
+    OtherThread,
+    /// The thread that owns the running bus, as its `Drop` does: request, then wait for the
+    /// driver.
+    Owner,
+}
+
+/// The stop driver (a thread asleep in `wait_for_stop_request`, then `drive_stop`) runs the
+/// whole stop when a stop is requested from another thread or by the owner, while a publisher
+/// sleeps (the real `Park`) on a full `Block` edge into an external subscription that nobody
+/// reads: the request wakes the publisher, which gives up (counted lost) instead of waiting
+/// for the reader; the driver reaches `Exit`; what is in the ring stays readable. A lost
+/// wake-up of the driver or the publisher is a deadlock loom reports.
+fn the_stop_driver_runs_the_stop_without_join(requester: Requester) {
+    explore(move || {
+        let (control, counters, mut inputs, publ) = parked_publisher_into(true);
+        let c = Arc::clone(&control);
+        let driver = thread::spawn(move || {
+            c.wait_for_stop_request();
+            drive_stop(
+                &c,
+                &[],
+                &mut StepClock {
+                    drain_gives_up: false,
+                },
+            )
+        });
+        match requester {
+            Requester::OtherThread => {
+                let c = Arc::clone(&control);
+                thread::spawn(move || c.request_stop()).join().unwrap();
+            }
+            Requester::Owner => control.request_stop(),
+        }
+        let outcome = driver.join().unwrap();
+        let out = publ.join().unwrap();
+        assert!(outcome.drained && outcome.late_hooks.is_empty());
+        assert_eq!(control.phase(), super::control::EXIT);
+        let s = counters.snapshot();
+        // The first value went into the ring; the second found it full and was given up.
+        assert_eq!((s.sent, s.publisher_lost), (1, 1), "{s:?}");
+        let mut got = Vec::new();
+        inputs.poll(2, |T(v)| got.push(v));
+        assert_eq!(got, [1]);
+        drop((out, inputs));
+        assert_settled(&counters, 2);
+    });
+}
+
+#[test]
+fn loom_the_stop_driver_runs_a_stop_requested_by_another_thread() {
+    the_stop_driver_runs_the_stop_without_join(Requester::OtherThread);
+}
+
+#[test]
+fn loom_the_stop_driver_runs_a_stop_requested_by_the_owner() {
+    the_stop_driver_runs_the_stop_without_join(Requester::Owner);
+}
+
+/// A publisher asleep on a full `Block` edge into an external subscription gives up on the
+/// stop request alone (no `end_waits`, no driver): the stop never waits for a reader outside
+/// the bus. Without that rule the publisher sleeps on, and loom reports the deadlock.
+#[test]
+fn loom_a_publisher_into_a_subscription_gives_up_at_the_stop_request() {
+    loom::model(|| {
+        let (control, counters, inputs, publ) = parked_publisher_into(true);
+        control.request_stop();
+        let out = publ.join().unwrap();
+        assert!(!control.waits_over());
         let s = counters.snapshot();
         assert_eq!((s.sent, s.publisher_lost), (1, 1), "{s:?}");
         drop((out, inputs));

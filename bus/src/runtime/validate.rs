@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::builder::BusBuilder;
+use super::decl::ActorDecl;
 use super::error::StartError;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::TopicSpec;
@@ -36,17 +37,43 @@ pub(crate) struct PlannedEdge {
 /// Checks a declaration and plans threads and edges. Pure: no rings, no threads.
 ///
 /// `allowed` is the set of cores the process may run on (read once in `start()`), `online` how
-/// many the machine has.
+/// many the machine has, `memory` how many bytes of memory it has (a ring larger than that is
+/// refused).
 pub(super) fn validate(
     bus: &BusBuilder,
     allowed: &[usize],
     online: usize,
+    memory: u64,
 ) -> Result<Plan, StartError> {
-    let actors = &bus.actors;
-    if let Some(t) = bus.stop_timeout {
+    check_stop_timeout(bus.stop_timeout)?;
+    check_actors(&bus.actors, memory)?;
+    check_topic_names(&bus.actors)?;
+    let mut plan = plan_threads(bus);
+    check_cores(&plan, allowed, online)?;
+    check_spinners(&mut plan, allowed)?;
+    plan_edges(&bus.actors, &mut plan)?;
+    warn_unheard(&bus.actors, &mut plan);
+    warn_block_cycle(&mut plan);
+    Ok(plan)
+}
+
+/// Refuses a stop timeout that leaves no time (zero) or overflows.
+fn check_stop_timeout(timeout: Option<Duration>) -> Result<(), StartError> {
+    if let Some(t) = timeout {
+        if t.is_zero() {
+            return Err(StartError::Invalid(
+                "the bus's stop timeout is 0 s, which leaves no time to drain: use at least 1 ms"
+                    .to_owned(),
+            ));
+        }
         check_duration("the bus's stop timeout", t)?;
     }
-    // Names.
+    Ok(())
+}
+
+/// Each actor on its own: a unique name, its own errors, a subscription for its inbox, settings
+/// that belong to it, durations and capacities that can work.
+fn check_actors(actors: &[ActorDecl], memory: u64) -> Result<(), StartError> {
     let mut seen = HashMap::new();
     for (i, a) in actors.iter().enumerate() {
         if seen.insert(a.name.as_str(), i).is_some() {
@@ -79,6 +106,12 @@ pub(super) fn validate(
             check_duration(&format!("the tick interval of actor '{}'", a.name), tick)?;
         }
         if let Supervision::Restart(limit) = a.supervision {
+            if limit.within.is_zero() {
+                return Err(StartError::Invalid(format!(
+                    "actor '{}' has a restart window of 0 s, in which no restart is ever counted: use a window of at least 1 ns",
+                    a.name
+                )));
+            }
             check_duration(
                 &format!("the restart window of actor '{}'", a.name),
                 limit.within,
@@ -94,7 +127,7 @@ pub(super) fn validate(
                 a.name
             )));
         }
-        for (type_id, s) in &a.settings {
+        for type_id in a.settings.keys() {
             if !a
                 .inbox
                 .iter()
@@ -106,21 +139,21 @@ pub(super) fn validate(
                     a.name
                 )));
             }
-            if s.capacity == 0 {
-                return Err(StartError::Invalid(format!(
-                    "actor '{}' asks for a ring capacity of 0: use at least 1",
-                    a.name
-                )));
-            }
         }
-        if a.default_capacity == 0 {
-            return Err(StartError::Invalid(format!(
-                "actor '{}' asks for a default ring capacity of 0: use at least 1",
-                a.name
-            )));
+        for topic in a.inbox.iter().chain(&a.taken) {
+            let capacity = a
+                .settings
+                .get(&topic.type_id)
+                .and_then(|s| s.capacity)
+                .unwrap_or(a.default_capacity);
+            check_capacity(&a.name, topic, capacity, memory)?;
         }
     }
-    // Topic names: one type per name.
+    Ok(())
+}
+
+/// One Rust type per topic name.
+fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
     let mut by_name: HashMap<&str, TopicSpec> = HashMap::new();
     for spec in actors.iter().flat_map(|a| {
         a.outputs
@@ -142,7 +175,12 @@ pub(super) fn validate(
             }
         }
     }
-    // Threads.
+    Ok(())
+}
+
+/// One thread per ungrouped actor and per group, with its core and idle strategy.
+fn plan_threads(bus: &BusBuilder) -> Plan {
+    let actors = &bus.actors;
     let mut threads: Vec<String> = Vec::new();
     let mut thread_core: Vec<Option<usize>> = Vec::new();
     let mut thread_idle: Vec<Idle> = Vec::new();
@@ -166,6 +204,19 @@ pub(super) fn validate(
         };
         thread_of.push(t);
     }
+    Plan {
+        threads,
+        thread_core,
+        thread_idle,
+        thread_of,
+        edges: Vec::new(),
+        warnings: Vec::new(),
+    }
+}
+
+/// Every pinned core exists and is one the process may use.
+fn check_cores(plan: &Plan, allowed: &[usize], online: usize) -> Result<(), StartError> {
+    let (threads, thread_core) = (&plan.threads, &plan.thread_core);
     for (t, core) in thread_core.iter().enumerate() {
         if let Some(core) = *core {
             if core >= online {
@@ -184,7 +235,12 @@ pub(super) fn validate(
             }
         }
     }
-    // Busy spinners: two confined to one core starve each other. An unpinned thread runs on
+    Ok(())
+}
+
+/// Busy spinners: two confined to one core are refused; more than the allowed cores, a warning.
+fn check_spinners(plan: &mut Plan, allowed: &[usize]) -> Result<(), StartError> {
+    let (threads, thread_core, thread_idle) = (&plan.threads, &plan.thread_core, &plan.thread_idle);
     // the process's allowed set, so with a single allowed core it is confined to that one.
     let only_core = |t: usize| match (thread_core[t], allowed) {
         (Some(core), _) => Some(core),
@@ -205,9 +261,8 @@ pub(super) fn validate(
             }
         }
     }
-    let mut warnings = Vec::new();
     if spinners.len() > allowed.len() {
-        warnings.push(format!(
+        plan.warnings.push(format!(
             "{} threads busy-spin ({}) but this process may only use {} cores {:?}: they will take turns on the cores and latency will suffer by orders of magnitude; give some the Backoff or Park idle strategy",
             spinners.len(),
             spinners
@@ -219,13 +274,23 @@ pub(super) fn validate(
             allowed
         ));
     }
-    // Edges.
+    Ok(())
+}
+
+/// One edge per publisher of each topic an actor receives, with the subscription's resolved
+/// settings; a `Block` edge within one thread is refused, a topic nobody publishes too.
+fn plan_edges(actors: &[ActorDecl], plan: &mut Plan) -> Result<(), StartError> {
+    let (threads, thread_of) = (&plan.threads, &plan.thread_of);
     let mut edges = Vec::new();
     for (s, sub) in actors.iter().enumerate() {
         for topic in sub.inbox.iter().chain(&sub.taken) {
-            let setting = sub.settings.get(&topic.type_id).copied();
-            let policy = setting.map_or(Backpressure::Block, |x| x.policy);
-            let capacity = setting.map_or(sub.default_capacity, |x| x.capacity);
+            let setting = sub
+                .settings
+                .get(&topic.type_id)
+                .copied()
+                .unwrap_or_default();
+            let policy = setting.policy.unwrap_or(Backpressure::Block);
+            let capacity = setting.capacity.unwrap_or(sub.default_capacity);
             let mut found = false;
             for (p, publisher) in actors.iter().enumerate() {
                 let Some(output) = publisher
@@ -264,31 +329,33 @@ pub(super) fn validate(
             }
         }
     }
+    plan.edges = edges;
+    Ok(())
+}
+
+/// Warns of outputs nobody subscribes to.
+fn warn_unheard(actors: &[ActorDecl], plan: &mut Plan) {
     for (p, publisher) in actors.iter().enumerate() {
         for (o, out) in publisher.outputs.iter().enumerate() {
-            if !edges.iter().any(|e| e.publisher == p && e.output == o) {
-                warnings.push(format!(
+            if !plan.edges.iter().any(|e| e.publisher == p && e.output == o) {
+                plan.warnings.push(format!(
                     "actor '{}' publishes topic '{}' but no actor subscribes to it: its messages go nowhere",
                     publisher.name, out.spec.name
                 ));
             }
         }
     }
-    if let Some(cycle) = block_cycle(threads.len(), &thread_of, &edges) {
-        let names: Vec<&str> = cycle.iter().map(|&t| threads[t].as_str()).collect();
-        warnings.push(format!(
+}
+
+/// Warns of a cycle of `Block` edges between threads.
+fn warn_block_cycle(plan: &mut Plan) {
+    if let Some(cycle) = block_cycle(plan.threads.len(), &plan.thread_of, &plan.edges) {
+        let names: Vec<&str> = cycle.iter().map(|&t| plan.threads[t].as_str()).collect();
+        plan.warnings.push(format!(
             "Block subscriptions form a cycle through threads {}: if every ring on the cycle fills, they wait for each other until the bus stops (a stop then gives the waits up after its timeout, counting their messages lost); make one edge DropNewest or Latest unless the cycle carries a bounded number of messages (a ping-pong)",
             names.join(" -> ")
         ));
     }
-    Ok(Plan {
-        threads,
-        thread_core,
-        thread_idle,
-        thread_of,
-        edges,
-        warnings,
-    })
 }
 
 /// A cycle of threads joined by `Block` edges (publisher thread -> subscriber thread), if any.
@@ -339,6 +406,35 @@ fn block_cycle(threads: usize, thread_of: &[usize], edges: &[PlannedEdge]) -> Op
 /// The longest duration a declaration may give (a tick interval, the stop timeout, a restart
 /// window or delay): a year. Longer ones overflow the clock's arithmetic on some platforms.
 pub(super) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Refuses a ring capacity that cannot work for `actor`'s subscription to `topic`: zero, one
+/// whose power of two overflows, or a ring larger than the machine's `memory`.
+fn check_capacity(
+    actor: &str,
+    topic: &TopicSpec,
+    capacity: usize,
+    memory: u64,
+) -> Result<(), StartError> {
+    if capacity == 0 {
+        return Err(StartError::Invalid(format!(
+            "actor '{actor}' asks for a ring capacity of 0 for topic '{}': use at least 1",
+            topic.name
+        )));
+    }
+    // A ring holds a power of two of slots of at least one byte each (a zero-sized message
+    // still takes its index arithmetic).
+    let bytes = capacity
+        .checked_next_power_of_two()
+        .and_then(|slots| slots.checked_mul(topic.size.max(1)))
+        .and_then(|b| u64::try_from(b).ok());
+    match bytes {
+        Some(b) if b <= memory && b <= isize::MAX as u64 => Ok(()),
+        _ => Err(StartError::Invalid(format!(
+            "actor '{actor}' asks for a ring capacity of {capacity} for topic '{}' ({} bytes a message), larger than this machine's memory ({memory} bytes): use a smaller capacity",
+            topic.name, topic.size
+        ))),
+    }
+}
 
 /// Refuses a duration longer than [`MAX_DURATION`], naming `what`.
 fn check_duration(what: &str, d: Duration) -> Result<(), StartError> {

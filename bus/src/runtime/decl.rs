@@ -1,0 +1,90 @@
+//! A bus's declaration as plain data: what the builder records and `start()` reads. No logic
+//! lives here; `builder` fills these, `validate` checks them, `start` turns them into rings,
+//! threads and actors.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::edge::{AnyOutput, EdgeMaker, Wiring};
+use super::handle::HandleParts;
+use super::metrics::ActorCounters;
+use super::runner::Slot;
+use super::{Backpressure, Idle, Supervision};
+use crate::message::TopicSpec;
+
+/// One declared output.
+pub(super) struct OutputDecl {
+    pub(super) spec: TopicSpec,
+    pub(super) new_output: fn() -> Box<dyn AnyOutput>,
+    pub(super) make_edge: EdgeMaker,
+}
+
+/// Turns an actor declaration into a runnable slot once its rings exist.
+pub(super) type SlotMaker = Box<dyn FnOnce(SlotParts) -> Box<dyn Slot>>;
+
+pub(super) struct SlotParts {
+    pub(super) wiring: Wiring,
+    pub(super) outputs: Vec<Box<dyn AnyOutput>>,
+    pub(super) output_types: Vec<TypeId>,
+    pub(super) output_topics: Vec<&'static str>,
+    pub(super) counters: Arc<ActorCounters>,
+    pub(super) supervision: Supervision,
+    pub(super) tick: Option<Duration>,
+}
+
+/// Per-topic subscription settings, as declared: what is not set resolves in `start()`
+/// against the final defaults (`Block`, the actor's default capacity), whatever the order of
+/// the builder's calls.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SubscriptionDecl {
+    pub(super) policy: Option<Backpressure>,
+    pub(super) capacity: Option<usize>,
+}
+
+pub(super) struct ActorDecl {
+    pub(super) name: String,
+    pub(super) group: Option<String>,
+    pub(super) core: Option<usize>,
+    pub(super) idle: Option<Idle>,
+    pub(super) tick: Option<Duration>,
+    pub(super) supervision: Supervision,
+    pub(super) inbox: Vec<TopicSpec>,
+    /// Topics subscribed with `takes`: their rings go to the factory, not the inbox.
+    pub(super) taken: Vec<TopicSpec>,
+    /// Publishes only with `try_publish`: its edges can never make it wait.
+    pub(super) never_waits: bool,
+    /// Watches file descriptors (`Context::wake_on_readable`): a `Backoff` thread running it
+    /// sleeps on them (and its doorbell) once yielding is done.
+    pub(super) watches_fds: bool,
+    pub(super) inbox_name: &'static str,
+    pub(super) subscribed: bool,
+    pub(super) settings: HashMap<TypeId, SubscriptionDecl>,
+    pub(super) default_capacity: usize,
+    pub(super) outputs: Vec<OutputDecl>,
+    pub(super) make_slot: SlotMaker,
+    pub(super) errors: Vec<String>,
+    /// Set for an external handle (`publisher`, `subscription`): no thread runs it.
+    pub(super) handle: Option<HandleDecl>,
+}
+
+#[derive(Default)]
+pub(super) struct GroupDecl {
+    pub(super) core: Option<usize>,
+    pub(super) idle: Option<Idle>,
+}
+
+impl std::fmt::Debug for GroupDecl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupDecl")
+            .field("core", &self.core)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A declared handle: its place in the running bus's list and how to make it.
+pub(super) struct HandleDecl {
+    pub(super) index: usize,
+    pub(super) make: fn(HandleParts) -> Box<dyn std::any::Any + Send>,
+}

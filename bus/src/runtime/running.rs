@@ -1,0 +1,247 @@
+//! A started bus: the handle `start()` returns, its figures while it runs, and `join`.
+//!
+//! The stop protocol runs on the bus's own stop driver (see `stop`); this handle only asks for
+//! a stop and, in `join`, waits for the driver to finish and turns what it recorded into the
+//! final report or error.
+
+use std::sync::Arc;
+
+use super::control::Control;
+use super::error::{panic_message, BusError};
+use super::metrics::{ActorReport, EdgeReport, EdgeSnapshot, Report, StopReport};
+use super::start::{ActorInfo, EdgeInfo};
+use super::stop::Finished;
+
+/// A started bus. Stop it with [`stop`](Self::stop) (or a [`StopHandle`], or from an actor with
+/// `ctx.request_stop()`): the stop runs at once on the bus's own stop driver, whether or not
+/// anyone calls [`join`](Self::join), which waits for it and returns the final figures.
+/// Dropping it stops and joins it (within the stop timeout, as `join` does).
+#[must_use = "a running bus stops when dropped: keep it, and stop and join it when done"]
+pub struct RunningBus {
+    pub(super) control: Arc<Control>,
+    /// The stop driver, until `join` (or `Drop`) takes its outcome.
+    pub(super) driver: Option<std::thread::JoinHandle<Finished>>,
+    pub(super) thread_names: Vec<String>,
+    pub(super) edges: Vec<EdgeInfo>,
+    pub(super) actors: Vec<ActorInfo>,
+    pub(super) warnings: Vec<String>,
+    /// External handles made by `start()`, until redeemed (`publisher`, `subscription`).
+    pub(super) handles: Vec<Option<Box<dyn std::any::Any + Send>>>,
+    /// Matches the keys of the handles declared on this bus.
+    pub(super) serial: u64,
+    /// The live counters file, removed when the bus is joined.
+    #[cfg(unix)]
+    pub(super) counters_file: Option<super::counters_file::CountersFile>,
+}
+
+impl std::fmt::Debug for RunningBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningBus")
+            .field("threads", &self.thread_names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle that asks a running bus to stop, from any thread. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StopHandle {
+    control: Arc<Control>,
+}
+
+impl StopHandle {
+    /// Asks the bus to stop gracefully; the stop runs at once (see [`RunningBus::stop`]).
+    pub fn stop(&self) {
+        self.control.request_stop();
+    }
+}
+
+impl RunningBus {
+    /// Asks the bus to stop gracefully, and returns at once. The stop runs on the bus's own
+    /// stop driver, without anyone calling [`join`](Self::join): from this call on no tick or
+    /// `poll` starts, every message published before it (and every message those cause) is
+    /// handled, each actor's `on_stop` runs and what it publishes is handled, then the threads
+    /// exit and every [`Subscription`](crate::Subscription) reports closed once it has read
+    /// what is queued for it; all within the stop timeout
+    /// ([`BusBuilder::stop_timeout`](crate::BusBuilder::stop_timeout)) plus under a second. A
+    /// publisher waiting on a full `Block` subscription gives up at once (its message counted
+    /// lost): the stop never waits for a reader outside the bus.
+    pub fn stop(&self) {
+        self.control.request_stop();
+    }
+
+    /// A handle to stop the bus from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle {
+            control: Arc::clone(&self.control),
+        }
+    }
+
+    /// Warnings from wiring, such as topics published but never subscribed.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Every counter of the report, read now while the bus runs: the same figures as
+    /// [`report`](Self::report). Reading takes no lock that a hot path takes and makes no
+    /// syscall; the bus's threads do no extra work for it (each counter is a plain atomic
+    /// that its one writer thread stores, and this reads). Every edge balances in it, with
+    /// what is still queued as `in_flight`. Only the actors' named metrics are read under
+    /// the lock they are registered with, which no message path takes.
+    pub fn snapshot(&self) -> Report {
+        self.report()
+    }
+
+    /// The figures now, taken while the bus runs.
+    pub fn report(&self) -> Report {
+        report_of(&self.edges, &self.actors)
+    }
+
+    /// The path of the bus's live counters file, if it writes one
+    /// ([`BusBuilder::counters_file`](crate::BusBuilder::counters_file)).
+    #[cfg(unix)]
+    pub fn counters_path(&self) -> Option<&std::path::Path> {
+        self.counters_file.as_ref().map(|f| f.path())
+    }
+
+    /// Waits for a stop to be requested and for it to end (see [`stop`](Self::stop)), and
+    /// returns the final figures, with how the stop went in [`Report::stop`] (whether it
+    /// drained in time, threads whose `on_stop` hooks ran late, how long it took).
+    ///
+    /// Every edge of the report balances (`published == handled + panicked + dropped +
+    /// conflated + lost + in_flight`) with nothing in flight, except an edge into an external
+    /// [`Subscription`](crate::Subscription): the stop does not wait for its reader, and what
+    /// it has not read yet is `in_flight` (still readable after `join`). If draining takes
+    /// longer than the stop timeout, every `Block` wait gives up and what is left is counted
+    /// as lost.
+    ///
+    /// # Errors
+    /// [`BusError::ActorPanicked`] if an actor panicked and its policy escalated (the first
+    /// one); [`BusError::ActorFailed`] if an actor reported a fatal error with
+    /// [`Context::fail`](crate::Context::fail) (the first failure of either kind wins);
+    /// [`BusError::ThreadPanicked`] if a bus thread itself failed;
+    /// [`BusError::Unresponsive`] if a thread did not exit in time (a handler that never
+    /// returns): it is left running, and its edges may show messages in flight. Each carries
+    /// the final report.
+    pub fn join(mut self) -> Result<Report, BusError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<Report, BusError> {
+        let Some(driver) = self.driver.take() else {
+            // Joined already (only `Drop` can get here after `join`).
+            return Ok(self.report());
+        };
+        let finished = match driver.join() {
+            Ok(finished) => finished,
+            Err(payload) => Finished {
+                thread_failure: Some(("llbus-stop".to_owned(), panic_message(&*payload))),
+                ..Finished::default()
+            },
+        };
+        let mut report = self.report();
+        report.stop = Some(StopReport {
+            drained: finished.drained,
+            late_hooks: finished.late_hooks,
+            unresponsive: finished.unresponsive.clone(),
+            took: finished.took,
+        });
+        // The bus no longer runs: its counters file goes.
+        #[cfg(unix)]
+        drop(self.counters_file.take());
+        if let Some((thread, message)) = finished.thread_failure {
+            return Err(BusError::ThreadPanicked {
+                thread,
+                message,
+                report: Box::new(report),
+            });
+        }
+        if let Some(e) = self.control.escalation() {
+            return Err(if e.reported {
+                BusError::ActorFailed {
+                    actor: e.actor,
+                    error: e.message,
+                    report: Box::new(report),
+                }
+            } else {
+                BusError::ActorPanicked {
+                    actor: e.actor,
+                    message: e.message,
+                    report: Box::new(report),
+                }
+            });
+        }
+        if !finished.unresponsive.is_empty() {
+            return Err(BusError::Unresponsive {
+                threads: finished.unresponsive,
+                report: Box::new(report),
+            });
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for RunningBus {
+    fn drop(&mut self) {
+        if self.driver.is_some() {
+            self.control.request_stop();
+            let _ = self.finish();
+        }
+    }
+}
+
+/// The figures of `edges` and `actors` now.
+pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
+    Report {
+        edges: edges
+            .iter()
+            .map(|e| {
+                edge_report_of(
+                    e,
+                    &e.counters.snapshot(),
+                    e.publisher.clone(),
+                    e.subscriber.clone(),
+                )
+            })
+            .collect(),
+        actors: actors
+            .iter()
+            .map(|a| ActorReport {
+                name: a.name.clone(),
+                thread: a.thread.clone(),
+                handled: a.counters.handled.get(),
+                ticks: a.counters.ticks.get(),
+                idle_rounds: a.counters.idle_rounds.get(),
+                restarts: a.counters.restarts.get(),
+                panics: a.counters.panics.get(),
+                metrics: a.counters.named_snapshot(),
+            })
+            .collect(),
+        stop: None,
+    }
+}
+
+/// The report row of edge `e` from `snap`, with the given publisher and subscriber names (the
+/// counters file passes empty ones, so that it allocates nothing).
+pub(super) fn edge_report_of(
+    e: &EdgeInfo,
+    snap: &EdgeSnapshot,
+    publisher: String,
+    subscriber: String,
+) -> EdgeReport {
+    EdgeReport {
+        topic: e.topic,
+        publisher,
+        subscriber,
+        policy: e.policy,
+        published: snap.published(),
+        handled: snap.handled,
+        panicked: snap.panicked,
+        dropped: snap.dropped,
+        conflated: snap.conflated,
+        waited: snap.waited,
+        lost: snap.publisher_lost + snap.subscriber_lost,
+        // Never negative (see `EdgeCounters::snapshot`); clamped all the same.
+        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
+        max_depth: snap.max_depth,
+    }
+}

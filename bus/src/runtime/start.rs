@@ -1,0 +1,400 @@
+//! Starting a declared bus, in named steps: validate the declaration, make each thread's idle
+//! strategy, make every ring and wire it to its publisher's output and its subscriber's inbox,
+//! turn each actor's declaration into a slot on its thread (or an external handle), spawn and
+//! pin the threads (every factory runs on its actor's thread), spawn the stop driver, and only
+//! when all of that succeeded let the actors start. On any failure nothing is left running.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use super::builder::BusBuilder;
+use super::control::{Control, GO_ABORT, GO_RUN};
+use super::decl::{ActorDecl, HandleDecl, SlotParts};
+use super::edge::{AnyOutput, Wiring};
+use super::error::StartError;
+use super::handle::{handle_idle, HandleParts};
+use super::metrics::{ActorCounters, EdgeCounters};
+use super::runner::{run_thread, ThreadPlan};
+use super::running::RunningBus;
+use super::stop::{Driver, Finished};
+use super::validate::{validate, Plan};
+use super::Backpressure;
+use crate::ring::Notify;
+use crate::wait::{Doorbell, IdleStrategy};
+
+/// How long a stop may take when the builder does not say.
+pub(super) const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Idle = Box<dyn IdleStrategy>;
+type Threads = Vec<(String, std::thread::JoinHandle<()>)>;
+/// Each actor's outputs, in declaration order.
+type Outputs = Vec<Vec<Box<dyn AnyOutput>>>;
+
+pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
+    // The process's allowed cores, read once: pinned cores must be among them, and unpinned
+    // threads run on all of them (not on whatever core the caller of `start()` is pinned to).
+    let allowed = crate::wait::allowed_cores();
+    let plan = validate(
+        &bus,
+        &allowed,
+        crate::wait::online_cores(),
+        crate::wait::total_memory(),
+    )?;
+    for w in &plan.warnings {
+        log::warn!("{w}");
+    }
+    let decls = std::mem::take(&mut bus.actors);
+    let handle_thread = threads_where(&decls, &plan, |a| a.handle.is_some());
+    let idles = make_idles(&decls, &plan, &handle_thread);
+    let bells: Vec<Option<Arc<Doorbell>>> = idles.iter().map(|i| i.doorbell()).collect();
+    let (outputs, wirings, edges) = make_rings(&decls, &plan, &bells);
+    let (thread_plans, actors, handle_decls) =
+        make_slots(decls, &plan, &allowed, idles, outputs, wirings);
+
+    // Handles' "threads" are never spawned: the handle takes the thread's idle strategy. The
+    // others are numbered for `Control` in the order they are spawned.
+    let mut handle_idles: Vec<Option<Idle>> = Vec::new();
+    let mut spawn = Vec::new();
+    for (mut thread_plan, is_handle) in thread_plans.into_iter().zip(&handle_thread) {
+        if *is_handle {
+            handle_idles.push(Some(thread_plan.idle));
+        } else {
+            handle_idles.push(None);
+            thread_plan.index = spawn.len();
+            spawn.push(thread_plan);
+        }
+    }
+    let control = Arc::new(Control::new(
+        spawn.len(),
+        bells.into_iter().flatten().collect(),
+    ));
+    let handles = make_handles(bus.handles, handle_decls, handle_idles, &control);
+    let thread_names: Vec<String> = spawn.iter().map(|t| t.name.clone()).collect();
+    let threads = match spawn_threads(spawn, &control) {
+        Ok(threads) => threads,
+        Err((e, threads)) => return Err(abort(&control, threads, e)),
+    };
+    let driver = Driver {
+        control: Arc::clone(&control),
+        edges: edges
+            .iter()
+            .filter(|e| !e.to_handle)
+            .map(|e| Arc::clone(&e.counters))
+            .collect(),
+        threads,
+        stop_timeout: bus.stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+    };
+    let driver = match spawn_driver(driver) {
+        Ok(driver) => driver,
+        Err((e, threads)) => return Err(abort(&control, threads, e)),
+    };
+    control.set_go(GO_RUN);
+    #[cfg(unix)]
+    let counters_file = open_counters_file(&bus, &edges, &actors);
+    Ok(RunningBus {
+        #[cfg(unix)]
+        counters_file,
+        control,
+        driver: Some(driver),
+        thread_names,
+        edges,
+        actors,
+        warnings: plan.warnings,
+        handles,
+        serial: bus.serial,
+    })
+}
+
+/// For each planned thread, whether any actor on it satisfies `which`.
+fn threads_where(
+    decls: &[ActorDecl],
+    plan: &Plan,
+    which: impl Fn(&ActorDecl) -> bool,
+) -> Vec<bool> {
+    let mut marked = vec![false; plan.threads.len()];
+    for (i, a) in decls.iter().enumerate() {
+        if which(a) {
+            marked[plan.thread_of[i]] = true;
+        }
+    }
+    marked
+}
+
+/// Each thread's idle strategy (made first: their doorbells are wired into the rings). A
+/// handle's "thread" gets the handles' `Park`; a thread running an actor that watches file
+/// descriptors gets a `Backoff` that sleeps on them.
+fn make_idles(decls: &[ActorDecl], plan: &Plan, handle_thread: &[bool]) -> Vec<Idle> {
+    let watches_fds = threads_where(decls, plan, |a| a.watches_fds);
+    plan.thread_idle
+        .iter()
+        .zip(handle_thread.iter().zip(&watches_fds))
+        .map(|(i, (&h, &fds))| if h { handle_idle() } else { i.make(fds) })
+        .collect()
+}
+
+/// Every ring of the plan, its publisher's end added to the publisher's output and its
+/// subscriber's end to the subscriber's wiring; with each edge's report row.
+fn make_rings(
+    decls: &[ActorDecl],
+    plan: &Plan,
+    bells: &[Option<Arc<Doorbell>>],
+) -> (Outputs, Vec<Wiring>, Vec<EdgeInfo>) {
+    let mut outputs: Outputs = decls
+        .iter()
+        .map(|a| a.outputs.iter().map(|o| (o.new_output)()).collect())
+        .collect();
+    let mut wirings: Vec<Wiring> = decls.iter().map(|_| Wiring::default()).collect();
+    let mut edges = Vec::new();
+    for e in &plan.edges {
+        let counters = Arc::new(EdgeCounters::default());
+        let out = &decls[e.publisher].outputs[e.output];
+        let wake_sub = bells[plan.thread_of[e.subscriber]]
+            .clone()
+            .map(|b| b as Arc<dyn Notify>);
+        let wake_pub = match e.policy {
+            Backpressure::Block => bells[plan.thread_of[e.publisher]]
+                .clone()
+                .map(|b| b as Arc<dyn Notify>),
+            _ => None,
+        };
+        let to_handle = decls[e.subscriber].handle.is_some();
+        let (tx, rx) = (out.make_edge)(
+            e.policy,
+            e.capacity,
+            e.can_wait,
+            to_handle,
+            Arc::clone(&counters),
+            wake_sub,
+            wake_pub,
+        );
+        outputs[e.publisher][e.output].add_edge(tx);
+        wirings[e.subscriber]
+            .inputs
+            .entry(out.spec.type_id)
+            .or_default()
+            .push(rx);
+        edges.push(EdgeInfo {
+            topic: out.spec.name,
+            publisher: decls[e.publisher].name.clone(),
+            subscriber: decls[e.subscriber].name.clone(),
+            policy: e.policy,
+            counters,
+            to_handle,
+        });
+    }
+    (outputs, wirings, edges)
+}
+
+/// What an external handle needs once the bus's control exists.
+struct PendingHandle {
+    decl: HandleDecl,
+    thread: usize,
+    name: String,
+    wiring: Wiring,
+    outputs: Vec<Box<dyn AnyOutput>>,
+    counters: Arc<ActorCounters>,
+}
+
+/// Each actor's slot on its thread's plan (its factory runs later, on that thread), or, for an
+/// external handle, what it needs to be made; with each actor's report row.
+fn make_slots(
+    decls: Vec<ActorDecl>,
+    plan: &Plan,
+    allowed: &[usize],
+    idles: Vec<Idle>,
+    outputs: Outputs,
+    wirings: Vec<Wiring>,
+) -> (Vec<ThreadPlan>, Vec<ActorInfo>, Vec<PendingHandle>) {
+    let mut plans: Vec<ThreadPlan> = plan
+        .threads
+        .iter()
+        .zip(idles)
+        .zip(&plan.thread_core)
+        .map(|((name, idle), core)| ThreadPlan {
+            index: 0,
+            name: name.clone(),
+            core: *core,
+            cpus: allowed.to_vec(),
+            idle,
+            slots: Vec::new(),
+        })
+        .collect();
+    let mut actors = Vec::new();
+    let mut pending = Vec::new();
+    for (i, ((decl, wiring), outs)) in decls.into_iter().zip(wirings).zip(outputs).enumerate() {
+        let counters = Arc::new(ActorCounters::default());
+        actors.push(ActorInfo {
+            name: decl.name.clone(),
+            thread: match decl.handle {
+                Some(_) => HANDLE_THREAD.to_owned(),
+                None => plan.threads[plan.thread_of[i]].clone(),
+            },
+            counters: Arc::clone(&counters),
+        });
+        if let Some(handle) = decl.handle {
+            pending.push(PendingHandle {
+                decl: handle,
+                thread: plan.thread_of[i],
+                name: decl.name,
+                wiring,
+                outputs: outs,
+                counters,
+            });
+            continue;
+        }
+        let slot = (decl.make_slot)(SlotParts {
+            wiring,
+            outputs: outs,
+            output_types: decl.outputs.iter().map(|o| o.spec.type_id).collect(),
+            output_topics: decl.outputs.iter().map(|o| o.spec.name).collect(),
+            counters,
+            supervision: decl.supervision,
+            tick: decl.tick,
+        });
+        plans[plan.thread_of[i]].slots.push(slot);
+    }
+    (plans, actors, pending)
+}
+
+/// The external handles, each in its declared place, until redeemed.
+fn make_handles(
+    count: usize,
+    pending: Vec<PendingHandle>,
+    mut idles: Vec<Option<Idle>>,
+    control: &Arc<Control>,
+) -> Vec<Option<Box<dyn std::any::Any + Send>>> {
+    let mut made: Vec<Option<Box<dyn std::any::Any + Send>>> = (0..count).map(|_| None).collect();
+    for p in pending {
+        let idle = idles
+            .get_mut(p.thread)
+            .and_then(Option::take)
+            .unwrap_or_else(handle_idle);
+        let handle = (p.decl.make)(HandleParts {
+            name: p.name,
+            wiring: p.wiring,
+            outputs: p.outputs,
+            counters: p.counters,
+            idle,
+            control: Arc::clone(control),
+        });
+        if let Some(slot) = made.get_mut(p.decl.index) {
+            *slot = Some(handle);
+        }
+    }
+    made
+}
+
+/// Spawns every bus thread and waits until each has pinned itself and made its actors. On
+/// failure, returns the error with the threads spawned so far (to abort).
+fn spawn_threads(
+    spawn: Vec<ThreadPlan>,
+    control: &Arc<Control>,
+) -> Result<Threads, (StartError, Threads)> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    for thread_plan in spawn {
+        let name = thread_plan.name.clone();
+        let control = Arc::clone(control);
+        let ready = ready_tx.clone();
+        match std::thread::Builder::new()
+            .name(format!("llbus-{name}"))
+            .spawn(move || run_thread(thread_plan, control, ready))
+        {
+            Ok(h) => threads.push((name, h)),
+            Err(e) => return Err((StartError::Spawn(e), threads)),
+        }
+    }
+    drop(ready_tx);
+    for _ in 0..threads.len() {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err((e, threads)),
+            Err(_) => {
+                let e = StartError::Invalid("a bus thread ended before reporting ready".to_owned());
+                return Err((e, threads));
+            }
+        }
+    }
+    Ok(threads)
+}
+
+/// Spawns the stop driver, asleep until a stop is requested (see `stop`). It is handed the
+/// threads only once it runs, so that a failed spawn leaves them to abort.
+fn spawn_driver(
+    driver: Driver,
+) -> Result<std::thread::JoinHandle<Finished>, (StartError, Threads)> {
+    let (plan_tx, plan_rx) = mpsc::channel::<Driver>();
+    match std::thread::Builder::new()
+        .name("llbus-stop".to_owned())
+        .spawn(move || plan_rx.recv().map(Driver::run).unwrap_or_default())
+    {
+        Ok(h) => match plan_tx.send(driver) {
+            Ok(()) => Ok(h),
+            Err(mpsc::SendError(driver)) => Err((
+                StartError::Invalid("the bus's stop driver ended before it started".to_owned()),
+                driver.threads,
+            )),
+        },
+        Err(e) => Err((StartError::Spawn(e), driver.threads)),
+    }
+}
+
+/// Tells every spawned thread that the start failed and waits for them to leave.
+fn abort(control: &Control, threads: Threads, error: StartError) -> StartError {
+    control.set_go(GO_ABORT);
+    for (_, h) in threads {
+        let _ = h.join();
+    }
+    error
+}
+
+/// The bus's live counters file, unless the builder turned it off; a failure only warns.
+#[cfg(unix)]
+fn open_counters_file(
+    bus: &BusBuilder,
+    edges: &[EdgeInfo],
+    actors: &[ActorInfo],
+) -> Option<super::counters_file::CountersFile> {
+    if bus.counters_file == Some(false) {
+        return None;
+    }
+    let name = bus
+        .name
+        .clone()
+        .unwrap_or_else(super::counters_file::default_bus_name);
+    let live = super::counters_file::Live {
+        edges: edges.to_vec(),
+        actors: actors.to_vec(),
+    };
+    match super::counters_file::CountersFile::create(&name, live) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            log::warn!(
+                "bus '{name}' runs without a counters file (the llbus command will not see it): {e}"
+            );
+            None
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct EdgeInfo {
+    pub(super) topic: &'static str,
+    pub(super) publisher: String,
+    pub(super) subscriber: String,
+    pub(super) policy: Backpressure,
+    pub(super) counters: Arc<EdgeCounters>,
+    /// The subscriber is an external [`Subscription`](crate::Subscription): the drain does not
+    /// wait for it (its reader may be the thread that stops the bus).
+    pub(super) to_handle: bool,
+}
+
+#[derive(Clone)]
+pub(super) struct ActorInfo {
+    pub(super) name: String,
+    pub(super) thread: String,
+    pub(super) counters: Arc<ActorCounters>,
+}
+
+/// What the report shows as the thread of an external handle.
+pub(super) const HANDLE_THREAD: &str = "(handle)";
