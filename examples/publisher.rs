@@ -177,7 +177,8 @@ struct Args {
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     size: usize,
     /// udp: through the network bridge; shm: through shared memory (llbus-ipc channel
-    /// `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host.
+    /// `demo.counter` in this user's channel directory) to a `subscriber --transport shm` of the
+    /// same user on this host.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     transport: Transport,
 }

@@ -2,7 +2,7 @@
 //! (`child` below, chosen by the `LLBUS_IPC_CHILD` variable). Order and backpressure through
 //! two buses, a fingerprint mismatch, `kill -9` of either side (noticed in bounded time,
 //! reclaimed, replaced by a restarted peer without restarting this side), garbage written into
-//! the mapping, and the cleanup of /dev/shm.
+//! the mapping, and stale channel names.
 //!
 //! Every child is killed (SIGKILL, reaped) when its `Running` is dropped, also when a test
 //! fails; every wait is bounded; every channel name holds this process's pid and the test's
