@@ -480,3 +480,159 @@ fn a_squatted_per_user_directory_is_reported_never_used_and_not_fatal() {
         "the victim's channel does not work"
     );
 }
+
+/// A fake writer of this user, listening at a channel's name in a directory of the test's,
+/// that answers every connection with `answer`.
+fn fake_writer(
+    dir: &Path,
+    name: &str,
+    answer: impl Fn(&std::os::unix::net::UnixStream) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(dir.join(format!("llbus-ipc-{name}")))
+        .expect("bind");
+    std::thread::spawn(move || {
+        // One connection per attempt below; the test ends by dropping the directory.
+        for stream in listener.incoming().take(1) {
+            if let Ok(s) = stream {
+                answer(&s);
+            }
+        }
+    })
+}
+
+/// Sends `data` and, if given, descriptor `fd` on `s` (`SCM_RIGHTS`).
+fn send_with_fd(s: &std::os::unix::net::UnixStream, data: &[u8], fd: Option<i32>) {
+    use std::os::fd::AsRawFd;
+    let mut data = data.to_vec();
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: an all-zero msghdr is valid; the fields set below point at live buffers, and
+    // the control buffer (64 bytes) holds one header with one descriptor.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
+        }
+        libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+    }
+}
+
+/// A memory file of `len` bytes, sealed with `seals` (0: none).
+fn memfd(len: i64, seals: i32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"llbus-test".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: `fd` is ours; ftruncate and fcntl touch no memory of ours.
+    unsafe {
+        assert_eq!(libc::ftruncate(fd, len), 0);
+        if seals != 0 {
+            assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, seals), 0);
+        }
+        std::os::fd::OwnedFd::from_raw_fd(fd)
+    }
+}
+
+/// A writer that hands over garbage, or nothing, gets a clear error from `Receiver::open`,
+/// promptly, and the reader maps nothing it should not.
+#[test]
+fn a_writer_that_hands_over_garbage_gets_a_clear_error() {
+    use std::os::fd::AsRawFd;
+    let me = (tests::local::euid(), tests::local::euid());
+    let dir = Dir::new("garbage-handover", me);
+    let cfg = config_in(Some(dir.0.clone()));
+    let greeting = *b"llbusFD\x01";
+    let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    type Answer = Box<dyn Fn(&std::os::unix::net::UnixStream) + Send>;
+    let cases: Vec<(&str, Answer, fn(&OpenError) -> bool)> = vec![
+        ("closes at once", Box::new(|_| {}), |e| {
+            matches!(e, OpenError::Handover(_))
+        }),
+        (
+            "never answers",
+            Box::new(|_| std::thread::sleep(Duration::from_secs(2))),
+            |e| matches!(e, OpenError::Handover(_)),
+        ),
+        (
+            "another greeting",
+            Box::new(move |s| send_with_fd(s, b"HTTP/1.1", None)),
+            |e| matches!(e, OpenError::Handover(_)),
+        ),
+        (
+            "no descriptor",
+            Box::new(move |s| send_with_fd(s, &greeting, None)),
+            |e| matches!(e, OpenError::Handover(_)),
+        ),
+        (
+            "an unsealed memory file",
+            Box::new(move |s| {
+                let m = memfd(4096, 0);
+                send_with_fd(s, &greeting, Some(m.as_raw_fd()));
+            }),
+            |e| matches!(e, OpenError::Unsealed),
+        ),
+        (
+            "a pipe",
+            Box::new(move |s| {
+                let mut fds = [0; 2];
+                // SAFETY: `fds` has room for the two descriptors.
+                unsafe { libc::pipe(fds.as_mut_ptr()) };
+                send_with_fd(s, &greeting, Some(fds[0]));
+                // SAFETY: ours, closed once.
+                unsafe {
+                    libc::close(fds[0]);
+                    libc::close(fds[1]);
+                }
+            }),
+            |e| matches!(e, OpenError::Unsealed),
+        ),
+        (
+            "a sealed file too small for a channel",
+            Box::new(move |s| {
+                let m = memfd(16, sealed);
+                send_with_fd(s, &greeting, Some(m.as_raw_fd()));
+            }),
+            |e| matches!(e, OpenError::Handover(_)),
+        ),
+        (
+            "a sealed file of zeros (no header)",
+            Box::new(move |s| {
+                let m = memfd(1024 + 64 * 16, sealed);
+                send_with_fd(s, &greeting, Some(m.as_raw_fd()));
+            }),
+            |e| matches!(e, OpenError::NotReady),
+        ),
+    ];
+    for (i, (what, answer, expected)) in cases.into_iter().enumerate() {
+        let name = format!("garbage{i}");
+        let fake = fake_writer(&dir.0, &name, answer);
+        let started = Instant::now();
+        let got = Receiver::<Tick, Pod>::open(&name, &cfg);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{what}: open took {:?}",
+            started.elapsed()
+        );
+        match got {
+            Err(e) => assert!(expected(&e), "{what}: {e:?} ({e})"),
+            Ok(_) => panic!("{what}: attached"),
+        }
+        let _ = fake.join();
+    }
+}
