@@ -165,6 +165,12 @@ impl Drop for Region {
 /// A run of shared bytes (one slot or several adjacent ones) that is only ever copied, a
 /// 64-bit word at a time through atomics, to or from private memory: see the module doc.
 ///
+/// NB: the word loop is the price of soundness in batches: LLVM never widens atomic accesses
+/// into vector moves, so on one core a 64-value batch through `send_slice` and `recv_each`
+/// cost 0.48 ns per value against 0.22 ns with `memcpy` and a `&[u8]` view; `rep movsb` in an
+/// `asm!` block (atomic-equivalent) measured 0.9-1.4 ns on this 2-vCPU EPYC. Single values
+/// cost the same either way (3.8 against 3.9 ns).
+///
 /// Invariant: `ptr` is 8-aligned and `ptr..ptr + len` lies inside a live region for `'a`, with
 /// `len` a multiple of 8.
 #[derive(Debug)]
