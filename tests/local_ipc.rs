@@ -491,11 +491,9 @@ fn fake_writer(
     let listener = std::os::unix::net::UnixListener::bind(dir.join(format!("llbus-ipc-{name}")))
         .expect("bind");
     std::thread::spawn(move || {
-        // One connection per attempt below; the test ends by dropping the directory.
-        for stream in listener.incoming().take(1) {
-            if let Ok(s) = stream {
-                answer(&s);
-            }
+        // One connection: each case below opens once.
+        if let Some(Ok(s)) = listener.incoming().next() {
+            answer(&s);
         }
     })
 }
@@ -560,7 +558,8 @@ fn a_writer_that_hands_over_garbage_gets_a_clear_error() {
     let greeting = *b"llbusFD\x01";
     let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
     type Answer = Box<dyn Fn(&std::os::unix::net::UnixStream) + Send>;
-    let cases: Vec<(&str, Answer, fn(&OpenError) -> bool)> = vec![
+    type Case = (&'static str, Answer, fn(&OpenError) -> bool);
+    let cases: Vec<Case> = vec![
         ("closes at once", Box::new(|_| {}), |e| {
             matches!(e, OpenError::Handover(_))
         }),
