@@ -189,7 +189,8 @@ struct Args {
     #[arg(long, value_name = "BYTES_PER_S")]
     retransmit_rate: Option<u64>,
     /// udp: through the network bridge; shm: through shared memory (llbus-ipc channel
-    /// `demo.counter` in /dev/shm) to a `subscriber --transport shm` on this host.
+    /// `demo.counter` in this user's channel directory) to a `subscriber --transport shm` of the
+    /// same user on this host.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     transport: Transport,
 }

@@ -237,7 +237,7 @@ struct Args {
     #[arg(long, value_name = "BYTES")]
     size: Option<usize>,
     /// udp: through the network bridge; shm: from a `publisher --transport shm` on this host
-    /// through shared memory (llbus-ipc channel `demo.counter` in /dev/shm).
+    /// through shared memory (llbus-ipc channel `demo.counter` in this user's channel directory).
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     transport: Transport,
 }

@@ -1,16 +1,17 @@
 //! The examples with `--transport shm`, as a user runs them: `pingpong` with its echo in a
 //! second process prints a `RESULT` line with the round-trip percentiles, and `publisher` and
 //! `subscriber` in two processes deliver every message in order. Both leave nothing behind in
-//! /dev/shm. Children are killed if a test fails; every wait is bounded.
+//! the channel directory (this user's: `ChannelConfig::default().dir`). Children are killed if
+//! a test fails; every wait is bounded.
 
 use std::process::Command;
 use std::time::Duration;
 
 use tests::example_bins::{example, free_udp_port, Fields, Running};
 
-/// Files in /dev/shm whose name contains `needle`.
+/// Channel sockets in this user's channel directory whose name contains `needle`.
 fn shm_files(needle: &str) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
+    std::fs::read_dir(llbus_ipc::ChannelConfig::default().dir)
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter_map(|e| e.file_name().into_string().ok())
@@ -51,7 +52,10 @@ fn pingpong_over_shm_prints_percentiles_from_two_processes() {
     let (p50, p99, p999) = (r.u64("p50_ns"), r.u64("p99_ns"), r.u64("p999_ns"));
     assert!(0 < p50 && p50 <= p99 && p99 <= p999, "{r}");
     let leftovers = shm_files("pingpong-");
-    assert!(leftovers.is_empty(), "left in /dev/shm: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "left in the channel directory: {leftovers:?}"
+    );
 }
 
 #[test]
@@ -96,5 +100,8 @@ fn publisher_and_subscriber_over_shm_deliver_everything() {
     let (out, _) = result(publ, Duration::from_secs(20));
     assert!(out.contains("SHM moved=3000 dropped=0"), "{out}");
     let leftovers = shm_files("demo.counter");
-    assert!(leftovers.is_empty(), "left in /dev/shm: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "left in the channel directory: {leftovers:?}"
+    );
 }

@@ -1,5 +1,13 @@
-//! Channels: one shared ring in one file, a [`Sender`] that creates it and a [`Receiver`] that
-//! attaches to it, each stamping its liveness into the header and watching the other's.
+//! Channels: one shared ring in one sealed memory file, a [`Sender`] that creates it and
+//! listens at the channel's name, and a [`Receiver`] that fetches it from there; each stamps
+//! its liveness into the header and watches the other's.
+//!
+//! Rendezvous: the sender's socket is `DIR/llbus-ipc-NAME` in a directory only this user can
+//! write (see [`ChannelConfig::dir`]); the receiver connects, checks that the listener is this
+//! user (or one the configuration admits), and receives the memory file's descriptor, which it
+//! maps only once it has checked that its size is sealed (see `file` and `rendezvous`). A
+//! name whose listener died refuses connections: the next [`Sender::create`] replaces it; a
+//! live one is [`OpenError::InUse`].
 //!
 //! Liveness: each side writes its pid when it takes its side and a `CLOCK_MONOTONIC` stamp on
 //! every [`Sender::heartbeat`] / [`Receiver::heartbeat`]. A side is dead when its process is
@@ -9,6 +17,7 @@
 
 use std::io;
 use std::marker::PhantomData;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,45 +26,61 @@ use std::time::Duration;
 use llbus::Message;
 
 use crate::codec::{CodecError, Pod, SlotCodec};
-use crate::file::{self, FileId};
+use crate::file::{self, AdoptError};
 use crate::layout::{Geometry, LayoutError, Side};
 use crate::region::Region;
+use crate::rendezvous::{self, Access, FetchError, HandoverError, Listener};
 use crate::ring::{RingError, RingReader, RingWriter};
 use crate::sys;
 
-/// The start of every channel file's name.
+/// The longest [`Receiver::open`] waits for a writer to hand over its memory.
+const HANDOVER_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The start of every channel's socket name.
 pub const PREFIX: &str = "llbus-ipc-";
 
-/// Where channel files go, and how they are made.
+/// Where channels meet, who may use them, and how their rings are made.
 #[derive(Clone, Debug)]
 pub struct ChannelConfig {
-    /// The directory of channel files (default `/dev/shm`).
+    /// The directory of channel sockets. Default: `$XDG_RUNTIME_DIR/llbus` when that variable
+    /// names a directory of this user's, else `/dev/shm/llbus-UID`; made mode 0700 if missing.
+    /// Whatever it is, it must be a directory (not a link) owned by this user that no other
+    /// user can write (its group only if it is [`group`](Self::group)): anything else is
+    /// refused with [`OpenError::UnsafeDir`].
     pub dir: PathBuf,
     /// Slots per ring (rounded up to a power of two; default 1024).
     pub capacity: usize,
     /// The largest encoded message for bincode channels (default 1024 bytes; ignored for
     /// plain data, whose slot is the type's size).
     pub max_message: usize,
-    /// A group that may also open the files (mode 0660 instead of 0600). Default: none.
+    /// A group whose members may also use the channel: its socket is made mode 0660 and
+    /// given to the group, and a peer whose primary group it is is admitted. Default: none.
+    /// (The directory must then let the group in: see [`dir`](Self::dir).)
     pub group: Option<u32>,
-    /// A peer whose stamp is older than this is dead (default 1 s).
+    /// Other users admitted at the other end, by explicit opt-in. Default: none: a channel
+    /// speaks only with processes of this user (root included: root is not admitted unless
+    /// named here, and a root process attaches only to root's channels).
+    pub allow_uids: Vec<u32>,
+    /// A peer whose stamp is older than this is dead (default 1 s). Also bounds how long
+    /// [`Receiver::open`] waits for a listener's answer (and 250 ms does in any case).
     pub stale_after: Duration,
 }
 
 impl Default for ChannelConfig {
     fn default() -> Self {
         ChannelConfig {
-            dir: PathBuf::from("/dev/shm"),
+            dir: file::default_dir(),
             capacity: 1024,
             max_message: 1024,
             group: None,
+            allow_uids: Vec::new(),
             stale_after: Duration::from_secs(1),
         }
     }
 }
 
 impl ChannelConfig {
-    /// The file of channel `name`: `DIR/llbus-ipc-NAME`.
+    /// The socket of channel `name`: `DIR/llbus-ipc-NAME`.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{PREFIX}{name}"))
     }
@@ -66,6 +91,22 @@ impl ChannelConfig {
         } else {
             0o600
         }
+    }
+
+    fn access(&self) -> Access {
+        Access {
+            me: file::euid(),
+            uids: self.allow_uids.clone(),
+            group: self.group,
+        }
+    }
+
+    /// Checks (and with `create`, makes) the directory. `Ok(false)`: missing.
+    fn prepare(&self, create: bool) -> Result<bool, OpenError> {
+        file::prepare_dir(&self.dir, create, self.group).map_err(|why| OpenError::UnsafeDir {
+            dir: self.dir.clone(),
+            why,
+        })
     }
 }
 
@@ -81,9 +122,32 @@ pub enum OpenError {
         /// The process that holds it.
         pid: u32,
     },
-    /// No file yet, or its creator has not finished it: try again later.
+    /// No writer listens at the name yet (or the one that did died): try again later.
     NotReady,
-    /// The file's header is from another version or corrupt.
+    /// The channel directory cannot be trusted (or made): the text says why.
+    UnsafeDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The name, or the process at the other end, belongs to a user this channel does not
+    /// admit: refused, never used.
+    Foreign {
+        /// The channel's socket.
+        path: PathBuf,
+        /// The user who owns it (or runs the process at the other end).
+        uid: u32,
+        /// That process, if one answered.
+        pid: Option<u32>,
+    },
+    /// The writer handed over memory whose size is not sealed (another process could shrink
+    /// it under us): refused.
+    Unsealed,
+    /// The writer did not hand over a channel: it closed the connection, sent something else,
+    /// or nothing within `stale_after`.
+    Handover(String),
+    /// The memory's header is from another version or corrupt.
     Layout(LayoutError),
     /// The two sides disagree on the topic's type: its schema fingerprint or slot encoding.
     Fingerprint {
@@ -109,6 +173,22 @@ impl std::fmt::Display for OpenError {
                 write!(f, "channel '{name}' is in use by live process {pid}")
             }
             OpenError::NotReady => f.write_str("channel not created yet: retry"),
+            OpenError::UnsafeDir { dir, why } => write!(
+                f,
+                "channel directory {} refused: {why}",
+                dir.display()
+            ),
+            OpenError::Foreign { path, uid, pid } => write!(
+                f,
+                "{} belongs to uid {uid}{}, not to this user ({}) nor to a user or group the channel admits: refused (a squatter, or set ChannelConfig::allow_uids)",
+                path.display(),
+                pid.map(|p| format!(" (process {p})")).unwrap_or_default(),
+                file::euid()
+            ),
+            OpenError::Unsealed => f.write_str(
+                "the writer handed over memory it could still shrink (not a sealed memory file): refused",
+            ),
+            OpenError::Handover(why) => write!(f, "no channel from the writer: {why}"),
             OpenError::Layout(e) => e.fmt(f),
             OpenError::Fingerprint {
                 topic,
@@ -119,7 +199,7 @@ impl std::fmt::Display for OpenError {
                 "topic '{topic}': schema mismatch between the processes (fingerprint {:#018x}, slot {} here; {:#018x}, slot {} there): build both from the same message type",
                 ours.0, ours.1, theirs.0, theirs.1
             ),
-            OpenError::Io(e) => write!(f, "channel file: {e}"),
+            OpenError::Io(e) => write!(f, "channel: {e}"),
         }
     }
 }
@@ -197,13 +277,17 @@ fn take_side(side: &Side) {
     side.pid.store(sys::my_pid(), Ordering::Release);
 }
 
-/// Removes stale channel files from `dir`: channel files whose writer is dead (or gone) and
-/// that no live reader holds, and temporary files of dead processes. Returns how many it
-/// removed. Files it cannot read are left alone.
+/// Removes stale channel sockets from `dir`: sockets of this user at which nobody listens any
+/// more (their writer died), and temporary files of older versions left by processes that are
+/// gone. Returns how many it removed. Anything of another user, or that it cannot read, is left
+/// alone. (`stale_after` is not needed any more: whether anyone listens is the test.)
 ///
 /// # Errors
 /// If `dir` cannot be listed.
 pub fn remove_stale(dir: &Path, stale_after: Duration) -> io::Result<usize> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let _ = stale_after;
+    let me = file::euid();
     let mut removed = 0;
     for entry in std::fs::read_dir(dir)? {
         let Ok(entry) = entry else { continue };
@@ -213,43 +297,36 @@ pub fn remove_stale(dir: &Path, stale_after: Duration) -> io::Result<usize> {
             continue;
         }
         let path = entry.path();
-        if let Some((_, pid)) = name.rsplit_once(".tmp.") {
-            if pid.parse().map(|p| !sys::pid_alive(p)).unwrap_or(false) {
-                removed += std::fs::remove_file(&path).is_ok() as usize;
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.uid() != me {
+            continue;
+        }
+        let Some(id) = file::id_of(&path) else {
+            continue;
+        };
+        if meta.file_type().is_socket() {
+            if let Ok(None) = rendezvous::probe(&path) {
+                removed += file::unlink_if(&path, id) as usize;
             }
             continue;
         }
-        let Ok((region, id)) = file::open(&path) else {
-            continue;
-        };
-        let h = region.header();
-        if Geometry::read(h, region.len()).is_err() {
-            // Not initialised: a creator writes under a temporary name, so this is garbage.
-            removed += file::unlink_if(&path, id) as usize;
-            continue;
-        }
-        let writer = peer_state(&h.writer.0, stale_after, true);
-        let reader = peer_state(&h.reader.0, stale_after, true);
-        let writer_gone = !matches!(writer, PeerState::Alive(_));
-        let reader_gone = !matches!(reader, PeerState::Alive(_));
-        if writer_gone && reader_gone {
-            removed += file::unlink_if(&path, id) as usize;
+        if let Some((_, pid)) = name.rsplit_once(".tmp.") {
+            if pid.parse().map(|p| !sys::pid_alive(p)).unwrap_or(false) {
+                removed += file::unlink_if(&path, id) as usize;
+            }
         }
     }
     Ok(removed)
 }
 
-fn create_ring(
-    path: &Path,
-    geo: Geometry,
-    len: usize,
-    mode: u32,
-    group: Option<u32>,
-) -> Result<(RingWriter, FileId), OpenError> {
-    file::create(path, len, mode, group, |region| {
-        take_side(&region.header().writer.0);
-        RingWriter::create(region, geo).map_err(OpenError::Layout)
-    })
+/// Makes a fresh ring of geometry `geo` in a new sealed memory file, the writer's side taken.
+fn create_ring(name: &str, geo: Geometry, len: usize) -> Result<(RingWriter, OwnedFd), OpenError> {
+    let (fd, region) = file::create_region(name, len)?;
+    take_side(&region.header().writer.0);
+    let ring = RingWriter::create(region, geo).map_err(OpenError::Layout)?;
+    Ok((ring, fd))
 }
 
 /// Marks the writer's side closed and wakes a sleeping reader so that it sees it at once.
@@ -259,16 +336,61 @@ fn close_writer(h: &crate::layout::Header) {
     sys::futex_wake(&h.reader_sleeps.0);
 }
 
-/// The writing side of a channel: creates the file, owns the ring's writer.
+/// What is at a channel's name before a sender takes it.
+fn clear_name(name: &str, path: &Path, access: &Access) -> Result<(), OpenError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(OpenError::Io(e)),
+    };
+    let Some(id) = file::id_of(path) else {
+        return Ok(());
+    };
+    if meta.uid() != access.me {
+        // Only possible in a directory others may write (a group's), or made by root: never
+        // used, never removed by us, reported.
+        return Err(OpenError::Foreign {
+            path: path.to_owned(),
+            uid: meta.uid(),
+            pid: None,
+        });
+    }
+    if meta.file_type().is_socket() {
+        match rendezvous::probe(path) {
+            Ok(Some(who)) => {
+                return Err(OpenError::InUse {
+                    name: name.to_owned(),
+                    pid: who.pid,
+                })
+            }
+            Ok(None) => log::info!(
+                "llbus-ipc: replacing channel socket {} left by a writer that is gone",
+                path.display()
+            ),
+            Err(e) => return Err(OpenError::Io(e)),
+        }
+    } else {
+        log::info!(
+            "llbus-ipc: replacing {} (not a channel socket: an older version's file, or garbage)",
+            path.display()
+        );
+    }
+    file::unlink_if(path, id);
+    Ok(())
+}
+
+/// The writing side of a channel: makes the ring's memory and listens at the channel's name.
 #[derive(Debug)]
 pub struct Sender<T, C> {
     ring: RingWriter,
+    listener: Listener,
+    name: String,
     path: PathBuf,
-    id: FileId,
     topic: &'static str,
     stale_after: Duration,
-    mode: u32,
-    group: Option<u32>,
+    /// A slot's worth of private bytes that the codec builds a message in.
+    scratch: Box<[u8]>,
     _t: PhantomData<fn(T, C)>,
 }
 
@@ -293,34 +415,20 @@ impl std::fmt::Display for SendError {
 impl std::error::Error for SendError {}
 
 impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
-    /// Creates channel `name` for topic `T` in `config.dir`. A file left there by a dead
-    /// writer is removed first (and counted in the log); one held by a live writer is refused.
+    /// Creates channel `name` for topic `T`: its ring in a new sealed memory file, and its
+    /// socket in `config.dir` (made if missing, checked in any case). A socket left there by a
+    /// writer that died is replaced (and logged); a live writer's is refused; anything of
+    /// another user is reported and left alone.
     ///
     /// # Errors
-    /// [`OpenError::BadName`], [`OpenError::InUse`], or [`OpenError::Io`].
+    /// [`OpenError::BadName`], [`OpenError::UnsafeDir`], [`OpenError::InUse`],
+    /// [`OpenError::Foreign`], or [`OpenError::Io`].
     pub fn create(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
         check_name(name)?;
+        config.prepare(true)?;
         let path = config.path(name);
-        if let Ok((old, old_id)) = file::open(&path) {
-            let h = old.header();
-            match peer_state(&h.writer.0, config.stale_after, true) {
-                PeerState::Alive(pid) => {
-                    return Err(OpenError::InUse {
-                        name: name.to_owned(),
-                        pid,
-                    })
-                }
-                state => {
-                    log::info!(
-                        "llbus-ipc: replacing channel file {} left by a writer that is {state:?}",
-                        path.display()
-                    );
-                    // Tell a reader still attached that this file is finished.
-                    h.writer.0.closed.store(CLOSED, Ordering::Release);
-                    file::unlink_if(&path, old_id);
-                }
-            }
-        }
+        let access = config.access();
+        clear_name(name, &path, &access)?;
         let capacity = config
             .capacity
             .max(1)
@@ -334,25 +442,37 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
             topic_id: T::TOPIC_ID,
         };
         let len = geo.validate().map_err(OpenError::Layout)?;
-        let (ring, id) = create_ring(&path, geo, len, config.mode(), config.group)?;
+        let (ring, fd) = create_ring(name, geo, len)?;
+        let listener = match Listener::bind(&path, config.mode(), config.group, access, fd) {
+            Ok(l) => l,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                // Another writer took the name between our look and our bind.
+                let pid = rendezvous::probe(&path).ok().flatten().map_or(0, |p| p.pid);
+                return Err(OpenError::InUse {
+                    name: name.to_owned(),
+                    pid,
+                });
+            }
+            Err(e) => return Err(OpenError::Io(e)),
+        };
         Ok(Sender {
             ring,
+            listener,
+            name: name.to_owned(),
             path,
-            id,
             topic: T::TOPIC,
             stale_after: config.stale_after,
-            mode: config.mode(),
-            group: config.group,
+            scratch: vec![0u8; geo.slot_size].into_boxed_slice(),
             _t: PhantomData,
         })
     }
 
-    /// Replaces the channel's file with a fresh, empty one (after the reader reported the ring
-    /// [`PeerState::Broken`], or [`SendError::Corrupt`]); the reader attaches to the new one.
+    /// Replaces the channel's ring with a fresh, empty one (after the reader reported the ring
+    /// [`PeerState::Broken`], or [`SendError::Corrupt`]); the reader fetches the new one.
     /// Returns how many messages the old ring still held (lost).
     ///
     /// # Errors
-    /// [`OpenError::Io`] if the new file cannot be made; the old one is gone either way.
+    /// [`OpenError::Io`] if the new memory cannot be made; the old ring is closed either way.
     pub fn reset(&mut self) -> Result<u64, OpenError> {
         let geo = *self.ring.geometry();
         let h = self.ring.region().header();
@@ -363,12 +483,16 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
             .wrapping_sub(head)
             .min(geo.capacity as u64);
         close_writer(h);
-        file::unlink_if(&self.path, self.id);
         let len = geo.validate().map_err(OpenError::Layout)?;
-        let (ring, id) = create_ring(&self.path, geo, len, self.mode, self.group)?;
+        let (ring, fd) = create_ring(&self.name, geo, len)?;
+        self.listener.replace(fd);
         self.ring = ring;
-        self.id = id;
         Ok(lost)
+    }
+
+    /// Connections to the channel's socket refused because of the user who made them.
+    pub fn refused(&self) -> u64 {
+        self.listener.refused()
     }
 
     /// Sends `value` if a slot is free; returns whether it was sent.
@@ -379,10 +503,11 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
     #[inline]
     pub fn try_send(&mut self, value: &T) -> Result<bool, SendError> {
         let mut codec = Ok(());
+        let scratch = &mut self.scratch;
         let n = self
             .ring
             .write_batch(1, |slot| {
-                codec = C::encode(value, slot);
+                codec = C::encode(value, slot, scratch);
                 codec.is_ok()
             })
             .map_err(SendError::Corrupt)?;
@@ -402,12 +527,13 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
         mut next: F,
     ) -> Result<(usize, usize), SendError> {
         let mut skipped = 0;
+        let scratch = &mut self.scratch;
         let n = self
             .ring
             .write_batch(max, |slot| loop {
                 match next() {
                     None => return false,
-                    Some(v) => match C::encode(&v, slot) {
+                    Some(v) => match C::encode(&v, slot, scratch) {
                         Ok(()) => return true,
                         Err(_) => skipped += 1,
                     },
@@ -483,11 +609,13 @@ impl<T: Message + bytemuck::Pod> Sender<T, Pod> {
         }
         let mut bytes: &[u8] = bytemuck::cast_slice(items);
         self.ring
-            .write_runs(items.len(), |run, _| {
-                let (now, rest) = bytes.split_at(run.len());
-                run.copy_from_slice(now);
+            .write_runs(items.len(), |run, slots| {
+                let (now, rest) = bytes.split_at(run.len().min(bytes.len()));
+                if !run.write(0, now) {
+                    return 0;
+                }
                 bytes = rest;
-                run.len() / size
+                slots
             })
             .map_err(SendError::Corrupt)
     }
@@ -495,26 +623,21 @@ impl<T: Message + bytemuck::Pod> Sender<T, Pod> {
 
 impl<T, C> Drop for Sender<T, C> {
     fn drop(&mut self) {
-        let h = self.ring.region().header();
-        close_writer(h);
-        // Nobody to drain it: the file goes now. Otherwise the reader removes it once drained.
-        if !matches!(
-            peer_state(&h.reader.0, self.stale_after, true),
-            PeerState::Alive(_)
-        ) {
-            file::unlink_if(&self.path, self.id);
-        }
+        // The reader drains what is left and lets go; the memory goes with the last mapping,
+        // and the listener (dropped next) unlinks the name.
+        close_writer(self.ring.region().header());
     }
 }
 
-/// The reading side of a channel: attaches to the file a [`Sender`] made.
+/// The reading side of a channel: maps the memory a [`Sender`] hands over.
 #[derive(Debug)]
 pub struct Receiver<T, C> {
     ring: RingReader,
     path: PathBuf,
-    id: FileId,
     topic: &'static str,
     stale_after: Duration,
+    /// A slot's worth of private bytes that slots are copied into before they are decoded.
+    scratch: Box<[u8]>,
     _t: PhantomData<fn() -> (T, C)>,
 }
 
@@ -536,24 +659,58 @@ impl std::fmt::Display for RecvError {
 impl std::error::Error for RecvError {}
 
 impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
-    /// Attaches to channel `name` of topic `T` in `config.dir`, checking the header, the
-    /// slot encoding and the schema fingerprint, and takes the reader's side (from a dead
-    /// reader too, resuming at its position).
+    /// Attaches to channel `name` of topic `T` in `config.dir`: connects to its writer's
+    /// socket, checks that the writer is this user (or one `config` admits), receives the
+    /// ring's memory and checks that its size is sealed, then checks the header, the slot
+    /// encoding and the schema fingerprint, and takes the reader's side (from a dead reader
+    /// too, resuming at its position). Waits at most `config.stale_after`, and at most 250 ms,
+    /// for the writer's answer.
     ///
     /// # Errors
-    /// [`OpenError::NotReady`] (retry later), [`OpenError::Fingerprint`] naming the topic,
-    /// [`OpenError::InUse`] if a live reader holds it, [`OpenError::Layout`], [`OpenError::Io`].
+    /// [`OpenError::NotReady`] (no live writer yet: retry later), [`OpenError::UnsafeDir`],
+    /// [`OpenError::Foreign`], [`OpenError::Unsealed`], [`OpenError::Handover`],
+    /// [`OpenError::Fingerprint`] naming the topic, [`OpenError::InUse`] if a live reader holds
+    /// it, [`OpenError::Layout`], [`OpenError::Io`].
     pub fn open(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
         check_name(name)?;
+        if !config.prepare(false)? {
+            return Err(OpenError::NotReady);
+        }
         let path = config.path(name);
-        let (region, id) = file::open(&path)?;
-        Self::attach(region, path, id, config.stale_after)
+        // A live writer answers from a thread of its own within microseconds; a writer that
+        // does not (stopped, or not a llbus writer) must not hold a bus thread for long.
+        let timeout = config.stale_after.min(HANDOVER_TIMEOUT);
+        let (fd, _writer) = match rendezvous::fetch(&path, &config.access(), timeout) {
+            Ok(got) => got,
+            Err(FetchError::NotThere) => return Err(OpenError::NotReady),
+            Err(FetchError::Foreign(who)) => {
+                return Err(OpenError::Foreign {
+                    path,
+                    uid: who.uid,
+                    pid: Some(who.pid),
+                })
+            }
+            Err(FetchError::Handover(HandoverError::Garbage(why))) => {
+                return Err(OpenError::Handover(why.to_owned()))
+            }
+            Err(FetchError::Handover(HandoverError::Io(e)) | FetchError::Io(e)) => {
+                return Err(OpenError::Io(e))
+            }
+        };
+        let region = match file::adopt(&fd) {
+            Ok(r) => r,
+            Err(AdoptError::Unsealed) => return Err(OpenError::Unsealed),
+            Err(AdoptError::Shape(why)) => return Err(OpenError::Handover(why)),
+            Err(AdoptError::Io(e)) => return Err(OpenError::Io(e)),
+        };
+        // The mapping keeps the memory; the descriptor is not needed any more.
+        drop(fd);
+        Self::attach(region, path, config.stale_after)
     }
 
     fn attach(
         region: Arc<Region>,
         path: PathBuf,
-        id: FileId,
         stale_after: Duration,
     ) -> Result<Self, OpenError> {
         let ring = RingReader::attach(region).map_err(|e| match e {
@@ -585,9 +742,9 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
             _ => take_side(&h.reader.0),
         }
         Ok(Receiver {
+            scratch: vec![0u8; geo.slot_size].into_boxed_slice(),
             ring,
             path,
-            id,
             topic: T::TOPIC,
             stale_after,
             _t: PhantomData,
@@ -606,9 +763,10 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
         mut handler: F,
     ) -> Result<(usize, usize), RecvError> {
         let mut malformed = 0;
+        let scratch = &mut self.scratch;
         let n = self
             .ring
-            .read_batch(max, |slot| match C::decode(slot) {
+            .read_batch(max, |slot| match C::decode(slot, scratch) {
                 Ok(v) => handler(v),
                 Err(_) => malformed += 1,
             })
@@ -681,19 +839,18 @@ impl<T: Message + bytemuck::Pod> Receiver<T, Pod> {
         let mut dst: &mut [u8] = bytemuck::cast_slice_mut(out);
         let got = self.ring.read_runs(dst.len() / size, |run, _| {
             let (now, rest) = std::mem::take(&mut dst).split_at_mut(run.len());
-            now.copy_from_slice(run);
+            // Copied out of the shared run before anything looks at it.
+            run.read(0, now);
             dst = rest;
         });
         got.map_err(|e| self.broken(e))
     }
 
-    /// Hands up to `max` values to `f`, in order, read straight from their slots (no copy into
-    /// a buffer first), and frees their slots with one store; returns how many. The plain-data
-    /// counterpart of the in-process ring's `pop_batch`: when a slot is exactly a `T` wide, each
-    /// run of adjacent slots is read as a slice of `T`; otherwise a value at a time, as
-    /// [`recv_batch`](Self::recv_batch). (Every bit pattern is a `T`, so there is nothing to
-    /// reject; a writer that scribbles on a published slot yields a wrong value, as with any
-    /// read.)
+    /// Hands up to `max` values to `f`, in order, each copied out of its slot straight into
+    /// the value handed over (no buffer in between), and frees their slots with one store;
+    /// returns how many. The plain-data counterpart of the in-process ring's `pop_batch`.
+    /// (Every bit pattern is a `T`, so there is nothing to reject; a writer that scribbles on a
+    /// published slot yields a wrong value, as with any read.)
     ///
     /// # Errors
     /// [`RecvError::Corrupt`] if the writer broke the ring.
@@ -702,14 +859,8 @@ impl<T: Message + bytemuck::Pod> Receiver<T, Pod> {
         if size == 0 || self.ring.geometry().slot_size != size {
             return self.recv_batch(max, f).map(|(n, _)| n);
         }
-        let got = self.ring.read_runs(max, |run, _| {
-            match bytemuck::try_cast_slice::<u8, T>(run) {
-                Ok(items) => items.iter().for_each(|&v| f(v)),
-                // A `T` that wants more than the slots' 8-byte alignment: unaligned reads.
-                Err(_) => run
-                    .chunks_exact(size)
-                    .for_each(|b| f(bytemuck::pod_read_unaligned(b))),
-            }
+        let got = self.ring.read_runs(max, |run, slots| {
+            run.read_each::<T>(slots, size, &mut f);
         });
         got.map_err(|e| self.broken(e))
     }
@@ -718,16 +869,11 @@ impl<T: Message + bytemuck::Pod> Receiver<T, Pod> {
 impl<T, C> Drop for Receiver<T, C> {
     fn drop(&mut self) {
         let h = self.ring.region().header();
-        let writer = peer_state(&h.writer.0, self.stale_after, true);
         // Release our side so the next reader may take it.
         let _ =
             h.reader
                 .0
                 .pid
                 .compare_exchange(sys::my_pid(), 0, Ordering::AcqRel, Ordering::Relaxed);
-        // The writer is gone for good: reclaim its file (if the name still points at it).
-        if !matches!(writer, PeerState::Alive(_)) {
-            file::unlink_if(&self.path, self.id);
-        }
     }
 }

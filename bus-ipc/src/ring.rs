@@ -14,9 +14,12 @@
 //!   [`RingError::Corrupt`] for good: the caller counts it and reconnects. Slot offsets come
 //!   only from the private, checked [`Geometry`] and the private index, so no value in the
 //!   mapping can steer an access outside the region.
-//! - **Slots are copied, never referenced**: a reader copies a slot's bytes out (plain data) or
-//!   decodes them (bincode, with the length prefix checked against the slot size), so a peer
-//!   that scribbles on a slot it published yields a wrong value, never undefined behaviour.
+//! - **Slots are copied, never referenced**: each side reaches slot bytes only through
+//!   [`Slots`], which copies them a word at a time through atomics between the region and
+//!   private memory, and never as a `&[u8]` (the region module says why). A reader copies a
+//!   slot out before it interprets it (plain data), or copies the length prefix, checks it
+//!   against the slot, and copies and decodes that many bytes (bincode), so a peer that
+//!   scribbles on a slot it published yields a wrong value, never undefined behaviour.
 //! - **Sleeping is announced in the mapping** (`reader_sleeps`, `writer_sleeps`): a side that
 //!   wants to sleep sets its word, issues a `SeqCst` fence, re-checks the ring, and sleeps on
 //!   the word with a futex; the other side, after its `Release` store, issues a `SeqCst` fence
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 use crate::handshake;
 use crate::layout::{Geometry, LayoutError, HEADER_LEN};
-use crate::region::Region;
+use crate::region::{Region, Slots};
 use crate::sys;
 
 /// Why a ring operation failed.
@@ -79,11 +82,16 @@ pub struct RingReader {
     poisoned: Option<&'static str>,
 }
 
-fn slot_ptr(region: &Region, geo: &Geometry, mask: u64, index: u64) -> *mut u8 {
-    let offset = HEADER_LEN + (index & mask) as usize * geo.slot_size;
-    debug_assert!(offset + geo.slot_size <= region.len());
-    region.at(offset)
+/// `count` adjacent slots from slot `first` (`< capacity`, and `first + count <= capacity`).
+/// `None` only if that were not inside the region, which the checked geometry rules out: the
+/// callers treat it as corruption rather than trust it.
+#[inline]
+fn slots<'a>(region: &'a Region, geo: &Geometry, first: u64, count: usize) -> Option<Slots<'a>> {
+    let offset = HEADER_LEN + first as usize * geo.slot_size;
+    region.slots(offset, count * geo.slot_size)
 }
+
+const OUT_OF_REGION: &str = "slot outside the region";
 
 /// A batch of `n` slots from slot `first` (`< capacity`) of a ring of `capacity` slots, as two
 /// runs of (first slot, slot count): the second is empty unless the batch wraps.
@@ -175,13 +183,13 @@ impl RingWriter {
         Ok((cap - self.tail.wrapping_sub(self.head_cache)) as usize)
     }
 
-    /// Fills up to `max` free slots with `fill` (called with each slot's bytes; it returns
-    /// `false` to stop without using the slot), then publishes them with one `Release` store,
+    /// Fills up to `max` free slots with `fill` (called with each slot; it returns `false` to
+    /// stop without using the slot), then publishes them with one `Release` store,
     /// and wakes the reader if it announced that it sleeps. Returns how many it published.
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the reader's `head` is out of range.
-    pub fn write_batch<F: FnMut(&mut [u8]) -> bool>(
+    pub fn write_batch<F: FnMut(&mut Slots<'_>) -> bool>(
         &mut self,
         max: usize,
         mut fill: F,
@@ -189,18 +197,15 @@ impl RingWriter {
         let free = self.free_for(max)?;
         let mut n = 0;
         while n < free {
-            let p = slot_ptr(
-                &self.region,
-                &self.geo,
-                self.mask,
-                self.tail.wrapping_add(n as u64),
-            );
-            // SAFETY: the slot lies inside the region (private geometry and index) and is free
-            // (`[tail, head + capacity)`): a well-behaved reader does not touch it until we
-            // publish it. A hostile one may scribble on it; that changes bytes, which any bit
-            // pattern of `[u8]` tolerates, and the reader copies rather than references them.
-            let slot = unsafe { std::slice::from_raw_parts_mut(p, self.geo.slot_size) };
-            if !fill(slot) {
+            let index = self.tail.wrapping_add(n as u64) & self.mask;
+            // The slot is free (`[tail, head + capacity)`): a well-behaved reader does not touch
+            // it until we publish it; a hostile one may scribble on it, which only changes the
+            // bytes it will read.
+            let Some(mut slot) = slots(&self.region, &self.geo, index, 1) else {
+                self.poisoned = Some(OUT_OF_REGION);
+                return Err(RingError::Corrupt(OUT_OF_REGION));
+            };
+            if !fill(&mut slot) {
                 break;
             }
             n += 1;
@@ -210,14 +215,14 @@ impl RingWriter {
     }
 
     /// Like [`write_batch`](Self::write_batch), a run of adjacent slots at a time: up to `max`
-    /// free slots as at most two runs of bytes (the second when the batch wraps), each handed to
-    /// `fill` with its slot count; `fill` returns how many of the run's leading slots it filled
+    /// free slots as at most two runs (the second when the batch wraps), each handed to `fill`
+    /// with its slot count; `fill` returns how many of the run's leading slots it filled
     /// (fewer than all ends the batch). One `Release` store publishes them all. A batch of
     /// plain data is then one copy per run instead of a call per slot.
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the reader's `head` is out of range.
-    pub fn write_runs<F: FnMut(&mut [u8], usize) -> usize>(
+    pub fn write_runs<F: FnMut(&mut Slots<'_>, usize) -> usize>(
         &mut self,
         max: usize,
         mut fill: F,
@@ -228,12 +233,12 @@ impl RingWriter {
             if len == 0 {
                 break;
             }
-            let p = slot_ptr(&self.region, &self.geo, self.mask, first);
-            // SAFETY: slots `first..first + len` lie inside the region (`runs` keeps them below
-            // the capacity, and the region holds `capacity` slots after the header) and are
-            // free, as in `write_batch`.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(p, len * self.geo.slot_size) };
-            let filled = fill(bytes, len).min(len);
+            // Free slots, as in `write_batch`; `runs` keeps them below the capacity.
+            let Some(mut run) = slots(&self.region, &self.geo, first, len) else {
+                self.poisoned = Some(OUT_OF_REGION);
+                return Err(RingError::Corrupt(OUT_OF_REGION));
+            };
+            let filled = fill(&mut run, len).min(len);
             n += filled;
             if filled < len {
                 break;
@@ -386,43 +391,40 @@ impl RingReader {
         Ok(self.tail_cache.wrapping_sub(self.head) as usize)
     }
 
-    /// Hands up to `max` ready slots to `read` (each slot's bytes, in order), then frees them
+    /// Hands up to `max` ready slots to `read` (each slot, in order), then frees them
     /// with one `Release` store, and wakes the writer if it announced that it sleeps. Returns
     /// how many it handed over.
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the writer's `tail` is out of range.
-    pub fn read_batch<F: FnMut(&[u8])>(
+    pub fn read_batch<F: FnMut(&Slots<'_>)>(
         &mut self,
         max: usize,
         mut read: F,
     ) -> Result<usize, RingError> {
         let n = self.ready_for(max)?;
         for i in 0..n {
-            let p = slot_ptr(
-                &self.region,
-                &self.geo,
-                self.mask,
-                self.head.wrapping_add(i as u64),
-            );
-            // SAFETY: the slot lies inside the region (private geometry and index) and was
-            // published (`[head, tail)` with the Acquire load of `tail` ordering the writer's
-            // bytes before our reads). A hostile writer may still change the bytes: `read`
-            // copies or decodes them, which tolerates any bit pattern.
-            let slot = unsafe { std::slice::from_raw_parts(p, self.geo.slot_size) };
-            read(slot);
+            let index = self.head.wrapping_add(i as u64) & self.mask;
+            // Published (`[head, tail)`, the Acquire load of `tail` ordering the writer's
+            // stores before our loads). A hostile writer may still change the bytes: `read`
+            // copies them out before it looks at them.
+            let Some(slot) = slots(&self.region, &self.geo, index, 1) else {
+                self.poisoned = Some(OUT_OF_REGION);
+                return Err(RingError::Corrupt(OUT_OF_REGION));
+            };
+            read(&slot);
         }
         self.release(n);
         Ok(n)
     }
 
     /// Like [`read_batch`](Self::read_batch), a run of adjacent slots at a time: up to `max`
-    /// ready slots as at most two runs of bytes (the second when the batch wraps), each handed
-    /// to `read` with its slot count, then freed with one `Release` store.
+    /// ready slots as at most two runs (the second when the batch wraps), each handed to `read`
+    /// with its slot count, then freed with one `Release` store.
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the writer's `tail` is out of range.
-    pub fn read_runs<F: FnMut(&[u8], usize)>(
+    pub fn read_runs<F: FnMut(&Slots<'_>, usize)>(
         &mut self,
         max: usize,
         mut read: F,
@@ -432,11 +434,11 @@ impl RingReader {
             if len == 0 {
                 break;
             }
-            let p = slot_ptr(&self.region, &self.geo, self.mask, first);
-            // SAFETY: slots `first..first + len` lie inside the region (as in `write_runs`) and
-            // were published, as in `read_batch`; `read` copies the bytes, whatever they are.
-            let bytes = unsafe { std::slice::from_raw_parts(p, len * self.geo.slot_size) };
-            read(bytes, len);
+            let Some(run) = slots(&self.region, &self.geo, first, len) else {
+                self.poisoned = Some(OUT_OF_REGION);
+                return Err(RingError::Corrupt(OUT_OF_REGION));
+            };
+            read(&run, len);
         }
         self.release(n);
         Ok(n)

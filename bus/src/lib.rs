@@ -116,6 +116,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod blocking;
+#[cfg(unix)]
+mod counters;
 mod message;
 mod ring;
 mod runtime;
@@ -123,6 +125,13 @@ mod schema;
 mod sync;
 mod wait;
 
+#[cfg(unix)]
+pub use counters::{
+    counters_dir, counters_files, decode as decode_counters, find_counters_files,
+    read_counters_file, read_counters_file_of, ActorCounts, CountersFileError, CountersLocation,
+    CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS,
+    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
+};
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{
     Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
@@ -130,12 +139,6 @@ pub use ring::{
 };
 #[cfg(feature = "tokio")]
 pub use runtime::AsyncSubscription;
-#[cfg(unix)]
-pub use runtime::{
-    counters_dir, counters_files, decode_counters, read_counters_file, ActorCounts,
-    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
-    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
-};
 pub use runtime::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
     EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,

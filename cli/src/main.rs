@@ -4,7 +4,8 @@
 //! layout is defined once, in `llbus`: see `llbus::read_counters_file`), so it never slows a
 //! bus down and needs no connection to it.
 //!
-//! - `llbus list`: the buses on this host, live or stale (`--prune` removes the stale files).
+//! - `llbus list`: the buses on this host, live or stale, with their users (`--prune` removes
+//!   this user's stale files). Root sees every user's buses; others see their own.
 //! - `llbus stat [BUS] [--watch] [--json] [--openmetrics]`: every edge, actor and named
 //!   metric (bridge metrics among them) of one bus.
 //! - `llbus top [BUS]`: a live full-screen view of the busiest edges (`q` quits).
@@ -16,6 +17,7 @@
 mod render;
 mod select;
 mod spy;
+mod text;
 mod top;
 
 use std::process::ExitCode;
@@ -162,7 +164,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("llbus: {e}");
+            eprintln!("llbus: {}", text::clean(&e));
             ExitCode::FAILURE
         }
     }
@@ -171,10 +173,15 @@ fn main() -> ExitCode {
 fn list(json: bool, prune: bool) -> Result<(), String> {
     let buses = select::all()?;
     if prune {
-        for b in buses.iter().filter(|b| !b.live) {
+        // Only this user's files: another user's stale bus is theirs to remove.
+        let me = llbus::counters_dir();
+        for b in buses
+            .iter()
+            .filter(|b| !b.live && b.path.parent() == Some(me.as_path()))
+        {
             match std::fs::remove_file(&b.path) {
-                Ok(()) => eprintln!("removed stale {}", b.path.display()),
-                Err(e) => eprintln!("cannot remove {}: {e}", b.path.display()),
+                Ok(()) => eprintln!("removed stale {}", text::path(&b.path)),
+                Err(e) => eprintln!("cannot remove {}: {e}", text::path(&b.path)),
             }
         }
     }
@@ -193,11 +200,11 @@ fn stat(
     let mut prev = None;
     let mut printed = 0u64;
     loop {
-        let snap = match select::read(&found.path) {
+        let snap = match select::read(&found.path, found.owner) {
             Ok(s) => s,
             // Gone while watching: the bus stopped.
             Err(e) if printed > 0 => {
-                eprintln!("llbus: the bus stopped ({e})");
+                eprintln!("llbus: the bus stopped ({})", text::clean(&e));
                 return Ok(());
             }
             Err(e) => return Err(e),

@@ -6,6 +6,7 @@ use std::path::Path;
 use llbus::{CountersSnapshot, EdgeCounts};
 
 use crate::select::Found;
+use crate::text::{self, clean};
 
 /// How `stat` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +53,7 @@ pub(crate) fn list(buses: &[Found], json: bool) -> String {
             .map(|f| {
                 serde_json::json!({
                     "file": f.path.display().to_string(),
+                    "owner": f.owner,
                     "live": f.live,
                     "bus": f.snapshot.as_ref().map(|s| s.bus.clone()),
                     "pid": f.snapshot.as_ref().map(|s| s.pid),
@@ -66,36 +68,38 @@ pub(crate) fn list(buses: &[Found], json: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<20} {:>8} {:<6} {:>10} {:>6} {:>7}  FILE",
-        "BUS", "PID", "STATE", "UPTIME", "EDGES", "ACTORS"
+        "{:<20} {:>8} {:<10} {:<6} {:>10} {:>6} {:>7}  FILE",
+        "BUS", "PID", "OWNER", "STATE", "UPTIME", "EDGES", "ACTORS"
     );
     for f in buses {
         match &f.snapshot {
             Some(s) => {
                 let _ = writeln!(
                     out,
-                    "{:<20} {:>8} {:<6} {:>9.1}s {:>6} {:>7}  {}",
-                    s.bus,
+                    "{:<20} {:>8} {:<10} {:<6} {:>9.1}s {:>6} {:>7}  {}",
+                    clean(&s.bus),
                     s.pid,
+                    text::user(f.owner),
                     if f.live { "live" } else { "stale" },
                     secs(s.started_unix_ns, s.heartbeat_unix_ns),
                     s.edges.len(),
                     s.actors.len(),
-                    f.path.display()
+                    text::path(&f.path)
                 );
             }
             None => {
                 let _ = writeln!(
                     out,
-                    "{:<20} {:>8} {:<6} {:>10} {:>6} {:>7}  {} ({})",
+                    "{:<20} {:>8} {:<10} {:<6} {:>10} {:>6} {:>7}  {} ({})",
                     "?",
                     "?",
+                    text::user(f.owner),
                     "broken",
                     "",
                     "",
                     "",
-                    f.path.display(),
-                    f.error.as_deref().unwrap_or("unreadable")
+                    text::path(&f.path),
+                    clean(f.error.as_deref().unwrap_or("unreadable"))
                 );
             }
         }
@@ -151,9 +155,10 @@ pub(crate) fn table(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "bus {} (pid {}, {}, up {:.1}s)",
-        snap.bus,
+        "bus {} (pid {}, user {}, {}, up {:.1}s)",
+        clean(&snap.bus),
         snap.pid,
+        text::user(snap.owner),
         if live {
             "live"
         } else {
@@ -183,9 +188,9 @@ pub(crate) fn table(
         let _ = writeln!(
             out,
             "{:<18} {:<28} {:<10} {:>10} {:>10.0} {:>10} {:>6} {:>6} {:>8} {:>9} {:>6} {:>8} {:>8}",
-            e.topic,
-            format!("{} -> {}", e.publisher, e.subscriber),
-            e.policy,
+            clean(&e.topic),
+            format!("{} -> {}", clean(&e.publisher), clean(&e.subscriber)),
+            clean(&e.policy),
             e.published,
             rate(e, snap, prev),
             e.handled,
@@ -208,7 +213,13 @@ pub(crate) fn table(
         let _ = writeln!(
             out,
             "{:<18} {:<14} {:>10} {:>12} {:>8} {:>8} {:>6}",
-            a.name, a.thread, a.handled, a.idle_rounds, a.ticks, a.restarts, a.panics
+            clean(&a.name),
+            clean(&a.thread),
+            a.handled,
+            a.idle_rounds,
+            a.ticks,
+            a.restarts,
+            a.panics
         );
     }
     if snap.actors.iter().any(|a| !a.metrics.is_empty()) {
@@ -216,14 +227,16 @@ pub(crate) fn table(
         let _ = writeln!(out, "{:<18} {:<32} {:>14}", "ACTOR", "METRIC", "VALUE");
         for a in &snap.actors {
             for (name, v) in &a.metrics {
-                let _ = writeln!(out, "{:<18} {:<32} {:>14}", a.name, name, v);
+                let _ = writeln!(out, "{:<18} {:<32} {:>14}", clean(&a.name), clean(name), v);
             }
         }
     }
     out
 }
 
-/// A label value escaped for the OpenMetrics text format.
+/// A label value escaped for the OpenMetrics text format, which has escapes for `\\`, `"` and
+/// newline only: any other character that could act on a terminal (a control character, a
+/// bidirectional override) is replaced by U+FFFD.
 fn escape(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
@@ -231,6 +244,7 @@ fn escape(v: &str) -> String {
             '\\' => s.push_str("\\\\"),
             '"' => s.push_str("\\\""),
             '\n' => s.push_str("\\n"),
+            c if text::unsafe_char(c) => s.push('\u{fffd}'),
             c => s.push(c),
         }
     }
@@ -356,6 +370,7 @@ mod tests {
         CountersSnapshot {
             bus: "b\"x".to_owned(),
             pid: 1,
+            owner: 0,
             started_unix_ns: 0,
             heartbeat_unix_ns: 2_000_000_000,
             interval_ns: 1,
@@ -419,5 +434,35 @@ mod tests {
         assert!(t.contains("feed -> strat"), "{t}");
         assert!(t.contains("datagrams_sent"), "{t}");
         assert!(t.contains("AVG/S"), "{t}");
+    }
+
+    #[test]
+    fn control_characters_in_names_never_reach_the_terminal() {
+        let mut s = snap();
+        s.bus = "evil\x1b]0;owned\x07".to_owned();
+        s.edges[0].topic = "t\x1b[2J\u{202e}".to_owned();
+        s.edges[0].publisher = "p\u{9b}1m".to_owned();
+        s.actors[0].name = "a\rb".to_owned();
+        s.actors[0].metrics[0].0 = "m\x1b".to_owned();
+        let found = Found {
+            path: "/x/llbus-\x1b[31m.cnc".into(),
+            owner: 0,
+            snapshot: Some(s.clone()),
+            error: None,
+            live: true,
+        };
+        for out in [
+            table(&s, true, None),
+            openmetrics(&s),
+            list(std::slice::from_ref(&found), false),
+            list(std::slice::from_ref(&found), true),
+        ] {
+            assert!(
+                !out.chars()
+                    .any(|c| c != '\n' && crate::text::unsafe_char(c)),
+                "{out:?}"
+            );
+        }
+        assert!(table(&s, true, None).contains("t\\x1b[2J\\u{202e}"));
     }
 }

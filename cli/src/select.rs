@@ -1,59 +1,77 @@
-//! Finding buses: the counters files on this host, and the one a command names.
+//! Finding buses: the counters files on this host, and the one a command names. Every file is
+//! read as untrusted input (`llbus::read_counters_file_of`: never a link, a FIFO, another
+//! user's file or an oversized one); what cannot be read is reported once, on stderr, and
+//! skipped.
 
 use std::path::{Path, PathBuf};
 
 use llbus::CountersSnapshot;
 
+use crate::text;
+
 /// One counters file and what it says.
 #[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) path: PathBuf,
+    /// The user the file belongs to (its directory's owner).
+    pub(crate) owner: u32,
     pub(crate) snapshot: Option<CountersSnapshot>,
     /// Why it could not be read, if it could not.
     pub(crate) error: Option<String>,
     pub(crate) live: bool,
 }
 
-/// Reads the file at `path`, with the error as text.
-pub(crate) fn read(path: &Path) -> Result<CountersSnapshot, String> {
-    llbus::read_counters_file(path).map_err(|e| format!("{}: {e}", path.display()))
+/// Reads the file at `path` (which must belong to `owner`), with the error as text.
+pub(crate) fn read(path: &Path, owner: u32) -> Result<CountersSnapshot, String> {
+    llbus::read_counters_file_of(path, owner).map_err(|e| format!("{}: {e}", text::path(path)))
 }
 
-/// Every counters file on this host.
+/// Every counters file on this host that this user may see (root: every user's). Directories
+/// and files that are not what they should be are skipped with one warning each.
 pub(crate) fn all() -> Result<Vec<Found>, String> {
-    let files = llbus::counters_files().map_err(|e| {
-        format!(
-            "cannot list the counters directory {}: {e}",
-            llbus::counters_dir().display()
-        )
-    })?;
-    Ok(files
-        .into_iter()
-        .map(|path| match llbus::read_counters_file(&path) {
-            Ok(s) => Found {
-                path,
+    let (files, skipped) = llbus::find_counters_files();
+    for s in skipped {
+        eprintln!("llbus: warning: {}", text::clean(&s));
+    }
+    let mut found = Vec::new();
+    for loc in files {
+        match llbus::read_counters_file_of(&loc.path, loc.owner) {
+            Ok(s) => found.push(Found {
+                path: loc.path,
+                owner: loc.owner,
                 live: s.is_live(),
                 snapshot: Some(s),
                 error: None,
-            },
-            Err(e) => Found {
-                path,
+            }),
+            Err(e @ llbus::CountersFileError::Refused(_)) => {
+                eprintln!(
+                    "llbus: warning: skipped {}: {}",
+                    text::path(&loc.path),
+                    text::clean(&e.to_string())
+                );
+            }
+            Err(e) => found.push(Found {
+                path: loc.path,
+                owner: loc.owner,
                 snapshot: None,
                 error: Some(e.to_string()),
                 live: false,
-            },
-        })
-        .collect())
+            }),
+        }
+    }
+    Ok(found)
 }
 
 /// The bus `which` names (a counters file, a name or a process id), or the only live bus.
+/// Buses of this user come first: another user's bus of the same name never shadows one's own.
 pub(crate) fn one(which: Option<&str>) -> Result<Found, String> {
     if let Some(w) = which {
         let p = Path::new(w);
         if w.contains('/') || p.is_file() {
-            let s = read(p)?;
+            let s = llbus::read_counters_file(p).map_err(|e| format!("{}: {e}", text::path(p)))?;
             return Ok(Found {
                 path: p.to_path_buf(),
+                owner: s.owner,
                 live: s.is_live(),
                 snapshot: Some(s),
                 error: None,
@@ -64,13 +82,19 @@ pub(crate) fn one(which: Option<&str>) -> Result<Found, String> {
     let names = |v: &[Found]| -> String {
         v.iter()
             .filter_map(|f| {
-                f.snapshot
-                    .as_ref()
-                    .map(|s| format!("{} (pid {})", s.bus, s.pid))
+                f.snapshot.as_ref().map(|s| {
+                    format!(
+                        "{} (pid {}, user {})",
+                        text::clean(&s.bus),
+                        s.pid,
+                        text::user(f.owner)
+                    )
+                })
             })
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let me = llbus_euid();
     let mut matching: Vec<Found> = match which {
         None => live,
         Some(w) => {
@@ -86,7 +110,8 @@ pub(crate) fn one(which: Option<&str>) -> Result<Found, String> {
                 .collect();
             if m.is_empty() {
                 return Err(format!(
-                    "no running bus is called '{w}' or has that process id; running: {}",
+                    "no running bus is called '{}' or has that process id; running: {}",
+                    text::clean(w),
                     if all_live.is_empty() {
                         "none".to_owned()
                     } else {
@@ -97,10 +122,13 @@ pub(crate) fn one(which: Option<&str>) -> Result<Found, String> {
             m
         }
     };
+    if matching.iter().any(|f| f.owner == me) {
+        matching.retain(|f| f.owner == me);
+    }
     match matching.len() {
         0 => Err(format!(
             "no llbus bus is running on this host (no live counters file in {})",
-            llbus::counters_dir().display()
+            text::path(&llbus::counters_dir())
         )),
         1 => Ok(matching.remove(0)),
         _ => Err(format!(
@@ -109,4 +137,13 @@ pub(crate) fn one(which: Option<&str>) -> Result<Found, String> {
             names(&matching)
         )),
     }
+}
+
+/// This process's effective user id.
+fn llbus_euid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user: no unsafe call needed.
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }

@@ -10,6 +10,7 @@ use crossterm::{cursor, execute, queue, terminal};
 
 use crate::render::rate;
 use crate::select;
+use crate::text::clean;
 
 /// Restores the terminal when dropped.
 struct Screen;
@@ -41,11 +42,15 @@ pub(crate) fn run(bus: Option<&str>, interval: Duration) -> Result<(), String> {
     let screen = Screen::enter().map_err(|e| format!("cannot use this terminal: {e}"))?;
     let mut prev = None;
     let outcome = loop {
-        let snap = match select::read(&found.path) {
+        let snap = match select::read(&found.path, found.owner) {
             Ok(s) => s,
             Err(e) => break Err(format!("the bus stopped: {e}")),
         };
-        let (cols, rows) = terminal::size().unwrap_or((100, 30));
+        // A terminal that does not know its size (a bare pty) says 0: draw a usual one.
+        let (cols, rows) = match terminal::size() {
+            Ok((c, r)) if c > 0 && r > 0 => (c, r),
+            _ => (100, 30),
+        };
         let lines = frame(&snap, prev.as_ref(), cols as usize, rows as usize);
         let mut out = io::stdout();
         let drawn = (|| -> io::Result<()> {
@@ -100,9 +105,10 @@ fn frame(
     let up = snap.heartbeat_unix_ns.saturating_sub(snap.started_unix_ns) as f64 / 1e9;
     let mut lines = vec![
         format!(
-            "llbus top - bus {} (pid {}) - up {:.0}s - {} edges, {} actors - q quits",
-            snap.bus,
+            "llbus top - bus {} (pid {}, user {}) - up {:.0}s - {} edges, {} actors - q quits",
+            clean(&snap.bus),
             snap.pid,
+            crate::text::user(snap.owner),
             up,
             snap.edges.len(),
             snap.actors.len()
@@ -123,8 +129,8 @@ fn frame(
         lines.push(format!(
             "{:>12.0} {:<18} {:<28} {:>12} {:>7} {:>9} {:>7}",
             r,
-            e.topic,
-            format!("{} -> {}", e.publisher, e.subscriber),
+            clean(&e.topic),
+            format!("{} -> {}", clean(&e.publisher), clean(&e.subscriber)),
             e.published,
             e.in_flight,
             e.dropped,

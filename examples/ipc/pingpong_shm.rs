@@ -1,6 +1,7 @@
 //! `pingpong --transport shm`: ping on this process's bus, pong on the bus of a second
 //! process (this binary run again with `--shm-echo BASE`), joined by llbus-ipc channels in
-//! /dev/shm (`BASE-ping`, `BASE-pong`; bincode slots, since `Ping`/`Pong` are serde types).
+//! this user's channel directory (`BASE-ping`, `BASE-pong`; bincode slots, since `Ping`/`Pong`
+//! are serde types).
 //! Each process runs its actor and both ends of the channels on one thread (a group pinned
 //! to core 0, resp. 1, when the machine has two), as the UDP transport does.
 

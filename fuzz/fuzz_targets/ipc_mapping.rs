@@ -39,14 +39,18 @@ fuzz_target!(|data: &[u8]| {
         unsafe { region.poke(0, mapping) };
     }
     let Ok(mut rx) = RingReader::attach(region.clone()) else { return };
+    let mut scratch = vec![0u8; geo.slot_size];
     for tail in tails.chunks(8) {
         let mut t = [0u8; 8];
         t[..tail.len()].copy_from_slice(tail);
         // SAFETY: the reader is idle between calls; nothing else holds the region.
         unsafe { region.poke(384, &t) };
         let r = rx.read_batch(16, |slot| {
-            let _ = <Bincode as SlotCodec<(String, Vec<u16>, Option<u64>)>>::decode(slot);
-            let _ = <Pod as SlotCodec<[u64; 2]>>::decode(slot);
+            let _ = <Bincode as SlotCodec<(String, Vec<u16>, Option<u64>, Vec<()>)>>::decode(
+                slot,
+                &mut scratch,
+            );
+            let _ = <Pod as SlotCodec<[u64; 2]>>::decode(slot, &mut scratch);
         });
         if r.is_err() {
             return;

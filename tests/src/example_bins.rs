@@ -260,6 +260,11 @@ impl Running {
         (status, self.stdout.join("\n"), self.stderr.join("\n"))
     }
 
+    /// The process id.
+    pub fn pid(&mut self) -> u32 {
+        self.child.child_mut().id()
+    }
+
     /// The name given at [`spawn`](Self::spawn).
     pub fn name(&self) -> &str {
         &self.name

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod example_bins;
+pub mod local;
 pub mod netns;
 pub mod spoof;
 

@@ -13,7 +13,7 @@
 //! - `stop`: the stop protocol and the stop driver that runs it.
 //! - `actor`: the `Actor` trait, `Setup` (for factories) and `Context` (for hooks).
 //! - `handle`: external publishers and subscriptions, for code that is not an actor.
-//! - `counters_file`: the live counters in shared memory for other processes (layout v1).
+//! - `counters_file`: the bus's side of its live counters file (the file: `crate::counters`).
 //! - `tokio_adapter`: tokio channels at the edge of the handles (feature `tokio`).
 //! - `edge`: the typed ends of each ring: fan-out on publish, fair polling on receive.
 //! - `runner`: one thread driving one actor or a group, with supervision.
@@ -43,12 +43,6 @@ mod validate;
 
 pub use actor::{Actor, Context, Setup};
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
-#[cfg(unix)]
-pub use counters_file::{
-    counters_dir, counters_files, decode as decode_counters, read_counters_file, ActorCounts,
-    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION,
-    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
-};
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
 pub use handle::{

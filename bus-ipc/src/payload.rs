@@ -1,0 +1,520 @@
+//! Bounded decoding of a bincode slot: a serde `Deserializer` for the bincode 1.x layout the
+//! channels write (little-endian, fixed-width integers, `u64` length prefixes, `u32` variant
+//! indices), in which no claimed length or element count can cost more than the bytes that
+//! carry it. The network decoder (`llbus-net`'s `protocol::payload`) is the same algorithm;
+//! this copy adds the budget below, because a slot in shared memory is read again and again.
+//!
+//! Why not bincode's own decoder: its limit counts bytes claimed, and a sequence of zero-size
+//! elements claims none: a 16-byte slot holding a `Vec<()>` of 2^40 elements would be decoded
+//! element by element for hours. And serde's `Vec` visitor pre-allocates from the length prefix
+//! it is given. Here:
+//!
+//! - a string or byte string's length must not exceed the bytes left, checked before anything
+//!   is allocated, so it allocates at most its own bytes;
+//! - a sequence or map's length must not exceed the bytes left, nor the payload's element
+//!   budget: every element of every sequence and map, at any depth, is charged one unit of a
+//!   budget of as many units as the payload has bytes. An element of a type that is not zero
+//!   sized takes at least one byte of its own, so no valid value is refused; zero-size elements
+//!   (`Vec<()>`, nested ones included) cannot claim more than the slot could hold, and decoding
+//!   does at most one step per byte of the slot;
+//! - no size hint is passed to serde, so a container grows only with elements actually decoded;
+//! - every read is bounds-checked; nothing panics, whatever the bytes.
+//!
+//! The decoder reads exactly what bincode 2.0.1 with `config::legacy()` writes (checked by a
+//! round-trip property test against bincode's encoder).
+
+use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
+
+/// Why a payload did not decode. Only its kind matters to the bridge
+/// (`DropReason::Truncated` or `DropReason::PayloadDecode`). Never allocates: a type's own
+/// error message (serde's `custom`) is not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PayloadError {
+    /// The payload ended inside a value.
+    Truncated,
+    /// The bytes are not a value of the type.
+    Invalid(&'static str),
+    /// The type refused the value (serde's `custom` error; its message is dropped).
+    Refused,
+}
+
+impl core::fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PayloadError::Truncated => f.write_str("payload truncated"),
+            PayloadError::Invalid(what) => f.write_str(what),
+            PayloadError::Refused => f.write_str("the type refused the value"),
+        }
+    }
+}
+
+impl std::error::Error for PayloadError {}
+
+impl de::Error for PayloadError {
+    fn custom<T: core::fmt::Display>(_msg: T) -> Self {
+        PayloadError::Refused
+    }
+}
+
+/// An invalid-value error.
+fn error(what: &'static str) -> PayloadError {
+    if what == "payload truncated" {
+        PayloadError::Truncated
+    } else {
+        PayloadError::Invalid(what)
+    }
+}
+
+/// The deserializer over one payload.
+pub(crate) struct PayloadDeserializer<'de> {
+    input: &'de [u8],
+    /// Sequence and map elements that may still be claimed (the module doc).
+    elements: usize,
+}
+
+impl<'de> PayloadDeserializer<'de> {
+    pub(crate) fn new(input: &'de [u8]) -> Self {
+        PayloadDeserializer {
+            input,
+            elements: input.len(),
+        }
+    }
+
+    /// A sequence or map's length prefix, charged to the element budget.
+    fn count(&mut self) -> Result<usize, PayloadError> {
+        let len = self.len()?;
+        self.elements = self
+            .elements
+            .checked_sub(len)
+            .ok_or(error("more elements than the payload can hold"))?;
+        Ok(len)
+    }
+
+    /// Bytes not yet read.
+    pub(crate) fn remaining(&self) -> usize {
+        self.input.len()
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'de [u8], PayloadError> {
+        if n > self.input.len() {
+            return Err(error("payload truncated"));
+        }
+        let (head, rest) = self.input.split_at(n);
+        self.input = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], PayloadError> {
+        let bytes = self.take(N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    /// A `u64` length prefix, no larger than the bytes left.
+    fn len(&mut self) -> Result<usize, PayloadError> {
+        let len = u64::from_le_bytes(self.array()?);
+        match usize::try_from(len) {
+            Ok(len) if len <= self.input.len() => Ok(len),
+            _ => Err(error("length prefix larger than the payload")),
+        }
+    }
+
+    fn bytes(&mut self) -> Result<&'de [u8], PayloadError> {
+        let len = self.len()?;
+        self.take(len)
+    }
+
+    fn str(&mut self) -> Result<&'de str, PayloadError> {
+        core::str::from_utf8(self.bytes()?).map_err(|_| error("string not UTF-8"))
+    }
+}
+
+macro_rules! primitive {
+    ($method:ident, $visit:ident, $ty:ty) => {
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+            visitor.$visit(<$ty>::from_le_bytes(self.array()?))
+        }
+    };
+}
+
+impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
+    type Error = PayloadError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, PayloadError> {
+        Err(error("the bincode layout is not self-describing"))
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        match self.array::<1>()? {
+            [0] => visitor.visit_bool(false),
+            [1] => visitor.visit_bool(true),
+            _ => Err(error("invalid bool")),
+        }
+    }
+
+    primitive!(deserialize_i8, visit_i8, i8);
+    primitive!(deserialize_i16, visit_i16, i16);
+    primitive!(deserialize_i32, visit_i32, i32);
+    primitive!(deserialize_i64, visit_i64, i64);
+    primitive!(deserialize_i128, visit_i128, i128);
+    primitive!(deserialize_u8, visit_u8, u8);
+    primitive!(deserialize_u16, visit_u16, u16);
+    primitive!(deserialize_u32, visit_u32, u32);
+    primitive!(deserialize_u64, visit_u64, u64);
+    primitive!(deserialize_u128, visit_u128, u128);
+    primitive!(deserialize_f32, visit_f32, f32);
+    primitive!(deserialize_f64, visit_f64, f64);
+
+    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        // UTF-8, 1 to 4 bytes, the width told by the first byte.
+        let first = *self
+            .input
+            .first()
+            .ok_or_else(|| error("payload truncated"))?;
+        let width = match first {
+            0x00..=0x7f => 1,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => return Err(error("invalid char")),
+        };
+        let bytes = self.take(width)?;
+        let s = core::str::from_utf8(bytes).map_err(|_| error("invalid char"))?;
+        match s.chars().next() {
+            Some(c) => visitor.visit_char(c),
+            None => Err(error("invalid char")),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        visitor.visit_borrowed_str(self.str()?)
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        visitor.visit_borrowed_str(self.str()?)
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        visitor.visit_borrowed_bytes(self.bytes()?)
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        visitor.visit_borrowed_bytes(self.bytes()?)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        match self.array::<1>()? {
+            [0] => visitor.visit_none(),
+            [1] => visitor.visit_some(self),
+            _ => Err(error("invalid option tag")),
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        visitor.visit_unit()
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        visitor.visit_unit()
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        let len = self.count()?;
+        visitor.visit_seq(Elements {
+            de: self,
+            left: len,
+        })
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        // The length is the type's own, not the wire's: no check against the bytes needed.
+        visitor.visit_seq(Elements {
+            de: self,
+            left: len,
+        })
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        self.deserialize_tuple(len, visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
+        let len = self.count()?;
+        visitor.visit_map(Elements {
+            de: self,
+            left: len,
+        })
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        self.deserialize_tuple(fields.len(), visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        visitor.visit_enum(self)
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, _: V) -> Result<V::Value, PayloadError> {
+        Err(error("the bincode layout has no identifiers"))
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, PayloadError> {
+        Err(error("the bincode layout cannot skip a value"))
+    }
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+}
+
+/// The elements of a sequence, tuple or map: `left` more to come.
+struct Elements<'a, 'de> {
+    de: &'a mut PayloadDeserializer<'de>,
+    left: usize,
+}
+
+impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
+    type Error = PayloadError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, PayloadError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.de).map(Some)
+    }
+
+    // NB: no `size_hint`: serde's `Vec` visitor would pre-allocate from it. A container grows
+    // with the elements actually decoded instead.
+}
+
+impl<'de> de::MapAccess<'de> for Elements<'_, 'de> {
+    type Error = PayloadError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, PayloadError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.de).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, PayloadError> {
+        seed.deserialize(&mut *self.de)
+    }
+}
+
+impl<'de> de::EnumAccess<'de> for &mut PayloadDeserializer<'de> {
+    type Error = PayloadError;
+    type Variant = Self;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self), PayloadError> {
+        let index = u32::from_le_bytes(self.array()?);
+        let value = seed.deserialize(index.into_deserializer())?;
+        Ok((value, self))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for &mut PayloadDeserializer<'de> {
+    type Error = PayloadError;
+
+    fn unit_variant(self) -> Result<(), PayloadError> {
+        Ok(())
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<T::Value, PayloadError> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        de::Deserializer::deserialize_tuple(self, len, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, PayloadError> {
+        de::Deserializer::deserialize_tuple(self, fields.len(), visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde::{Deserialize, Serialize};
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    enum Side {
+        Buy,
+        Sell(u8),
+        Cross { px: i64, note: String },
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Everything {
+        b: bool,
+        i: (i8, i16, i32, i64, i128),
+        u: (u8, u16, u32, u64, u128),
+        f: (f32, f64),
+        c: char,
+        s: String,
+        v: Vec<u32>,
+        o: Option<Vec<String>>,
+        m: BTreeMap<u16, bool>,
+        e: Vec<Side>,
+        unit: (),
+        arr: [u8; 3],
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, PayloadError> {
+        let mut de = PayloadDeserializer::new(bytes);
+        let v = T::deserialize(&mut de)?;
+        if de.remaining() != 0 {
+            return Err(error("bytes left over"));
+        }
+        Ok(v)
+    }
+
+    fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(v, bincode::config::legacy()).unwrap()
+    }
+
+    fn side() -> impl Strategy<Value = Side> {
+        prop_oneof![
+            Just(Side::Buy),
+            any::<u8>().prop_map(Side::Sell),
+            (any::<i64>(), ".{0,8}").prop_map(|(px, note)| Side::Cross { px, note }),
+        ]
+    }
+
+    proptest! {
+        // Under miri: few cases and no failure file (miri isolates the file system).
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 2 } else { 256 },
+            failure_persistence: if cfg!(miri) { None } else { ProptestConfig::default().failure_persistence },
+            ..ProptestConfig::default()
+        })]
+
+        /// What bincode's legacy encoder writes, this decoder reads back equal.
+        #[test]
+        fn round_trips_against_bincode(
+            b in any::<bool>(),
+            i in any::<(i8, i16, i32, i64, i128)>(),
+            u in any::<(u8, u16, u32, u64, u128)>(),
+            c in any::<char>(),
+            s in ".{0,20}",
+            v in proptest::collection::vec(any::<u32>(), 0..20),
+            o in proptest::option::of(proptest::collection::vec(".{0,4}", 0..4)),
+            m in proptest::collection::btree_map(any::<u16>(), any::<bool>(), 0..6),
+            e in proptest::collection::vec(side(), 0..5),
+            arr in any::<[u8; 3]>(),
+        ) {
+            let value = Everything { b, i, u, f: (1.5, -2.25), c, s, v, o, m, e, unit: (), arr };
+            let bytes = encode(&value);
+            prop_assert_eq!(decode::<Everything>(&bytes), Ok(value));
+            // Any strict prefix fails cleanly.
+            for cut in 0..bytes.len() {
+                prop_assert!(decode::<Everything>(&bytes[..cut]).is_err());
+            }
+        }
+
+        /// Arbitrary bytes never panic.
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode::<Everything>(&bytes);
+            let _ = decode::<Vec<String>>(&bytes);
+            let _ = decode::<BTreeMap<u64, Vec<u8>>>(&bytes);
+        }
+    }
+
+    #[test]
+    fn claimed_lengths_larger_than_the_payload_are_refused() {
+        // 8-byte length prefixes claiming more than is left: refused before any allocation.
+        let mut huge = (1u64 << 40).to_le_bytes().to_vec();
+        huge.push(0);
+        assert!(decode::<Vec<u64>>(&huge).is_err());
+        assert!(decode::<String>(&huge).is_err());
+        assert!(decode::<Vec<u8>>(&huge).is_err());
+        assert!(decode::<BTreeMap<u8, u8>>(&huge).is_err());
+        // Exactly as long as the bytes left: fine.
+        let mut ok = 3u64.to_le_bytes().to_vec();
+        ok.extend_from_slice(b"abc");
+        assert_eq!(decode::<String>(&ok), Ok("abc".to_owned()));
+        // Zero-size elements cannot claim more than the bytes left either.
+        let units = 9u64.to_le_bytes();
+        assert!(decode::<Vec<()>>(&units).is_err());
+        // Nor, nested, more than the payload's bytes in all: 8 inner vectors each claiming 64
+        // units would be 512 steps from a 136-byte payload.
+        let mut nested = 8u64.to_le_bytes().to_vec();
+        for _ in 0..8 {
+            nested.extend_from_slice(&64u64.to_le_bytes());
+        }
+        nested.extend_from_slice(&[0; 64]);
+        assert!(decode::<Vec<Vec<()>>>(&nested).is_err());
+        // As many units as bytes left is fine.
+        let mut few = 2u64.to_le_bytes().to_vec();
+        few.extend_from_slice(&[0; 2]);
+        assert!(decode::<(Vec<()>, u16)>(&few).is_ok());
+        // Bad bools, option tags, chars, UTF-8.
+        assert!(decode::<bool>(&[2]).is_err());
+        assert!(decode::<Option<u8>>(&[2, 0]).is_err());
+        assert!(decode::<char>(&[0xff]).is_err());
+        let mut bad = 1u64.to_le_bytes().to_vec();
+        bad.push(0xff);
+        assert!(decode::<String>(&bad).is_err());
+    }
+}
