@@ -9,8 +9,9 @@
 //! that nobody else sees them), which the peer can falsify at any moment: the compiler may then
 //! read a length twice and get two answers, which is undefined behaviour whatever the bytes.
 //! So slot bytes are reached only through [`Slots`], which holds a raw pointer and moves bytes
-//! only by copying them, a 64-bit atomic (`Relaxed`) load or store per word, between the region
-//! and private memory. Everything is interpreted (lengths checked, values decoded) only after
+//! only by copying them between the region and private memory: a reader copies out a 64-bit
+//! atomic (`Relaxed`) load per word; a writer copies in with a raw-pointer copy into slots it
+//! owns and never reads back (see `Slots::copy_in`). Everything is interpreted (lengths checked, values decoded) only after
 //! it has been copied: a peer that rewrites a slot while we copy it makes us copy a mix of old
 //! and new words, each of them some value, never undefined behaviour. The ordering that makes
 //! a well-behaved peer's bytes whole comes from the ring's `Release`/`Acquire` on its indices.
@@ -206,6 +207,17 @@ impl Slots<'_> {
         unsafe { AtomicU64::from_ptr(self.ptr.add(at).cast::<u64>()) }
     }
 
+    /// Stores word `v` at byte `at` as another process writing the region reaches us (whole
+    /// aligned words, with no ordering), for tests that play a scribbling peer in-process.
+    /// Does nothing if the word is not inside the run.
+    #[cfg(test)]
+    pub(crate) fn scribble(&self, at: usize, v: u64) {
+        if at % 8 == 0 && at.checked_add(8).is_some_and(|end| end <= self.len) {
+            // SAFETY: the word is inside the run and 8-aligned (checked just above).
+            unsafe { self.word(at).store(v, Ordering::Relaxed) };
+        }
+    }
+
     /// Copies `n` bytes from byte `offset` of the run to `dst`, a word at a time.
     ///
     /// # Safety
@@ -234,31 +246,35 @@ impl Slots<'_> {
         }
     }
 
-    /// Copies `src` into the run from byte `offset`, a word at a time, a last partial word
-    /// padded with zeros.
+    /// Copies `src` into the run from byte `offset` with one raw-pointer copy, a last partial
+    /// word padded with zeros.
+    ///
+    /// NB: a plain copy, not a word at a time through atomics as reads are: the writer only
+    /// writes slots it owns (between the reader's head and its own tail) and never reads them
+    /// back, so no value in this process depends on what a scribbling peer might put there,
+    /// and no Rust reference to the shared bytes is made. Word-wise atomic stores cost about a
+    /// quarter of the batched throughput (`ipc` suite, shm-process batch 0.76x; LLVM does not
+    /// vectorise atomic stores).
     ///
     /// # Safety
     /// `self.fits(offset, src.len())`.
     #[inline(always)]
     unsafe fn copy_in(&mut self, offset: usize, src: &[u8]) {
-        let whole = src.len() / 8;
-        let p = src.as_ptr();
-        for w in 0..whole {
-            // SAFETY: `src` holds `8 * (w + 1)` bytes; the word is inside the run (`fits`).
-            unsafe {
-                let v = std::ptr::read_unaligned(p.add(8 * w).cast::<u64>());
-                self.word(offset + 8 * w).store(v, Ordering::Relaxed);
-            }
+        let whole = src.len() - src.len() % 8;
+        // SAFETY: `fits` puts `offset..offset + src.len()` rounded up to a word inside the run,
+        // which `self.ptr` points into for the borrow; `src` is private memory, so the two do
+        // not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(offset), whole);
         }
-        let rest = src.len() % 8;
+        let rest = src.len() - whole;
         if rest != 0 {
             let mut b = [0u8; 8];
-            b[..rest].copy_from_slice(&src[8 * whole..]);
+            b[..rest].copy_from_slice(&src[whole..]);
             // SAFETY: the last word is inside the run because `fits` rounded the length up.
             unsafe {
-                self.word(offset + 8 * whole)
-                    .store(u64::from_ne_bytes(b), Ordering::Relaxed)
-            };
+                std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr.add(offset + whole), 8);
+            }
         }
     }
 

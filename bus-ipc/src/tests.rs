@@ -437,9 +437,10 @@ fn a_parked_reader_wakes_at_a_publish() {
 }
 
 /// A peer that scribbles on every slot and on `tail` while the reader reads: wrong values or
-/// `Corrupt`, never a panic; and under miri, no data race either, because every access to slot
-/// bytes on both sides is an atomic copy, never a reference (which this test, run under miri,
-/// would report as a race).
+/// `Corrupt`, never a panic; and under miri, no data race either, because the reader reaches
+/// slot bytes only through atomic copies, never a reference (which this test, run under miri,
+/// would report as a race). The peer thread stands in for another process, whose writes reach
+/// us as whole aligned words: it stores atomic words (`Slots::scribble`).
 #[test]
 fn a_peer_scribbling_while_we_read_is_no_data_race() {
     let g = Geometry {
@@ -457,13 +458,13 @@ fn a_peer_scribbling_while_we_read_is_no_data_race() {
     let peer = {
         let (region, done) = (region.clone(), done.clone());
         std::thread::spawn(move || {
-            let mut slots = region.slots(HEADER_LEN, 4 * 32).unwrap();
+            let slots = region.slots(HEADER_LEN, 4 * 32).unwrap();
             let mut i = 0u64;
             // Until the reader is done, whatever it does: the writes overlap its reads.
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 let word = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 for at in (0..4 * 32).step_by(8) {
-                    slots.write(at, &word.rotate_left(at as u32).to_le_bytes());
+                    slots.scribble(at, word.rotate_left(at as u32));
                 }
                 region
                     .header()
