@@ -188,7 +188,7 @@ fn reliable_recovery_allocates_nothing_either() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn large_messages_in_fragments_allocate_nothing_either() {
-    // 1000 messages (5000 fragments) a second: history (1024 frames) covers 200 ms.
+    // 1000 messages (5000 fragments) a second: history (8192 frames) covers 1.6 s.
     run::<Big>(true, 1, Duration::from_millis(1), 5_000);
 }
 
@@ -202,8 +202,19 @@ fn run<M: Numbered>(reliable: bool, per_tick: u64, tick: Duration, target: u64) 
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let publisher = Bridge::bind(loopback()).unwrap().name("pub");
-    let subscriber = Bridge::bind(loopback()).unwrap().name("sub");
+    // A history and a gap deadline that outlast a loaded machine's stalls (a thread not run
+    // for a few hundred ms): recovery is what is measured here, not the default's margins.
+    let config = || llbus_net::BridgeConfig {
+        reliable: llbus_net::ReliableConfig {
+            history: 8192,
+            reorder: 8192,
+            gap_deadline: Duration::from_secs(2),
+            ..llbus_net::ReliableConfig::default()
+        },
+        ..llbus_net::BridgeConfig::default()
+    };
+    let publisher = Bridge::bind_with(loopback(), config()).unwrap().name("pub");
+    let subscriber = Bridge::bind_with(loopback(), config()).unwrap().name("sub");
     let stop_relay = Arc::new(AtomicBool::new(false));
     let (subscriber, relay) = if reliable {
         let (addr, thread) = relay(
