@@ -747,6 +747,12 @@ proptest! {
 use super::SlotRing;
 
 proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 256 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
     /// The slotted ring against a `VecDeque`: any sequence of pushes, batch pushes, pops and
     /// batch pops (single-threaded) yields the same values, and the same room.
     #[test]
