@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::control::Control;
-use super::edge::{AnyOutput, Inputs, Out, Output, Wait, Wiring};
+use super::edge::{Inputs, Out, Output, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
 use crate::message::{Inbox, Message};
 use crate::wait::IdleStrategy;
@@ -132,7 +132,7 @@ pub(crate) fn short_type_name<T>() -> &'static str {
 /// What an actor's hooks get: publishing, the time, and stopping the bus.
 pub struct Context<'a> {
     pub(crate) actor: &'a str,
-    pub(crate) outputs: &'a mut [Box<dyn AnyOutput>],
+    pub(crate) outputs: &'a mut [Box<dyn std::any::Any + Send>],
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) now: &'a std::cell::Cell<Option<Instant>>,
     pub(crate) control: &'a Control,
@@ -242,7 +242,7 @@ impl Context<'_> {
         let output = self
             .outputs
             .get_mut(out.index)
-            .and_then(|o| o.as_any_mut().downcast_mut::<Output<M>>());
+            .and_then(|o| o.downcast_mut::<Output<M>>());
         match output {
             Some(output) => (output, &mut *self.idle),
             None => panic!(

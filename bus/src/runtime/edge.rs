@@ -93,10 +93,17 @@ pub(crate) struct Output<M> {
 pub(crate) trait AnyOutput: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn add_edge(&mut self, edge: Box<dyn Any + Send>);
+    /// The output as `Any` for good, once wired: a publish then finds it with one dynamic
+    /// call (`Any::type_id`) instead of two.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
 impl<M: Message> AnyOutput for Output<M> {
     fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
 
