@@ -322,8 +322,11 @@ fn push_counted<'m, M: Clone>(
     });
     let pushed = tx.push_iter(&mut clones);
     debug_assert_eq!(pushed, k, "the ring had room for the whole batch");
+    // What was made was pushed (`push_iter` takes an item only for a free slot): the rest, if
+    // any, is handed back with its count taken back.
+    let made = made.get();
     drop(unmade);
-    &msgs[k..]
+    &msgs[made..]
 }
 
 /// Waits for room in a full `Block` ring and pushes what is left of a batch, in pieces as room
