@@ -22,6 +22,12 @@
 //!   `BusySpin` (4 spinning threads would oversubscribe the 2 vCPUs), which the table's
 //!   footnote says. For reference, `llbus-ring` `throughput_fanout1` is a bare ring streamed
 //!   one item at a time with the ring suite's driver (`drive::stream`).
+//! - the same in bursts (`throughput_fanout1_batch`, `throughput_fanout3_batch`): the publisher
+//!   publishes each poll's [`PER_POLL`] items with one `Context::publish_slice`; for reference,
+//!   `llbus-ring` streams batches of [`PER_POLL`] (`push_slice`/`pop_batch`).
+//! - peers (`disruptor`, `crossbeam-channel`: see `fanout`), what a user would pick instead,
+//!   at fan-out 1 and 3 in the same placement: publisher on core 0, the consumers polled by
+//!   one thread on core 1.
 //!
 //! Every bus run is bounded: results are awaited with the hard cap, and a bus that does not
 //! stop ends the run with an error (see `onbus`).
@@ -34,6 +40,7 @@ use std::time::{Duration, Instant};
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Setup, DEFAULT_CAPACITY};
 
 use crate::drive::{round_trip, stream, Failure, Plan, RttOutcome, RttPlan, StreamPlan};
+use crate::fanout;
 use crate::harness::{
     clock_cost_ns, human, run_suite, secs, short, Args, Bound, Collector, Pinning, Target,
 };
@@ -51,6 +58,12 @@ pub const BUS: &str = "llbus-bus";
 /// `impl` name of the bare ring.
 pub const RING: &str = "llbus-ring";
 
+/// `impl` name of the disruptor's broadcast (a peer; see `fanout`).
+pub const DISRUPTOR: &str = "disruptor";
+
+/// `impl` name of the crossbeam-channel pipeline (a peer; see `fanout`).
+pub const CROSSBEAM: &str = "crossbeam-channel";
+
 /// Items the fan-out publisher publishes per `poll` call.
 pub const PER_POLL: u64 = 256;
 
@@ -59,6 +72,13 @@ const END: u64 = u64::MAX;
 
 /// Footnote of the three-subscriber case.
 const FANOUT3_NOTE: &str = "publisher on its own thread (core 0, BusySpin); the 3 subscribers share one thread: a group on core 1 with BusySpin (not 4 spinning threads on 2 vCPUs)";
+
+/// Footnote of the peers' three-consumer case.
+const PEER_FANOUT3_NOTE: &str = "publisher on core 0; the 3 consumers polled in turn by one thread on core 1, as the bus's group";
+
+/// Footnote of the bare ring's batch reference.
+const RING_BATCH_NOTE: &str =
+    "reference: a bare llbus::Ring streamed in batches of 256 (push_slice/pop_batch)";
 
 /// Footnote of the bare ring's fan-out-1 reference.
 const RING_FANOUT1_NOTE: &str =
@@ -100,13 +120,47 @@ fn plan(args: &Args) -> Plan {
     Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(40))
 }
 
-/// The target.
-const TARGETS: [Target; 1] = [Target {
-    what: "rtt p50 llbus-bus / llbus-ring",
-    num: (BUS, "rtt_p50"),
-    den: (RING, "rtt_p50"),
-    bound: Bound::RatioAtMost(1.10),
-}];
+/// The issues' targets.
+const TARGETS: [Target; 4] = [
+    Target {
+        what: "rtt p50 llbus-bus / llbus-ring",
+        num: (BUS, "rtt_p50"),
+        den: (RING, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.10),
+    },
+    Target {
+        what: "fan-out 1 llbus-bus / llbus-ring",
+        num: (BUS, "throughput_fanout1"),
+        den: (RING, "throughput_fanout1"),
+        bound: Bound::RatioAtLeast(0.5),
+    },
+    Target {
+        what: "llbus-bus fan-out 3 / fan-out 1",
+        num: (BUS, "throughput_fanout3"),
+        den: (BUS, "throughput_fanout1"),
+        bound: Bound::RatioAtLeast(0.5),
+    },
+    Target {
+        what: "fan-out 3 llbus-bus / disruptor",
+        num: (BUS, "throughput_fanout3"),
+        den: (DISRUPTOR, "throughput_fanout3"),
+        bound: Bound::RatioAtLeast(1.0),
+    },
+];
+
+/// The fan-out cases: one item per publish, and bursts of [`PER_POLL`] per publish.
+const FANOUT_CASES: [(usize, bool, &str); 4] = [
+    (1, false, "throughput_fanout1"),
+    (3, false, "throughput_fanout3"),
+    (1, true, "throughput_fanout1_batch"),
+    (3, true, "throughput_fanout3_batch"),
+];
+
+/// Footnote of the peers' round trip.
+const PEER_RTT_NOTE: &str = "skipped: peers are measured for fan-out only";
+
+/// Footnote of the peers' batch cases.
+const PEER_BATCH_NOTE: &str = "skipped: one item per publish only";
 
 /// Runs the suite, prints its figures and returns what it collected.
 pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
@@ -134,22 +188,45 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
         args,
         SUITE,
         seed,
-        3,
-        &[BUS, RING],
+        1 + FANOUT_CASES.len(),
+        &[BUS, RING, DISRUPTOR, CROSSBEAM],
         (plan.rounds, plan.budget),
         &TARGETS,
         |out, phase, i| match (phase, i) {
             (0, 0) => bus_rtt_case(pinning, &plan, out),
-            (0, _) => ring_rtt_case(pinning, &plan, out),
-            (1, 0) => fanout_case(1, pinning, &plan, out),
-            (1, _) => ring_fanout1_case(pinning, &plan, out),
-            (_, 0) => fanout_case(3, pinning, &plan, out),
-            (_, _) => out.note(
-                RING,
-                "throughput_fanout3",
-                "msgs/s",
-                "skipped: a ring has one consumer",
-            ),
+            (0, 1) => ring_rtt_case(pinning, &plan, out),
+            (0, 2) => out.note(DISRUPTOR, "rtt_p50", "ns", PEER_RTT_NOTE),
+            (0, _) => out.note(CROSSBEAM, "rtt_p50", "ns", PEER_RTT_NOTE),
+            (phase, i) => {
+                let (subscribers, batch, case) = FANOUT_CASES[phase - 1];
+                match i {
+                    0 => fanout_case(subscribers, batch, case, pinning, &plan, out),
+                    1 if subscribers == 1 => ring_fanout1_case(batch, case, pinning, &plan, out),
+                    1 => out.note(RING, case, "msgs/s", "skipped: a ring has one consumer"),
+                    _ if batch => out.note(
+                        [DISRUPTOR, CROSSBEAM][i - 2],
+                        case,
+                        "msgs/s",
+                        PEER_BATCH_NOTE,
+                    ),
+                    2 => peer_case::<fanout::Disruptor>(
+                        DISRUPTOR,
+                        subscribers,
+                        case,
+                        pinning,
+                        &plan,
+                        out,
+                    ),
+                    _ => peer_case::<fanout::Crossbeam>(
+                        CROSSBEAM,
+                        subscribers,
+                        case,
+                        pinning,
+                        &plan,
+                        out,
+                    ),
+                }
+            }
         },
     );
     human(
@@ -223,15 +300,51 @@ fn bus_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String
     }
 }
 
-fn ring_fanout1_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
-    let case = "throughput_fanout1";
-    out.note(RING, case, "msgs/s", RING_FANOUT1_NOTE);
+fn ring_fanout1_case(
+    batch: bool,
+    case: &'static str,
+    pinning: &Pinning,
+    plan: &Plan,
+    out: &mut Collector,
+) {
+    out.note(
+        RING,
+        case,
+        "msgs/s",
+        if batch {
+            RING_BATCH_NOTE
+        } else {
+            RING_FANOUT1_NOTE
+        },
+    );
     let (tx, rx) = llbus::Ring::<u64>::new(DEFAULT_CAPACITY);
-    match stream(pinning, tx, rx, plan.stream(None)) {
+    let batch = batch.then_some(PER_POLL as usize);
+    match stream(pinning, tx, rx, plan.stream(batch)) {
         Ok(o) => out.add(RING, case, "msgs/s", o.per_sec),
         Err(e) => {
             eprintln!("ERROR: {RING} {case}: {e}");
             out.note(RING, case, "msgs/s", format!("FAILED: {e}"));
+        }
+    }
+}
+
+/// One fan-out measurement of a peer, recorded as `name`.
+fn peer_case<B: fanout::Broadcast>(
+    name: &'static str,
+    subscribers: usize,
+    case: &'static str,
+    pinning: &Pinning,
+    plan: &Plan,
+    out: &mut Collector,
+) {
+    if subscribers > 1 {
+        out.note(name, case, "msgs/s", PEER_FANOUT3_NOTE);
+    }
+    match fanout::fanout::<B>(subscribers, DEFAULT_CAPACITY, pinning, plan.stream(None)) {
+        Ok(per_sec) => out.add(name, case, "msgs/s", per_sec),
+        Err(e) => {
+            eprintln!("ERROR: {name} {case}: {e}");
+            out.note(name, case, "msgs/s", format!("FAILED: {e}"));
         }
     }
 }
@@ -250,6 +363,8 @@ struct Feeder {
     out: Out<Seq>,
     next: u64,
     done: bool,
+    /// Publish each poll's items as one burst (`publish_slice`), not one at a time.
+    batch: bool,
     shared: Arc<FeedShared>,
 }
 
@@ -265,8 +380,14 @@ impl Actor for Feeder {
         if self.next == 0 {
             let _ = self.shared.t0.set(Instant::now());
         }
-        for v in self.next..self.next + PER_POLL {
-            ctx.publish(self.out, Seq(v));
+        if self.batch {
+            let burst: [Seq; PER_POLL as usize] =
+                std::array::from_fn(|i| Seq(self.next + i as u64));
+            ctx.publish_slice(self.out, &burst);
+        } else {
+            for v in self.next..self.next + PER_POLL {
+                ctx.publish(self.out, Seq(v));
+            }
         }
         self.next += PER_POLL;
         if self.shared.stop.load(Ordering::Relaxed) {
@@ -317,14 +438,18 @@ impl Actor for Sink {
     }
 }
 
-fn fanout_case(subscribers: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
-    let case = if subscribers == 1 {
-        "throughput_fanout1"
-    } else {
-        out.note(BUS, "throughput_fanout3", "msgs/s", FANOUT3_NOTE);
-        "throughput_fanout3"
-    };
-    match fanout(subscribers, pinning, plan.stream(None)) {
+fn fanout_case(
+    subscribers: usize,
+    batch: bool,
+    case: &'static str,
+    pinning: &Pinning,
+    plan: &Plan,
+    out: &mut Collector,
+) {
+    if subscribers > 1 {
+        out.note(BUS, case, "msgs/s", FANOUT3_NOTE);
+    }
+    match fanout(subscribers, batch, pinning, plan.stream(None)) {
         Ok(per_sec) => out.add(BUS, case, "msgs/s", per_sec),
         Err(e) => {
             eprintln!("ERROR: {BUS} {case}: {e}");
@@ -335,7 +460,12 @@ fn fanout_case(subscribers: usize, pinning: &Pinning, plan: &Plan, out: &mut Col
 
 /// One fan-out measurement on a fresh bus (see the module docs): the slowest subscriber's
 /// messages per second in the window.
-fn fanout(subscribers: usize, pinning: &Pinning, plan: StreamPlan) -> Result<f64, String> {
+fn fanout(
+    subscribers: usize,
+    batch: bool,
+    pinning: &Pinning,
+    plan: StreamPlan,
+) -> Result<f64, String> {
     let shared = Arc::new(FeedShared::default());
     let counts: Vec<Arc<AtomicU64>> = (0..subscribers).map(|_| Arc::default()).collect();
     let (tx, rx) = mpsc::channel();
@@ -347,6 +477,7 @@ fn fanout(subscribers: usize, pinning: &Pinning, plan: StreamPlan) -> Result<f64
             out: s.output(),
             next: 0,
             done: false,
+            batch,
             shared: Arc::clone(&feed_shared),
         })
         .idle(Idle::BusySpin)
@@ -463,12 +594,12 @@ mod tests {
             window: Duration::from_millis(20),
             hard_cap: Duration::from_secs(20),
         };
-        for subscribers in [1, 3] {
+        for (subscribers, batch) in [(1, false), (3, false), (1, true), (3, true)] {
             // Every subscriber got the same count, in order, with nothing dropped or lost, or
             // this is an error. A loaded machine can deschedule the sinks for a whole 20 ms
             // window (a rate of 0): one of a few windows must see them move.
             let rates: Vec<f64> = (0..5)
-                .map(|_| fanout(subscribers, &pinning, plan).expect("fan-out"))
+                .map(|_| fanout(subscribers, batch, &pinning, plan).expect("fan-out"))
                 .collect();
             assert!(rates.iter().any(|&r| r > 0.0), "{rates:?}");
             assert!(

@@ -8,6 +8,7 @@
 
 mod bus;
 mod drive;
+mod fanout;
 mod harness;
 mod ipc;
 mod onbus;

@@ -19,6 +19,8 @@
 //! - `llbus`: the llbus ring (`llbus::Ring`) with its defaults (the consumer frees a quarter
 //!   ring at a time, or all it took once it has taken everything it knew of), spinning on
 //!   `try_push`/`try_pop`;
+//! - `llbus-slotted`: `llbus::SlotRing`, the ring whose slots carry their own sequence (a hop
+//!   moves one cache line), with the same defaults and the same calls;
 //! - `rtrb`: `rtrb::RingBuffer`, spinning on `push`/`pop`; batches with its chunk API as its
 //!   docs show it (`push_partial_slice`, and `read_chunk` of what its cached index says is
 //!   there, re-reading the producer's index only when that is less than a batch);
@@ -177,6 +179,7 @@ type CaseFn = fn(usize, &Pinning, &Plan, &mut Collector);
 /// Every implementation, in table order (each round runs them in a fresh random order).
 const CONTENDERS: &[CaseFn] = &[
     run_case::<Llbus>,
+    run_case::<Slotted>,
     run_case::<Rtrb>,
     run_case::<ArrayQueue>,
     run_case::<ChannelSpin>,
@@ -189,6 +192,7 @@ const CONTENDERS: &[CaseFn] = &[
 /// Their names, in the same order.
 const NAMES: &[&str] = &[
     Llbus::NAME,
+    Slotted::NAME,
     Rtrb::NAME,
     ArrayQueue::NAME,
     ChannelSpin::NAME,
@@ -253,7 +257,31 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
 }
 
 /// The targets, as ratios of figures of this run.
-const TARGETS: [Target; 6] = [
+const TARGETS: [Target; 10] = [
+    Target {
+        what: "rtt p50 llbus-slotted / floor",
+        num: ("llbus-slotted", "rtt_p50"),
+        den: ("floor", "rtt_p50"),
+        bound: Bound::RatioAtMost(1.15),
+    },
+    Target {
+        what: "rtt p50 llbus-slotted / rtrb",
+        num: ("llbus-slotted", "rtt_p50"),
+        den: ("rtrb", "rtt_p50"),
+        bound: Bound::RatioAtMost(0.9),
+    },
+    Target {
+        what: "throughput single slotted / llbus",
+        num: ("llbus-slotted", "throughput_single"),
+        den: ("llbus", "throughput_single"),
+        bound: Bound::RatioAtLeast(1.0),
+    },
+    Target {
+        what: "throughput batch slotted / llbus",
+        num: ("llbus-slotted", "throughput_batch"),
+        den: ("llbus", "throughput_batch"),
+        bound: Bound::RatioAtLeast(1.0),
+    },
     Target {
         what: "rtt p50 llbus / floor",
         num: ("llbus", "rtt_p50"),
@@ -306,6 +334,52 @@ impl Contender for Llbus {
     type Rx = llbus::Consumer<u64>;
     fn queue(capacity: usize) -> (Self::Tx, Self::Rx) {
         llbus::Ring::new(capacity)
+    }
+}
+
+/// The llbus ring with a sequence in each slot (`llbus::SlotRing`).
+#[derive(Debug)]
+struct Slotted;
+
+impl Contender for Slotted {
+    const NAME: &'static str = "llbus-slotted";
+    const NO_BATCH: Option<&'static str> = None;
+    type Tx = llbus::SlotProducer<u64>;
+    type Rx = llbus::SlotConsumer<u64>;
+    fn queue(capacity: usize) -> (Self::Tx, Self::Rx) {
+        llbus::SlotRing::new(capacity)
+    }
+}
+
+impl Sender for llbus::SlotProducer<u64> {
+    #[inline]
+    fn send(&mut self, v: u64, spin: &mut Spin) -> Result<(), Stuck> {
+        while self.try_push(v).is_err() {
+            spin.tick()?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn send_batch(&mut self, items: &[u64]) -> usize {
+        self.push_slice(items)
+    }
+}
+
+impl Receiver for llbus::SlotConsumer<u64> {
+    #[inline]
+    fn recv(&mut self, spin: &mut Spin) -> Result<u64, Stuck> {
+        loop {
+            if let Some(v) = self.try_pop() {
+                return Ok(v);
+            }
+            spin.tick()?;
+        }
+    }
+
+    #[inline]
+    fn recv_batch(&mut self, max: usize, f: impl FnMut(u64)) -> usize {
+        self.pop_batch(max, f)
     }
 }
 

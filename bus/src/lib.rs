@@ -135,7 +135,7 @@ pub use counters::{
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 pub use ring::{
     Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
-    TryPushError,
+    SlotConsumer, SlotProducer, SlotRing, TryPushError,
 };
 #[cfg(feature = "tokio")]
 pub use runtime::AsyncSubscription;

@@ -3,8 +3,11 @@
 //!
 //! - [`spsc`]: the bounded ring queue every bus edge uses (Lamport's buffer with cached indices).
 //! - [`latest`]: a triple buffer that keeps only the newest value (the `Latest` policy).
+//! - [`slotted`]: the bounded ring with a sequence in each slot, whose hop moves one cache line
+//!   (an option beside `spsc`; see its docs and docs/PERFORMANCE.md).
 
 pub(crate) mod latest;
+pub(crate) mod slotted;
 pub(crate) mod spsc;
 
 #[cfg(all(test, loom))]
@@ -13,4 +16,5 @@ mod loom_models;
 mod tests;
 
 pub use latest::{Latest, LatestReader, LatestWriter};
+pub use slotted::{SlotConsumer, SlotProducer, SlotRing};
 pub use spsc::{Consumer, Notify, PopError, Producer, PushError, Ring, TryPushError};

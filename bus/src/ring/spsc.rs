@@ -420,6 +420,13 @@ impl<T> Producer<T> {
         self.shared.closed.load(Ordering::Acquire)
     }
 
+    /// Free slots, as [`slots`](Self::slots), but re-reading the consumer's index whenever the
+    /// cached one shows fewer than `wanted`: how much of a batch of `wanted` fits now.
+    #[inline]
+    pub(crate) fn slots_for(&self, wanted: usize) -> usize {
+        self.free_slots_for(wanted.max(1))
+    }
+
     /// Calls `notify` after every push or batch, so a consumer that sleeps while the ring is
     /// empty can be woken (the `Park` strategy's doorbell). `None` detaches it.
     pub fn notify_on_push(&mut self, notify: Option<std::sync::Arc<dyn Notify>>) {

@@ -741,3 +741,154 @@ proptest! {
         prop_assert_eq!(drops.load(Ordering::Relaxed), created);
     }
 }
+
+// The slotted ring: the same guarantees as `Ring`, checked the same ways.
+
+use super::SlotRing;
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 256 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// The slotted ring against a `VecDeque`: any sequence of pushes, batch pushes, pops and
+    /// batch pops (single-threaded) yields the same values, and the same room.
+    #[test]
+    fn slotted_ring_behaves_as_a_bounded_deque(
+        cap in 1usize..9,
+        every in 1usize..9,
+        ops in prop::collection::vec((0u8..4, 0usize..6), 0..200),
+    ) {
+        let (mut tx, mut rx) = SlotRing::new(cap);
+        rx.set_release_every(every);
+        let cap = tx.capacity();
+        let mut model = VecDeque::new();
+        let mut next = 0u64;
+        // Whether the consumer has freed every slot it took: after a pop that found the ring
+        // drained (it got less than it asked for), or always when it frees each at once.
+        let mut all_freed = true;
+        for (op, n) in ops {
+            match op {
+                0 => {
+                    let pushed = tx.try_push(next).is_ok();
+                    // Lazy frees: the producer may see less room than there is, never more.
+                    prop_assert!(pushed || model.len() == cap || !all_freed);
+                    if pushed {
+                        model.push_back(next);
+                        next += 1;
+                    }
+                }
+                1 => {
+                    let items: Vec<u64> = (next..next + n as u64).collect();
+                    let k = tx.push_slice(&items);
+                    prop_assert!(model.len() + k <= cap);
+                    if all_freed {
+                        prop_assert_eq!(k, n.min(cap - model.len()));
+                    }
+                    model.extend(&items[..k]);
+                    next += k as u64;
+                }
+                2 => {
+                    let got = rx.try_pop();
+                    all_freed = got.is_none() || every == 1;
+                    prop_assert_eq!(got, model.pop_front());
+                }
+                _ => {
+                    let mut got = Vec::new();
+                    rx.pop_batch(n, |v| got.push(v));
+                    let want: Vec<u64> = (0..n.min(model.len()))
+                        .filter_map(|_| model.pop_front())
+                        .collect();
+                    all_freed = got.len() < n || every == 1 || (all_freed && n == 0);
+                    prop_assert_eq!(got, want);
+                }
+            }
+            prop_assert_eq!(rx.len(), model.len());
+        }
+    }
+}
+
+#[test]
+fn slotted_items_left_are_dropped_exactly_once_after_wrap_around() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = SlotRing::new(4);
+    for round in 0..3u64 {
+        for i in 0..3 {
+            tx.try_push(counted(round * 10 + i, &drops)).unwrap();
+        }
+        for i in 0..3 {
+            assert_eq!(rx.try_pop().map(|c| c.value), Some(round * 10 + i));
+        }
+    }
+    assert_eq!(drops.load(Ordering::Relaxed), 9);
+    for i in 0..3 {
+        tx.try_push(counted(100 + i, &drops)).unwrap();
+    }
+    assert_eq!(rx.try_pop().map(|c| c.value), Some(100));
+    assert_eq!(drops.load(Ordering::Relaxed), 10);
+    drop(tx);
+    assert!(rx.is_abandoned());
+    drop(rx);
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        12,
+        "the two left dropped once each"
+    );
+}
+
+#[test]
+fn slotted_a_panic_in_the_pop_closure_keeps_the_rest() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = SlotRing::new(8);
+    for i in 0..5 {
+        tx.try_push(counted(i, &drops)).unwrap();
+    }
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        rx.pop_batch(8, |c| assert_ne!(c.value, 2, "the third"));
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        3,
+        "three taken (one in the panic)"
+    );
+    let rest: Vec<u64> = std::iter::from_fn(|| rx.try_pop().map(|c| c.value)).collect();
+    assert_eq!(rest, [3, 4]);
+    drop((tx, rx));
+    assert_eq!(drops.load(Ordering::Relaxed), 5);
+}
+
+#[test]
+fn slotted_a_stream_between_two_threads_arrives_in_order() {
+    let n = if cfg!(miri) { 2_000 } else { 2_000_000 };
+    let (mut tx, mut rx) = SlotRing::<u64>::new(64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let producer = std::thread::spawn(move || {
+        let mut next = 0;
+        while next < n && std::time::Instant::now() < deadline {
+            if next % 3 == 0 {
+                let items: Vec<u64> = (next..(next + 5).min(n)).collect();
+                next += tx.push_slice(&items) as u64;
+            } else if tx.try_push(next).is_ok() {
+                next += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut expected = 0;
+    while expected < n && std::time::Instant::now() < deadline {
+        let got = rx.pop_batch(7, |v| {
+            assert_eq!(v, expected, "out of order");
+            expected += 1;
+        });
+        if got == 0 {
+            std::thread::yield_now();
+        }
+    }
+    producer.join().expect("producer panicked");
+    assert_eq!(expected, n, "items were lost (or the minute ran out)");
+    assert_eq!(rx.try_pop(), None, "items were duplicated");
+}

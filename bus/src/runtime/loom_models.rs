@@ -340,3 +340,65 @@ fn loom_a_publisher_into_a_subscription_gives_up_at_the_stop_request() {
         assert_settled(&counters, 2);
     });
 }
+
+/// A publisher thread with the real `Park` publishing the burst `[1, 2, 3]` with one
+/// `publish_slice` into a `Block` edge of capacity 2: two fit at once, the third waits.
+fn parked_burst_publisher() -> (
+    Arc<Control>,
+    Arc<EdgeCounters>,
+    Inputs<T>,
+    thread::JoinHandle<Output<T>>,
+) {
+    let mut park = Park::new();
+    let bell = park.doorbell().expect("park has a doorbell");
+    let control = Arc::new(Control::new(0, vec![Arc::clone(&bell)]));
+    let counters = Arc::new(EdgeCounters::default());
+    let (mut out, inputs) = single_edge::<T>(
+        Backpressure::Block,
+        2,
+        false,
+        Arc::clone(&counters),
+        Some(bell as Arc<dyn crate::ring::Notify>),
+    );
+    let c = Arc::clone(&control);
+    let publ = thread::spawn(move || {
+        let idle = &mut park;
+        out.publish_slice(&[T(1), T(2), T(3)], Some(&mut Wait { idle, control: &c }));
+        out
+    });
+    (control, counters, inputs, publ)
+}
+
+/// A burst larger than the room in a `Block` ring: what fits goes in at once, the rest waits
+/// asleep and is woken by the subscriber's pops; all of it arrives in order, counted once.
+#[test]
+fn loom_a_burst_waits_for_room_and_arrives_whole() {
+    loom::model(|| {
+        let (_control, counters, mut inputs, publ) = parked_burst_publisher();
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            if inputs.poll(1, |T(v)| got.push(v)) == 0 {
+                thread::yield_now();
+            }
+        }
+        let out = publ.join().unwrap();
+        assert_eq!(got, [1, 2, 3]);
+        drop((out, inputs));
+        assert_settled(&counters, 3);
+    });
+}
+
+/// A burst's publisher asleep on a full `Block` ring that nobody reads gives up its rest when
+/// the stop protocol calls waits off, counting it lost: the books balance.
+#[test]
+fn loom_a_waiting_burst_gives_up_its_rest_when_waits_end() {
+    loom::model(|| {
+        let (control, counters, inputs, publ) = parked_burst_publisher();
+        control.end_waits();
+        let out = publ.join().unwrap();
+        let s = counters.snapshot();
+        assert_eq!((s.sent, s.publisher_lost), (2, 1), "{s:?}");
+        drop((out, inputs));
+        assert_settled(&counters, 3);
+    });
+}
