@@ -9,13 +9,18 @@ SUITES:
             (p50/p99/p99.9/max) and one-way throughput (single item and batch)
             for the llbus ring, rtrb, crossbeam, std mpsc, disruptor and the
             cache-line floor
-    bus     the bus against its bare ring (impls llbus-bus, llbus-ring): round
+    bus     the bus against its bare ring and what a user would pick instead
+            (impls llbus-bus, llbus-ring, disruptor, crossbeam-channel): round
             trip between two actors on two pinned busy-spinning threads
             (rtt_p50, rtt_p99, rtt_p999, rtt_max), and messages/s per
-            subscriber of one publisher fanning out to 1 and to 3 subscriber
-            actors (throughput_fanout1, throughput_fanout3); the ring's
-            throughput_fanout1 is a plain one-item-at-a-time stream, for
-            reference. Target: rtt p50 llbus-bus / llbus-ring <= 1.10
+            subscriber of one publisher fanning out to 1 and to 3 subscribers
+            (throughput_fanout1, throughput_fanout3; the disruptor broadcasts
+            to 3 consumers, crossbeam-channel is a pipeline), one message per
+            publish and in bursts (throughput_fanout1_batch,
+            throughput_fanout3_batch); the ring's fan-out is a plain stream,
+            for reference. Targets: rtt p50 llbus-bus / llbus-ring <= 1.10;
+            fan-out 1 bus / ring >= 0.5; fan-out 3 / fan-out 1 >= 0.5; fan-out
+            3 bus / disruptor >= 1
     udp     UDP over loopback (impls llbus, raw-spin, raw-blocking,
             llbus-mac, the same with the pre-shared-key MAC on, and
             llbus-park, both hosts Idle::Park, sleeping in epoll):
