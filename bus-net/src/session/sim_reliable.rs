@@ -681,7 +681,9 @@ proptest! {
     ) {
         let mut world = World::new(seed, faults, ReliableConfig::default());
         world.run(2000, 1500, attacks);
-        prop_assert!(world.expected().len() > 1900, "joined after {:?}", world.joined_after);
+        // The handshake completes early (at 20% loss it can take a few retries of its four
+        // datagrams): within the first tenth of the stream.
+        prop_assert!(world.expected().len() > 1800, "joined after {:?}", world.joined_after);
         prop_assert_eq!(&world.sink.lost, &Vec::<(u64, u64)>::new());
         prop_assert_eq!(&world.sink.got, &world.expected());
         prop_assert_eq!(world.answered_forgeries, 0);
