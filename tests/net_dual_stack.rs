@@ -1,4 +1,4 @@
-//! IPv6 and dual stack (issue 10, item 6): a bridge bound to `[::]` serves and reaches IPv4
+//! IPv6 and dual stack: a bridge bound to `[::]` serves and reaches IPv4
 //! peers (their addresses canonicalised from `::ffff:a.b.c.d`), two bridges talk over `::1`,
 //! and an import of an address family the bridge's socket cannot reach is refused when the bus
 //! starts, with an error naming the bridge, the topic and both addresses.

@@ -435,7 +435,7 @@ impl Drop for Recorder {
     }
 }
 
-/// Issue 10, item 2: with a key, a captured datagram replayed (from the address it came from)
+/// With a key, a captured datagram replayed (from the address it came from)
 /// is dropped as `replayed` at both ends, and the stream goes on.
 #[test]
 #[cfg_attr(miri, ignore)]

@@ -1,4 +1,4 @@
-//! Issue 10's attacks, made with forged source addresses (raw sockets, root) against the real
+//! Attacks made with forged source addresses (raw sockets, root) against the real
 //! `publisher` and `subscriber` examples running as processes on loopback: each attack is shown
 //! to fail, and the real stream is still complete (the subscriber's RESULT line).
 //!
@@ -13,7 +13,7 @@
 //!   under their original addresses, both ways: dropped as `replayed`, and no replayed
 //!   message reaches the subscriber.
 //!
-//! And issue 22's, by an *allowed* host (another loopback address, which the default
+//! And attacks by an *allowed* host (another loopback address, which the default
 //! allowlist admits) that subscribed itself and so knows the publisher's session id, a cookie
 //! and a subscription token of its own:
 //!

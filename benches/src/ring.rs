@@ -58,8 +58,8 @@ pub const BATCH: usize = 64;
 /// Every measurement runs unrecorded this long first.
 pub const WARMUP: Duration = Duration::from_millis(50);
 
-/// Then it is recorded for this long: long enough that one preemption (a few ms on this VM)
-/// moves a round's figure by a few % at most.
+/// Then it is recorded for this long: long enough that one preemption (a few ms on a shared
+/// VM) moves a round's figure by a few % at most.
 pub const WINDOW: Duration = Duration::from_millis(200);
 
 /// Suite name in the output.
@@ -80,8 +80,8 @@ struct Plan {
 impl Plan {
     fn new(args: &Args) -> Self {
         let hard_cap = Duration::from_secs(20);
-        // NB: a round (8 round trips, 9 streams, each 0.25 s) took 4.6 s on the 2-vCPU VM, so
-        // 15 rounds take 70 s (the whole `all` run about 2 minutes); `--quick` is a smoke test.
+        // NB: a round is 8 round trips and 9 streams of 0.25 s each (about 4.6 s on two vCPUs),
+        // so 15 rounds keep the whole `all` run near 2 minutes; `--quick` is a smoke test.
         let (rounds, warmup, window) = if args.quick {
             (2, Duration::from_millis(5), Duration::from_millis(20))
         } else {

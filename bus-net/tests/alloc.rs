@@ -322,7 +322,7 @@ fn io_batches_allocate_nothing() {
     assert_eq!(allocs, 0, "socket batches allocated");
 }
 
-/// Issue 10, item 4: a claimed length never allocates more than the bytes that carry it. A
+/// A claimed length never allocates more than the bytes that carry it. A
 /// 9-byte payload claiming 2^40 elements (bincode's decoder, with serde's pre-allocation,
 /// allocated 1 MiB for it) allocates nothing; a payload whose `Vec` claims more elements than
 /// it has bytes allocates nothing either; an honest one allocates only as it decodes.

@@ -67,8 +67,8 @@ pub fn clock_cost_ns() -> f64 {
 }
 
 /// The step `Instant::now()` advances by, in ns, estimated as the gap between the two
-/// commonest differences of back-to-back reads (on this VM they are 20 and 30 ns: the clock
-/// moves in 10 ns steps). Every round-trip sample is a multiple of it, give or take 1 ns.
+/// commonest differences of back-to-back reads (on a VM whose clock moves in 10 ns steps,
+/// 20 and 30 ns). Every round-trip sample is a multiple of it, give or take 1 ns.
 pub fn clock_step_ns() -> u64 {
     let mut counts = std::collections::HashMap::<u64, u32>::new();
     for _ in 0..100_000 {

@@ -412,7 +412,7 @@ mod tests {
         io::Error::from_raw_os_error(code)
     }
 
-    /// Issue 10: a send that fails for its destination (an answer to a forged `0.0.0.0:0`
+    /// A send that fails for its destination (an answer to a forged `0.0.0.0:0`
     /// fails with `EINVAL`) is counted and dropped; only a broken socket is an error.
     #[test]
     fn send_errors_are_counted_by_reason_and_only_a_broken_socket_is_fatal() {

@@ -470,7 +470,7 @@ fn an_allowed_host_cannot_inject_or_silence_with_the_learned_session() {
 
 /// The same world without an adversary, over a network that duplicates every handshake answer
 /// and delivers late copies of old ones: nothing counts as invalid, the duplicates and late
-/// frames are counted by name (issue 15).
+/// frames are counted by name.
 #[test]
 fn duplicated_and_late_handshake_frames_are_not_invalid() {
     let mut world = World::new();

@@ -712,9 +712,9 @@ mod tests {
         );
     }
 
-    /// Issue 15: under duplication and reordering, a duplicated challenge, or one that arrives
-    /// after the subscription was acknowledged, was counted as an invalid datagram (the old
-    /// bridge's "answered recently" rate limit). It is a duplicate or stale control frame.
+    /// Under duplication and reordering, a duplicated challenge, or one that arrives after the
+    /// subscription was acknowledged, is a duplicate or stale control frame, counted by name,
+    /// not an invalid datagram.
     #[test]
     fn duplicate_and_late_challenges_are_counted_by_name_not_invalid() {
         let mut s = session();
