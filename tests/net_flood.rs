@@ -84,20 +84,6 @@ fn resident_kib() -> u64 {
         .map_or(0, |pages| pages * 4)
 }
 
-/// A small xorshift generator: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// One bad datagram of kind `k` into `buf`; returns its length. Every kind is certain to be
 /// rejected: wrong magic or version, an impossible length, a reserved kind, a truncated header,
 /// a frame that lies about its payload length, a data frame of a topic nobody imports, a data
@@ -105,7 +91,7 @@ impl Rng {
 /// replayed cookie (one issued to another address).
 fn bad_datagram(
     k: u64,
-    rng: &mut Rng,
+    rng: &mut fastrand::Rng,
     valid: &[u8],
     replayed: &[u8],
     buf: &mut [u8; 2048],
@@ -117,9 +103,9 @@ fn bad_datagram(
     match k % 9 {
         // Random bytes of a random length (the magic is "LLU": a random prefix is not it).
         0 => {
-            let len = 1 + rng.below(1400) as usize;
+            let len = 1 + rng.u64(..1400) as usize;
             for b in &mut buf[..len] {
-                *b = rng.next() as u8;
+                *b = rng.u64(..) as u8;
             }
             if buf[..3] == *b"LLU" {
                 buf[0] = 0;
@@ -128,40 +114,40 @@ fn bad_datagram(
         }
         // A valid frame cut short inside its header.
         1 => {
-            let len = 1 + rng.below(47) as usize;
+            let len = 1 + rng.u64(..47) as usize;
             buf[..len].copy_from_slice(&valid[..len]);
             len
         }
         // A valid frame with its magic or version flipped.
         2 => {
             buf[..valid.len()].copy_from_slice(valid);
-            let at = rng.below(4) as usize;
-            buf[at] ^= 1 << rng.below(8);
+            let at = rng.u64(..4) as usize;
+            buf[at] ^= 1 << rng.u64(..8);
             valid.len()
         }
         // A valid frame whose payload length lies (longer than the datagram).
         3 => {
             buf[..valid.len()].copy_from_slice(valid);
-            let lie = (valid.len() as u16).wrapping_add(1 + rng.below(60000) as u16);
+            let lie = (valid.len() as u16).wrapping_add(1 + rng.u64(..60000) as u16);
             buf[6..8].copy_from_slice(&lie.to_le_bytes());
             valid.len()
         }
         // A valid frame with a reserved or unknown kind.
         4 => {
             buf[..valid.len()].copy_from_slice(valid);
-            buf[4] = 0x20 + rng.below(0xc0) as u8;
+            buf[4] = 0x20 + rng.u64(..0xc0) as u8;
             valid.len()
         }
         // A valid frame cut anywhere in its payload.
         5 => {
-            let len = 48 + rng.below((valid.len() - 48) as u64) as usize;
+            let len = rng.usize(48..valid.len());
             buf[..len].copy_from_slice(&valid[..len]);
             len
         }
         // A data frame of an unknown topic.
         6 => {
             buf[..valid.len()].copy_from_slice(valid);
-            let topic = rng.next() | 1;
+            let topic = rng.u64(..) | 1;
             buf[8..16].copy_from_slice(&topic.to_le_bytes());
             valid.len()
         }
@@ -282,7 +268,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     let other_host: SocketAddr = "127.0.0.2:0".parse().unwrap();
     let mut attacker = UdpEndpoint::bind(other_host, &SocketConfig::default()).unwrap();
     let mut batch = SendBatch::new(64);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
     let mut bufs = vec![[0u8; 2048]; 64];
     let mut lens = [0usize; 64];
     let mut sent = [0u64; 2];
