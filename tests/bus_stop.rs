@@ -38,6 +38,23 @@ impl Actor for Feed {
     }
 }
 
+/// Declares "feed", a [`Feed`] ticking every 50 µs, on `bus`.
+fn add_feed(
+    bus: &mut llbus::BusBuilder,
+    ticks_after_stop: &Arc<AtomicU64>,
+    stop_returned: &Arc<AtomicBool>,
+) {
+    let (t, s) = (Arc::clone(ticks_after_stop), Arc::clone(stop_returned));
+    bus.actor("feed", move |setup: &mut Setup<'_>| Feed {
+        out: setup.output(),
+        next: 0,
+        ticks_after_stop: Arc::clone(&t),
+        stop_returned: Arc::clone(&s),
+    })
+    .publishes::<Tick>()
+    .tick_every(Duration::from_micros(50));
+}
+
 /// A bus with a feed ticking every 50 µs into a subscription called "tap".
 struct TickingBus {
     running: llbus::RunningBus,
@@ -51,15 +68,7 @@ fn ticking_bus(stop_timeout: Duration) -> TickingBus {
     let stop_returned = Arc::new(AtomicBool::new(false));
     let mut bus = Bus::builder();
     bus.stop_timeout(stop_timeout);
-    let (t, s) = (Arc::clone(&ticks_after_stop), Arc::clone(&stop_returned));
-    bus.actor("feed", move |setup: &mut Setup<'_>| Feed {
-        out: setup.output(),
-        next: 0,
-        ticks_after_stop: Arc::clone(&t),
-        stop_returned: Arc::clone(&s),
-    })
-    .publishes::<Tick>()
-    .tick_every(Duration::from_micros(50));
+    add_feed(&mut bus, &ticks_after_stop, &stop_returned);
     let tap = bus.subscription::<Tick>("tap");
     let mut running = bus.start().expect("start");
     let tap = running.subscription(tap).expect("tap");
@@ -148,14 +157,7 @@ impl Actor for Stopper {
 fn stop_from_inside_while_main_reads(how: Inside) {
     let mut bus = Bus::builder();
     bus.stop_timeout(Duration::from_secs(10));
-    bus.actor("feed", |setup: &mut Setup<'_>| Feed {
-        out: setup.output(),
-        next: 0,
-        ticks_after_stop: Arc::default(),
-        stop_returned: Arc::default(),
-    })
-    .publishes::<Tick>()
-    .tick_every(Duration::from_micros(50));
+    add_feed(&mut bus, &Arc::default(), &Arc::default());
     bus.actor("stopper", move |_: &mut Setup<'_>| Stopper { how, seen: 0 })
         .subscribes::<Tick>()
         .supervision(Supervision::Escalate);
@@ -229,14 +231,7 @@ fn a_full_block_subscription_nobody_reads_does_not_hold_the_stop() {
     bounded("unread subscription", 60, || {
         let mut bus = Bus::builder();
         bus.stop_timeout(Duration::from_secs(20));
-        bus.actor("feed", |setup: &mut Setup<'_>| Feed {
-            out: setup.output(),
-            next: 0,
-            ticks_after_stop: Arc::default(),
-            stop_returned: Arc::default(),
-        })
-        .publishes::<Tick>()
-        .tick_every(Duration::from_micros(50));
+        add_feed(&mut bus, &Arc::default(), &Arc::default());
         let tap = bus.subscription_with::<Tick>("tap", Backpressure::Block, 4);
         let mut running = bus.start().expect("start");
         let mut tap = running.subscription(tap).expect("tap");
