@@ -208,6 +208,41 @@ fn a_held_async_permit_does_not_hold_the_stop_for_its_timeout() {
     });
 }
 
+/// A message sent through a permit held across the stop, after the bus's threads have left, is
+/// not published: it is counted lost on the edge (seen in a live snapshot before `join`), and
+/// the closed subscription stays closed.
+#[test]
+fn a_permit_used_after_the_bus_exited_counts_its_message_lost() {
+    bounded("permit after exit", 60, || {
+        let mut bus = Bus::builder();
+        let feed = bus.publisher::<Num>("feed");
+        let tap = bus.subscription_with::<Num>("tap", Backpressure::DropNewest, 64);
+        let mut running = bus.start().expect("start");
+        let tx = running.publisher(feed).unwrap().into_async(8).unwrap();
+        let mut tap = running.subscription(tap).unwrap();
+        let rt = rt();
+        let permit = rt.block_on(tx.reserve()).expect("reserve");
+        running.stop();
+        // The subscription closes once the bus's threads have left.
+        wait_for("the tap to close", 20, || {
+            tap.try_recv() == Err(TryRecvError::Closed)
+        });
+        permit.send(Num(1));
+        drop(tx);
+        wait_for("the late message to be counted", 20, || {
+            running
+                .snapshot()
+                .edge("hostile.num", "feed", "tap")
+                .is_some_and(|e| e.lost == 1)
+        });
+        assert_eq!(tap.try_recv(), Err(TryRecvError::Closed));
+        let report = running.join().expect("join");
+        let e = report.edge("hostile.num", "feed", "tap").unwrap();
+        assert_eq!((e.published, e.lost, e.handled), (1, 1, 0), "{e:?}");
+        assert_balanced(&report);
+    });
+}
+
 /// Senders that send as fast as they can while another thread stops the bus and the senders
 /// are dropped mid-flush: every `Ok` is published, counted exactly once.
 #[test]
