@@ -2,7 +2,7 @@
 //! over UDP, in llbus's own native format (wire version 3) or the original ll-udp-pubsub v0.1
 //! format, byte for byte.
 //!
-//! Four layers, bottom up:
+//! Five layers, bottom up:
 //!
 //! - The **protocol** layer is pure: frame layouts, batch encoding into a caller's buffer,
 //!   validating zero-copy decoding, control frames, the compat format, the sequence tracker and
@@ -14,6 +14,11 @@
 //!   its own, which publisher session it follows, renewal, backoff, sequence tracking). Each
 //!   takes `(frame, source, now)` and returns answers ([`Replies`]) and events, so every attack
 //!   and fault is a unit test.
+//! - The **endpoint** ([`Endpoint`]) is sans-IO too: it owns the publisher machine, every
+//!   export's sequence and history, every import's machine, reliable receiver and reassembler,
+//!   and the egress that seals or tokens each datagram. Datagrams and time go in; datagrams
+//!   to send (through a [`Wire`]), messages to deliver (to a [`Sink`]), events and the next
+//!   deadline come out.
 //! - The **io** layer is a non-blocking UDP socket ([`UdpEndpoint`]) with batched send and
 //!   receive: `sendmmsg`/`recvmmsg` on Linux, `send_to`/`recv_from` loops elsewhere.
 //! - The **bridge** ([`Bridge`]) joins them to the bus as an actor of its own:
@@ -126,16 +131,21 @@
 //! Modules are private and their public types are re-exported here (the house style); the
 //! bridge, in this crate, reaches the same items through `crate::protocol` and `crate::io`.
 //!
-//! **One crate, not two (for now).** quinn splits its protocol (`quinn-proto`) from its
-//! sockets (`quinn`); llbus-net keeps both in one crate, with the split drawn by modules:
-//! `protocol` and `session` never touch a socket or a clock and are public (the CLI's tap uses
-//! them), `io` and `bridge` own sockets and threads. The crates would split along that line
-//! once one sans-IO endpoint owns everything the bridge actor still routes between the session
-//! machines (layer 5 of the project's architecture); until then a second crate would only
-//! move the same routing across a crate boundary. Every protocol decision already lives in a
-//! session machine (`PublisherSession`, `SubscriberSession`, `ReliableExport`,
-//! `ReliableReceiver`, `HostBudgets`) and every datagram leaves through one egress
-//! (`bridge/egress.rs`).
+//! **One crate, split by modules, not two crates.** quinn splits its protocol (`quinn-proto`)
+//! from its sockets (`quinn`); llbus-net draws the same line inside one crate: `protocol`,
+//! `session` and `endpoint` never touch a socket, a thread or a clock, and are public (the
+//! CLI's tap and the fuzz targets drive them); `io` and `bridge` own sockets and threads.
+//! A second crate would buy nothing a user can measure: the socket layer's dependencies
+//! (`socket2`, `libc`) are ones every user of the protocol (the CLI, a bridge) needs anyway,
+//! and the line is kept by the module tree (of `io` and `bridge`, `endpoint` uses only the
+//! settings, [`BridgeConfig`], plain data), which a split would only move across a crate
+//! boundary.
+//!
+//! The [`Endpoint`] owns every piece of a bridge's protocol state and makes every protocol
+//! decision; the bridge's actor only moves bytes between its sockets, the bus's rings and the
+//! endpoint, and the simulator (tests) drives the same endpoint. Every datagram leaves
+//! through one egress (`endpoint/egress.rs`), which seals it or appends its token, and then a
+//! [`Wire`]: the bridge's socket, a direct sender's, or the simulator's network.
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -184,6 +194,9 @@ pub use session::subscriber::{
     RESUBSCRIBE_GAP_NS,
 };
 pub use session::{canonical, is_answerable, Replies};
+
+mod endpoint;
+pub use endpoint::{Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink, Wire};
 
 mod bridge;
 mod io;

@@ -1,19 +1,17 @@
-//! The session machines under arbitrary input: the publisher side (`PublisherSession`) and the
-//! subscriber side of one import (`SubscriberSession`), joined by an honest loop, while the
-//! fuzzer's datagrams arrive at either from any of a few source addresses (the honest peers'
+//! The endpoint under arbitrary input: a publisher `Endpoint` (one best-effort export) and a
+//! subscriber `Endpoint` (one import of it), joined by an honest, lossless loop, while the
+//! fuzzer's datagrams arrive at both from any of a few source addresses (the honest peers'
 //! included: a forged source). The input is a sequence of chunks `[ms, src, len_lo, len_hi,
-//! bytes..]`; each chunk's bytes are parsed as a datagram and its frames handed to the machine
-//! they are for.
+//! bytes..]`; each chunk's bytes are handed whole to both endpoints, as a socket would.
 //!
-//! The fuzzer's datagrams end with whatever 8 bytes it chose when their frames carry the token
-//! flag; it does not know the honest subscriber's token (it could guess it, as it can guess a
-//! nonce, by the comparison libFuzzer learns).
+//! The fuzzer does not know the honest subscriber's token or cookie (it could guess them, as
+//! it can guess a nonce, by the comparisons libFuzzer learns).
 //!
-//! Crashes: any panic; answers to one datagram that are more frames or more bytes than it; a
-//! subscriber entry for a source that never received a cookie; more entries of one host for
-//! the topic than its cap; and, after the fuzzer's input,
-//! an honest exchange of a few renewal periods that does not leave the import following the
-//! real publisher session (or, if the fuzzer guessed a nonce, refused) with data delivered.
+//! Crashes: any panic; answers to one datagram that are more than one datagram or more bytes
+//! than it; a subscriber entry for a source that never received a cookie; more entries of one
+//! host for the topic than its cap; and, after the fuzzer's input, an honest exchange of a few
+//! renewal periods that does not leave the import following the real publisher session (or,
+//! if the fuzzer guessed a nonce, refused) with data delivered.
 #![no_main]
 
 use std::net::SocketAddr;
@@ -21,9 +19,8 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use llbus_net::{
-    parse_datagram, Allowlist, BatchEncoder, Control, CookieJar, ExportedTopic, Flags, Header,
-    ImportState, Kind, LatePolicy, PublisherSession, RateLimit, RateLimiter, Replies,
-    SubscriberSession, SubscriberTable, DEFAULT_MAX_DATAGRAM, DEFAULT_SUBSCRIBER_TIMEOUT,
+    parse_datagram, Allowlist, BridgeConfig, DropReason, Endpoint, Event, ExportSpec,
+    ImportSpec, ImportState, Kind, RateLimit, Sink, Wire, DEFAULT_MAX_DATAGRAM,
 };
 
 const TOPIC: u64 = 0x7070;
@@ -43,100 +40,165 @@ fn sources() -> [SocketAddr; 4] {
     ]
 }
 
+/// What an endpoint sent during one call: `(destination, datagram)`.
+#[derive(Default)]
+struct Sent(Vec<(SocketAddr, Vec<u8>)>);
+
+impl Wire for Sent {
+    fn send(&mut self, bytes: &[u8], dests: &[(SocketAddr, u64)], suffixed: bool) -> usize {
+        for &(addr, suffix) in dests {
+            let mut d = bytes.to_vec();
+            if suffixed {
+                d.extend_from_slice(&suffix.to_le_bytes());
+            }
+            self.0.push((addr, d));
+        }
+        dests.len()
+    }
+}
+
+/// Counts what the subscriber delivers.
+#[derive(Default)]
+struct Count(u64);
+
+impl Sink for Count {
+    fn deliver(&mut self, _import: usize, payload: &[u8]) -> Result<(), DropReason> {
+        llbus_net::decode_payload::<u64>(payload).map_err(|_| DropReason::PayloadDecode)?;
+        self.0 += 1;
+        Ok(())
+    }
+}
+
 struct World {
-    publisher: PublisherSession,
-    subscriber: SubscriberSession,
-    replies: Replies,
-    seq: u64,
-    delivered: u64,
+    publisher: Endpoint,
+    subscriber: Endpoint,
+    delivered: Count,
+    /// Whether the import was refused (the fuzzer guessed a nonce).
+    refused: bool,
+    /// Which sources the publisher sent a cookie to (a challenge or an acknowledgement).
+    cookies_sent_to: [bool; 4],
 }
 
 impl World {
     fn new() -> World {
-        World {
-            publisher: PublisherSession::new(
-                PUB_SESSION,
-                CookieJar::new([5; 32], Duration::from_secs(30)),
-                RateLimiter::new(RateLimit { per_second: 20, burst: 40 }, 16),
-                Allowlist::any(),
-                vec![ExportedTopic {
-                    topic_id: TOPIC,
-                    fingerprint: FP,
-                    allow: None,
-                }],
-                SubscriberTable::new(DEFAULT_SUBSCRIBER_TIMEOUT, 8)
-                    .with_topic_cap(4)
-                    .with_host_cap(HOST_CAP),
-                [4; 32],
-            ),
-            subscriber: SubscriberSession::new(
-                TOPIC,
-                FP,
-                SUB_SESSION,
-                [6; 32],
-                Duration::from_secs(1),
-                LatePolicy::Deliver,
-            ),
-            replies: Replies::with_capacity(DEFAULT_MAX_DATAGRAM / 48 + 1),
-            seq: 0,
-            delivered: 0,
-        }
-    }
-
-    /// Control to the publisher from `src`; its answers to the honest subscriber if that is
-    /// where they go. Returns the answers' count and encoded bytes.
-    fn to_publisher(&mut self, c: &Control, src: SocketAddr, now: u64) {
-        self.replies.clear(src);
-        let seq = self.seq;
-        let _ = self
-            .publisher
-            .on_control(c, src, now, |_| seq, &mut self.replies);
-        let answers = self.replies.frames().to_vec();
-        if src == sources()[0] {
-            for a in answers {
-                self.to_subscriber(&a, now);
-            }
-        }
-    }
-
-    fn to_subscriber(&mut self, c: &Control, now: u64) {
-        let mut r = Replies::with_capacity(4);
-        r.clear(sources()[1]);
-        let _ = self.subscriber.on_control(c, None, now, &mut r);
-        for a in r.frames().to_vec() {
-            self.to_publisher(&a, sources()[0], now);
-        }
-    }
-
-    /// One millisecond of the honest loop: renewals due, and one message if subscribed.
-    fn honest(&mut self, now: u64) {
-        if let Some(request) = self.subscriber.poll(now) {
-            self.to_publisher(&request, sources()[0], now);
-        }
-        if self
-            .publisher
-            .subscribers()
-            .subscribers(TOPIC)
-            .any(|a| a == sources()[0])
-        {
-            self.seq += 1;
-            let h = Header {
-                kind: Kind::Data,
-                flags: Flags::NONE,
-                payload_len: 0,
+        let config = BridgeConfig {
+            allow: Allowlist::any(),
+            rate_limit: RateLimit {
+                per_second: 20,
+                burst: 40,
+            },
+            rate_limit_sources: 16,
+            subscriber_capacity: 8,
+            subscribers_per_topic: 4,
+            subscribers_per_host: HOST_CAP,
+            cookie_window: Duration::from_secs(30),
+            ..BridgeConfig::default()
+        };
+        let publisher = Endpoint::new(
+            &config,
+            DEFAULT_MAX_DATAGRAM,
+            PUB_SESSION,
+            [5; 32],
+            vec![ExportSpec {
+                topic: "fuzz",
                 topic_id: TOPIC,
                 fingerprint: FP,
-                session: PUB_SESSION,
-                seq: self.seq,
-                timestamp_ns: 0,
+                allow: None,
+                reliable: false,
+                late_join: 0,
+            }],
+            Vec::new(),
+        )
+        .with_wall_clock(|| 0);
+        let subscriber = Endpoint::new(
+            &config,
+            DEFAULT_MAX_DATAGRAM,
+            SUB_SESSION,
+            [6; 32],
+            Vec::new(),
+            vec![ImportSpec {
+                topic: "fuzz",
+                topic_id: TOPIC,
+                fingerprint: FP,
+                publisher: sources()[1],
+                reliable: false,
+            }],
+        )
+        .with_wall_clock(|| 0);
+        World {
+            publisher,
+            subscriber,
+            delivered: Count::default(),
+            refused: false,
+            cookies_sent_to: [false; 4],
+        }
+    }
+
+    /// Notes the cookies in what the publisher sent.
+    fn note_cookies(&mut self, sent: &Sent) {
+        for (to, d) in &sent.0 {
+            let Some(i) = sources().iter().position(|s| s == to) else {
+                continue;
             };
-            let token = self.publisher.token(sources()[0], TOPIC, SUB_SESSION);
-            if let Ok(v) = self.subscriber.on_data(&h, Some(token), now) {
-                if v.is_deliver() {
-                    self.delivered += 1;
+            let Ok(frames) = parse_datagram(d, DEFAULT_MAX_DATAGRAM) else {
+                continue;
+            };
+            for f in frames {
+                if matches!(f.header.kind, Kind::CookieChallenge | Kind::SubscribeAck) {
+                    self.cookies_sent_to[i] = true;
                 }
             }
         }
+    }
+
+    fn subscriber_events(&mut self) {
+        while let Some(e) = self.subscriber.poll_event() {
+            if matches!(e, Event::Refused { .. } | Event::Retrying { .. }) {
+                self.refused = true;
+            }
+        }
+    }
+
+    /// Carries what was sent between the honest peers until nothing more is.
+    fn exchange(&mut self, mut from_publisher: Sent, mut from_subscriber: Sent, now: u64) {
+        for _ in 0..16 {
+            if from_publisher.0.is_empty() && from_subscriber.0.is_empty() {
+                return;
+            }
+            self.note_cookies(&from_publisher);
+            let mut next_sub = Sent::default();
+            for (to, d) in std::mem::take(&mut from_publisher.0) {
+                if to == sources()[0] {
+                    self.subscriber
+                        .handle(&d, sources()[1], now, &mut next_sub, &mut self.delivered);
+                }
+            }
+            self.subscriber_events();
+            let mut next_pub = Sent::default();
+            for (to, d) in std::mem::take(&mut from_subscriber.0) {
+                if to == sources()[1] {
+                    self.publisher
+                        .handle(&d, sources()[0], now, &mut next_pub, &mut Count::default());
+                }
+            }
+            from_publisher = next_pub;
+            from_subscriber = next_sub;
+        }
+    }
+
+    /// One millisecond of the honest loop: both endpoints' timers, and one message.
+    fn honest(&mut self, now: u64) {
+        let mut from_sub = Sent::default();
+        self.subscriber
+            .on_timer(now, &mut from_sub, &mut self.delivered);
+        self.subscriber_events();
+        let mut from_pub = Sent::default();
+        self.publisher
+            .on_timer(now, &mut from_pub, &mut Count::default());
+        if let Some(mut batch) = self.publisher.export(0, &mut from_pub) {
+            batch.push(&now);
+        }
+        self.exchange(from_pub, from_sub, now);
     }
 }
 
@@ -144,71 +206,48 @@ fuzz_target!(|data: &[u8]| {
     let mut w = World::new();
     let mut now = 0u64;
     let mut rest = data;
-    let mut cookies_sent_to = [false; 4];
-    cookies_sent_to[0] = true; // the honest subscriber receives its own challenges
     while let [ms, src, lo, hi, tail @ ..] = rest {
         let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
         let (bytes, next) = tail.split_at(len);
         rest = next;
         now += u64::from(*ms) * MS;
         w.honest(now);
-        let src_index = usize::from(*src) % 4;
-        let from = sources()[src_index];
-        let Ok(frames) = parse_datagram(bytes, DEFAULT_MAX_DATAGRAM) else {
-            continue;
-        };
-        let count = frames.len();
-        let token = frames.token();
-        w.replies.clear(from);
-        for frame in frames {
-            if frame.header.kind == Kind::Data {
-                if from == sources()[1] {
-                    if let Ok(v) = w.subscriber.on_data(&frame.header, token, now) {
-                        let _ = v;
-                    }
-                }
-                continue;
-            }
-            let Ok(c) = Control::from_frame(&frame) else {
-                continue;
-            };
-            match c {
-                Control::Subscribe { .. } | Control::Unsubscribe { .. } => {
-                    let seq = w.seq;
-                    let _ = w
-                        .publisher
-                        .on_control(&c, from, now, |_| seq, &mut w.replies);
-                }
-                _ if from == sources()[1] => {
-                    let _ = w.subscriber.on_control(&c, token, now, &mut w.replies);
-                }
-                _ => {}
-            }
-        }
-        // No amplification: at most one answer per frame, and no more bytes.
-        let answers = w.replies.frames().to_vec();
-        assert!(answers.len() <= count, "{} answers to {count} frames", answers.len());
-        let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
-        let mut enc = BatchEncoder::new(&mut buf);
-        for a in &answers {
-            assert!(enc.push_control(a).is_ok(), "answers do not fit one datagram");
-        }
-        assert!(enc.len() <= bytes.len(), "{} bytes of answers to {}", enc.len(), bytes.len());
-        for a in &answers {
-            if let Control::CookieChallenge { .. } | Control::SubscribeAck { .. } = a {
-                cookies_sent_to[src_index] = true;
-            }
-        }
-        // Answers addressed to the honest subscriber reach it (a forged source: it must cope).
+        let from = sources()[usize::from(*src) % 4];
+        // At the publisher: its answers go to `from` alone, in one datagram no larger than
+        // the request.
+        let mut answers = Sent::default();
+        w.publisher
+            .handle(bytes, from, now, &mut answers, &mut Count::default());
+        let to_from: Vec<usize> = answers.0.iter().map(|(_, d)| d.len()).collect();
+        assert!(
+            answers.0.iter().all(|(to, _)| *to == from),
+            "answers to someone else"
+        );
+        assert!(to_from.len() <= 1, "{} datagrams answered one", to_from.len());
+        assert!(
+            to_from.iter().sum::<usize>() <= bytes.len(),
+            "{to_from:?} bytes answered {}",
+            bytes.len()
+        );
+        w.note_cookies(&answers);
+        // At the subscriber: the same bound.
+        let mut requests = Sent::default();
+        w.subscriber
+            .handle(bytes, from, now, &mut requests, &mut w.delivered);
+        w.subscriber_events();
+        let sent: usize = requests.0.iter().map(|(_, d)| d.len()).sum();
+        assert!(requests.0.len() <= 1 && sent <= bytes.len(), "the subscriber amplified");
+        // Answers addressed to the honest peers reach them (a forged source: they must cope).
         if from == sources()[0] {
-            for a in answers {
-                w.to_subscriber(&a, now);
-            }
+            w.exchange(answers, Sent::default(), now);
+        } else if from == sources()[1] {
+            w.exchange(Sent::default(), requests, now);
         }
         // No host holds more of the topic than its cap.
         for host in [[127, 0, 0, 1], [127, 0, 0, 9], [10, 0, 0, 1]] {
             let held = w
                 .publisher
+                .publisher()
                 .subscribers()
                 .iter()
                 .filter(|s| s.addr.ip() == std::net::IpAddr::from(host))
@@ -216,34 +255,30 @@ fuzz_target!(|data: &[u8]| {
             assert!(held <= HOST_CAP, "{host:?} holds {held} slots");
         }
         // Nobody is subscribed who never received a cookie.
-        for s in w.publisher.subscribers().iter() {
+        for s in w.publisher.publisher().subscribers().iter() {
             let i = sources().iter().position(|&a| a == s.addr);
             assert!(
-                i.is_some_and(|i| cookies_sent_to[i]),
+                i.is_some_and(|i| w.cookies_sent_to[i]),
                 "{} subscribed without a cookie",
                 s.addr
             );
         }
     }
     // The honest exchange, for a few renewal periods, must recover whatever the fuzzer did.
-    let before = w.delivered;
+    let before = w.delivered.0;
     for _ in 0..2500 {
         now += MS;
         w.honest(now);
     }
-    if w.subscriber.counts().refused > 0 {
+    if w.refused {
         // The fuzzer guessed a nonce (libFuzzer learns compared constants, as an on-path
-        // attacker would see them) and sent a transient refusal: the import backs off.
+        // attacker would see them) and sent a refusal: the import backs off or stops.
         return;
     }
-    match w.subscriber.state() {
-        ImportState::Refused(_) => {} // the same, with a final refusal
-        state => {
-            assert!(
-                matches!(state, ImportState::Established { session: PUB_SESSION, .. }),
-                "the import follows {state:?}"
-            );
-            assert!(w.delivered > before + 500, "the honest stream stalled");
-        }
-    }
+    let state = w.subscriber.import_state(0);
+    assert!(
+        matches!(state, Some(ImportState::Established { session: PUB_SESSION, .. })),
+        "the import follows {state:?}"
+    );
+    assert!(w.delivered.0 > before + 500, "the honest stream stalled");
 });

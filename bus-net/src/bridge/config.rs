@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::{
-    Allowlist, FrameMac, LatePolicy, RateLimit, SocketConfig, DEFAULT_COOKIE_WINDOW,
-    DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6, DEFAULT_RATE_LIMIT, DEFAULT_RATE_LIMIT_SOURCES,
+    Allowlist, LatePolicy, RateLimit, SocketConfig, DEFAULT_COOKIE_WINDOW, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_MAX_DATAGRAM_V6, DEFAULT_RATE_LIMIT, DEFAULT_RATE_LIMIT_SOURCES,
     DEFAULT_SUBSCRIBERS_PER_HOST, DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
     HANDSHAKE_PAYLOAD_LEN, HEADER_LEN, MAC_TAG_LEN, MAX_DATAGRAM_LIMIT,
 };
@@ -151,21 +151,6 @@ impl BridgeConfig {
             _ => Ok(()),
         }
     }
-}
-
-/// The MAC of a configuration with a pre-shared key.
-pub(crate) fn mac_of(config: &BridgeConfig) -> Option<FrameMac> {
-    config.psk.as_ref().map(|key| {
-        let mut mac = FrameMac::with_key_id(config.psk_id, key);
-        for (id, key) in &config.psk_accept {
-            mac = mac.also_accept(*id, key);
-        }
-        if config.mac_data {
-            mac
-        } else {
-            mac.control_only()
-        }
-    })
 }
 
 #[cfg(test)]

@@ -8,13 +8,14 @@
 //! atomic the sender stores after each send). Sending allocates nothing and takes no lock.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use llbus::{LatestReader, LatestWriter, Message};
 use serde::Serialize;
 
-use super::egress::{send_frames, Protect};
+use super::wire::SocketWire;
+use crate::endpoint::{protect_and_send, DirectShared};
 use crate::{
     realtime_ns, BatchEncoder, DataMeta, EncodeError, FrameMac, IoStats, SendBatch, UdpEndpoint,
     MAC_TAG_LEN, TOKEN_LEN,
@@ -22,12 +23,6 @@ use crate::{
 
 /// The subscribers of a direct topic, each with its subscription token.
 pub(crate) type Destinations = Arc<[(SocketAddr, u64)]>;
-
-/// What the bridge and a direct sender share about one topic.
-#[derive(Debug, Default)]
-pub(crate) struct DirectShared {
-    pub(crate) last_seq: AtomicU64,
-}
 
 /// The bridge's end of a direct topic.
 pub(crate) struct DirectPort {
@@ -107,7 +102,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             endpoint,
             batch: SendBatch::new(batch),
             buf: vec![0; max_datagram],
-            seal_buf: vec![0; max_datagram],
+            seal_buf: vec![0; max_datagram + TOKEN_LEN],
             session,
             seq: 0,
             shared: Arc::clone(&shared),
@@ -169,15 +164,24 @@ impl<T: Message + Serialize> DirectSender<T> {
         self.shared.last_seq.store(self.seq, Ordering::Release);
         let len = enc.len();
         let frames = self.buf.get(..len).unwrap_or_default();
-        send_frames(
-            &mut self.endpoint,
-            &mut self.batch,
+        let mut failed = None;
+        let mut wire = SocketWire {
+            socket: &mut self.endpoint,
+            batch: &mut self.batch,
+            failed: &mut failed,
+        };
+        let (datagrams, _) = protect_and_send(
+            &mut wire,
+            self.mac.as_ref(),
+            &mut self.seal_buf,
             frames,
-            Protect::of(self.mac.as_ref(), &mut self.seal_buf, true),
-            self.subscribers.iter().copied(),
-        )
-        .map(|sent| sent.datagrams)
-        .map_err(DirectError::Socket)
+            true,
+            &self.subscribers,
+        );
+        match failed {
+            Some(e) => Err(DirectError::Socket(e)),
+            None => Ok(datagrams),
+        }
     }
 
     /// How many subscribers the topic has now (takes the bridge's latest list).

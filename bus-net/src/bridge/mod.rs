@@ -2,11 +2,11 @@
 //!
 //! - this module: [`Bridge`], the builder, and what it hands the actor.
 //! - `config`: [`BridgeConfig`], every setting with its default.
-//! - `actor`: [`BridgeActor`], the thin actor: sockets and timers in, frames to the session
-//!   machines (`crate::session`) and the ports, their answers out.
+//! - `actor`: [`BridgeActor`], the thin actor: moves bytes between its sockets, the bus's
+//!   rings and the sans-IO [`Endpoint`](crate::Endpoint), which makes every protocol decision.
 //! - `ports`: one typed port per exported or imported topic (native and compat).
 //! - `direct`: a topic sent from the publishing actor's own thread.
-//! - `metrics`: the bridge's figures, shown in the bus's report.
+//! - `wire`: a UDP socket as the endpoint's [`Wire`](crate::Wire).
 //!
 //! The bridge joins the two lower layers to the bus. Exports take the rings the bus made for
 //! their topics (`ActorBuilder::takes`) and are pumped every round into datagrams, several
@@ -18,9 +18,8 @@
 mod actor;
 mod config;
 mod direct;
-mod egress;
-mod metrics;
 mod ports;
+mod wire;
 
 pub use actor::BridgeActor;
 pub use config::BridgeConfig;
@@ -35,11 +34,11 @@ use llbus::{ActorBuilder, BusBuilder, Component, Message, Setup};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use self::config::mac_of;
 use self::ports::{
     CompatExport, CompatExportPort, CompatImport, CompatImportPort, Export, ExportPort, Import,
     ImportPort,
 };
+use crate::endpoint::mac_of;
 use crate::session::canonical;
 use crate::{new_session_id, Allowlist, UdpEndpoint};
 
@@ -164,14 +163,14 @@ struct ImportDecl {
 struct CompatExportDecl {
     declare: Declare,
     endpoint: UdpEndpoint,
-    make: fn(&mut Setup<'_>, UdpEndpoint) -> Box<dyn CompatExportPort>,
+    make: fn(&mut Setup<'_>) -> Box<dyn CompatExportPort>,
 }
 
 struct CompatImportDecl {
     declare: Declare,
     endpoint: UdpEndpoint,
     publisher: SocketAddr,
-    make: fn(&mut Setup<'_>, UdpEndpoint, SocketAddr) -> Box<dyn CompatImportPort>,
+    make: fn(&mut Setup<'_>) -> Box<dyn CompatImportPort>,
 }
 
 /// A bridge being configured: `Bridge::bind(addr)?.export::<Quote>().import::<Order>(peer)`,

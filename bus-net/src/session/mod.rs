@@ -34,8 +34,6 @@ pub(crate) mod subscriber;
 
 #[cfg(test)]
 mod sim;
-#[cfg(test)]
-mod sim_reliable;
 
 use std::net::SocketAddr;
 

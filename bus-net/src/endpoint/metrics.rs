@@ -1,11 +1,13 @@
-//! The bridge's figures, registered as named metrics of its actor so they appear in the bus's
-//! report (`Report::actor(name).metric("datagrams_in")`).
+//! An endpoint's figures. The bridge registers them as named metrics of its actor so they
+//! appear in the bus's report (`Report::actor(name).metric("datagrams_in")`); elsewhere (the
+//! simulator, a tool) they are plain counters.
 
-use llbus::{Metric, Setup};
+use llbus::Metric;
 
 use crate::{DropReason, IoStats, LossCounts, PublisherCounts, SubscriberCounts};
 
-/// Every figure of one bridge. Written only by the bridge's thread.
+/// Every figure of one bridge. Written only by the bridge's thread (clones share the figures).
+#[derive(Clone)]
 pub(crate) struct NetMetrics {
     pub(crate) datagrams_in: Metric,
     pub(crate) datagrams_out: Metric,
@@ -58,43 +60,44 @@ pub(crate) struct NetMetrics {
 }
 
 impl NetMetrics {
-    pub(crate) fn register(setup: &mut Setup<'_>) -> Self {
+    /// The figures, each made by `metric` from its name.
+    pub(crate) fn register(mut metric: impl FnMut(&str) -> Metric) -> Self {
         NetMetrics {
-            datagrams_in: setup.metric("datagrams_in"),
-            datagrams_out: setup.metric("datagrams_out"),
-            messages_in: setup.metric("messages_in"),
-            messages_out: setup.metric("messages_out"),
-            bytes_in: setup.metric("bytes_in"),
-            bytes_out: setup.metric("bytes_out"),
-            lost: setup.metric("lost"),
-            duplicates: setup.metric("duplicates"),
-            reordered: setup.metric("reordered"),
-            late_dropped: setup.metric("late_dropped"),
-            stale: setup.metric("stale"),
-            publisher_restarts: setup.metric("publisher_restarts"),
-            unconfirmed: setup.metric("unconfirmed"),
-            too_large: setup.metric("too_large"),
-            no_subscriber: setup.metric("no_subscriber"),
-            refused: setup.metric("refused"),
-            icmp_errors: setup.metric("icmp_errors"),
-            send_dropped: setup.metric("send_dropped"),
-            send_bad_destination: setup.metric("send_bad_destination"),
-            control_duplicates: setup.metric("control_duplicates"),
-            control_stale: setup.metric("control_stale"),
-            unknown_session: setup.metric("unknown_session"),
-            resubscribes: setup.metric("resubscribes"),
-            challenges: setup.metric("challenges"),
-            socket_failed: setup.metric("socket_failed"),
-            nak_sent: setup.metric("nak_sent"),
-            retransmitted: setup.metric("retransmitted"),
-            unrecovered: setup.metric("unrecovered"),
-            unavailable: setup.metric("unavailable"),
-            missed_subscribers: setup.metric("missed_subscribers"),
+            datagrams_in: metric("datagrams_in"),
+            datagrams_out: metric("datagrams_out"),
+            messages_in: metric("messages_in"),
+            messages_out: metric("messages_out"),
+            bytes_in: metric("bytes_in"),
+            bytes_out: metric("bytes_out"),
+            lost: metric("lost"),
+            duplicates: metric("duplicates"),
+            reordered: metric("reordered"),
+            late_dropped: metric("late_dropped"),
+            stale: metric("stale"),
+            publisher_restarts: metric("publisher_restarts"),
+            unconfirmed: metric("unconfirmed"),
+            too_large: metric("too_large"),
+            no_subscriber: metric("no_subscriber"),
+            refused: metric("refused"),
+            icmp_errors: metric("icmp_errors"),
+            send_dropped: metric("send_dropped"),
+            send_bad_destination: metric("send_bad_destination"),
+            control_duplicates: metric("control_duplicates"),
+            control_stale: metric("control_stale"),
+            unknown_session: metric("unknown_session"),
+            resubscribes: metric("resubscribes"),
+            challenges: metric("challenges"),
+            socket_failed: metric("socket_failed"),
+            nak_sent: metric("nak_sent"),
+            retransmitted: metric("retransmitted"),
+            unrecovered: metric("unrecovered"),
+            unavailable: metric("unavailable"),
+            missed_subscribers: metric("missed_subscribers"),
             drops: DropReason::ALL
                 .iter()
-                .map(|r| setup.metric(&format!("drop.{}", r.name())))
+                .map(|r| metric(&format!("drop.{}", r.name())))
                 .collect(),
-            bad_address: setup.metric("drop.bad_address"),
+            bad_address: metric("drop.bad_address"),
         }
     }
 
