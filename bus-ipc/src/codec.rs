@@ -1,6 +1,7 @@
 //! How a message goes into a slot: plain data is copied as it is; anything else is encoded
 //! with bincode (the network bridge's codec: bincode 1 format, little-endian, fixed-width
-//! integers) behind a length prefix, and decoded with a bounded decoder ([`crate::payload`]).
+//! integers) behind a length prefix, and decoded with the bounded decoder the network bridge uses
+//! too (`llbus::decode_bounded`: no length or element count claims more than the slot holds).
 //!
 //! A codec never sees shared bytes directly: it copies them between the slot ([`Slots`]) and
 //! private memory (the value itself, or a scratch buffer of one slot that the channel end
@@ -146,9 +147,8 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned + Send + 'static> SlotCod
 
 /// Decodes a whole bincode payload with the bounded decoder: every byte must be used.
 pub(crate) fn decode_bounded<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
-    let mut de = crate::payload::PayloadDeserializer::new(body);
-    match T::deserialize(&mut de) {
-        Ok(v) if de.remaining() == 0 => Ok(v),
+    match llbus::decode_bounded(body) {
+        Ok((v, 0)) => Ok(v),
         _ => Err(CodecError::Malformed),
     }
 }

@@ -54,7 +54,6 @@ mod handshake;
 mod layout;
 #[cfg(all(test, loom))]
 mod loom_models;
-mod payload;
 mod region;
 #[cfg(unix)]
 mod rendezvous;

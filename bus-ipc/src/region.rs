@@ -112,9 +112,8 @@ impl Region {
     }
 
     /// The `len` bytes at `offset` as [`Slots`], or `None` if they are not 8-aligned or not
-    /// inside the region. Offsets come from the private, validated geometry, never from the
-    /// mapping.
-    #[inline]
+    /// inside the region: for tests that reach slots without a ring.
+    #[cfg(test)]
     pub(crate) fn slots(&self, offset: usize, len: usize) -> Option<Slots<'_>> {
         let end = offset.checked_add(len)?;
         if end > self.len || offset % 8 != 0 || len % 8 != 0 {
@@ -127,6 +126,24 @@ impl Region {
             len,
             _region: PhantomData,
         })
+    }
+
+    /// The `len` bytes at `offset` as [`Slots`], unchecked: for the ring halves, whose slot
+    /// offsets come from a geometry checked against this region once, at create or attach.
+    ///
+    /// # Safety
+    /// `offset` and `len` are multiples of 8 and `offset + len <= self.len()`.
+    #[inline(always)]
+    pub(crate) unsafe fn slots_unchecked(&self, offset: usize, len: usize) -> Slots<'_> {
+        debug_assert!(offset % 8 == 0 && len % 8 == 0);
+        debug_assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
+        Slots {
+            // SAFETY: `offset + len <= self.len` (the caller), so the result stays inside the
+            // region.
+            ptr: unsafe { self.ptr.as_ptr().add(offset) },
+            len,
+            _region: PhantomData,
+        }
     }
 
     /// Copies `bytes` into the region at `offset` (clipped to the region), as a faulty or

@@ -119,6 +119,7 @@ mod blocking;
 #[cfg(unix)]
 mod counters;
 mod message;
+mod payload;
 mod ring;
 mod runtime;
 mod schema;
@@ -133,6 +134,10 @@ pub use counters::{
     RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
+/// The bounded bincode payload decoder that `llbus-net` and `llbus-ipc` share. Hidden, and not
+/// part of the public API: it may change in any release.
+#[doc(hidden)]
+pub use payload::{decode_bounded, PayloadError};
 pub use ring::{
     Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
     SlotConsumer, SlotProducer, SlotRing, TryPushError,

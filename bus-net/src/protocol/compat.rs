@@ -72,7 +72,7 @@ pub fn decode_compat_packet<T: DeserializeOwned>(
     }
     match super::decode_bounded::<Packet<T>>(datagram) {
         Ok((p, _left)) => Ok((p.data, p.sent_ts)),
-        Err(super::payload::PayloadError::Truncated) => Err(DropReason::Truncated),
+        Err(super::PayloadError::Truncated) => Err(DropReason::Truncated),
         Err(_) => Err(DropReason::PayloadDecode),
     }
 }

@@ -13,8 +13,6 @@
 //! - [`cookie`]: stateless address-proving cookies (keyed BLAKE3 over address and time window).
 //! - [`mac`]: the optional pre-shared-key MAC tag after a datagram's last frame.
 //! - [`limits`]: the allowlist of subscriber networks and the per-source rate limiter.
-//! - [`payload`]: the bounded payload decoder (bincode 1.x layout, lengths checked against the
-//!   bytes left).
 //! - [`fragment`]: the `Fragment` frame, one piece of a message larger than a datagram.
 //! - [`reliable`]: the frames of reliable topics: `Nak` (retransmit a range) and `Unavailable`
 //!   (that range left history).
@@ -31,7 +29,6 @@ pub(crate) mod fragment;
 pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;
-pub(crate) mod payload;
 pub(crate) mod reliable;
 pub(crate) mod seq;
 pub(crate) mod subscribers;
@@ -52,12 +49,7 @@ pub(crate) const fn bincode_config() -> bincode::config::Configuration<
     bincode::config::legacy()
 }
 
-/// Decodes a payload with the bounded decoder ([`payload`]): no claimed length allocates more
-/// than the bytes that carry it. Returns the value and the bytes left over.
-pub(crate) fn decode_bounded<T: serde::de::DeserializeOwned>(
-    bytes: &[u8],
-) -> Result<(T, usize), payload::PayloadError> {
-    let mut de = payload::PayloadDeserializer::new(bytes);
-    let value = T::deserialize(&mut de)?;
-    Ok((value, de.remaining()))
-}
+/// The bounded payload decoder, shared with llbus-ipc (it lives in `llbus`): no claimed length
+/// or element count, zero-size elements included, costs more than the bytes that carry it.
+/// Returns the value and the bytes left over.
+pub(crate) use llbus::{decode_bounded, PayloadError};

@@ -1,13 +1,17 @@
-//! Bounded decoding of a bincode slot: a serde `Deserializer` for the bincode 1.x layout the
-//! channels write (little-endian, fixed-width integers, `u64` length prefixes, `u32` variant
-//! indices), in which no claimed length or element count can cost more than the bytes that
-//! carry it. The network decoder (`llbus-net`'s `protocol::payload`) is the same algorithm;
-//! this copy adds the budget below, because a slot in shared memory is read again and again.
+//! Bounded payload decoding: a serde `Deserializer` for the bincode 1.x layout that every
+//! llbus payload uses, on the network (`llbus-net`'s datagrams and the ll-udp-pubsub
+//! compatibility format) and in shared memory (`llbus-ipc`'s bincode slots): little-endian,
+//! fixed-width integers, `u64` length prefixes, `u32` variant indices. No claimed length or
+//! element count can cost more than the bytes that carry it, whatever the bytes.
+//!
+//! Not part of llbus's public API: the items are public only so that `llbus-net` and
+//! `llbus-ipc` share one decoder, and are hidden from the docs; they may change in any release.
+//! A user decodes through `llbus_net::decode_payload` or a `llbus_ipc` receiver.
 //!
 //! Why not bincode's own decoder: its limit counts bytes claimed, and a sequence of zero-size
-//! elements claims none: a 16-byte slot holding a `Vec<()>` of 2^40 elements would be decoded
-//! element by element for hours. And serde's `Vec` visitor pre-allocates from the length prefix
-//! it is given. Here:
+//! elements claims none: a 16-byte payload holding a `Vec<()>` of 2^40 elements would be
+//! decoded element by element for hours. And serde's `Vec` visitor pre-allocates from the
+//! length prefix it is given. Here:
 //!
 //! - a string or byte string's length must not exceed the bytes left, checked before anything
 //!   is allocated, so it allocates at most its own bytes;
@@ -15,8 +19,8 @@
 //!   budget: every element of every sequence and map, at any depth, is charged one unit of a
 //!   budget of as many units as the payload has bytes. An element of a type that is not zero
 //!   sized takes at least one byte of its own, so no valid value is refused; zero-size elements
-//!   (`Vec<()>`, nested ones included) cannot claim more than the slot could hold, and decoding
-//!   does at most one step per byte of the slot;
+//!   (`Vec<()>`, nested ones included) cannot claim more than the payload could hold, and
+//!   decoding does at most one step per byte of the payload;
 //! - no size hint is passed to serde, so a container grows only with elements actually decoded;
 //! - every read is bounds-checked; nothing panics, whatever the bytes.
 //!
@@ -25,11 +29,11 @@
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 
-/// Why a payload did not decode. Only its kind matters to the bridge
-/// (`DropReason::Truncated` or `DropReason::PayloadDecode`). Never allocates: a type's own
-/// error message (serde's `custom`) is not kept.
+/// Why a payload did not decode. Only its kind matters to the callers (the network bridge's
+/// `DropReason::Truncated` or `DropReason::PayloadDecode`, a malformed IPC slot). Never
+/// allocates: a type's own error message (serde's `custom`) is not kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PayloadError {
+pub enum PayloadError {
     /// The payload ended inside a value.
     Truncated,
     /// The bytes are not a value of the type.
@@ -56,6 +60,22 @@ impl de::Error for PayloadError {
     }
 }
 
+/// Decodes a `T` from the front of `bytes` with the bounded decoder (the module doc): no
+/// claimed length or element count costs more than the bytes that carry it. Returns the value
+/// and how many bytes were left over (callers that want the whole payload used check it is 0).
+///
+/// # Errors
+/// [`PayloadError::Truncated`] if the bytes end inside a value, [`PayloadError::Invalid`] if
+/// they are not a `T` or claim more than they hold, [`PayloadError::Refused`] if `T` refused the
+/// value.
+pub fn decode_bounded<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(T, usize), PayloadError> {
+    let mut de = PayloadDeserializer::new(bytes);
+    let value = T::deserialize(&mut de)?;
+    Ok((value, de.remaining()))
+}
+
 /// An invalid-value error.
 fn error(what: &'static str) -> PayloadError {
     if what == "payload truncated" {
@@ -66,14 +86,14 @@ fn error(what: &'static str) -> PayloadError {
 }
 
 /// The deserializer over one payload.
-pub(crate) struct PayloadDeserializer<'de> {
+struct PayloadDeserializer<'de> {
     input: &'de [u8],
     /// Sequence and map elements that may still be claimed (the module doc).
     elements: usize,
 }
 
 impl<'de> PayloadDeserializer<'de> {
-    pub(crate) fn new(input: &'de [u8]) -> Self {
+    fn new(input: &'de [u8]) -> Self {
         PayloadDeserializer {
             input,
             elements: input.len(),
@@ -91,7 +111,7 @@ impl<'de> PayloadDeserializer<'de> {
     }
 
     /// Bytes not yet read.
-    pub(crate) fn remaining(&self) -> usize {
+    fn remaining(&self) -> usize {
         self.input.len()
     }
 
@@ -421,12 +441,10 @@ mod tests {
     }
 
     fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, PayloadError> {
-        let mut de = PayloadDeserializer::new(bytes);
-        let v = T::deserialize(&mut de)?;
-        if de.remaining() != 0 {
-            return Err(error("bytes left over"));
+        match decode_bounded(bytes)? {
+            (v, 0) => Ok(v),
+            _ => Err(error("bytes left over")),
         }
-        Ok(v)
     }
 
     fn encode<T: Serialize>(v: &T) -> Vec<u8> {
