@@ -141,8 +141,10 @@ fn socket_fds(addr: SocketAddr) -> Vec<i32> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_broken_socket_is_reported_through_the_bridge_status_and_stops_the_bus() {
-    let mut config = BridgeConfig::default();
-    config.renew_every = Duration::from_millis(20);
+    let config = BridgeConfig {
+        renew_every: Duration::from_millis(20),
+        ..BridgeConfig::default()
+    };
     let bridge = Bridge::bind_with(loopback(), config)
         .expect("bind")
         .name("breaks")
@@ -187,8 +189,10 @@ fn a_broken_socket_is_reported_through_the_bridge_status_and_stops_the_bus() {
 #[cfg_attr(miri, ignore)]
 fn a_lone_message_goes_out_at_once_without_waiting_to_fill_a_datagram() {
     // Heartbeats once an hour: nothing but the message itself could carry it out.
-    let mut config = BridgeConfig::default();
-    config.heartbeat_every = Duration::from_secs(3600);
+    let config = BridgeConfig {
+        heartbeat_every: Duration::from_secs(3600),
+        ..BridgeConfig::default()
+    };
     let served = Bridge::bind_with(loopback(), config)
         .expect("bind")
         .name("lone-pub")
