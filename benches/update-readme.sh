@@ -3,8 +3,11 @@
 # `targets` block from the output of
 #   cargo run --release -p benches -- all --markdown --plot docs/bench > docs/bench/all.md
 # replace what stands between `<!-- bench:SUITE -->` and `<!-- /bench:SUITE -->` in README.md,
-# and the run's machine and seed replace what stands between `<!-- bench:run -->` and
-# `<!-- /bench:run -->`. Usage: benches/update-readme.sh [OUTPUT] [README]
+# the run's machine and seed replace what stands between `<!-- bench:run -->` and
+# `<!-- /bench:run -->`, and every figure quoted in prose, written
+# `<!-- cell:SUITE:IMPL:COLUMN -->VALUE<!-- /cell -->`, becomes the median of that cell of that
+# suite's table (COLUMN as the table's header names it, before its unit), so the prose and the
+# tables always come from one run. Usage: benches/update-readme.sh [OUTPUT] [README]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-docs/bench/all.md}"
@@ -48,6 +51,24 @@ BLOCK="$run" awk -v start="<!-- bench:run -->" -v end="<!-- /bench:run -->" '
   }
   { print }
 ' "$tmp" > "$tmp.new"
-mv "$tmp.new" "$readme"
-rm -f "$tmp"
-echo "README.md: tables, targets and run line replaced from $out ($run)"
+mv "$tmp.new" "$tmp"
+# Every prose figure: the median (the cell's first word) of SUITE's row IMPL, column COLUMN.
+cell() {
+  block "$1" | awk -F'|' -v impl="$2" -v column="$3" '
+    /^\| impl/ {
+      for (i = 2; i < NF; i++) { h = $i; gsub(/^ +| +$/, "", h); sub(/ \(.*/, "", h); col[h] = i }
+      next
+    }
+    { name = $2; gsub(/^ +| +$/, "", name) }
+    name == impl && (column in col) { split($col[column], w, " "); print w[1]; exit }
+  '
+}
+for marker in $(grep -o '<!-- cell:[^ ]* -->' "$tmp" | sed 's/<!-- cell:\([^ ]*\) -->/\1/' | sort -u); do
+  IFS=: read -r suite impl column <<<"$marker"
+  value=$(cell "$suite" "$impl" "$column")
+  [ -n "$value" ] && [ "$value" != "-" ] || { echo "no $column of $impl in the $suite table of $out" >&2; rm -f "$tmp"; exit 1; }
+  MARK="<!-- cell:$marker -->" VALUE="$value" perl -pi -e \
+    's/\Q$ENV{MARK}\E.*?<!-- \/cell -->/$ENV{MARK}$ENV{VALUE}<!-- \/cell -->/g' "$tmp"
+done
+mv "$tmp" "$readme"
+echo "README.md: tables, targets, run line and prose figures replaced from $out ($run)"

@@ -1,4 +1,5 @@
-//! README "Examples": the subscriber "exits non-zero on timeout (`--timeout-s`, default 10)".
+//! README "Examples": the subscriber exits non-zero on timeout (`--timeout-s`), and with
+//! `--reliable` exits 4 when a message arrives corrupted.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -29,4 +30,51 @@ fn the_subscriber_exits_non_zero_when_its_publisher_never_answers() {
         "a 1 s timeout took {:?}",
         started.elapsed()
     );
+}
+
+/// README "Examples": with `--reliable` the subscriber "exits 4 if a message was unrecovered,
+/// out of order or corrupted". Told to expect 100-byte payloads from a publisher that sends 64,
+/// it finds every message corrupt.
+#[test]
+fn the_reliable_subscriber_exits_4_when_messages_arrive_corrupted() {
+    let (pub_port, sub_port) = (free_udp_port(), free_udp_port());
+    let mut publisher = Command::new(example("publisher"));
+    publisher.args([
+        "--bind",
+        &format!("127.0.0.1:{pub_port}"),
+        "--reliable",
+        "--size",
+        "64",
+        "--rate",
+        "1000",
+        "--count",
+        "100000",
+        "--wait-subscriber",
+    ]);
+    let publisher = Running::spawn("publisher", publisher);
+    let mut subscriber = Command::new(example("subscriber"));
+    subscriber.args([
+        "--bind",
+        &format!("127.0.0.1:{sub_port}"),
+        "--publisher",
+        &format!("127.0.0.1:{pub_port}"),
+        "--reliable",
+        "--size",
+        "100",
+        "--count",
+        "50",
+        "--timeout-s",
+        "30",
+    ]);
+    let (status, out, err) =
+        Running::spawn("subscriber", subscriber).finish(Duration::from_secs(90));
+    publisher.kill();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(4),
+        "exit status {status:?}\n{out}\n{err}"
+    );
+    let result = tests::example_bins::Fields::find(&out, "RESULT ")
+        .unwrap_or_else(|| panic!("no RESULT line:\n{out}\n{err}"));
+    assert!(result.u64("corrupt") > 0, "{out}");
 }

@@ -1,7 +1,9 @@
-//! Two promises of docs/IPC.md no other test keeps: an export with no importer attached fills
-//! its ring and then drops, counted, without holding the local bus back; and the default
-//! channel directory is `$XDG_RUNTIME_DIR/llbus` when that variable names a directory of this
-//! user's, else the per-user directory under `/dev/shm`.
+//! Promises of docs/IPC.md no other test keeps: an export with no importer attached fills its
+//! ring and then drops, counted, without holding the local bus back; the default channel
+//! directory is `$XDG_RUNTIME_DIR/llbus` when that variable names a directory of this user's,
+//! else the per-user directory under `/dev/shm`; a peer whose stamp goes stale is dead even
+//! while its process lives; `park_on_futex` puts an idle import to sleep; and `start()` refuses
+//! an import or export on one thread with a `Block` edge of its topic.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
-use llbus_ipc::{ChannelConfig, Pod, ShmExport};
+use llbus_ipc::{ChannelConfig, Pod, ShmExport, ShmImport};
 
 #[derive(Message, Clone, Copy, Debug)]
 #[message(topic = "ipc.contract")]
@@ -165,5 +167,175 @@ fn the_default_channel_directory_follows_xdg_runtime_dir_only_when_it_is_ours() 
             "{what}: the channel directory is {}",
             dir.display()
         );
+    }
+}
+
+/// Does nothing but, once `stall` is set, blocks its thread (and so the export beside it) for
+/// `STALL` in one tick.
+struct Staller {
+    stall: Arc<std::sync::atomic::AtomicBool>,
+    done: bool,
+}
+
+const STALL: Duration = Duration::from_secs(3);
+
+impl Actor for Staller {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, _ctx: &mut Context<'_>) {
+        if !self.done && self.stall.load(Ordering::Acquire) {
+            self.done = true;
+            std::thread::sleep(STALL);
+        }
+    }
+}
+
+/// docs/IPC.md, "Liveness": "a side is dead when its process is gone ... or its stamp is older
+/// than `stale_after`". Both ends live in this process, so the pid check always finds the
+/// writer alive: only its stale stamp can tell.
+#[test]
+fn a_writer_whose_stamp_goes_stale_is_dead_though_its_process_lives() {
+    let _serial = serial();
+    let dir = TempDir::new("stale");
+    let stale_after = Duration::from_millis(300);
+    let cfg = ChannelConfig {
+        dir: dir.0.clone(),
+        stale_after,
+        ..ChannelConfig::default()
+    };
+    let stall = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut a = Bus::builder();
+    let _feed = a.publisher::<Tick>("feed");
+    a.add(ShmExport::<Tick, Pod>::new("stale", &cfg).expect("export"))
+        .group("stuck");
+    let s = stall.clone();
+    a.actor("staller", move |_: &mut Setup<'_>| Staller {
+        stall: s.clone(),
+        done: false,
+    })
+    .group("stuck")
+    .tick_every(Duration::from_millis(5));
+    let mut b = Bus::builder();
+    let import = ShmImport::<Tick, Pod>::new("stale", &cfg).expect("import");
+    let status = import.status();
+    b.add(import);
+    b.actor("sink", tests::readme::sink::<Tick>())
+        .subscribes::<Tick>();
+    let (a, b) = (a.start().expect("a"), b.start().expect("b"));
+    tests::wait_for("the import to attach", 30, || status.is_connected());
+    let deaths = status.peer_deaths();
+    let stalled = Instant::now();
+    stall.store(true, Ordering::Release);
+    tests::wait_for("the stale writer noticed", 30, || {
+        status.peer_deaths() > deaths
+    });
+    let noticed = stalled.elapsed();
+    assert!(
+        noticed >= stale_after - Duration::from_millis(50),
+        "declared dead after {noticed:?}, before its stamp could be {stale_after:?} old"
+    );
+    a.stop();
+    b.stop();
+    a.join().expect("a");
+    b.join().expect("b");
+}
+
+/// docs/IPC.md: "`ShmImport::park_on_futex` lets an import actor alone on its thread sleep on
+/// the futex in `poll`": idle, its thread runs about one round per millisecond (the park's cap)
+/// instead of spinning and yielding, and a publish still reaches it.
+#[test]
+fn an_idle_import_parked_on_the_futex_sleeps_and_still_receives() {
+    let _serial = serial();
+    let dir = TempDir::new("futex");
+    let cfg = ChannelConfig {
+        dir: dir.0.clone(),
+        ..ChannelConfig::default()
+    };
+    let mut a = Bus::builder();
+    let feed = a.publisher::<Tick>("feed");
+    a.add(ShmExport::<Tick, Pod>::new("futex", &cfg).expect("export"));
+    let mut b = Bus::builder();
+    let import = ShmImport::<Tick, Pod>::new("futex", &cfg)
+        .expect("import")
+        .park_on_futex(Duration::from_millis(1));
+    let status = import.status();
+    b.add(import);
+    let tap = b.subscription_with::<Tick>("tap", llbus::Backpressure::Block, 64);
+    let (mut a, mut b) = (a.start().expect("a"), b.start().expect("b"));
+    let mut feed = a.publisher(feed).expect("feed");
+    let mut tap = b.subscription(tap).expect("tap");
+    tests::wait_for("the import to attach", 30, || status.is_connected());
+    let rounds = |b: &llbus::RunningBus| {
+        b.snapshot()
+            .actor("ipc-import-futex")
+            .map(|r| r.idle_rounds)
+            .unwrap_or(0)
+    };
+    let (from, started) = (rounds(&b), Instant::now());
+    std::thread::sleep(Duration::from_millis(500));
+    let (idle, took) = (rounds(&b) - from, started.elapsed());
+    let most = 2 * took.as_millis() as u64 + 200;
+    assert!(
+        idle <= most,
+        "{idle} idle rounds in {took:?}: the import did not sleep on the futex"
+    );
+    for seq in 0..10 {
+        feed.publish(Tick { seq }).expect("publish");
+    }
+    for seq in 0..10 {
+        let got = tap.recv_timeout(Duration::from_secs(10)).expect("a tick");
+        assert_eq!(got.seq, seq);
+    }
+    a.stop();
+    b.stop();
+    a.join().expect("a");
+    b.join().expect("b");
+}
+
+/// docs/IPC.md, "Limits": an import cannot share a thread with a `Block` subscriber of its
+/// topic, nor an export with a `Block` publisher of its topic: `start()` refuses such wiring;
+/// on threads of their own they start.
+#[test]
+fn an_import_or_export_sharing_a_thread_with_a_block_edge_of_its_topic_is_refused() {
+    let _serial = serial();
+    let dir = TempDir::new("wiring");
+    let cfg = ChannelConfig {
+        dir: dir.0.clone(),
+        ..ChannelConfig::default()
+    };
+    let import_bus = |shared: bool| {
+        let mut b = Bus::builder();
+        let import = b.add(ShmImport::<Tick, Pod>::new("wiring-in", &cfg).expect("import"));
+        if shared {
+            import.group("io");
+        }
+        b.actor("sink", tests::readme::sink::<Tick>())
+            .group("io")
+            .subscribes::<Tick>();
+        b.start()
+    };
+    let export_bus = |shared: bool| {
+        let mut b = Bus::builder();
+        let export = b.add(ShmExport::<Tick, Pod>::new("wiring-out", &cfg).expect("export"));
+        if shared {
+            export.group("io");
+        }
+        b.actor("feed", tests::readme::ticker(|seq| Tick { seq }))
+            .group("io")
+            .tick_every(Duration::from_millis(10))
+            .publishes::<Tick>();
+        b.start()
+    };
+    for (what, refused) in [("import", import_bus(true)), ("export", export_bus(true))] {
+        let e = refused.err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.contains("ipc.contract")),
+            "an {what} sharing a thread with a Block edge of its topic: {e:?}"
+        );
+    }
+    for (what, started) in [("import", import_bus(false)), ("export", export_bus(false))] {
+        let running = started.unwrap_or_else(|e| panic!("an {what} on its own thread: {e}"));
+        running.stop();
+        running.join().expect("join");
     }
 }

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod example_bins;
 pub mod local;
 pub mod netns;
+pub mod readme;
 pub mod spoof;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -202,3 +203,9 @@ pub fn assert_balanced(report: &llbus::Report) {
         );
     }
 }
+
+/// The snippets of README.md, compiled and run as doctests (`cargo test --doc -p tests`), so the
+/// tour cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
