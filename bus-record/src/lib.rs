@@ -17,8 +17,8 @@
 //!   (per topic always; across topics in [`lockstep`](Replay::lockstep)), at the recorded
 //!   pace or as fast as the subscribers take them.
 //!
-//! The mapping (Schema, Channel and Message records) is in docs/RECORDING.md and
-//! [`mapping`](crate#constants)'s constants.
+//! The mapping (Schema, Channel and Message records) is in docs/RECORDING.md; its names are
+//! the constants below ([`SCHEMA_ENCODING`], [`MESSAGE_ENCODING`], ...).
 //!
 //! # Example
 //!

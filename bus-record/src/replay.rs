@@ -8,7 +8,8 @@
 //! a subscriber's inbox polls its rings in turn, so the interleaving it sees depends on timing
 //! unless the replay is in [`lockstep`](Replay::lockstep) and shares a thread group with its
 //! subscribers: then each round publishes one message, which the subscribers handle before the
-//! next, and the whole sequence is the recorded one, every run.
+//! next, and the whole sequence is the recorded one, every run. Lockstep is for that setting
+//! only: it never waits on a full ring, so a subscriber on another thread may lose messages.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -169,7 +170,9 @@ impl Replay {
 
     /// Publishes one message per round of the actor's thread, so that subscribers in the same
     /// thread group handle each before the next is published: the recorded order across
-    /// topics, deterministically (see the module docs).
+    /// topics, deterministically (see the module docs). The replay then never waits on a full
+    /// ring (the bus requires it of an actor that shares a thread with its subscribers): a
+    /// subscriber on another thread that falls behind loses messages, counted in the report.
     pub fn lockstep(mut self) -> Replay {
         self.per_round = 1;
         self
@@ -215,6 +218,13 @@ impl Component for Replay {
                 stop_at_end,
             )
         });
+        if per_round == 1 {
+            // In lockstep the replay shares a thread with its subscribers, which the bus allows
+            // only to an actor that never waits: one message per round never fills a ring of a
+            // subscriber on that thread (one elsewhere that falls behind loses messages,
+            // counted in the report's `dropped`).
+            builder = builder.never_waits();
+        }
         for declare in declares {
             builder = declare(builder);
         }
