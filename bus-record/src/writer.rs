@@ -185,7 +185,8 @@ impl Writer {
                 .profile("llbus")
                 .chunk_size(Some(self.settings.chunk_size))
                 // The recorder has one thread; zstd's own workers would compete with the bus.
-                .compression_threads(0);
+                .compression_threads(0)
+                .compression_level(self.settings.zstd_level);
             options = options.compression(self.settings.zstd.then_some(mcap::Compression::Zstd));
             let mut writer = options
                 .create(BufWriter::with_capacity(1 << 16, file))
