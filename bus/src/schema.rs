@@ -74,6 +74,12 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 /// (`struct Node { next: Option<Box<Node>> }`) have no finite shape and fail to compile with a
 /// cycle error.
 ///
+/// [`Schema::shape`] returns the same shape as data, and [`decode`] reads bincode bytes with it.
+/// Both assume serde's default derived layout: a serde attribute that changes what is written
+/// (`skip`, `flatten`, `tag`, `untagged`, `with`, `transparent`, a hand-written `Serialize`)
+/// makes the generic decoder refuse the bytes or misread them, and a `rename` shows in
+/// [`Value`]'s field names as the Rust name.
+///
 /// # Examples
 ///
 /// A hand-written impl for a type the derive cannot see, here a newtype whose wire form is its
