@@ -116,6 +116,11 @@ impl Writer {
 
     /// Runs until the bus side hangs up: writes every batch, returns it for reuse.
     pub(crate) fn run(mut self, full: Receiver<Batch>, empty: Sender<Batch>) {
+        // The first file exists from the start, with its schemas and channels, even if no
+        // message ever comes (later files open with their first message).
+        if let Err(error) = self.open() {
+            self.fail(&error);
+        }
         let tick = self.settings.flush_every.unwrap_or(Duration::from_secs(1));
         loop {
             match full.recv_timeout(tick.min(Duration::from_millis(100))) {

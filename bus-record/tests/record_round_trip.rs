@@ -258,3 +258,22 @@ fn a_quiet_topic_reaches_the_file_within_the_flush_interval() {
     running.stop();
     running.join().unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn a_recording_without_messages_is_a_complete_file_with_its_channels() {
+    let dir = TempDir::new("empty");
+    let path = dir.join("empty.mcap");
+    let mut bus = Bus::builder();
+    let _trades = bus.publisher::<Trade>("trades");
+    bus.add(Recorder::new(&path).record::<Trade>());
+    let running = bus.start().unwrap_or_else(|e| panic!("{e}"));
+    running.stop();
+    running.join().unwrap_or_else(|e| panic!("{e}"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("the file exists: {e}"));
+    let summary = mcap::Summary::read(&bytes)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("a summary"));
+    let topics: Vec<_> = summary.channels.values().map(|c| c.topic.clone()).collect();
+    assert_eq!(topics, vec![Trade::TOPIC.to_owned()]);
+    assert_eq!(read(&bytes).frames.len(), 0);
+}
