@@ -87,8 +87,9 @@ pub struct Recording {
     pub topics: Vec<RecordedTopic>,
     /// The messages, in file order.
     pub frames: Vec<Frame>,
-    /// Why reading stopped before the end of a complete file: a recording cut off by a crash
-    /// ends inside a chunk, and everything before that chunk is in `frames`.
+    /// Why the file is not complete, if it is not: a recording cut off by a crash ends inside a
+    /// chunk or between records, without its summary and footer, and everything before the
+    /// cut chunk is in `frames`.
     pub cut_off: Option<String>,
 }
 
@@ -136,6 +137,15 @@ pub fn read(bytes: &[u8]) -> Recording {
             publish_time: message.publish_time,
             data: message.data.into_owned(),
         });
+    }
+    // A file cut off between two records streams to its end cleanly: only the missing footer
+    // tells it from a complete one.
+    if recording.cut_off.is_none() {
+        if let Err(error) = mcap::read::footer(bytes) {
+            recording.cut_off = Some(format!(
+                "no footer ({error}): the recording was cut off after a complete record"
+            ));
+        }
     }
     recording
 }

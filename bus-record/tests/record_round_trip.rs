@@ -171,6 +171,7 @@ fn a_file_cut_off_anywhere_reads_as_a_prefix_of_the_whole() {
     cuts.push(bytes.len() - 1);
     for cut in cuts {
         let part = read(&bytes[..cut]);
+        assert!(part.cut_off.is_some(), "cut at {cut} of {}", bytes.len());
         let n = part.frames.len();
         assert_eq!(part.frames[..], whole.frames[..n], "cut at {cut}");
         assert!(n >= last, "a longer prefix never reads fewer messages");
