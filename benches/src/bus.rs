@@ -45,7 +45,8 @@ use crate::harness::{
     clock_cost_ns, human, run_suite, secs, short, Args, Bound, Collector, Pinning, Target,
 };
 use crate::onbus::{
-    place, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
+    bus_with_pinger, newtype_counter, place, place_group, stop_and_join, wait_until, Echo,
+    DRAIN_LIMIT,
 };
 use crate::ring::{WARMUP, WINDOW};
 
@@ -84,35 +85,12 @@ const RING_BATCH_NOTE: &str =
 const RING_FANOUT1_NOTE: &str =
     "reference: a bare llbus::Ring streamed one item at a time (the ring suite's throughput_single)";
 
-#[derive(Message, Clone, Copy, Debug)]
-#[message(topic = "bench.bus.ping")]
-struct Ping(u64);
-
-#[derive(Message, Clone, Copy, Debug)]
-#[message(topic = "bench.bus.pong")]
-struct Pong(u64);
+newtype_counter!(Ping, "bench.bus.ping");
+newtype_counter!(Pong, "bench.bus.pong");
 
 #[derive(Message, Clone, Copy, Debug)]
 #[message(topic = "bench.bus.seq")]
 struct Seq(u64);
-
-impl Counter for Ping {
-    fn with(n: u64) -> Self {
-        Ping(n)
-    }
-    fn n(&self) -> u64 {
-        self.0
-    }
-}
-
-impl Counter for Pong {
-    fn with(n: u64) -> Self {
-        Pong(n)
-    }
-    fn n(&self) -> u64 {
-        self.0
-    }
-}
 
 /// This suite's sizes: 15 rounds of the ring suite's windows (so the bare ring here runs as it
 /// does there) within 40 s.
@@ -253,17 +231,7 @@ fn bus_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
 
 /// One bus round trip measurement: a fresh bus with `ping` on core 0 and `echo` on core 1.
 fn bus_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
-    let (tx, rx) = mpsc::channel();
-    let mut bus = Bus::builder();
-    bus.stop_timeout(DRAIN_LIMIT);
-    let ping = bus
-        .actor("ping", move |s: &mut Setup<'_>| {
-            Pinger::<Ping, Pong>::new(s.output(), plan, None, tx.clone())
-        })
-        .idle(Idle::BusySpin)
-        .subscribes::<Pong>()
-        .publishes::<Ping>();
-    place(ping, pinning, 0);
+    let (mut bus, rx) = bus_with_pinger::<Ping, Pong>(pinning, plan);
     let echo = bus
         .actor("echo", |s: &mut Setup<'_>| {
             Echo::<Ping, Pong>::new(s.output())

@@ -1,6 +1,6 @@
-//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|ipc|all]`.
+//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|ipc|record|all]`.
 //!
-//! Each suite is one module (`ring`, `bus`, `udp`) built on the shared pieces in
+//! Each suite is one module (`ring`, `bus`, `udp`, `ipc`, `record`) built on the shared pieces in
 //! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
 //! throughput loops) and `onbus` (running a bus with deadlines); `plot` draws a suite's
 //! pictures (`--plot DIR`). See `--help` for the options, and each module's docs for what it
@@ -13,6 +13,7 @@ mod harness;
 mod ipc;
 mod onbus;
 mod plot;
+mod record;
 mod ring;
 mod udp;
 
@@ -43,6 +44,9 @@ fn main() {
     }
     if args.suite.includes(Suite::Ipc) {
         collected.push(ipc::run(&args, &pinning, seed));
+    }
+    if args.suite.includes(Suite::Record) {
+        collected.push(record::run(&args, &pinning, seed));
     }
     if let Some(dir) = &args.plot {
         for out in &collected {

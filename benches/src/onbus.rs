@@ -13,7 +13,10 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use llbus::{Actor, ActorBuilder, Context, GroupBuilder, Message, Out, Report, RunningBus};
+use llbus::{
+    Actor, ActorBuilder, Bus, BusBuilder, Context, GroupBuilder, Idle, Message, Out, Report,
+    RunningBus, Setup,
+};
 
 use crate::drive::{Failure, RttOutcome, RttPlan};
 use crate::harness::{latency_histogram, secs, Pinning, CORES};
@@ -113,6 +116,47 @@ pub trait Counter: Message + Clone {
     fn with(n: u64) -> Self;
     /// The counter it carries.
     fn n(&self) -> u64;
+}
+
+/// Defines a message `$name(u64)` on topic `$topic` that is a [`Counter`] (and `Serialize`, so
+/// it can be exported or recorded): the round-trip suites' ping and pong.
+macro_rules! newtype_counter {
+    ($name:ident, $topic:tt) => {
+        #[derive(llbus::Message, serde::Serialize, Clone, Copy, Debug)]
+        #[message(topic = $topic)]
+        struct $name(u64);
+
+        impl $crate::onbus::Counter for $name {
+            fn with(n: u64) -> Self {
+                $name(n)
+            }
+            fn n(&self) -> u64 {
+                self.0
+            }
+        }
+    };
+}
+pub(crate) use newtype_counter;
+
+/// A fresh bus (stop timeout [`DRAIN_LIMIT`]) with the round-trip pinger `ping` on its own
+/// thread on benchmark core 0 (`BusySpin`), publishing `P` and timing the `Q` that answers;
+/// its result comes on the returned receiver.
+pub fn bus_with_pinger<P: Counter, Q: Counter>(
+    pinning: &Pinning,
+    plan: RttPlan,
+) -> (BusBuilder, mpsc::Receiver<RttResult>) {
+    let (tx, rx) = mpsc::channel();
+    let mut bus = Bus::builder();
+    bus.stop_timeout(DRAIN_LIMIT);
+    let ping = bus
+        .actor("ping", move |s: &mut Setup<'_>| {
+            Pinger::<P, Q>::new(s.output(), plan, None, tx.clone())
+        })
+        .idle(Idle::BusySpin)
+        .subscribes::<Q>()
+        .publishes::<P>();
+    place(ping, pinning, 0);
+    (bus, rx)
 }
 
 /// What the pinger hands back when it is done.

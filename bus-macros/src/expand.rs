@@ -1,7 +1,7 @@
 //! Expand: the generated impls, with absolute paths only (`::llbus::...`, `::core::...`).
 //!
-//! `#[derive(Message)]` writes `impl Schema` (the shape hash described on `llbus::Schema`) and
-//! `impl Message` on top of it. `#[derive(Inbox)]` writes `impl Inbox`, one `Inputs<M>` per
+//! `#[derive(Message)]` writes `impl Schema` (the shape hash described on `llbus::Schema`, and
+//! the same shape as data, `Schema::shape`) and `impl Message` on top of it. `#[derive(Inbox)]` writes `impl Inbox`, one `Inputs<M>` per
 //! variant polled in declaration order, and `From<M>` per variant.
 
 use proc_macro2::TokenStream;
@@ -11,29 +11,60 @@ use syn::{ext::IdentExt, spanned::Spanned, Fields};
 use crate::validate::{CheckedBody, CheckedInbox, CheckedMessage};
 
 /// The `Schema` and `Message` impls of a checked `#[derive(Message)]` input.
+///
+/// Every field type is named once, in a hidden inherent table of `llbus::schema::Part`s (one
+/// row per struct or variant); the hash (`SHAPE`) and the tree (`shape()`) are both computed
+/// from that table, so a field type without `Schema` is reported once, at the field.
 pub(crate) fn message(checked: &CheckedMessage<'_>) -> TokenStream {
     let ident = checked.ident;
     let name = &checked.name;
     let topic = &checked.topic;
-    let shape = match checked.body {
+    let (rows, hash, tree) = match checked.body {
         CheckedBody::Struct(fields) => {
-            let fields = fields_shape(fields);
-            quote!(.name("struct").name(#name) #fields)
+            let row = parts_row(fields);
+            let hash = fields_hash(fields, 0);
+            let tree = fields_tree(fields, 0);
+            (
+                vec![row],
+                quote!(.name("struct").name(#name) #hash),
+                quote!(::llbus::schema::Shape::structure(#name, #tree)),
+            )
         }
         CheckedBody::Enum(variants) => {
             let count = variants.len() as u64;
-            let variants = variants.iter().map(|variant| {
+            let rows = variants.iter().map(|v| parts_row(&v.fields)).collect();
+            let hashes = variants.iter().enumerate().map(|(i, variant)| {
                 let name = variant.ident.unraw().to_string();
-                let fields = fields_shape(&variant.fields);
+                let fields = fields_hash(&variant.fields, i);
                 quote!(.name(#name) #fields)
             });
-            quote!(.name("enum").name(#name).word(#count) #(#variants)*)
+            let trees = variants.iter().enumerate().map(|(i, variant)| {
+                let name = variant.ident.unraw().to_string();
+                let fields = fields_tree(&variant.fields, i);
+                quote!(::llbus::schema::Variant::new(#name, #fields))
+            });
+            (
+                rows,
+                quote!(.name("enum").name(#name).word(#count) #(#hashes)*),
+                quote!(::llbus::schema::Shape::enumeration(#name, [#(#trees),*])),
+            )
         }
     };
+    let n = rows.len();
     quote! {
         #[automatically_derived]
+        impl #ident {
+            #[doc(hidden)]
+            const __LLBUS_PARTS: [&'static [::llbus::schema::Part]; #n] = [#(#rows),*];
+        }
+
+        #[automatically_derived]
         impl ::llbus::Schema for #ident {
-            const SHAPE: ::core::primitive::u64 = ::llbus::ShapeHasher::new() #shape .finish();
+            const SHAPE: ::core::primitive::u64 = ::llbus::ShapeHasher::new() #hash .finish();
+
+            fn shape() -> ::llbus::schema::Shape {
+                #tree
+            }
         }
 
         #[automatically_derived]
@@ -41,36 +72,48 @@ pub(crate) fn message(checked: &CheckedMessage<'_>) -> TokenStream {
             const TOPIC: &'static ::core::primitive::str = #topic;
             const TOPIC_ID: ::core::primitive::u64 = ::llbus::topic_id(#topic);
             const FINGERPRINT: ::core::primitive::u64 = <Self as ::llbus::Schema>::SHAPE;
+
+            fn schema() -> ::llbus::schema::Shape {
+                <Self as ::llbus::Schema>::shape()
+            }
         }
     }
 }
 
-/// The `ShapeHasher` calls for a field list. Each field type's `.shape::<T>()` carries the span
-/// of that type, so a type without `Schema` is reported at the field.
-fn fields_shape(fields: &Fields) -> TokenStream {
-    let count = fields.len() as u64;
+/// One row of the parts table: `&[Part::of::<A>("a"), ...]`. Each `Part::of::<T>` carries the
+/// span of `T`, so a type without `Schema` is reported at the field.
+fn parts_row(fields: &Fields) -> TokenStream {
+    let parts = fields.iter().map(|field| {
+        let ty = &field.ty;
+        let name = field
+            .ident
+            .as_ref()
+            .map(|ident| ident.unraw().to_string())
+            .unwrap_or_default();
+        quote_spanned!(ty.span()=> ::llbus::schema::Part::of::<#ty>(#name))
+    });
+    quote!(&[#(#parts),*])
+}
+
+/// The `ShapeHasher` calls for the field list in row `row` of the parts table.
+fn fields_hash(fields: &Fields, row: usize) -> TokenStream {
     match fields {
-        Fields::Named(named) => {
-            let fields = named.named.iter().map(|field| {
-                let ty = &field.ty;
-                let name = field
-                    .ident
-                    .as_ref()
-                    .map(|ident| ident.unraw().to_string())
-                    .unwrap_or_default();
-                let shape = quote_spanned!(ty.span()=> .shape::<#ty>());
-                quote!(.name(#name) #shape)
-            });
-            quote!(.name("named").word(#count) #(#fields)*)
-        }
-        Fields::Unnamed(unnamed) => {
-            let fields = unnamed.unnamed.iter().map(|field| {
-                let ty = &field.ty;
-                quote_spanned!(ty.span()=> .shape::<#ty>())
-            });
-            quote!(.name("unnamed").word(#count) #(#fields)*)
-        }
+        Fields::Named(_) => quote!(.named_parts(Self::__LLBUS_PARTS[#row])),
+        Fields::Unnamed(_) => quote!(.unnamed_parts(Self::__LLBUS_PARTS[#row])),
         Fields::Unit => quote!(.name("unit")),
+    }
+}
+
+/// The `llbus::schema::Fields` value for the field list in row `row` of the parts table.
+fn fields_tree(fields: &Fields, row: usize) -> TokenStream {
+    match fields {
+        Fields::Named(_) => {
+            quote!(::llbus::schema::Fields::from_named_parts(Self::__LLBUS_PARTS[#row]))
+        }
+        Fields::Unnamed(_) => {
+            quote!(::llbus::schema::Fields::from_unnamed_parts(Self::__LLBUS_PARTS[#row]))
+        }
+        Fields::Unit => quote!(::llbus::schema::Fields::Unit),
     }
 }
 

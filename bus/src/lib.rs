@@ -122,7 +122,7 @@ mod message;
 mod payload;
 mod ring;
 mod runtime;
-mod schema;
+pub mod schema;
 mod sync;
 mod wait;
 
@@ -151,7 +151,7 @@ pub use runtime::{
     StartError, StopHandle, StopReport, Subscription, SubscriptionKey, Supervision, TryRecvError,
     Wiring, DEFAULT_CAPACITY,
 };
-pub use schema::*;
+pub use schema::{Schema, ShapeHasher};
 pub use wait::{
     allowed_cores, online_cores, pin_to_core, run_on_cores, Backoff, BusySpin, Doorbell,
     IdleStrategy, Park, PinError, BACKOFF_YIELD,

@@ -13,6 +13,7 @@
 use std::any::TypeId;
 
 use crate::runtime::{Inputs, Wiring};
+use crate::schema::Shape;
 
 /// A type that can be published on the bus.
 ///
@@ -31,6 +32,13 @@ pub trait Message: Send + 'static {
     const TOPIC_ID: u64;
     /// The schema fingerprint: changes when a field is renamed, reordered or retyped.
     const FINGERPRINT: u64;
+
+    /// The type's shape as data, which `FINGERPRINT` hashes: `#[derive(Message)]` returns
+    /// [`Schema::shape`](crate::Schema::shape). The default, for hand-written impls, is
+    /// [`Shape::Opaque`]: the fingerprint without a layout.
+    fn schema() -> Shape {
+        Shape::Opaque(Self::FINGERPRINT)
+    }
 }
 
 /// The stable 64-bit id of a topic name: FNV-1a (64-bit) over its UTF-8 bytes.
@@ -77,6 +85,9 @@ pub struct TopicSpec {
     /// The size of one value of the type in bytes (what a ring slot holds), so that `start()`
     /// can refuse a ring larger than memory before allocating it.
     pub size: usize,
+    /// The type's shape ([`Message::schema`]), built on demand: recorders and schema servers
+    /// call it at wiring time, never per message.
+    pub shape: fn() -> Shape,
 }
 
 impl TopicSpec {
@@ -89,6 +100,7 @@ impl TopicSpec {
             type_id: TypeId::of::<M>(),
             type_name: std::any::type_name::<M>(),
             size: std::mem::size_of::<M>(),
+            shape: M::schema,
         }
     }
 }

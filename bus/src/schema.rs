@@ -6,6 +6,16 @@
 //! changes the fingerprint of every message that contains it.
 //!
 //! The exact algorithm is documented on [`Schema`], where users read it.
+//!
+//! The same shape is also kept as data, [`Shape`], which [`Schema::shape`] returns: a tool
+//! without the Rust type decodes bincode bytes with it ([`decode`] into a [`Value`]), checks it
+//! against a fingerprint ([`Shape::fingerprint`]), and ships it ([`Shape::to_bytes`]).
+
+mod shape;
+mod value;
+
+pub use shape::{Fields, Primitive, Shape, ShapeError, Variant, MAX_DEPTH, MAX_ENCODED_LEN};
+pub use value::{decode, DecodeError, Value, SPARE_VALUES, VALUES_PER_BYTE};
 
 use crate::message::{fnv1a64, FNV1A64_OFFSET};
 
@@ -14,7 +24,8 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 /// [`SHAPE`](Schema::SHAPE).
 ///
 /// Implemented for the primitives, `String`, `&'static str`, `()`, tuples up to 12 elements,
-/// `Vec<T>`, `[T; N]`, `Option<T>` and `Box<T>`, and by `#[derive(Message)]`. A field type
+/// `Vec<T>`, `[T; N]`, `Option<T>`, `Box<T>`, `HashMap<K, V>` and `BTreeMap<K, V>`, and by
+/// `#[derive(Message)]`. A field type
 /// without it is a compile error that points at the field.
 ///
 /// # Algorithm
@@ -37,6 +48,7 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 /// | `Vec<T>` | `H.name("Vec").shape::<T>()` |
 /// | `[T; N]` | `H.name("array").word(N).shape::<T>()` |
 /// | `Option<T>` | `H.name("Option").shape::<T>()` |
+/// | `HashMap<K, V>`, `BTreeMap<K, V>` | `H.name("Map").shape::<K>().shape::<V>()` |
 /// | `Box<T>` | `T`'s shape: a box changes where the value lives, not what it is |
 ///
 /// `usize` and `isize` hash as their own names, never as `u32`/`u64`, so the fingerprint is the
@@ -62,6 +74,12 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 /// (`struct Node { next: Option<Box<Node>> }`) have no finite shape and fail to compile with a
 /// cycle error.
 ///
+/// [`Schema::shape`] returns the same shape as data, and [`decode`] reads bincode bytes with it.
+/// Both assume serde's default derived layout: a serde attribute that changes what is written
+/// (`skip`, `flatten`, `tag`, `untagged`, `with`, `transparent`, a hand-written `Serialize`)
+/// makes the generic decoder refuse the bytes or misread them, and a `rename` shows in
+/// [`Value`]'s field names as the Rust name.
+///
 /// # Examples
 ///
 /// A hand-written impl for a type the derive cannot see, here a newtype whose wire form is its
@@ -86,6 +104,16 @@ use crate::message::{fnv1a64, FNV1A64_OFFSET};
 pub trait Schema {
     /// The 64-bit hash of this type's shape. Identical on every host, architecture and build.
     const SHAPE: u64;
+
+    /// The shape itself, as data: `Self::shape().fingerprint() == Self::SHAPE` for every impl in
+    /// this crate and every derived one.
+    ///
+    /// The default, for hand-written impls, is [`Shape::Opaque`]: the fingerprint without a
+    /// layout, which tools can match but not decode. Override it with the shape of the wire form
+    /// to make the type decodable.
+    fn shape() -> Shape {
+        Shape::Opaque(Self::SHAPE)
+    }
 }
 
 /// Builds a shape hash in a `const` context: FNV-1a 64 over length-prefixed names and
@@ -144,6 +172,70 @@ impl ShapeHasher {
     }
 }
 
+impl ShapeHasher {
+    /// Feeds named fields as the derive does: `.name("named").word(n)`, then each field's name
+    /// and shape.
+    #[doc(hidden)]
+    pub const fn named_parts(self, parts: &[Part]) -> Self {
+        let mut h = self.name("named").word(parts.len() as u64);
+        let mut i = 0;
+        while i < parts.len() {
+            h = h.name(parts[i].name).word(parts[i].hash);
+            i += 1;
+        }
+        h
+    }
+
+    /// Feeds unnamed fields as the derive does: `.name("unnamed").word(n)`, then each shape.
+    #[doc(hidden)]
+    pub const fn unnamed_parts(self, parts: &[Part]) -> Self {
+        let mut h = self.name("unnamed").word(parts.len() as u64);
+        let mut i = 0;
+        while i < parts.len() {
+            h = h.word(parts[i].hash);
+            i += 1;
+        }
+        h
+    }
+}
+
+/// One field as the derive sees it: its name, its type's hash and its type's shape function.
+///
+/// The derive lists every field type once, in a table of these, and computes both the hash and
+/// the tree from the table, so a field type without [`Schema`] is one error, not two.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct Part {
+    name: &'static str,
+    hash: u64,
+    tree: fn() -> Shape,
+}
+
+impl Part {
+    /// The part of a field of type `T` named `name` (empty for an unnamed field).
+    pub const fn of<T: Schema + ?Sized>(name: &'static str) -> Part {
+        Part {
+            name,
+            hash: T::SHAPE,
+            tree: T::shape,
+        }
+    }
+}
+
+impl Fields {
+    /// The named fields of a derive's table.
+    #[doc(hidden)]
+    pub fn from_named_parts(parts: &[Part]) -> Fields {
+        Fields::named(parts.iter().map(|part| (part.name, (part.tree)())))
+    }
+
+    /// The unnamed fields of a derive's table.
+    #[doc(hidden)]
+    pub fn from_unnamed_parts(parts: &[Part]) -> Fields {
+        Fields::unnamed(parts.iter().map(|part| (part.tree)()))
+    }
+}
+
 impl Default for ShapeHasher {
     fn default() -> Self {
         ShapeHasher::new()
@@ -151,27 +243,45 @@ impl Default for ShapeHasher {
 }
 
 macro_rules! primitive_shapes {
-    ($($ty:ty),* $(,)?) => {$(
+    ($($ty:ty => $p:ident),* $(,)?) => {$(
         impl Schema for $ty {
             const SHAPE: u64 = ShapeHasher::new().name(stringify!($ty)).finish();
+
+            fn shape() -> Shape {
+                Shape::Primitive(Primitive::$p)
+            }
         }
     )*};
 }
 
 primitive_shapes!(
-    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, bool, char, f32, f64,
+    u8 => U8, u16 => U16, u32 => U32, u64 => U64, u128 => U128, usize => Usize,
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64, i128 => I128, isize => Isize,
+    bool => Bool, char => Char, f32 => F32, f64 => F64,
 );
 
 impl Schema for String {
     const SHAPE: u64 = ShapeHasher::new().name("str").finish();
+
+    fn shape() -> Shape {
+        Shape::Str
+    }
 }
 
 impl Schema for &'static str {
     const SHAPE: u64 = String::SHAPE;
+
+    fn shape() -> Shape {
+        Shape::Str
+    }
 }
 
 impl<T: Schema> Schema for Vec<T> {
     const SHAPE: u64 = ShapeHasher::new().name("Vec").shape::<T>().finish();
+
+    fn shape() -> Shape {
+        Shape::Vec(Box::new(T::shape()))
+    }
 }
 
 impl<T: Schema, const N: usize> Schema for [T; N] {
@@ -180,14 +290,60 @@ impl<T: Schema, const N: usize> Schema for [T; N] {
         .word(N as u64)
         .shape::<T>()
         .finish();
+
+    fn shape() -> Shape {
+        Shape::Array {
+            len: N as u64,
+            item: Box::new(T::shape()),
+        }
+    }
 }
 
 impl<T: Schema> Schema for Option<T> {
     const SHAPE: u64 = ShapeHasher::new().name("Option").shape::<T>().finish();
+
+    fn shape() -> Shape {
+        Shape::Option(Box::new(T::shape()))
+    }
 }
 
 impl<T: Schema> Schema for Box<T> {
     const SHAPE: u64 = T::SHAPE;
+
+    fn shape() -> Shape {
+        T::shape()
+    }
+}
+
+/// The shape of a map: both std maps share it, as serde writes both the same way.
+const fn map_shape<K: Schema, V: Schema>() -> u64 {
+    ShapeHasher::new()
+        .name("Map")
+        .shape::<K>()
+        .shape::<V>()
+        .finish()
+}
+
+impl<K: Schema, V: Schema, S> Schema for std::collections::HashMap<K, V, S> {
+    const SHAPE: u64 = map_shape::<K, V>();
+
+    fn shape() -> Shape {
+        Shape::Map {
+            key: Box::new(K::shape()),
+            value: Box::new(V::shape()),
+        }
+    }
+}
+
+impl<K: Schema, V: Schema> Schema for std::collections::BTreeMap<K, V> {
+    const SHAPE: u64 = map_shape::<K, V>();
+
+    fn shape() -> Shape {
+        Shape::Map {
+            key: Box::new(K::shape()),
+            value: Box::new(V::shape()),
+        }
+    }
 }
 
 macro_rules! tuple_shapes {
@@ -198,6 +354,10 @@ macro_rules! tuple_shapes {
                 .word($n)
                 $(.shape::<$t>())*
                 .finish();
+
+            fn shape() -> Shape {
+                Shape::Tuple(vec![$($t::shape()),*])
+            }
         }
     )*};
 }
@@ -329,5 +489,23 @@ mod tests {
         let either = either.name("Neither").name("unit");
         assert_eq!(Either::SHAPE, either.finish());
         assert_eq!(<Either as crate::Message>::FINGERPRINT, Either::SHAPE);
+
+        // The tree hashes to the same value, field by field.
+        for (tree, hash) in [
+            (Named::shape(), Named::SHAPE),
+            (Unnamed::shape(), Unnamed::SHAPE),
+            (Unit::shape(), Unit::SHAPE),
+            (Either::shape(), Either::SHAPE),
+        ] {
+            assert_eq!(tree.fingerprint(), hash, "{tree:?}");
+        }
+        let named = Shape::structure(
+            "Named",
+            Fields::named([
+                ("a", Shape::Primitive(Primitive::U8)),
+                ("type", Vec::<u16>::shape()),
+            ]),
+        );
+        assert_eq!(Named::shape(), named);
     }
 }

@@ -40,6 +40,14 @@ SUITES:
             rtt_p999) and values/s one at a time and in batches of 64
             (throughput_single, throughput_batch). Targets: rtt p50
             shm-process / ring <= 1.3; batch shm-process / ring >= 0.5
+    record  the in-process MCAP recorder (llbus-record): messages/s of
+            64-byte messages recorded with zstd chunks (recorded_64b, and
+            dropped_64b when its writer is behind) against the same bytes
+            written to a plain file (raw-file), and at zstd level 3
+            (llbus-record-z3) beside the default 1; and the ping-pong round
+            trip without (rtt-plain) and with (rtt-recorded) a recorder of
+            both topics. Targets: recorded >= 1 M msgs/s; rtt p50 recorded /
+            plain <= 1.10
     all     every suite above, in turn (the default)
 
 Run on an otherwise idle machine with at least two cores: threads spin.";
@@ -55,6 +63,9 @@ pub enum Suite {
     Udp,
     /// Shared-memory IPC (llbus-ipc) against the in-process ring and UDP.
     Ipc,
+    /// The in-process MCAP recorder (llbus-record) against a plain file, and its cost to a
+    /// publisher's round trip.
+    Record,
     /// Every suite.
     All,
 }

@@ -11,6 +11,8 @@ pub enum Bound {
     RatioAtLeast(f64),
     /// `num - den <= limit`, in the figures' unit.
     ExcessAtMost(f64, &'static str),
+    /// `num >= limit`, in the figures' unit: an absolute floor (`den` is shown beside it).
+    AtLeast(f64, &'static str),
 }
 
 /// One of an issue's targets: figure `num` compared with figure `den` of the same run.
@@ -47,6 +49,9 @@ pub fn render_targets(targets: &[Target], figures: &[Figure], out: &Collector) -
                 num.zip(den).map(|(n, d)| n - d),
                 out.paired_difference(t.num, t.den),
             ),
+            // An absolute floor has no pairing: the median of `num` is the value, and the
+            // second column shows `den` for scale.
+            Bound::AtLeast(..) => (num, den),
         };
         let (show, limit_text, met): (fn(f64) -> String, String, bool) = match t.bound {
             Bound::RatioAtMost(l) => (
@@ -64,9 +69,14 @@ pub fn render_targets(targets: &[Target], figures: &[Figure], out: &Collector) -
                 format!("<= +{l:.0} {unit}"),
                 paired.or(of_medians).is_some_and(|d| d <= l),
             ),
+            Bound::AtLeast(l, unit) => (
+                |v| format!("{v:.3e}"),
+                format!(">= {l:.0} {unit}"),
+                of_medians.is_some_and(|v| v >= l),
+            ),
         };
         let show = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), show);
-        let verdict = match (paired.or(of_medians), met) {
+        let verdict = match (of_medians.or(paired), met) {
             (None, _) => "figure missing",
             (Some(_), true) => "met",
             (Some(_), false) => "MISSED",
