@@ -38,6 +38,12 @@ fn sub_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7101))
 }
 
+/// An allowed host: a subscriber of the same topic, so it knows the publisher's session, its
+/// own cookie and its own token.
+fn adversary_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 2], 7200))
+}
+
 /// The payload of small message `n`: its number, then a pattern derived from it.
 fn payload(n: u64) -> (u64, [u8; 24]) {
     (n, [(n % 251) as u8; 24])
@@ -82,6 +88,15 @@ impl Wire for Sent {
             self.0.push((addr, d));
         }
         dests.len()
+    }
+}
+
+/// Takes whatever it is given (the adversary's deliveries).
+struct Ignore;
+
+impl Sink for Ignore {
+    fn deliver(&mut self, _import: usize, _payload: &[u8]) -> Result<(), DropReason> {
+        Ok(())
     }
 }
 
@@ -190,6 +205,9 @@ struct World {
     joined_after: Option<u64>,
     /// Bytes the publisher sent in answer to forged datagrams.
     answered_forgeries: usize,
+    /// An allowed host subscribed to the topic, and the token it learned from its own data.
+    adversary: Option<Endpoint>,
+    adversary_token: Option<u64>,
 }
 
 fn config(reliable: ReliableConfig) -> BridgeConfig {
@@ -210,6 +228,11 @@ fn config(reliable: ReliableConfig) -> BridgeConfig {
 
 impl World {
     fn new(seed: u64, faults: Faults, reliable: ReliableConfig) -> Self {
+        Self::build(seed, faults, reliable, true)
+    }
+
+    /// A world whose subscriber imports reliably or not (the export is reliable either way).
+    fn build(seed: u64, faults: Faults, reliable: ReliableConfig, reliable_import: bool) -> Self {
         let config = config(reliable);
         let mut seeds = fastrand::Rng::with_seed(seed);
         let mut key = || {
@@ -244,7 +267,7 @@ impl World {
                 topic_id: TOPIC,
                 fingerprint: FP,
                 publisher: pub_addr(),
-                reliable: true,
+                reliable: reliable_import,
             }],
         )
         .with_wall_clock(|| 0);
@@ -262,7 +285,29 @@ impl World {
             large: Vec::new(),
             joined_after: None,
             answered_forgeries: 0,
+            adversary: None,
+            adversary_token: None,
         }
+    }
+
+    /// Adds an allowed host that subscribes to the topic like any subscriber.
+    fn with_adversary(mut self) -> Self {
+        let adversary = Endpoint::new(
+            &config(ReliableConfig::default()),
+            MAX,
+            0xbad,
+            [9; 32],
+            Vec::new(),
+            vec![ImportSpec {
+                topic: "sim",
+                topic_id: TOPIC,
+                fingerprint: FP,
+                publisher: pub_addr(),
+                reliable: false,
+            }],
+        );
+        self.adversary = Some(adversary);
+        self
     }
 
     /// True with probability `permille / 1000`.
@@ -318,6 +363,16 @@ impl World {
             self.publisher
                 .handle(&d.bytes, d.src, now_ms * MS, &mut sent, &mut self.delivered);
             self.transmit(now_ms, pub_addr(), sent);
+        } else if d.dst == adversary_addr() {
+            if let Ok(frames) = parse_datagram(&d.bytes, MAX) {
+                if let Some(token) = frames.token() {
+                    self.adversary_token = Some(token);
+                }
+            }
+            if let Some(adversary) = self.adversary.as_mut() {
+                adversary.handle(&d.bytes, d.src, now_ms * MS, &mut sent, &mut Ignore);
+            }
+            self.transmit(now_ms, adversary_addr(), sent);
         } else if d.dst == sub_addr() {
             self.subscriber
                 .handle(&d.bytes, d.src, now_ms * MS, &mut sent, &mut self.delivered);
@@ -351,6 +406,11 @@ impl World {
             .on_timer(now, &mut sent, &mut self.delivered);
         self.subscriber_events();
         self.transmit(now_ms, sub_addr(), sent);
+        if let Some(adversary) = self.adversary.as_mut() {
+            let mut sent = Sent::default();
+            adversary.on_timer(now, &mut sent, &mut Ignore);
+            self.transmit(now_ms, adversary_addr(), sent);
+        }
         let mut sent = Sent::default();
         self.publisher.on_timer(now, &mut sent, &mut self.delivered);
         if publish && self.subscribed() {
@@ -574,6 +634,92 @@ fn an_outage_beyond_history_is_reported_and_the_stream_goes_on() {
     assert_eq!(lost, world.receiver_counts().unrecovered);
     // Roughly the outage (300 messages) less what history still held.
     assert!((200..=300).contains(&lost), "lost {lost}");
+}
+
+/// An allowed host, subscribed itself (it knows the publisher's session and has a cookie and
+/// a token of its own), forges data with sequence numbers near 2^40 and heartbeats claiming
+/// them, under the publisher's address, with its own token and with none, to a best-effort
+/// and to a reliable import: the import gets every genuine message, nothing is counted lost
+/// or stale, nothing unrecovered.
+#[test]
+fn an_allowed_host_cannot_inject_into_or_silence_another_hosts_import() {
+    let clean = Faults {
+        loss: 0,
+        dup: 0,
+        max_delay: 0,
+    };
+    for reliable in [false, true] {
+        let mut world =
+            World::build(11, clean, ReliableConfig::default(), reliable).with_adversary();
+        let huge = 1u64 << 40;
+        let mut forged = 0;
+        for ms in 0..2500u64 {
+            let publish = world.published < 2000;
+            world.step(ms, publish, &[]);
+            let Some(token) = world.adversary_token else {
+                continue;
+            };
+            if ms % 50 != 25 {
+                continue;
+            }
+            for own_token in [Some(token), None] {
+                for heartbeat in [false, true] {
+                    let mut buf = vec![0u8; MAX];
+                    let mut enc = BatchEncoder::new(&mut buf).with_token(own_token.is_some());
+                    let pushed = if heartbeat {
+                        enc.push_control(&crate::Control::Heartbeat {
+                            topic_id: TOPIC,
+                            fingerprint: FP,
+                            session: PUB_SESSION,
+                            last_seq: huge + ms,
+                            timestamp_ns: 0,
+                        })
+                    } else {
+                        let meta = DataMeta {
+                            topic_id: TOPIC,
+                            fingerprint: FP,
+                            session: PUB_SESSION,
+                            seq: huge + ms,
+                            timestamp_ns: 0,
+                        };
+                        enc.push_data(meta, &payload(huge + ms))
+                    };
+                    assert!(pushed.is_ok());
+                    let mut d = enc.as_bytes().to_vec();
+                    if let Some(t) = own_token {
+                        d.extend_from_slice(&t.to_le_bytes());
+                    }
+                    let mut sent = Sent::default();
+                    world.subscriber.handle(
+                        &d,
+                        pub_addr(),
+                        ms * MS,
+                        &mut sent,
+                        &mut world.delivered,
+                    );
+                    world.subscriber_events();
+                    world.transmit(ms, sub_addr(), sent);
+                    forged += 1;
+                }
+            }
+        }
+        assert!(forged > 100, "the adversary never subscribed");
+        let expected = world.expected();
+        assert!(
+            expected.len() > 1900,
+            "joined after {:?}",
+            world.joined_after
+        );
+        assert_eq!(world.delivered.messages, expected, "reliable: {reliable}");
+        let loss = world.subscriber.loss();
+        assert_eq!(
+            (loss.lost, loss.stale),
+            (0, 0),
+            "reliable: {reliable}: {loss:?}"
+        );
+        assert_eq!(world.receiver_counts().unrecovered, 0);
+        assert!(world.lost.is_empty());
+    }
 }
 
 /// A seed at 20% loss whose handshake took retries (the join bound's regression case).
