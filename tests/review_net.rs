@@ -1197,3 +1197,112 @@ fn frames_say_wire_version_3() {
     assert_eq!(sent[0].2[3], 3);
     let _ = Duration::ZERO;
 }
+
+/// Forged answers to a subscriber from the publisher's address by an allowed host that knows
+/// the session id and its own token: a SubscribeAck switching to another session, a final
+/// Refuse, a CookieChallenge, an `Unavailable` with its own token. The import stays on its
+/// session (no new `Established`, no `Refused`) and gets every genuine message.
+#[test]
+fn forged_answers_do_not_move_an_import() {
+    let config = BridgeConfig::default();
+    let mut w = World::new(&config, export(true, 0), import(true));
+    while w.sub.poll_event().is_some() {}
+    let mut none = None;
+    let l = handshake(&mut w.publ, addr(2, 9000), TOPIC, 7, w.now, &mut none).expect("admitted");
+    w.publish(1..=5, 4);
+    for nonce in [0u64, 1, 2, 3, u64::MAX] {
+        let forged = controls(&[
+            Control::SubscribeAck {
+                topic_id: TOPIC,
+                fingerprint: FP,
+                session: 0xbad5e55,
+                last_seq: 1 << 40,
+                nonce,
+                cookie: l.cookie,
+                token: l.token,
+            },
+            Control::CookieChallenge {
+                topic_id: TOPIC,
+                fingerprint: FP,
+                session: PUB_SESSION,
+                nonce,
+                cookie: l.cookie,
+            },
+            Control::Refuse(llbus_net::Refusal {
+                topic_id: TOPIC,
+                requested: FP,
+                offered: 0xbad,
+                session: PUB_SESSION,
+                reason: RefuseReason::FingerprintMismatch,
+                nonce,
+            }),
+        ]);
+        w.to_sub(&forged, pub_addr());
+        w.to_sub(&forged, addr(1, 7002));
+    }
+    let mut buf = vec![0u8; MAX];
+    let mut enc = BatchEncoder::new(&mut buf[..MAX - 8]).with_token(true);
+    enc.push_unavailable(&llbus_net::Unavailable {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: PUB_SESSION,
+        nonce: 0,
+        first: 6,
+        last: 1 << 30,
+    })
+    .expect("encode");
+    let mut u = enc.as_bytes().to_vec();
+    u.extend_from_slice(&l.token.to_le_bytes());
+    w.to_sub(&u, pub_addr());
+    w.publish(6..=10, 4);
+    for _ in 0..10 {
+        w.tick(10 * MS);
+    }
+    assert_eq!(w.got.0, (1..=10).collect::<Vec<_>>());
+    assert_eq!(
+        w.sub.import_state(0),
+        Some(llbus_net::ImportState::Established {
+            session: PUB_SESSION,
+            by: match w.sub.import_state(0) {
+                Some(llbus_net::ImportState::Established { by, .. }) => by,
+                other => panic!("not established: {other:?}"),
+            }
+        })
+    );
+    while let Some(e) = w.sub.poll_event() {
+        assert!(
+            !matches!(
+                e,
+                Event::Established { .. } | Event::Refused { .. } | Event::Unrecovered { .. }
+            ),
+            "forged answer moved the import: {e:?}"
+        );
+    }
+}
+
+/// Another port of the subscriber's own host (which has a cookie of its own) cannot
+/// unsubscribe the subscriber: its cookie does not prove the subscriber's address.
+#[test]
+fn another_port_of_the_host_cannot_unsubscribe_the_subscriber() {
+    let config = BridgeConfig::default();
+    let mut w = World::new(&config, export(false, 0), import(false));
+    let mut none = None;
+    let neighbour = addr(1, 7009);
+    let l = handshake(&mut w.publ, neighbour, TOPIC, 7, w.now, &mut none).expect("admitted");
+    let unsub = controls(&[Control::Unsubscribe {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SUB_SESSION,
+        nonce: 3,
+        cookie: Some(l.cookie),
+    }]);
+    let mut net = Net::new();
+    w.publ
+        .handle(&unsub, sub_addr(), w.now, &mut net, &mut Got::default());
+    assert!(
+        w.publ.destinations(TOPIC).any(|(a, _)| a == sub_addr()),
+        "a neighbour's cookie unsubscribed the subscriber"
+    );
+    w.publish(1..=3, 4);
+    assert_eq!(w.got.0, [1, 2, 3]);
+}
