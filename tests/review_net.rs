@@ -1306,3 +1306,71 @@ fn another_port_of_the_host_cannot_unsubscribe_the_subscriber() {
     w.publish(1..=3, 4);
     assert_eq!(w.got.0, [1, 2, 3]);
 }
+
+/// A NAK under an address that is not subscribed (a victim's, spoofed, carrying the
+/// attacker's own valid cookie and session) gets nothing back, to anyone.
+#[test]
+fn nak_for_a_victim_address_gets_nothing() {
+    let config = BridgeConfig::default();
+    let mut publ = reliable_publisher(&config, 1, 0);
+    fill_history(&mut publ, 1, 100, addr(3, 5000));
+    let mut none = None;
+    let l = handshake(&mut publ, addr(2, 9000), TOPIC, 7, 2 * MS, &mut none).expect("admitted");
+    let mut net = Net::new();
+    let d = nak_datagram(&[TOPIC], l.cookie, 7, 1);
+    for victim in [addr(9, 80), addr(2, 9001), addr(3, 5001)] {
+        publ.handle(&d, victim, 2 * MS, &mut net, &mut Got::default());
+        assert_eq!(net.drain().len(), 0, "a NAK under {victim} was answered");
+    }
+    // The attacker's own address is answered (so the NAK itself is well-formed).
+    publ.handle(&d, addr(2, 9000), 2 * MS, &mut net, &mut Got::default());
+    assert!(!net.drain().is_empty(), "the genuine NAK was not answered");
+}
+
+/// A publisher that dies mid-stream and restarts (a new session id, the same address): the
+/// import's requests while it is gone stay few, and once it is back the import follows the
+/// new session (an `Established { changed: true }`) and gets its messages from 1 again.
+#[test]
+fn publisher_restart_mid_stream_is_followed() {
+    let config = BridgeConfig::default();
+    let mut w = World::new(&config, export(false, 0), import(false));
+    w.publish(1..=5, 4);
+    while w.sub.poll_event().is_some() {}
+    // Dead for 10 s: count what the subscriber sends into the void.
+    let mut sent = 0;
+    for _ in 0..10_000 {
+        w.now += MS;
+        w.sub.on_timer(w.now, w.net.from(sub_addr()), &mut w.got);
+        sent += w.net.drain().len();
+    }
+    assert!(sent <= 30, "{sent} datagrams to a dead publisher in 10 s");
+    w.publ = Endpoint::new(
+        &config,
+        MAX,
+        PUB_SESSION + 1,
+        [8; 32],
+        vec![export(false, 0)],
+        Vec::new(),
+    );
+    for _ in 0..5000 {
+        w.tick(MS);
+        if w.publ.destinations(TOPIC).count() > 0 {
+            break;
+        }
+    }
+    w.publish(1..=5, 4);
+    assert_eq!(w.got.0, [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]);
+    let mut changed = false;
+    while let Some(e) = w.sub.poll_event() {
+        if let Event::Established {
+            changed: c,
+            session,
+            ..
+        } = e
+        {
+            assert_eq!(session, PUB_SESSION + 1);
+            changed |= c;
+        }
+    }
+    assert!(changed, "no Established {{ changed: true }}");
+}
