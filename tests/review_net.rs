@@ -1374,3 +1374,61 @@ fn publisher_restart_mid_stream_is_followed() {
     }
     assert!(changed, "no Established {{ changed: true }}");
 }
+
+/// The crate's contract: encoding a batch, renewing and expiring subscribers, sealing and
+/// opening allocate nothing. Once warm, a second of a bridge's life driven through the
+/// endpoint (exports pushed, datagrams delivered, heartbeats, renewals, NAK timers, with and
+/// without a key) allocates nothing.
+#[test]
+fn a_warm_endpoints_second_allocates_nothing() {
+    for config in [BridgeConfig::default(), psk_config()] {
+        let key = config.psk.is_some();
+        let mut w = World::new(&config, export(true, 0), import(true));
+        let mut got = Counted(0);
+        let mut queue: Vec<(SocketAddr, SocketAddr, Vec<u8>)> = (0..256)
+            .map(|_| (pub_addr(), pub_addr(), Vec::with_capacity(MAX + 64)))
+            .collect();
+        let mut run = |w: &mut World, got: &mut Counted, from: u64, to: u64| {
+            for n in from..to {
+                let now = w.now + n * MS;
+                let mut b = w.publ.export(0, w.net.from(pub_addr())).expect("export");
+                b.push(&(n, [7u8; 32]));
+                drop(b);
+                w.publ.on_timer(now, w.net.from(pub_addr()), got);
+                w.sub.on_timer(now, w.net.from(sub_addr()), got);
+                // Deliver what was sent, dropping every seventh datagram to make NAKs.
+                for round in 0..4 {
+                    let len = w.net.len;
+                    for i in 0..len.min(queue.len()) {
+                        let (f, t, d) = &w.net.sent[i];
+                        queue[i].0 = *f;
+                        queue[i].1 = *t;
+                        queue[i].2.clear();
+                        queue[i].2.extend_from_slice(d);
+                    }
+                    w.net.clear();
+                    for (i, (f, t, d)) in queue.iter().take(len).enumerate() {
+                        if round == 0 && (n as usize + i) % 7 == 0 {
+                            continue;
+                        }
+                        if *t == pub_addr() {
+                            w.publ.handle(d, *f, now, w.net.from(pub_addr()), got);
+                        } else if *t == sub_addr() {
+                            w.sub.handle(d, *f, now, w.net.from(sub_addr()), got);
+                        }
+                    }
+                }
+                w.net.clear();
+            }
+        };
+        run(&mut w, &mut got, 1, 1500);
+        let before = got.0;
+        let n = allocations_in(|| run(&mut w, &mut got, 1500, 2500));
+        assert!(
+            got.0 > before + 500,
+            "key {key}: delivered {}",
+            got.0 - before
+        );
+        assert_eq!(n, 0, "key {key}: {n} allocations in a warm second");
+    }
+}
