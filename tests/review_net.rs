@@ -1432,3 +1432,76 @@ fn a_warm_endpoints_second_allocates_nothing() {
         assert_eq!(n, 0, "key {key}: {n} allocations in a warm second");
     }
 }
+
+/// Sources that cannot be answered (port 0, unspecified, multicast, broadcast, in either
+/// spelling) get nothing, and nothing fails.
+#[test]
+fn unanswerable_sources_get_nothing() {
+    let config = BridgeConfig::default();
+    let mut publ = publisher(&config, vec![export(false, 0)]);
+    let d = controls(&[subscribe(TOPIC, 7, 1, None)]);
+    let mut net = Net::new();
+    let bad: [SocketAddr; 7] = [
+        "0.0.0.0:0".parse().expect("addr"),
+        "127.0.0.1:0".parse().expect("addr"),
+        "0.0.0.0:9000".parse().expect("addr"),
+        "224.0.0.1:9000".parse().expect("addr"),
+        "255.255.255.255:9000".parse().expect("addr"),
+        "[::ffff:224.0.0.1]:9000".parse().expect("addr"),
+        "[ff02::1]:9000".parse().expect("addr"),
+    ];
+    for src in bad {
+        publ.handle(&d, src, MS, &mut net, &mut Got::default());
+        assert_eq!(net.drain().len(), 0, "answered {src}");
+    }
+    // A good one is answered (the request is valid).
+    publ.handle(&d, addr(2, 9000), MS, &mut net, &mut Got::default());
+    assert_eq!(net.drain().len(), 1);
+}
+
+/// A host's slots come back: after one of its four subscribers unsubscribes (with its
+/// cookie), or all stop renewing and expire, another port of that host is admitted.
+#[test]
+fn host_slots_are_released_by_unsubscribe_and_expiry() {
+    let config = BridgeConfig::default();
+    let mut publ = publisher(&config, vec![export(false, 0)]);
+    let mut none = None;
+    let mut learned = Vec::new();
+    for port in 0..4u16 {
+        let l =
+            handshake(&mut publ, addr(2, 9000 + port), TOPIC, 7, MS, &mut none).expect("admitted");
+        learned.push(l);
+    }
+    let mut r = None;
+    assert!(handshake(&mut publ, addr(2, 9100), TOPIC, 7, MS, &mut r).is_none());
+    assert_eq!(r, Some(RefuseReason::HostFull));
+    let unsub = controls(&[Control::Unsubscribe {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: 7,
+        nonce: 9,
+        cookie: Some(learned[0].cookie),
+    }]);
+    let mut net = Net::new();
+    publ.handle(&unsub, addr(2, 9000), 2 * MS, &mut net, &mut Got::default());
+    assert_eq!(net.drain().len(), 0, "an Unsubscribe is not answered");
+    let mut r = None;
+    assert!(
+        handshake(&mut publ, addr(2, 9100), TOPIC, 7, 3 * MS, &mut r).is_some(),
+        "slot not released by Unsubscribe: {r:?}"
+    );
+    // Nobody renews: after the timeout every slot is free again.
+    let mut now = 3 * MS;
+    while now < 62 * SEC {
+        now += 100 * MS;
+        publ.on_timer(now, &mut net, &mut Got::default());
+        net.clear();
+    }
+    for port in 0..4u16 {
+        let mut r = None;
+        assert!(
+            handshake(&mut publ, addr(2, 9200 + port), TOPIC, 7, now, &mut r).is_some(),
+            "slot {port} not released by expiry: {r:?}"
+        );
+    }
+}
