@@ -288,7 +288,7 @@ impl World {
     }
 
     /// Hands the subscriber a datagram from `src`.
-    fn to_sub(&mut self, bytes: &[u8], src: SocketAddr) {
+    fn send_to_sub(&mut self, bytes: &[u8], src: SocketAddr) {
         self.sub.handle(
             bytes,
             src,
@@ -453,9 +453,9 @@ fn allowed_host_cannot_inject_or_silence_a_best_effort_import() {
         forged_heartbeat(PUB_SESSION, 1 << 40, None),
     ];
     for f in &forgeries {
-        w.to_sub(f, pub_addr());
+        w.send_to_sub(f, pub_addr());
         // Another port of the publisher's host.
-        w.to_sub(f, addr(1, 7002));
+        w.send_to_sub(f, addr(1, 7002));
     }
     w.publish(11..=20, 4);
     w.tick(200 * MS);
@@ -480,7 +480,7 @@ fn allowed_host_cannot_inject_or_silence_a_reliable_import() {
         forged_data(PUB_SESSION, 12, None),
         forged_heartbeat(PUB_SESSION, 1 << 40, Some(learned.token)),
     ] {
-        w.to_sub(&f, pub_addr());
+        w.send_to_sub(&f, pub_addr());
     }
     w.publish(11..=20, 4);
     for _ in 0..20 {
@@ -516,7 +516,7 @@ fn one_frame_far_ahead_is_not_believed_even_with_the_token() {
         // The same frame, now marked and followed by the import's real token.
         let with_token = retoken(forged, token);
         w.publish(1..=10, 4);
-        w.to_sub(&with_token, pub_addr());
+        w.send_to_sub(&with_token, pub_addr());
         w.publish(11..=20, 4);
         assert_eq!(
             w.got.0,
@@ -1024,14 +1024,14 @@ fn psk_mac_refuses_keyless_hosts_alterations_and_replays() {
     for i in [0, 10, HEADER_LEN + 2, genuine.len() - 1] {
         let mut altered = genuine.clone();
         altered[i] ^= 0x01;
-        w.to_sub(&altered, pub_addr());
+        w.send_to_sub(&altered, pub_addr());
     }
-    w.to_sub(&forged_data(PUB_SESSION, 1, None), pub_addr());
+    w.send_to_sub(&forged_data(PUB_SESSION, 1, None), pub_addr());
     assert!(w.got.0.is_empty(), "altered or unsealed data delivered");
-    w.to_sub(&genuine, pub_addr());
-    w.to_sub(&genuine, pub_addr());
+    w.send_to_sub(&genuine, pub_addr());
+    w.send_to_sub(&genuine, pub_addr());
     w.publish(2..=3, 4);
-    w.to_sub(&genuine, pub_addr());
+    w.send_to_sub(&genuine, pub_addr());
     assert_eq!(w.got.0, [1, 2, 3]);
     let loss = w.sub.loss();
     assert_eq!(loss.duplicates, 0, "a replay reached the tracker: {loss:?}");
@@ -1237,8 +1237,8 @@ fn forged_answers_do_not_move_an_import() {
                 nonce,
             }),
         ]);
-        w.to_sub(&forged, pub_addr());
-        w.to_sub(&forged, addr(1, 7002));
+        w.send_to_sub(&forged, pub_addr());
+        w.send_to_sub(&forged, addr(1, 7002));
     }
     let mut buf = vec![0u8; MAX];
     let mut enc = BatchEncoder::new(&mut buf[..MAX - 8]).with_token(true);
@@ -1253,7 +1253,7 @@ fn forged_answers_do_not_move_an_import() {
     .expect("encode");
     let mut u = enc.as_bytes().to_vec();
     u.extend_from_slice(&l.token.to_le_bytes());
-    w.to_sub(&u, pub_addr());
+    w.send_to_sub(&u, pub_addr());
     w.publish(6..=10, 4);
     for _ in 0..10 {
         w.tick(10 * MS);
