@@ -1505,3 +1505,52 @@ fn host_slots_are_released_by_unsubscribe_and_expiry() {
         );
     }
 }
+
+/// The same for a reliable import: one data frame or heartbeat far ahead, with the import's
+/// real token, makes it neither deliver, nor give anything up (`Unrecovered`), nor NAK the
+/// claimed range; the genuine stream goes on.
+#[test]
+fn one_frame_far_ahead_does_not_move_a_reliable_import() {
+    let far = [
+        forged_data(PUB_SESSION, 10 + 65_537, None),
+        forged_data(PUB_SESSION, 1 << 40, None),
+        forged_heartbeat(PUB_SESSION, 1 << 40, None),
+    ];
+    for (k, forged) in far.iter().enumerate() {
+        let config = BridgeConfig::default();
+        let mut w = World::new(&config, export(true, 0), import(true));
+        let token = w
+            .publ
+            .destinations(TOPIC)
+            .find(|&(a, _)| a == sub_addr())
+            .map(|(_, t)| t)
+            .expect("subscribed");
+        w.publish(1..=10, 4);
+        while w.sub.poll_event().is_some() {}
+        w.send_to_sub(&retoken(forged, token), pub_addr());
+        for _ in 0..100 {
+            w.tick(10 * MS);
+        }
+        w.publish(11..=20, 4);
+        for _ in 0..10 {
+            w.tick(10 * MS);
+        }
+        assert_eq!(
+            w.got.0,
+            (1..=20).collect::<Vec<_>>(),
+            "forgery {k}: delivered"
+        );
+        while let Some(e) = w.sub.poll_event() {
+            assert!(
+                !matches!(e, Event::Unrecovered { .. }),
+                "forgery {k}: {e:?}"
+            );
+        }
+        let loss = w.sub.loss();
+        assert_eq!(
+            loss.unconfirmed, 1,
+            "forgery {k}: the token was not taken: {loss:?}"
+        );
+        assert_eq!(loss.lost, 0, "forgery {k}: {loss:?}");
+    }
+}
