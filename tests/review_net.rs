@@ -1554,3 +1554,36 @@ fn one_frame_far_ahead_does_not_move_a_reliable_import() {
         assert_eq!(loss.lost, 0, "forgery {k}: {loss:?}");
     }
 }
+
+/// The control rate limit is per source IP, not per address: 200 ports of one host, each
+/// sending one Subscribe at the same instant, get at most the burst (40) of challenges; a
+/// second host is still answered.
+#[test]
+fn rate_limit_is_per_ip_whatever_the_port() {
+    let config = BridgeConfig::default();
+    let mut publ = publisher(&config, vec![export(false, 0)]);
+    let mut net = Net::new();
+    let mut answered = 0;
+    for port in 0..200u16 {
+        let d = controls(&[subscribe(TOPIC, 7, u64::from(port), None)]);
+        publ.handle(
+            &d,
+            addr(2, 10_000 + port),
+            MS,
+            &mut net,
+            &mut Got::default(),
+        );
+        answered += net.drain().len();
+    }
+    assert!(
+        answered >= 20,
+        "{answered}: the limit is not 20/s, bursts of 40"
+    );
+    assert!(
+        answered <= 40,
+        "{answered} answers to one host in an instant"
+    );
+    let d = controls(&[subscribe(TOPIC, 7, 1, None)]);
+    publ.handle(&d, addr(3, 10_000), MS, &mut net, &mut Got::default());
+    assert_eq!(net.drain().len(), 1, "another host starved");
+}
