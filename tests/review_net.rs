@@ -1587,3 +1587,79 @@ fn rate_limit_is_per_ip_whatever_the_port() {
     publ.handle(&d, addr(3, 10_000), MS, &mut net, &mut Got::default());
     assert_eq!(net.drain().len(), 1, "another host starved");
 }
+
+/// SECURITY.md "maximum datagram": no datagram an endpoint sends is larger than its
+/// `max_datagram` (tokens and MAC trailers included), whatever it sends: data of every size
+/// (fragments too), heartbeats, retransmissions, late-join bursts, handshake answers to a
+/// full-size request from an IPv4 peer to a dual-stack (1452-byte) publisher.
+#[test]
+fn no_datagram_exceeds_max_datagram() {
+    for key in [false, true] {
+        let config = if key {
+            psk_config()
+        } else {
+            BridgeConfig::default()
+        };
+        let small = llbus_net::DEFAULT_MAX_DATAGRAM_V6;
+        let mut w = World::new(&config, export(true, 64), import(true));
+        w.publ = Endpoint::new(
+            &config,
+            small,
+            PUB_SESSION + 1,
+            [5; 32],
+            vec![export(true, 64)],
+            Vec::new(),
+        );
+        let mut largest = 0usize;
+        let mut rng = fastrand::Rng::with_seed(3);
+        for step in 0..3000u64 {
+            w.now += MS;
+            if step % 3 == 0 {
+                let pad = rng.usize(..4000);
+                let mut b = w.publ.export(0, w.net.from(pub_addr())).expect("export");
+                b.push(&(step, vec![1u8; pad]));
+            }
+            w.publ.on_timer(w.now, w.net.from(pub_addr()), &mut w.got);
+            w.sub.on_timer(w.now, w.net.from(sub_addr()), &mut w.got);
+            for round in 0..4 {
+                let batch = w.net.drain();
+                for (i, (from, to, d)) in batch.into_iter().enumerate() {
+                    if from == pub_addr() {
+                        largest = largest.max(d.len());
+                        assert!(d.len() <= small, "key {key}: a {}-byte datagram", d.len());
+                    }
+                    // Drop some downstream datagrams so that NAKs and retransmissions happen.
+                    if round == 0 && from == pub_addr() && (step as usize + i) % 5 == 0 {
+                        continue;
+                    }
+                    if to == pub_addr() {
+                        w.publ
+                            .handle(&d, from, w.now, w.net.from(pub_addr()), &mut w.got);
+                    } else if to == sub_addr() {
+                        w.sub
+                            .handle(&d, from, w.now, w.net.from(sub_addr()), &mut w.got);
+                    }
+                }
+            }
+        }
+        assert!(
+            w.got.0.len() > 500,
+            "key {key}: delivered {}",
+            w.got.0.len()
+        );
+        assert!(largest > small - 100, "key {key}: largest only {largest}");
+        // A full-size request from an IPv4 peer (1472 bytes of Subscribes) is answered in one
+        // datagram the publisher may send.
+        let list: Vec<Control> = (0..20).map(|n| subscribe(TOPIC, 9, n, None)).collect();
+        let d = controls(&list);
+        if !key {
+            assert!(d.len() > small - 72, "request of {}", d.len());
+            let mut net = Net::new();
+            w.publ
+                .handle(&d, addr(4, 9000), w.now, &mut net, &mut Got::default());
+            for (_, _, a) in net.drain() {
+                assert!(a.len() <= small, "an answer of {}", a.len());
+            }
+        }
+    }
+}
