@@ -1663,3 +1663,49 @@ fn no_datagram_exceeds_max_datagram() {
         }
     }
 }
+
+/// A subscriber that dies mid-stream and restarts at the same address (a new session):
+/// the publisher follows it (a new token), and it gets the messages published after it is
+/// back, every one once.
+#[test]
+fn subscriber_restart_mid_stream_is_served() {
+    let config = BridgeConfig::default();
+    let mut w = World::new(&config, export(false, 0), import(false));
+    w.publish(1..=5, 4);
+    let old_token = w
+        .publ
+        .destinations(TOPIC)
+        .find(|&(a, _)| a == sub_addr())
+        .map(|(_, t)| t);
+    w.sub = Endpoint::new(
+        &config,
+        MAX,
+        SUB_SESSION + 1,
+        [10; 32],
+        Vec::new(),
+        vec![import(false)],
+    );
+    for _ in 0..100 {
+        w.tick(MS);
+    }
+    assert!(matches!(
+        w.sub.import_state(0),
+        Some(llbus_net::ImportState::Established { .. })
+    ));
+    let new_token = w
+        .publ
+        .destinations(TOPIC)
+        .find(|&(a, _)| a == sub_addr())
+        .map(|(_, t)| t);
+    assert_ne!(
+        old_token, new_token,
+        "the token did not change with the session"
+    );
+    assert_eq!(
+        w.publ.destinations(TOPIC).count(),
+        1,
+        "two entries for one address"
+    );
+    w.publish(6..=10, 4);
+    assert_eq!(w.got.0, (1..=10).collect::<Vec<_>>());
+}
