@@ -122,6 +122,15 @@ impl Net {
         self.len = 0;
     }
 
+    /// Bytes sent to `to` since the last clear.
+    fn to_addr(&self, to: SocketAddr) -> usize {
+        self.sent[..self.len]
+            .iter()
+            .filter(|(_, t, _)| *t == to)
+            .map(|(_, _, d)| d.len())
+            .sum()
+    }
+
     /// Datagrams and bytes sent to host `ip` (any port) since the last clear.
     fn to_host(&self, host: u8) -> (usize, usize) {
         self.sent[..self.len]
@@ -381,6 +390,8 @@ struct Learned {
     session: u64,
     cookie: Cookie,
     token: u64,
+    /// Bytes the handshake's answers (and any late-join burst it earned) took to `src`.
+    bytes: usize,
 }
 
 /// Subscribes `src` (an allowed host's address) to `topic_id` of `publ`, as a raw attacker:
@@ -397,6 +408,7 @@ fn handshake(
     let mut got = Got::default();
     let d = controls(&[subscribe(topic_id, session, 1, None)]);
     publ.handle(&d, src, now, &mut net, &mut got);
+    let mut bytes = net.to_addr(src);
     let cookie = answers(&net.drain(), src)
         .into_iter()
         .find_map(|c| match c {
@@ -405,6 +417,7 @@ fn handshake(
         })?;
     let d = controls(&[subscribe(topic_id, session, 2, Some(cookie))]);
     publ.handle(&d, src, now, &mut net, &mut got);
+    bytes += net.to_addr(src);
     let mut learned = None;
     for c in answers(&net.drain(), src) {
         match c {
@@ -418,6 +431,7 @@ fn handshake(
                     session,
                     cookie,
                     token,
+                    bytes,
                 })
             }
             Control::Refuse(r) => *refusal = Some(r.reason),
@@ -947,6 +961,7 @@ fn late_join_bursts_are_one_per_host_per_topic_per_second() {
     for port in 0..4u16 {
         let src = addr(2, 9000 + port);
         let l = handshake(&mut publ, src, TOPIC, 1000, now, &mut none).expect("admitted");
+        total += l.bytes;
         // Five per port: the rate limit (bursts of 40 per IP) must not be what stops them.
         let list: Vec<Control> = (0..5)
             .map(|s| {
@@ -962,8 +977,10 @@ fn late_join_bursts_are_one_per_host_per_topic_per_second() {
         total += net.to_host(2).1;
         net.clear();
     }
-    // One burst of 1024 messages of ~1.45 KB is ~1.5 MB; handshake answers are small.
-    let one_burst = 1024 * (MAX + 8);
+    // One burst (at most 64 messages of one datagram each, the per-request cap) and the
+    // handshake answers (six 72-byte ones per port).
+    assert!(total > 50_000, "no late-join burst at all: {total}");
+    let one_burst = 64 * (MAX + 8) + 4 * 6 * 72;
     assert!(
         total <= one_burst,
         "{total} bytes of late-join bursts to one host in one second (one burst <= {one_burst})"
@@ -1801,4 +1818,63 @@ fn psk_without_data_mac_still_binds_data_to_the_subscription() {
     w.publish(4..=6, 4);
     assert_eq!(w.got.0, [1, 2, 3, 4, 5, 6], "a forged frame was taken");
     assert_eq!(w.sub.loss().duplicates, 0, "{:?}", w.sub.loss());
+}
+
+/// Late-join bursts come out of the host's budget: once a host drained it with NAKs, a new
+/// port of that host that subscribes at the same instant gets its acknowledgement and no
+/// burst.
+#[test]
+fn late_join_burst_of_a_drained_host_is_empty() {
+    let config = BridgeConfig::default();
+    let mut publ = reliable_publisher(&config, 1, 1024);
+    fill_history(&mut publ, 1, 1024, addr(3, 5000));
+    let now = 5 * SEC;
+    let mut none = None;
+    let mut net = Net::new();
+    let first = handshake(&mut publ, addr(2, 9000), TOPIC, 7, now, &mut none).expect("admitted");
+    let mut drained = 0;
+    for round in 0..200u64 {
+        let d = nak_datagram(&[TOPIC], first.cookie, 7, round * 100);
+        publ.handle(&d, addr(2, 9000), now, &mut net, &mut Got::default());
+        drained += net.to_host(2).1;
+        net.clear();
+    }
+    assert!(drained > (4 << 20) / 2, "drained only {drained}");
+    // The new port's handshake, by hand, so that every byte sent to the host is counted.
+    let src = addr(2, 9001);
+    let d = controls(&[subscribe(TOPIC, 8, 1, None)]);
+    publ.handle(&d, src, now, &mut net, &mut Got::default());
+    let cookie = answers(&net.drain(), src)
+        .into_iter()
+        .find_map(|c| match c {
+            Control::CookieChallenge { cookie, .. } => Some(cookie),
+            _ => None,
+        })
+        .expect("challenge");
+    let d = controls(&[subscribe(TOPIC, 8, 2, Some(cookie))]);
+    publ.handle(&d, src, now, &mut net, &mut Got::default());
+    let (datagrams, bytes) = net.to_host(2);
+    assert!(
+        bytes <= 72 + MAX,
+        "a drained host's new port got {bytes} bytes in {datagrams} datagrams on joining"
+    );
+    // A fresh host joining at the same instant does get a burst (so the bound above bites).
+    net.clear();
+    let fresh = addr(4, 9000);
+    let d = controls(&[subscribe(TOPIC, 9, 1, None)]);
+    publ.handle(&d, fresh, now, &mut net, &mut Got::default());
+    let cookie = answers(&net.drain(), fresh)
+        .into_iter()
+        .find_map(|c| match c {
+            Control::CookieChallenge { cookie, .. } => Some(cookie),
+            _ => None,
+        })
+        .expect("challenge");
+    let d = controls(&[subscribe(TOPIC, 9, 2, Some(cookie))]);
+    publ.handle(&d, fresh, now, &mut net, &mut Got::default());
+    let (_, burst) = net.to_host(4);
+    assert!(
+        burst > 50_000,
+        "a fresh host's late-join burst was {burst} bytes"
+    );
 }
