@@ -1,0 +1,503 @@
+//! An adversarial review of what other local processes can do to llbus-ipc channels, the
+//! shared payload decoder and the `llbus` command (docs/IPC.md, SECURITY.md's local sections).
+//!
+//! - A listener at a channel's name that never accepts (a stopped writer, or this user's
+//!   squatter), with its connection queue full: `Receiver::open` must still answer within its
+//!   handover timeout, and `Sender::create` must not hang on it.
+//! - Handovers the existing suite does not send: memory sealed against writing, two or more
+//!   descriptors at once (none may stay open in the reader).
+//! - Payloads that claim much: zero-size elements in sets, maps and nested sequences, strings
+//!   longer than the payload; and a deeply nested value of a recursive type, which must be an
+//!   error of the decoder's, not a stack overflow.
+//! - Counters files that always look "in the middle of a write": `llbus list` must stay prompt
+//!   and not read hundreds of megabytes.
+//!
+//! Every wait is bounded; children are killed when their guards drop.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use llbus::Message;
+use llbus_ipc::{ChannelConfig, OpenError, Pod, Receiver, Sender};
+use tests::cli::{llbus_bin, CountersDir};
+
+#[derive(Message, Clone, Copy, Debug, PartialEq)]
+#[message(topic = "review.tick")]
+#[repr(C)]
+struct Tick {
+    seq: u64,
+    check: u64,
+}
+
+// SAFETY: `repr(C)` of two u64s: no padding, no pointers, any bits are a `Tick`.
+unsafe impl llbus_ipc::bytemuck::Zeroable for Tick {}
+// SAFETY: as above.
+unsafe impl llbus_ipc::bytemuck::Pod for Tick {}
+
+/// A 0700 directory of this user for one test; removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(test: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("llbus-review-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).expect("mkdir");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        Dir(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config_in(dir: &Path) -> ChannelConfig {
+    ChannelConfig {
+        capacity: 64,
+        dir: dir.to_path_buf(),
+        ..ChannelConfig::default()
+    }
+}
+
+/// A listening Unix socket at `path` with a connection queue of one, already full: whoever
+/// connects next waits until the listener accepts or closes. Returns the listener and the
+/// connection that fills its queue.
+fn full_listener(path: &Path) -> (OwnedFd, std::os::unix::net::UnixStream) {
+    // SAFETY: plain socket calls on a fresh descriptor; the address is built in a zeroed
+    // sockaddr_un whose path fits (checked).
+    let fd = unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket");
+        let fd = OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes = path.as_os_str().as_encoded_bytes();
+        assert!(bytes.len() < addr.sun_path.len(), "path too long");
+        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        assert_eq!(
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len
+            ),
+            0,
+            "bind: {}",
+            std::io::Error::last_os_error()
+        );
+        assert_eq!(libc::listen(fd.as_raw_fd(), 0), 0, "listen");
+        fd
+    };
+    let filler = std::os::unix::net::UnixStream::connect(path).expect("the first connection");
+    (fd, filler)
+}
+
+/// Runs `f` on a thread and waits at most `limit` for it; `None` if it did not return.
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+/// docs/IPC.md: "A writer that sends nothing within `stale_after` ...: `OpenError::Handover`";
+/// `Receiver::open` "waits at most `config.stale_after`, and at most 250 ms"; a squatted
+/// name is "reported, never silently used or fatal to the rightful creator". A writer that is
+/// stopped (or a squatter of this user) whose listening socket's queue is full must not hold
+/// `open` or `create` in `connect` forever.
+#[test]
+#[ignore = "finding: Receiver::open and Sender::create block forever in connect() on a listener whose queue is full (stopped writer or squatter)"]
+fn a_listener_that_never_accepts_cannot_hold_open_or_create() {
+    let dir = Dir::new("full-queue");
+    let cfg = config_in(&dir.0);
+    let name = "queue";
+    let (listener, _filler) = full_listener(&cfg.path(name));
+
+    let c = cfg.clone();
+    let started = Instant::now();
+    let open = within(Duration::from_secs(3), move || {
+        Receiver::<Tick, Pod>::open(name, &c)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let open_took = started.elapsed();
+    let c = cfg.clone();
+    let create = within(Duration::from_secs(3), move || {
+        Sender::<Tick, Pod>::create(name, &c)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    // Closing the listener wakes any connect still waiting on it (ECONNREFUSED), so no thread
+    // outlives the test.
+    drop(listener);
+    assert!(
+        open.is_some(),
+        "Receiver::open still blocked after {open_took:?} on a listener that never accepts"
+    );
+    assert!(
+        create.is_some(),
+        "Sender::create still blocked after 3 s on a listener that never accepts"
+    );
+    assert!(open.is_some_and(|r| r.is_err()), "open attached to nothing");
+}
+
+/// A fake writer at `name` in `dir` that answers one connection with `answer`.
+fn fake_writer(
+    dir: &Path,
+    name: &str,
+    answer: impl FnOnce(&std::os::unix::net::UnixStream) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(dir.join(format!("llbus-ipc-{name}")))
+        .expect("bind");
+    std::thread::spawn(move || {
+        if let Some(Ok(s)) = listener.incoming().next() {
+            answer(&s);
+        }
+    })
+}
+
+/// Sends `data` and descriptors `fds` on `s` (`SCM_RIGHTS`, one control message).
+fn send_fds(s: &std::os::unix::net::UnixStream, data: &[u8], fds: &[i32]) {
+    let mut data = data.to_vec();
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; 32];
+    let bytes = (fds.len() * 4) as u32;
+    // SAFETY: an all-zero msghdr is valid; the fields set point at live buffers; the control
+    // buffer (256 bytes) holds one header with up to 16 descriptors (asserted).
+    unsafe {
+        assert!(libc::CMSG_SPACE(bytes) as usize <= std::mem::size_of_val(&control));
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(bytes) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(bytes) as _;
+        for (i, fd) in fds.iter().enumerate() {
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>().add(i), *fd);
+        }
+        libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+    }
+}
+
+const LEAK_NAME: &str = "llbus-review-leak";
+
+/// A memory file of `len` bytes named [`LEAK_NAME`], sealed with `seals`.
+fn memfd(len: i64, seals: i32) -> OwnedFd {
+    let name = std::ffi::CString::new(LEAK_NAME).expect("name");
+    // SAFETY: a valid C string; the result is checked.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: `fd` is ours; ftruncate and fcntl touch no memory of ours.
+    unsafe {
+        assert_eq!(libc::ftruncate(fd, len), 0);
+        assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, seals), 0, "seal");
+        OwnedFd::from_raw_fd(fd)
+    }
+}
+
+/// How many of this process's descriptors are memory files named [`LEAK_NAME`].
+fn leaked() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy().contains(LEAK_NAME))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// docs/IPC.md: "The reader accepts exactly one descriptor, checks that it is a regular memory
+/// file sealed against shrinking and growing"; a writer that "sends anything else:
+/// `OpenError::Handover`"; SECURITY.md: a peer handing over garbage gets a clear error, never
+/// a signal. Memory sealed against writing (which cannot be mapped for writing), two
+/// descriptors, and more than the reader has room for: each a prompt error, and none of the
+/// descriptors stays open in the reader.
+#[test]
+fn handovers_of_write_sealed_memory_or_several_descriptors_are_errors_and_leak_nothing() {
+    let dir = Dir::new("handover");
+    let cfg = config_in(&dir.0);
+    let greeting = *b"llbusFD\x01";
+    let size = 1024 + 64 * 16;
+    let grow = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    type Answer = Box<dyn FnOnce(&std::os::unix::net::UnixStream) + Send>;
+    let cases: Vec<(&str, Answer)> = vec![
+        (
+            "sealed against writing",
+            Box::new(move |s| {
+                let m = memfd(size, grow | libc::F_SEAL_WRITE);
+                send_fds(s, &greeting, &[m.as_raw_fd()]);
+            }),
+        ),
+        (
+            "sealed against future writes",
+            Box::new(move |s| {
+                let m = memfd(size, grow | libc::F_SEAL_FUTURE_WRITE);
+                send_fds(s, &greeting, &[m.as_raw_fd()]);
+            }),
+        ),
+        (
+            "two sealed memory files",
+            Box::new(move |s| {
+                let (a, b) = (memfd(size, grow), memfd(size, grow));
+                send_fds(s, &greeting, &[a.as_raw_fd(), b.as_raw_fd()]);
+            }),
+        ),
+        (
+            "twelve sealed memory files",
+            Box::new(move |s| {
+                let all: Vec<OwnedFd> = (0..12).map(|_| memfd(size, grow)).collect();
+                let raw: Vec<i32> = all.iter().map(AsRawFd::as_raw_fd).collect();
+                send_fds(s, &greeting, &raw);
+            }),
+        ),
+    ];
+    for (i, (what, answer)) in cases.into_iter().enumerate() {
+        let name = format!("h{i}");
+        let fake = fake_writer(&dir.0, &name, answer);
+        let started = Instant::now();
+        let got = Receiver::<Tick, Pod>::open(&name, &cfg);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{what}: open took {:?}",
+            started.elapsed()
+        );
+        let _ = fake.join();
+        match got {
+            Ok(_) => panic!("{what}: attached"),
+            Err(e) => {
+                assert!(!e.to_string().is_empty(), "{what}: an error without a text");
+                if i >= 2 {
+                    assert!(matches!(e, OpenError::Handover(_)), "{what}: {e:?}");
+                }
+            }
+        }
+        // The fake writer's copies are closed once it returns: any left are the reader's.
+        assert_eq!(leaked(), 0, "{what}: the reader kept descriptors open");
+    }
+}
+
+/// docs/IPC.md "Bounded decoding": every element of every sequence or map, at any depth, is
+/// charged against a budget of the payload's bytes, so zero-size elements cannot claim more
+/// than the slot holds; strings may not claim more than the bytes left. Sets and maps of unit
+/// values, nested and optional sequences, and a 2^40-byte string are refused at once.
+#[test]
+fn claims_of_zero_size_elements_in_any_container_are_refused_at_once() {
+    use llbus::decode_bounded;
+    use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+    let huge = (1u64 << 40).to_le_bytes();
+    let mut nested = huge.to_vec();
+    nested.extend_from_slice(&huge);
+    let mut optional = vec![1u8];
+    optional.extend_from_slice(&huge);
+    let mut padded = huge.to_vec();
+    padded.extend_from_slice(&[0u8; 8]);
+    let started = Instant::now();
+    assert!(decode_bounded::<Vec<()>>(&padded).is_err(), "Vec<()>");
+    assert!(
+        decode_bounded::<VecDeque<()>>(&padded).is_err(),
+        "VecDeque<()>"
+    );
+    assert!(
+        decode_bounded::<BTreeSet<()>>(&padded).is_err(),
+        "BTreeSet<()>"
+    );
+    assert!(
+        decode_bounded::<HashSet<()>>(&padded).is_err(),
+        "HashSet<()>"
+    );
+    assert!(
+        decode_bounded::<BTreeMap<(), ()>>(&padded).is_err(),
+        "BTreeMap<(), ()>"
+    );
+    assert!(
+        decode_bounded::<HashMap<(), ()>>(&padded).is_err(),
+        "HashMap<(), ()>"
+    );
+    assert!(
+        decode_bounded::<Vec<Vec<()>>>(&nested).is_err(),
+        "Vec<Vec<()>>"
+    );
+    assert!(
+        decode_bounded::<Option<Vec<()>>>(&optional).is_err(),
+        "Option<Vec<()>>"
+    );
+    assert!(
+        decode_bounded::<(u8, Vec<()>)>(&optional).is_err(),
+        "(u8, Vec<()>)"
+    );
+    assert!(decode_bounded::<String>(&padded).is_err(), "String");
+    assert!(decode_bounded::<Vec<u8>>(&padded).is_err(), "Vec<u8>");
+    // Within the budget, one element per byte of payload: 16 bytes hold a Vec<()> of 8.
+    let mut fits = 8u64.to_le_bytes().to_vec();
+    fits.extend_from_slice(&[0u8; 8]);
+    let (v, left) = decode_bounded::<Vec<()>>(&fits).expect("8 units in 16 bytes");
+    assert_eq!((v.len(), left), (8, 8));
+    // A million-byte payload of nested unit vectors: bounded work, far under a second.
+    let mut wide = vec![0u8; 1 << 20];
+    wide[..8].copy_from_slice(&((1u64 << 20) / 8 - 1).to_le_bytes());
+    let _ = decode_bounded::<Vec<Vec<()>>>(&wide);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "decoding took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A recursive type (a user's, with a hand-written `Schema`, which llbus documents): a chain of
+/// `Node(Box<Tree>)` as deep as the payload allows.
+#[derive(serde::Deserialize, Debug)]
+#[allow(dead_code)]
+enum Tree {
+    Leaf,
+    Node(Box<Tree>),
+}
+
+const DEEP_CHILD: &str = "LLBUS_REVIEW_DEEP_CHILD";
+
+/// Not a test on its own: the child of `a_deeply_nested_payload_is_an_error_not_a_stack_overflow`.
+#[test]
+fn deep_child() {
+    if std::env::var_os(DEEP_CHILD).is_none() {
+        return;
+    }
+    // One IPC slot's worth (1 MiB, the largest): `Node` 262,143 times, then `Leaf`. Decoded on
+    // a thread with the default stack of a bus's threads (2 MiB).
+    let mut payload = Vec::with_capacity(1 << 20);
+    for _ in 0..(1 << 18) - 1 {
+        payload.extend_from_slice(&1u32.to_le_bytes());
+    }
+    payload.extend_from_slice(&0u32.to_le_bytes());
+    let r = std::thread::spawn(move || llbus::decode_bounded::<Tree>(&payload).map(|_| ())).join();
+    println!("DEEP-RESULT {:?}", r.map_err(|_| "panicked"));
+}
+
+/// docs/IPC.md: "No bytes a peer writes cause undefined behaviour or a panic in this crate";
+/// SECURITY.md: the memory's bytes cannot cause "a panic, a hang or an unbounded allocation"
+/// and no side ends by a signal. A slot of a recursive type nested as deep as a slot allows
+/// recurses once per level in the decoder: the process must see an error, not die of a stack
+/// overflow (SIGABRT or SIGSEGV). The same decoder reads network payloads (`llbus-net`).
+#[test]
+#[ignore = "finding: decode_bounded recurses once per nesting level; a 1 MiB payload of a recursive type overflows the stack (SIGABRT)"]
+fn a_deeply_nested_payload_is_an_error_not_a_stack_overflow() {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args(["deep_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(DEEP_CHILD, "1");
+    let child = tests::example_bins::Running::spawn("deep", cmd);
+    let (status, out, err) = child.finish(Duration::from_secs(20));
+    let status = status.expect("the child did not end in 20 s");
+    assert!(
+        status.signal().is_none(),
+        "decoding a deep payload killed the process by signal {:?}\n{out}\n{}",
+        status.signal(),
+        err.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.contains("DEEP-RESULT Ok(Err("), "{out}");
+}
+
+/// A counters file header (layout of `llbus::COUNTERS_VERSION` 1) that is forever "in the
+/// middle of a write" (an odd generation), padded with zeros to `len` bytes (sparse).
+fn always_busy(path: &Path, len: u64) {
+    let mut b = vec![0u8; 128];
+    b[..8].copy_from_slice(&llbus::COUNTERS_MAGIC);
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[12..16].copy_from_slice(&128u32.to_le_bytes());
+    b[16..24].copy_from_slice(&3u64.to_le_bytes());
+    b[24..32].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    std::fs::write(path, &b).expect("write");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(len))
+        .expect("extend");
+}
+
+/// The bytes a running process has read so far (`rchar` in `/proc/PID/io`).
+fn bytes_read(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// SECURITY.md: whoever can plant a file among counters files (this user, or any user for
+/// root's `llbus list` of every user's directory) cannot "hang it" nor "make it read hundreds
+/// of megabytes": a planted file is read only if it is regular, the owner's and at most 16 MiB.
+/// Files that always look in the middle of a write are each retried 100 times, 1 ms apart,
+/// reading the whole file each time: a few dozen stall `llbus list` for seconds, and eight of
+/// 16 MiB make it read gigabytes.
+#[test]
+#[ignore = "finding: a counters file with an odd generation is re-read whole 100 times: 60 small ones stall `llbus list` ~6 s, 16 MiB ones make it read GBs"]
+fn counters_files_forever_mid_write_cannot_stall_or_flood_llbus_list() {
+    let dir = CountersDir::new("review-busy");
+    for i in 0..60 {
+        always_busy(&dir.path().join(format!("llbus-busy{i}-1-0.cnc")), 128);
+    }
+    for i in 0..8 {
+        always_busy(
+            &dir.path().join(format!("llbus-big{i}-1-0.cnc")),
+            llbus::MAX_FILE_LEN,
+        );
+    }
+    let bin = llbus_bin();
+    let started = Instant::now();
+    let mut child = Command::new(bin)
+        .arg("list")
+        .env("LLBUS_COUNTERS_DIR", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("llbus list");
+    let pid = child.id();
+    let mut most = 0u64;
+    let status = loop {
+        if let Some(n) = bytes_read(pid) {
+            most = most.max(n);
+        }
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if started.elapsed() < Duration::from_secs(25) => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let took = started.elapsed();
+    assert!(
+        status.is_some(),
+        "llbus list did not end in 25 s (read {most} bytes)"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "llbus list took {took:?} beside 68 planted files (read at least {most} bytes)"
+    );
+    assert!(
+        most < 256 << 20,
+        "llbus list read at least {most} bytes beside 68 planted files"
+    );
+}
