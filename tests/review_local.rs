@@ -1022,3 +1022,62 @@ fn a_genuine_vector_of_zero_size_elements_arrives() {
         "decode_bounded refuses vec![()]"
     );
 }
+
+const WRITER_CHILD: &str = "LLBUS_REVIEW_WRITER_CHILD";
+
+/// Not a test on its own: a writer that makes channel "w" in the directory named by
+/// [`WRITER_CHILD`] and keeps it for 20 s.
+#[test]
+fn writer_child() {
+    let Some(dir) = std::env::var_os(WRITER_CHILD) else {
+        return;
+    };
+    match Sender::<Tick, Pod>::create("w", &config_in(Path::new(&dir))) {
+        Ok(tx) => {
+            println!("READY {}", tx.path().display());
+            std::thread::sleep(Duration::from_secs(20));
+        }
+        Err(e) => println!("CREATE-ERROR {e}"),
+    }
+}
+
+/// docs/IPC.md: the socket is mode 0600 in a 0700 directory; a writer that "sends nothing
+/// within `stale_after`" gets `OpenError::Handover`, and `open` waits at most 250 ms. A
+/// stopped writer (SIGSTOP: its listener thread stops too) with a connection queue that is
+/// not full: `open` fails promptly with a handover error of its own.
+#[test]
+fn a_stopped_writer_fails_open_promptly_and_its_socket_is_owner_only() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let dir = Dir::new("stopped");
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args(["writer_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(WRITER_CHILD, &dir.0);
+    let mut writer = tests::example_bins::Running::spawn("writer", cmd);
+    let line = writer
+        .wait_line(Duration::from_secs(20), |l| l.contains("READY"))
+        .expect("the writer's READY");
+    let socket = dir.0.join("llbus-ipc-w");
+    assert!(line.contains(&socket.display().to_string()), "{line}");
+    let m = std::fs::symlink_metadata(&socket).expect("the socket");
+    assert!(m.file_type().is_socket());
+    assert_eq!(m.mode() & 0o777, 0o600, "socket mode {:o}", m.mode());
+    let cfg = config_in(&dir.0);
+    Receiver::<Tick, Pod>::open("w", &cfg).expect("a running writer hands over");
+
+    let pid = writer.pid() as libc::pid_t;
+    // SAFETY: signals to our own child, which the guard kills at the end.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let got = Receiver::<Tick, Pod>::open("w", &cfg);
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    writer.kill();
+    assert!(took < Duration::from_secs(1), "open took {took:?}");
+    assert!(
+        matches!(got, Err(OpenError::Handover(_))),
+        "a stopped writer: {:?}",
+        got.map(|_| ())
+    );
+}
