@@ -1081,3 +1081,40 @@ fn a_stopped_writer_fails_open_promptly_and_its_socket_is_owner_only() {
         got.map(|_| ())
     );
 }
+
+/// SECURITY.md: "every name, path and error printed has control characters and bidirectional
+/// overrides escaped". Planted files whose *file names* hold escape sequences (a FIFO, a
+/// directory, a file of garbage): `llbus list` and `stat` warn about each without printing a
+/// raw control character, and return promptly.
+#[test]
+fn planted_file_names_with_escape_sequences_are_printed_escaped() {
+    let dir = CountersDir::new("review-names");
+    let fifo = dir.path().join("llbus-\x1b]0;pwned\x07-1-0.cnc");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid C string; mkfifo reads nothing else of ours.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    std::fs::create_dir(dir.path().join("llbus-\u{9b}2J\u{202e}-2-0.cnc")).expect("mkdir");
+    std::fs::write(dir.path().join("llbus-\x1b[31mred-3-0.cnc"), b"garbage").expect("write");
+    llbus_bin();
+    for args in [vec!["list"], vec!["stat"]] {
+        let started = Instant::now();
+        let out = tests::cli::llbus(&dir, &args);
+        let took = started.elapsed();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "llbus {args:?} took {took:?}"
+        );
+        assert!(
+            raw_terminal_controls(&stdout).is_empty() && raw_terminal_controls(&stderr).is_empty(),
+            "llbus {args:?} printed a raw control character:\n{stdout:?}\n{stderr:?}"
+        );
+        assert!(
+            stderr.contains("\\x1b]0;pwned\\x07") || stdout.contains("\\x1b]0;pwned\\x07"),
+            "llbus {args:?} did not mention the FIFO:\n{stdout}\n{stderr}"
+        );
+    }
+}
