@@ -196,7 +196,7 @@ pub use session::subscriber::{
 pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
-pub use endpoint::{Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink, Wire};
+pub use endpoint::{Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink, Wire, EVENT_QUEUE};
 
 mod bridge;
 mod io;

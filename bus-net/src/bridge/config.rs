@@ -74,7 +74,9 @@ pub struct BridgeConfig {
     /// Further keys accepted (not used to seal), by id: the old key during a rotation. At most
     /// three.
     pub psk_accept: Vec<(u8, [u8; 32])>,
-    /// With a key: seal data datagrams too (default), or only control.
+    /// With a key: seal data datagrams too (default), or only control. With control only,
+    /// data and heartbeats are authenticated by nothing (no MAC, and no subscription token:
+    /// the key replaces it): a host on the path or holding the key can inject them.
     pub mac_data: bool,
 }
 

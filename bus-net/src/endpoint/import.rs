@@ -134,10 +134,13 @@ impl Delivery for InOrder<'_> {
     fn unrecovered(&mut self, first: u64, last: u64) {
         // Delivery is in order: a message in flight is missing a fragment of this range.
         self.reassembly.abandon();
-        self.events.push_back(Event::Unrecovered {
-            import: self.import,
-            first,
-            last,
-        });
+        super::push_event(
+            self.events,
+            Event::Unrecovered {
+                import: self.import,
+                first,
+                last,
+            },
+        );
     }
 }

@@ -105,6 +105,23 @@ pub enum Event {
     },
 }
 
+/// Events an endpoint holds for its driver at most: the queue never grows past them.
+pub const EVENT_QUEUE: usize = 64;
+
+/// Queues `event` without ever growing the queue past [`EVENT_QUEUE`]: a `SubscribersChanged`
+/// already queued for its topic is not queued again, and when the queue is full the oldest
+/// event is dropped (a driver that polls after every call never loses one; one that does not
+/// poll loses the oldest news, never memory).
+pub(crate) fn push_event(events: &mut VecDeque<Event>, event: Event) {
+    if matches!(event, Event::SubscribersChanged { .. }) && events.contains(&event) {
+        return;
+    }
+    if events.len() >= EVENT_QUEUE {
+        events.pop_front();
+    }
+    events.push_back(event);
+}
+
 /// Randomness for the endpoint's secrets: a keyed BLAKE3 stream from one seed, so that a
 /// simulation is deterministic and a bridge (seeded from the OS) unpredictable.
 struct Entropy {
@@ -220,6 +237,12 @@ impl Endpoint {
             max_frame: max_datagram,
             ..config.reliable
         };
+        // What a downstream datagram carries beyond its frames: charged to retransmit budgets.
+        let trailer = if config.psk.is_some() {
+            MAC_TAG_LEN
+        } else {
+            crate::TOKEN_LEN
+        };
         let table = || {
             SubscriberTable::new(config.subscriber_timeout, config.subscriber_capacity)
                 .with_topic_cap(config.subscribers_per_topic)
@@ -250,6 +273,7 @@ impl Endpoint {
                         &reliable_config,
                     )
                     .with_late_join(spec.late_join)
+                    .with_datagram_overhead(trailer)
                 });
                 ExportState::new(spec, history)
             })
@@ -322,7 +346,7 @@ impl Endpoint {
             // Answers to a received datagram are packed into as much as it held.
             control_buf: vec![0; recv_max],
             metrics: NetMetrics::register(|_| llbus::Metric::default()),
-            events: VecDeque::with_capacity(64),
+            events: VecDeque::with_capacity(EVENT_QUEUE),
             next_heartbeat: 0,
             next_housekeeping: HOUSEKEEPING_NS,
             next_reseed: u64::try_from(config.cookie_window.as_nanos()).unwrap_or(u64::MAX),
@@ -403,7 +427,8 @@ impl Endpoint {
         self.publisher.subscribers().destinations(topic_id)
     }
 
-    /// The next event, oldest first.
+    /// The next event, oldest first. Poll until `None` after each call that takes a datagram
+    /// or a timer: at most [`EVENT_QUEUE`] events are held, the oldest dropped beyond that.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -808,8 +833,7 @@ impl Endpoint {
                     self.metrics.refused.add(1);
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
-                    self.events
-                        .push_back(Event::SubscribersChanged { topic_id });
+                    push_event(&mut self.events, Event::SubscribersChanged { topic_id });
                     let late_join = self.exports.iter().any(|e| {
                         e.spec.topic_id == topic_id
                             && e.reliable.as_ref().is_some_and(|r| r.late_join() > 0)
@@ -876,22 +900,24 @@ impl Endpoint {
             SubscriberEvent::None => {}
             SubscriberEvent::Established { session, changed } => {
                 import.warned = false;
-                self.events.push_back(Event::Established {
-                    import: i,
-                    session,
-                    changed,
-                });
+                push_event(
+                    &mut self.events,
+                    Event::Established {
+                        import: i,
+                        session,
+                        changed,
+                    },
+                );
             }
             SubscriberEvent::Refused(refusal) => {
                 self.metrics.refused.add(1);
-                self.events.push_back(Event::Refused { import: i, refusal });
+                push_event(&mut self.events, Event::Refused { import: i, refusal });
             }
             SubscriberEvent::Retrying(refusal) => {
                 self.metrics.refused.add(1);
                 if !import.warned {
                     import.warned = true;
-                    self.events
-                        .push_back(Event::Retrying { import: i, refusal });
+                    push_event(&mut self.events, Event::Retrying { import: i, refusal });
                 }
             }
         }
@@ -1041,8 +1067,7 @@ impl Endpoint {
                 let topics = self.exports.iter().map(|e| e.spec.topic_id);
                 let topics = topics.chain(self.directs.iter().map(|d| d.topic_id));
                 for topic_id in topics {
-                    self.events
-                        .push_back(Event::SubscribersChanged { topic_id });
+                    push_event(&mut self.events, Event::SubscribersChanged { topic_id });
                 }
             }
             for export in &mut self.compat_exports {

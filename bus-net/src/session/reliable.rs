@@ -351,6 +351,10 @@ pub struct ReliableExport {
     late_join: usize,
     /// The least time between two late-join bursts of this topic to one host.
     join_period_ns: u64,
+    /// Bytes a datagram carries beyond its frames (the subscription token, or the MAC
+    /// trailer with a key), charged with every frame retransmitted, so that what leaves the
+    /// socket towards a host, not only its frames, stays within the host's budget.
+    overhead: u64,
     counts: ReliableSendCounts,
 }
 
@@ -374,8 +378,17 @@ impl ReliableExport {
             per_nak: config.retransmit_per_nak.max(1),
             late_join: 0,
             join_period_ns: ns(config.join_period),
+            overhead: 0,
             counts: ReliableSendCounts::default(),
         }
+    }
+
+    /// Charges `bytes` more per frame retransmitted (and per `Unavailable`): what each
+    /// datagram carries beyond its frames (a subscription token, a MAC trailer). A datagram
+    /// holds one frame or more, so the budget bounds the bytes sent, trailers included.
+    pub fn with_datagram_overhead(mut self, bytes: usize) -> Self {
+        self.overhead = bytes as u64;
+        self
     }
 
     /// Sends the last `k` messages (at most the history) to each newly admitted subscriber;
@@ -504,7 +517,11 @@ impl ReliableExport {
         let oldest = self.history.oldest();
         if nak.first < oldest {
             let gone_last = last.min(oldest - 1);
-            out.unavailable = Some(Unavailable {
+            // The answer comes out of the host's budget too (none left: the subscriber's gap
+            // deadline gives the range up instead).
+            let cost = (crate::HEADER_LEN + crate::UNAVAILABLE_PAYLOAD_LEN) as u64 + self.overhead;
+            let answered = budgets.take(src.ip(), cost, now_ns);
+            out.unavailable = answered.then_some(Unavailable {
                 topic_id: self.topic_id,
                 fingerprint: self.fingerprint,
                 session: self.session,
@@ -539,7 +556,7 @@ impl ReliableExport {
         let mut seq = first;
         while seq <= last && out.seqs.len() < per_nak {
             match self.history.get(seq) {
-                Some(frame) if budgets.take(host, frame.len() as u64, now_ns) => {
+                Some(frame) if budgets.take(host, frame.len() as u64 + self.overhead, now_ns) => {
                     out.seqs.push(seq);
                     self.counts.retransmitted_bytes = self
                         .counts
