@@ -1798,7 +1798,6 @@ fn churn_of_an_allowed_host_allocates_nothing_in_handle() {
     );
 }
 
-
 /// Late-join bursts come out of the host's budget: once a host drained it with NAKs, a new
 /// port of that host that subscribes at the same instant gets its acknowledgement and no
 /// burst.
