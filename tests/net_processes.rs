@@ -89,7 +89,7 @@ fn one_stream(compat: bool) {
     );
     assert!(highest < COUNT, "{r}");
     // Every number in the subscriber's window arrived or is counted lost (a heartbeat may have
-    // announced a few more, lost at the tail, in v1).
+    // announced a few more, lost at the tail).
     let span = highest - first + 1;
     let accounted = received + r.u64("ring_dropped") + lost;
     if compat {

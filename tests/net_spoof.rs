@@ -2,7 +2,7 @@
 //! `publisher` and `subscriber` examples running as processes on loopback: each attack is shown
 //! to fail, and the real stream is still complete (the subscriber's RESULT line).
 //!
-//! - unanswerable sources (port 0, unspecified, multicast, broadcast): a v1 Subscribe, and a
+//! - unanswerable sources (port 0, unspecified, multicast, broadcast): a native Subscribe, and a
 //!   4-byte compat Subscribe, once stopped the publisher's bridge (`EINVAL` on the reply);
 //! - one datagram of many Subscribe frames under a victim's address: the victim gets at most one
 //!   datagram, no larger than the request;
@@ -227,7 +227,7 @@ fn spoof_unanswerable_sources_do_not_stop_the_bridge_requires_root() {
     let mut sent = 0u64;
     while Instant::now() < deadline {
         for &src in &sources {
-            // A v1 Subscribe (the publisher would challenge it), a 4-byte compat Subscribe, and
+            // A native Subscribe (the publisher would challenge it), a 4-byte compat Subscribe, and
             // the same at the subscriber's socket.
             for payload in [control(&subscribe(sent)), vec![0, 0, 0, 0]] {
                 for dst in [publisher, subscriber] {

@@ -1,4 +1,4 @@
-//! ll-udp v1 control path, as a publisher with the hardening enabled receives it: the MAC
+//! The native format's control path, as a publisher with the hardening enabled receives it: the MAC
 //! (`FrameMac::open`, both policies), `parse_datagram`, `Control::from_frame`, and the cookie
 //! check of every Subscribe and Unsubscribe; plus the allowlist parser on the same bytes. The
 //! fuzzer also gets a correctly sealed copy of its input, so it explores what lies behind a

@@ -1,4 +1,4 @@
-//! ll-udp v1 data path: `parse_datagram` then `decode_payload` of every frame into message
+//! The native format's data path: `parse_datagram` then `decode_payload` of every frame into message
 //! types with strings, vectors, options, enums and nesting, as a bridge's import does. Any
 //! panic, overflow or sanitizer report is a crash.
 #![no_main]
