@@ -116,7 +116,6 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 /// stopped (or a squatter of this user) whose listening socket's queue is full must not hold
 /// `open` or `create` in `connect` forever.
 #[test]
-#[ignore = "finding: Receiver::open and Sender::create block forever in connect() on a listener whose queue is full (stopped writer or squatter)"]
 fn a_listener_that_never_accepts_cannot_hold_open_or_create() {
     let dir = Dir::new("full-queue");
     let cfg = config_in(&dir.0);
