@@ -599,7 +599,6 @@ fn huge_memfd(name: &str) -> Option<(OwnedFd, *mut u8)> {
 /// touch of the header has no page to fault in, and the kernel sends it SIGBUS. Needs one free
 /// huge page (`echo 1 > /proc/sys/vm/nr_hugepages`); skipped otherwise.
 #[test]
-#[ignore = "finding: a sealed MFD_HUGETLB memfd is accepted; after a hole punch with the huge-page pool drained, the reader dies of SIGBUS"]
 fn a_writer_handing_over_huge_pages_cannot_kill_the_reader() {
     if huge_pages_free() < 1 {
         eprintln!("\n!!!!! SKIPPED: needs a free huge page (vm.nr_hugepages) !!!!!\n");

@@ -144,8 +144,9 @@ pub enum OpenError {
     /// The writer handed over memory whose size is not sealed (another process could shrink
     /// it under us): refused.
     Unsealed,
-    /// The writer did not hand over a channel: it closed the connection, sent something else,
-    /// or nothing within `stale_after`.
+    /// The writer did not hand over a channel: it did not take the connection in time,
+    /// closed it, sent something else (memory that is not a channel's size, or not ordinary
+    /// shared memory: huge pages, a file on disk), or nothing within `stale_after`.
     Handover(String),
     /// The memory's header is from another version or corrupt.
     Layout(LayoutError),
