@@ -116,7 +116,6 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 /// stopped (or a squatter of this user) whose listening socket's queue is full must not hold
 /// `open` or `create` in `connect` forever.
 #[test]
-#[ignore = "finding: Receiver::open and Sender::create block forever in connect() on a listener whose queue is full (stopped writer or squatter)"]
 fn a_listener_that_never_accepts_cannot_hold_open_or_create() {
     let dir = Dir::new("full-queue");
     let cfg = config_in(&dir.0);
@@ -600,7 +599,6 @@ fn huge_memfd(name: &str) -> Option<(OwnedFd, *mut u8)> {
 /// touch of the header has no page to fault in, and the kernel sends it SIGBUS. Needs one free
 /// huge page (`echo 1 > /proc/sys/vm/nr_hugepages`); skipped otherwise.
 #[test]
-#[ignore = "finding: a sealed MFD_HUGETLB memfd is accepted; after a hole punch with the huge-page pool drained, the reader dies of SIGBUS"]
 fn a_writer_handing_over_huge_pages_cannot_kill_the_reader() {
     if huge_pages_free() < 1 {
         eprintln!("\n!!!!! SKIPPED: needs a free huge page (vm.nr_hugepages) !!!!!\n");

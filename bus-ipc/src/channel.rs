@@ -29,12 +29,11 @@ use crate::codec::{CodecError, Pod, SlotCodec};
 use crate::file::{self, AdoptError};
 use crate::layout::{Geometry, LayoutError, Side};
 use crate::region::Region;
-use crate::rendezvous::{self, Access, FetchError, HandoverError, Listener};
+use crate::rendezvous::{
+    self, Access, FetchError, HandoverError, Listener, Probe, HANDOVER_TIMEOUT,
+};
 use crate::ring::{RingError, RingReader, RingWriter};
 use crate::sys;
-
-/// The longest [`Receiver::open`] waits for a writer to hand over its memory.
-const HANDOVER_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// The start of every channel's socket name.
 pub const PREFIX: &str = "llbus-ipc-";
@@ -119,7 +118,8 @@ pub enum OpenError {
     InUse {
         /// The channel.
         name: String,
-        /// The process that holds it.
+        /// The process that holds it; 0 when it could not be told (a listener at the name
+        /// that does not take connections: a stopped writer, or another program).
         pid: u32,
     },
     /// No writer listens at the name yet (or the one that did died): try again later.
@@ -144,8 +144,9 @@ pub enum OpenError {
     /// The writer handed over memory whose size is not sealed (another process could shrink
     /// it under us): refused.
     Unsealed,
-    /// The writer did not hand over a channel: it closed the connection, sent something else,
-    /// or nothing within `stale_after`.
+    /// The writer did not hand over a channel: it did not take the connection in time,
+    /// closed it, sent something else (memory that is not a channel's size, or not ordinary
+    /// shared memory: huge pages, a file on disk), or nothing within `stale_after`.
     Handover(String),
     /// The memory's header is from another version or corrupt.
     Layout(LayoutError),
@@ -168,6 +169,10 @@ impl std::fmt::Display for OpenError {
             OpenError::BadName(n) => write!(
                 f,
                 "bad channel name {n:?}: use 1-200 characters of [A-Za-z0-9._-]"
+            ),
+            OpenError::InUse { name, pid: 0 } => write!(
+                f,
+                "channel '{name}' is in use by a process that does not answer (a stopped writer, or another program listening at its name): left alone"
             ),
             OpenError::InUse { name, pid } => {
                 write!(f, "channel '{name}' is in use by live process {pid}")
@@ -307,7 +312,8 @@ pub fn remove_stale(dir: &Path, stale_after: Duration) -> io::Result<usize> {
             continue;
         };
         if meta.file_type().is_socket() {
-            if let Ok(None) = rendezvous::probe(&path) {
+            // A listener that does not answer is alive (stopped, perhaps): left alone.
+            if let Ok(Probe::Gone) = rendezvous::probe(&path) {
                 removed += file::unlink_if(&path, id) as usize;
             }
             continue;
@@ -358,13 +364,21 @@ fn clear_name(name: &str, path: &Path, access: &Access) -> Result<(), OpenError>
     }
     if meta.file_type().is_socket() {
         match rendezvous::probe(path) {
-            Ok(Some(who)) => {
+            Ok(Probe::Live(who)) => {
                 return Err(OpenError::InUse {
                     name: name.to_owned(),
                     pid: who.pid,
                 })
             }
-            Ok(None) => log::info!(
+            // Something listens but never takes the connection (a stopped writer, or a
+            // squatter of this user): not ours to replace, and not worth a hang.
+            Ok(Probe::Unanswered) => {
+                return Err(OpenError::InUse {
+                    name: name.to_owned(),
+                    pid: 0,
+                })
+            }
+            Ok(Probe::Gone) => log::info!(
                 "llbus-ipc: replacing channel socket {} left by a writer that is gone",
                 path.display()
             ),
@@ -447,7 +461,10 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
             Ok(l) => l,
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
                 // Another writer took the name between our look and our bind.
-                let pid = rendezvous::probe(&path).ok().flatten().map_or(0, |p| p.pid);
+                let pid = match rendezvous::probe(&path) {
+                    Ok(Probe::Live(p)) => p.pid,
+                    _ => 0,
+                };
                 return Err(OpenError::InUse {
                     name: name.to_owned(),
                     pid,

@@ -8,8 +8,9 @@
 //! process, root included, can change its size, so no page of a mapping of it can ever vanish
 //! and no access to one can raise `SIGBUS`. It has no name in any directory: a peer receives
 //! its descriptor over the channel's socket (`rendezvous`) and checks the seals before it maps
-//! anything ([`adopt`]); a descriptor without them, or of anything but a memory file of a
-//! channel's size, is refused.
+//! anything ([`adopt`]); a descriptor without them, or of anything but an ordinary (tmpfs)
+//! memory file of a channel's size, is refused: a huge-page memory file takes the same seals,
+//! but a page punched out of it may find the huge-page pool empty at the next touch (`SIGBUS`).
 //!
 //! # The directory: only the owner writes it
 //! A channel's socket is `DIR/llbus-ipc-NAME`. The default directory is `llbus` in
@@ -254,7 +255,7 @@ pub(crate) enum AdoptError {
 }
 
 /// Checks a descriptor a peer handed over (a memory file, sealed against shrinking and
-/// growing, of a channel's size) and maps it.
+/// growing, of ordinary shared memory, of a channel's size) and maps it.
 #[cfg(target_os = "linux")]
 pub(crate) fn adopt(fd: &OwnedFd) -> Result<Arc<Region>, AdoptError> {
     // SAFETY: `fd` is open; F_GET_SEALS reads no memory of ours. A descriptor that is not a
@@ -264,6 +265,7 @@ pub(crate) fn adopt(fd: &OwnedFd) -> Result<Arc<Region>, AdoptError> {
     if seals < 0 || seals & need != need {
         return Err(AdoptError::Unsealed);
     }
+    check_shmem(fd)?;
     // SAFETY: zeroed `stat` is a valid out-buffer; `fd` is open.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -278,6 +280,31 @@ pub(crate) fn adopt(fd: &OwnedFd) -> Result<Arc<Region>, AdoptError> {
         )));
     }
     map(fd, size as usize).map_err(AdoptError::Io)
+}
+
+/// `f_type` of ordinary shared memory (`shmem`, which `memfd_create` files live on).
+#[cfg(target_os = "linux")]
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// Checks that `fd` is a file of ordinary shared memory (tmpfs/shmem), whose pages were
+/// allocated at creation and come from the page cache. A huge-page memory file
+/// (`MFD_HUGETLB`) takes the same seals but draws on the huge-page pool: a hole punched in it
+/// after we map it, with the pool drained, gives the next touch no page and the kernel sends
+/// `SIGBUS`. Any other file system is refused the same way.
+#[cfg(target_os = "linux")]
+pub(crate) fn check_shmem(fd: &OwnedFd) -> Result<(), AdoptError> {
+    // SAFETY: an all-zero statfs is a valid out-buffer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer of the right type; `fd` is open.
+    cvt(|| unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) }).map_err(AdoptError::Io)?;
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s type differs between libcs
+    let kind = st.f_type as i64;
+    if kind != TMPFS_MAGIC {
+        return Err(AdoptError::Shape(format!(
+            "not ordinary shared memory (file system type {kind:#x}, not tmpfs): a huge-page memory file or a file on disk is refused"
+        )));
+    }
+    Ok(())
 }
 
 /// See the Linux version: nothing is adopted elsewhere.

@@ -222,18 +222,15 @@ pub(crate) fn fetch(
     access: &Access,
     timeout: Duration,
 ) -> Result<(OwnedFd, Peer), FetchError> {
-    let stream = match UnixStream::connect(path) {
-        Ok(s) => s,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
-            ) =>
-        {
-            return Err(FetchError::NotThere)
-        }
-        Err(e) => return Err(FetchError::Io(e)),
-    };
+    let stream =
+        match connect_within(path, timeout) {
+            Ok(Connect::Connected(s)) => s,
+            Ok(Connect::Refused) => return Err(FetchError::NotThere),
+            Ok(Connect::Unanswered) => return Err(FetchError::Handover(HandoverError::Garbage(
+                "the writer did not accept the connection in time (stopped, or not a llbus writer)",
+            ))),
+            Err(e) => return Err(FetchError::Io(e)),
+        };
     // The credentials the listener had when it called `listen`, from the kernel.
     let who = {
         use std::os::fd::AsFd;
@@ -249,14 +246,105 @@ pub(crate) fn fetch(
     Ok((fd, who))
 }
 
-/// Whether something listens at `path` (a connection succeeds), and who.
-pub(crate) fn probe(path: &Path) -> io::Result<Option<Peer>> {
-    match UnixStream::connect(path) {
-        Ok(s) => {
+/// What is at a socket's name, as a connection finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// A process listens and took the connection: who.
+    Live(Peer),
+    /// Nobody listens (no socket, or one left by a process that died).
+    Gone,
+    /// A listener whose queue stayed full for the whole wait: a stopped process, or one that
+    /// never accepts. Alive, but who it is cannot be told.
+    Unanswered,
+}
+
+/// What is listening at `path`, waiting at most [`HANDOVER_TIMEOUT`] for it to take the
+/// connection.
+pub(crate) fn probe(path: &Path) -> io::Result<Probe> {
+    match connect_within(path, HANDOVER_TIMEOUT)? {
+        Connect::Connected(s) => {
             use std::os::fd::AsFd;
-            peer(s.as_fd()).map(Some)
+            peer(s.as_fd()).map(Probe::Live)
         }
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
+        Connect::Refused => Ok(Probe::Gone),
+        Connect::Unanswered => Ok(Probe::Unanswered),
+    }
+}
+
+/// The longest a reader waits for a writer to hand over its memory, and a probe for a
+/// listener to take its connection.
+pub(crate) const HANDOVER_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// How a connection attempt ended.
+#[derive(Debug)]
+enum Connect {
+    Connected(UnixStream),
+    /// No socket at the name, or nobody listens on it.
+    Refused,
+    /// The listener's queue stayed full until the time limit.
+    Unanswered,
+}
+
+/// Connects to the Unix socket at `path`, waiting at most `timeout` for room in the listener's
+/// queue. `UnixStream::connect` waits without limit when the queue is full (a listener that is
+/// stopped, or never accepts); a non-blocking connect cannot be polled for either (on a Unix
+/// socket it fails with `EAGAIN` instead of starting), so the wait is bounded by the socket's
+/// send timeout, which the kernel applies to a Unix stream's connect.
+fn connect_within(path: &Path, timeout: Duration) -> io::Result<Connect> {
+    // SAFETY: an all-zero sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket path too long, or holds a NUL byte",
+        ));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: plain socket call; the result is checked.
+    let raw =
+        cvt(|| unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let limit = timeout.max(Duration::from_millis(1));
+    let tv = libc::timeval {
+        tv_sec: limit.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_usec: limit.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` is a valid timeval of the size given; `fd` is open.
+    cvt(|| unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+    // SAFETY: `addr` is a valid sockaddr_un holding a NUL-terminated path within `len`.
+    let rc = cvt(|| unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    });
+    match rc {
+        Ok(_) => Ok(Connect::Connected(UnixStream::from(fd))),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            Ok(Connect::Refused)
+        }
+        // The send timeout ran out with the listener's queue still full.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Connect::Unanswered),
         Err(e) => Err(e),
     }
 }

@@ -498,3 +498,22 @@ fn a_peer_scribbling_while_we_read_is_no_data_race() {
     // What matters is that it ended without UB or a panic, having read while the peer wrote.
     assert!(read > 0, "never read a slot (corrupt {corrupt} times)");
 }
+
+/// Only ordinary shared memory is adopted: a channel's own memory file passes the file-system
+/// check, a file elsewhere (procfs here, never tmpfs) is refused by it, as a huge-page memory
+/// file is (`a_writer_handing_over_huge_pages_cannot_kill_the_reader`).
+#[test]
+#[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore)]
+fn only_shared_memory_files_are_adopted() {
+    use crate::file::{check_shmem, create_region, AdoptError};
+    let (fd, _region) = create_region("shmem-check", HEADER_LEN + 4096).expect("memory file");
+    assert!(check_shmem(&fd).is_ok(), "a memfd is shared memory");
+    let other: std::os::fd::OwnedFd = std::fs::File::open("/proc/self/status")
+        .expect("procfs")
+        .into();
+    match check_shmem(&other) {
+        Err(AdoptError::Shape(why)) => assert!(why.contains("not ordinary shared memory"), "{why}"),
+        r => panic!("a procfs file passed the shared-memory check: {r:?}"),
+    }
+}
