@@ -116,3 +116,32 @@ fn nested_zero_size_sequences_in_a_compat_datagram_are_refused_in_bounded_steps(
         datagram.len()
     );
 }
+
+/// A recursive type: `Node` as deep as the payload allows.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+enum Tree {
+    Leaf,
+    Node(Box<Tree>),
+}
+
+#[test]
+fn a_payload_nested_deeper_than_the_limit_is_refused_without_overflowing_the_stack() {
+    // `Node` 16,383 times then `Leaf`: a 64 KiB payload, one enum level per 4 bytes. Decoded on
+    // a small stack, which a decoder that recursed once per level would overflow.
+    let chain = |depth: usize| -> Vec<u8> {
+        let mut payload: Vec<u8> = std::iter::repeat_n(1u32, depth)
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload
+    };
+    let deep = chain((1 << 14) - 1);
+    let refused = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || decode_payload::<Tree>(&deep).is_err())
+        .map(|t| t.join());
+    assert!(matches!(refused, Ok(Ok(true))), "{refused:?}");
+    // A shallow chain decodes.
+    assert!(decode_payload::<Tree>(&chain(8)).is_ok());
+}

@@ -22,6 +22,10 @@
 //!   (`Vec<()>`, nested ones included) cannot claim more than the payload could hold, and
 //!   decoding does at most one step per byte of the payload;
 //! - no size hint is passed to serde, so a container grows only with elements actually decoded;
+//! - values nest at most [`MAX_DEPTH`] levels deep (each sequence, map, `Some`, enum, struct,
+//!   tuple and newtype struct is a level): the decoder recurses once per level, so a recursive
+//!   type (`enum Tree { Leaf, Node(Box<Tree>) }`) nested as deep as its bytes allow would
+//!   otherwise overflow the decoding thread's stack; deeper is [`PayloadError::Invalid`];
 //! - every read is bounds-checked; nothing panics, whatever the bytes.
 //!
 //! The decoder reads exactly what bincode 2.0.1 with `config::legacy()` writes (checked by a
@@ -60,14 +64,20 @@ impl de::Error for PayloadError {
     }
 }
 
+/// How deep values may nest (the module doc): deeper is [`PayloadError::Invalid`]. Far more
+/// than any message type nests, and a stack of 128 levels of the decoder's frames is small
+/// next to the smallest thread stack a bus or bridge decodes on.
+pub const MAX_DEPTH: usize = 128;
+
 /// Decodes a `T` from the front of `bytes` with the bounded decoder (the module doc): no
-/// claimed length or element count costs more than the bytes that carry it. Returns the value
-/// and how many bytes were left over (callers that want the whole payload used check it is 0).
+/// claimed length or element count costs more than the bytes that carry it, and values nest at
+/// most [`MAX_DEPTH`] levels. Returns the value and how many bytes were left over (callers that
+/// want the whole payload used check it is 0).
 ///
 /// # Errors
 /// [`PayloadError::Truncated`] if the bytes end inside a value, [`PayloadError::Invalid`] if
-/// they are not a `T` or claim more than they hold, [`PayloadError::Refused`] if `T` refused the
-/// value.
+/// they are not a `T`, claim more than they hold or nest deeper than [`MAX_DEPTH`],
+/// [`PayloadError::Refused`] if `T` refused the value.
 pub fn decode_bounded<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<(T, usize), PayloadError> {
@@ -90,6 +100,8 @@ struct PayloadDeserializer<'de> {
     input: &'de [u8],
     /// Sequence and map elements that may still be claimed (the module doc).
     elements: usize,
+    /// Levels of nesting entered and not yet left; at most [`MAX_DEPTH`].
+    depth: usize,
 }
 
 impl<'de> PayloadDeserializer<'de> {
@@ -97,7 +109,22 @@ impl<'de> PayloadDeserializer<'de> {
         PayloadDeserializer {
             input,
             elements: input.len(),
+            depth: 0,
         }
+    }
+
+    /// Runs `decode` one nesting level deeper, refusing to go beyond [`MAX_DEPTH`].
+    fn nested<R>(
+        &mut self,
+        decode: impl FnOnce(&mut Self) -> Result<R, PayloadError>,
+    ) -> Result<R, PayloadError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(error("value nested too deep"));
+        }
+        self.depth += 1;
+        let result = decode(self);
+        self.depth -= 1;
+        result
     }
 
     /// A sequence or map's length prefix, charged to the element budget.
@@ -226,7 +253,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
         match self.array::<1>()? {
             [0] => visitor.visit_none(),
-            [1] => visitor.visit_some(self),
+            [1] => self.nested(|de| visitor.visit_some(de)),
             _ => Err(error("invalid option tag")),
         }
     }
@@ -248,15 +275,12 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        visitor.visit_newtype_struct(self)
+        self.nested(|de| visitor.visit_newtype_struct(de))
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
         let len = self.count()?;
-        visitor.visit_seq(Elements {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_seq(Elements { de, left: len }))
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(
@@ -265,10 +289,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
         // The length is the type's own, not the wire's: no check against the bytes needed.
-        visitor.visit_seq(Elements {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_seq(Elements { de, left: len }))
     }
 
     fn deserialize_tuple_struct<V: Visitor<'de>>(
@@ -282,10 +303,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
         let len = self.count()?;
-        visitor.visit_map(Elements {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_map(Elements { de, left: len }))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -303,7 +321,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        visitor.visit_enum(self)
+        self.nested(|de| visitor.visit_enum(de))
     }
 
     fn deserialize_identifier<V: Visitor<'de>>(self, _: V) -> Result<V::Value, PayloadError> {
@@ -398,7 +416,11 @@ impl<'de> de::VariantAccess<'de> for &mut PayloadDeserializer<'de> {
         len: usize,
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        de::Deserializer::deserialize_tuple(self, len, visitor)
+        // The enum already counted this level.
+        visitor.visit_seq(Elements {
+            de: self,
+            left: len,
+        })
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -406,7 +428,7 @@ impl<'de> de::VariantAccess<'de> for &mut PayloadDeserializer<'de> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        de::Deserializer::deserialize_tuple(self, fields.len(), visitor)
+        self.tuple_variant(fields.len(), visitor)
     }
 }
 
@@ -535,4 +557,62 @@ mod tests {
         bad.push(0xff);
         assert!(decode::<String>(&bad).is_err());
     }
+
+    /// A recursive type for the depth limit.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Tree {
+        Leaf,
+        Node(Box<Tree>),
+    }
+
+    /// `Node` `depth` times, then `Leaf`: `depth + 1` enum levels.
+    fn chain(depth: usize) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(4 * (depth + 1));
+        for _ in 0..depth {
+            bytes.extend_from_slice(&1u32.to_le_bytes());
+        }
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn values_nested_deeper_than_the_limit_are_refused_not_recursed_into() {
+        let mut tree = Tree::Leaf;
+        for _ in 0..MAX_DEPTH - 1 {
+            tree = Tree::Node(Box::new(tree));
+        }
+        // As deep as allowed: decodes, and equals what bincode wrote.
+        let bytes = encode(&tree);
+        assert_eq!(bytes, chain(MAX_DEPTH - 1));
+        assert_eq!(decode::<Tree>(&bytes), Ok(tree));
+        // One level deeper: refused.
+        assert_eq!(
+            decode::<Tree>(&chain(MAX_DEPTH)),
+            Err(PayloadError::Invalid("value nested too deep"))
+        );
+        // A million levels (a 4 MiB payload): refused, on a small stack, without overflowing it.
+        let deep = chain(1 << 20);
+        let refused = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || decode::<Tree>(&deep).is_err())
+            .map(|t| t.join());
+        assert!(matches!(refused, Ok(Ok(true))), "{refused:?}");
+        // Options and newtypes are levels too: `k` times `Some` then `None` is `k + 1` newtype
+        // levels and `k` option levels.
+        let some = |k: usize| {
+            let mut bytes = vec![1u8; k];
+            bytes.push(0);
+            bytes
+        };
+        assert!(decode::<Opt>(&some((MAX_DEPTH - 1) / 2)).is_ok());
+        assert_eq!(
+            decode::<Opt>(&some(MAX_DEPTH / 2)).map(|_| ()),
+            Err(PayloadError::Invalid("value nested too deep"))
+        );
+    }
+
+    /// A recursive option: `Some` levels only.
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Opt(Option<Box<Opt>>);
 }
