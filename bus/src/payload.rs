@@ -2,7 +2,8 @@
 //! llbus payload uses, on the network (`llbus-net`'s datagrams and the ll-udp-pubsub
 //! compatibility format) and in shared memory (`llbus-ipc`'s bincode slots): little-endian,
 //! fixed-width integers, `u64` length prefixes, `u32` variant indices. No claimed length or
-//! element count can cost more than the bytes that carry it, whatever the bytes.
+//! element count can cost more than the bytes that carry it (plus a fixed allowance of
+//! zero-size elements), whatever the bytes.
 //!
 //! Not part of llbus's public API: the items are public only so that `llbus-net` and
 //! `llbus-ipc` share one decoder, and are hidden from the docs; they may change in any release.
@@ -15,12 +16,14 @@
 //!
 //! - a string or byte string's length must not exceed the bytes left, checked before anything
 //!   is allocated, so it allocates at most its own bytes;
-//! - a sequence or map's length must not exceed the bytes left, nor the payload's element
-//!   budget: every element of every sequence and map, at any depth, is charged one unit of a
-//!   budget of as many units as the payload has bytes. An element of a type that is not zero
-//!   sized takes at least one byte of its own, so no valid value is refused; zero-size elements
-//!   (`Vec<()>`, nested ones included) cannot claim more than the payload could hold, and
-//!   decoding does at most one step per byte of the payload;
+//! - a sequence or map's length must not exceed the payload's element budget: every element of
+//!   every sequence and map, at any depth, is charged one unit of a budget of as many units as
+//!   the payload has bytes plus [`SPARE_ELEMENTS`], when its length is read. An element of a
+//!   type that is not zero sized takes at least one byte of its own, so no valid value with at
+//!   most [`SPARE_ELEMENTS`] zero-size elements in all is refused (a genuine `vec![(); 3]` has
+//!   no bytes after its length prefix); zero-size elements (`Vec<()>`, nested ones included)
+//!   cannot claim more than that (a `Vec<()>` of 2^40 is refused as soon as its length is read),
+//!   and decoding does at most one step per byte of the payload plus [`SPARE_ELEMENTS`];
 //! - no size hint is passed to serde, so a container grows only with elements actually decoded;
 //! - values nest at most [`MAX_DEPTH`] levels deep (each sequence, map, `Some`, enum, struct,
 //!   tuple and newtype struct is a level): the decoder recurses once per level, so a recursive
@@ -69,6 +72,11 @@ impl de::Error for PayloadError {
 /// next to the smallest thread stack a bus or bridge decodes on.
 pub const MAX_DEPTH: usize = 128;
 
+/// How many sequence and map elements a payload may hold beyond one per byte (the module doc):
+/// room for genuine zero-size elements (`Vec<()>`, unit structs), which take no bytes, while a
+/// decode stays bounded by its bytes plus this many steps.
+pub const SPARE_ELEMENTS: usize = 4096;
+
 /// Decodes a `T` from the front of `bytes` with the bounded decoder (the module doc): no
 /// claimed length or element count costs more than the bytes that carry it, and values nest at
 /// most [`MAX_DEPTH`] levels. Returns the value and how many bytes were left over (callers that
@@ -108,7 +116,7 @@ impl<'de> PayloadDeserializer<'de> {
     fn new(input: &'de [u8]) -> Self {
         PayloadDeserializer {
             input,
-            elements: input.len(),
+            elements: input.len().saturating_add(SPARE_ELEMENTS),
             depth: 0,
         }
     }
@@ -127,13 +135,15 @@ impl<'de> PayloadDeserializer<'de> {
         result
     }
 
-    /// A sequence or map's length prefix, charged to the element budget.
+    /// A sequence or map's length prefix, charged to the element budget. Not checked against
+    /// the bytes left: zero-size elements take none.
     fn count(&mut self) -> Result<usize, PayloadError> {
-        let len = self.len()?;
-        self.elements = self
-            .elements
-            .checked_sub(len)
+        let len = u64::from_le_bytes(self.array()?);
+        let (len, left) = usize::try_from(len)
+            .ok()
+            .and_then(|len| Some((len, self.elements.checked_sub(len)?)))
             .ok_or(error("more elements than the payload can hold"))?;
+        self.elements = left;
         Ok(len)
     }
 
@@ -534,19 +544,18 @@ mod tests {
         let mut ok = 3u64.to_le_bytes().to_vec();
         ok.extend_from_slice(b"abc");
         assert_eq!(decode::<String>(&ok), Ok("abc".to_owned()));
-        // Zero-size elements cannot claim more than the bytes left either.
-        let units = 9u64.to_le_bytes();
+        // Zero-size elements cannot claim more than the payload's bytes plus the spare.
+        let units = ((8 + SPARE_ELEMENTS + 1) as u64).to_le_bytes();
         assert!(decode::<Vec<()>>(&units).is_err());
-        // Nor, nested, more than the payload's bytes in all: 8 inner vectors each claiming 64
-        // units would be 512 steps from a 136-byte payload.
+        // Nor, nested, more than that in all: 8 inner vectors each claiming 1024 units would be
+        // 8192 steps from a 72-byte payload.
         let mut nested = 8u64.to_le_bytes().to_vec();
         for _ in 0..8 {
-            nested.extend_from_slice(&64u64.to_le_bytes());
+            nested.extend_from_slice(&1024u64.to_le_bytes());
         }
-        nested.extend_from_slice(&[0; 64]);
         assert!(decode::<Vec<Vec<()>>>(&nested).is_err());
-        // As many units as bytes left is fine.
-        let mut few = 2u64.to_le_bytes().to_vec();
+        // As many units as the budget is fine.
+        let mut few = ((10 + SPARE_ELEMENTS) as u64).to_le_bytes().to_vec();
         few.extend_from_slice(&[0; 2]);
         assert!(decode::<(Vec<()>, u16)>(&few).is_ok());
         // Bad bools, option tags, chars, UTF-8.
@@ -615,4 +624,21 @@ mod tests {
     #[derive(Debug, Deserialize)]
     #[allow(dead_code)]
     struct Opt(Option<Box<Opt>>);
+
+    #[test]
+    fn genuine_zero_size_elements_decode_as_bincode_wrote_them() {
+        // No bytes follow the length prefix of a sequence of zero-size elements.
+        for v in [vec![()], vec![(); 3], vec![(); SPARE_ELEMENTS]] {
+            assert_eq!(decode::<Vec<()>>(&encode(&v)), Ok(v));
+        }
+        let nested = vec![vec![(); 100]; 40];
+        assert_eq!(decode::<Vec<Vec<()>>>(&encode(&nested)), Ok(nested));
+        let mut map = BTreeMap::new();
+        map.insert((), ());
+        assert_eq!(decode::<BTreeMap<(), ()>>(&encode(&map)), Ok(map));
+        // Past the spare, a claim is refused as soon as its length is read.
+        let too_many = vec![(); SPARE_ELEMENTS + 9];
+        assert!(decode::<Vec<()>>(&encode(&too_many)).is_err());
+        assert!(decode::<Vec<()>>(&u64::MAX.to_le_bytes()).is_err());
+    }
 }
