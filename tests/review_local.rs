@@ -750,7 +750,6 @@ fn raw_terminal_controls(s: &str) -> Vec<char> {
 /// escaped)". JSON output goes to the same terminal: JSON may carry any character escaped
 /// (`\u009b`), but a raw 8-bit CSI, DEL or bidi override in a planted name must not be printed.
 #[test]
-#[ignore = "finding: `llbus list --json` and `stat --json` print raw C1 (U+009B CSI), DEL and U+202E from planted names (serde_json escapes only C0)"]
 fn json_output_carries_no_raw_terminal_controls_from_planted_names() {
     let dir = CountersDir::new("review-json");
     let hostile = "b\u{9b}2J\u{202e}\x7f";
