@@ -446,7 +446,6 @@ fn bytes_read(pid: u32) -> Option<u64> {
 /// reading the whole file each time: a few dozen stall `llbus list` for seconds, and eight of
 /// 16 MiB make it read gigabytes.
 #[test]
-#[ignore = "finding: a counters file with an odd generation is re-read whole 100 times: 60 small ones stall `llbus list` ~6 s, 16 MiB ones make it read GBs"]
 fn counters_files_forever_mid_write_cannot_stall_or_flood_llbus_list() {
     let dir = CountersDir::new("review-busy");
     for i in 0..60 {
@@ -793,7 +792,6 @@ fn json_output_carries_no_raw_terminal_controls_from_planted_names() {
 /// root, `nobody`'s own per-user counters directory (`/dev/shm/llbus-UID`, 0700, its files)
 /// holds files forever in the middle of a write; root's `llbus list` must stay prompt.
 #[test]
-#[ignore = "finding: another user's busy counters files stall root's `llbus list` (0.1 s per file, no cap)"]
 fn another_users_busy_counters_files_cannot_stall_roots_llbus_list() {
     if !tests::local::root_or_skip("another user's counters directory") {
         return;
