@@ -78,13 +78,13 @@ pub const MAX_DEPTH: usize = 128;
 pub const SPARE_ELEMENTS: usize = 4096;
 
 /// Decodes a `T` from the front of `bytes` with the bounded decoder (the module doc): no
-/// claimed length or element count costs more than the bytes that carry it, and values nest at
-/// most [`MAX_DEPTH`] levels. Returns the value and how many bytes were left over (callers that
-/// want the whole payload used check it is 0).
+/// claimed length or element count costs more than the bytes that carry it (plus 4096
+/// zero-size elements), and values nest at most 128 levels. Returns the value and how many
+/// bytes were left over (callers that want the whole payload used check it is 0).
 ///
 /// # Errors
 /// [`PayloadError::Truncated`] if the bytes end inside a value, [`PayloadError::Invalid`] if
-/// they are not a `T`, claim more than they hold or nest deeper than [`MAX_DEPTH`],
+/// they are not a `T`, claim more than they hold or nest deeper than 128 levels,
 /// [`PayloadError::Refused`] if `T` refused the value.
 pub fn decode_bounded<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
