@@ -86,9 +86,10 @@ impl<T: bytemuck::Pod + Send> SlotCodec<T> for Pod {
 }
 
 /// Any serde type, bincode-encoded behind a `u32` length (then 4 bytes of padding) in a slot
-/// of `max_message + 8` bytes. Decoding is bounded by the slot: no length prefix or element
-/// count may claim more than the bytes the slot holds, zero-size elements included, so a
-/// decode costs at most a step per byte whatever the bytes say.
+/// of `max_message + 8` bytes. Decoding is bounded by the slot: no length prefix may claim more
+/// than the bytes the slot holds, nor an element count more than those bytes plus a fixed spare
+/// of 4096 (room for genuine zero-size elements), so a decode costs at most a step per byte plus
+/// 4096 whatever the bytes say.
 #[derive(Debug)]
 pub struct Bincode;
 

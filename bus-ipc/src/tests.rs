@@ -166,7 +166,7 @@ fn bincode_slots_check_their_length() {
 
 /// A 16-byte slot claiming a `Vec<()>` of 2^40 elements: refused at once (bincode's own
 /// decoder counted bytes only, and would iterate 2^40 times), and so are nested zero-size
-/// sequences that claim more than the slot holds. Bounded in time: the test would hang
+/// sequences that claim more than the slot's bytes plus a fixed spare. Bounded in time: the test would hang
 /// otherwise.
 #[test]
 fn zero_size_elements_cannot_claim_more_than_the_slot() {
@@ -201,8 +201,12 @@ fn zero_size_elements_cannot_claim_more_than_the_slot() {
     let mut slot = region.slots(HEADER_LEN, big).unwrap();
     let mut scratch = vec![0u8; big];
     Bincode::encode(&vec![(); 3], &mut slot, &mut scratch).unwrap();
-    // 8 bytes of prefix and no element bytes: 3 claimed units exceed the 0 bytes left.
-    assert!(<Bincode as SlotCodec<Vec<()>>>::decode(&slot, &mut scratch).is_err());
+    // 8 bytes of prefix and no element bytes: a genuine vector of zero-size elements, within
+    // the decoder's spare allowance, decodes.
+    assert_eq!(
+        <Bincode as SlotCodec<Vec<()>>>::decode(&slot, &mut scratch),
+        Ok(vec![(); 3])
+    );
 }
 
 /// Shared bytes are only copied, in whole words, inside the run: a read or write that would

@@ -1,8 +1,9 @@
 //! The network decoders are bounded by the payload's bytes, zero-size elements included: a
 //! datagram whose payload nests sequences of zero-size elements, each claiming as many as the
-//! bytes left, is refused after at most one element per payload byte. Counted by a zero-size
-//! type that counts its own decodes, not timed: a decoder that only checked each length against
-//! the bytes left would take about `bytes^2 / 8` steps here.
+//! bytes left, is refused after at most one element per payload byte plus a fixed spare
+//! (`SPARE_ELEMENTS`). Counted by a zero-size type that counts its own decodes, not timed: a
+//! decoder that only checked each length against the bytes left would take about `bytes^2 / 8`
+//! steps here.
 
 use std::cell::Cell;
 
@@ -12,6 +13,10 @@ use llbus_net::{
 };
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The zero-size elements a payload may hold beyond one element per byte (`SPARE_ELEMENTS` in
+/// `bus/src/payload.rs`).
+const SPARE_ELEMENTS: usize = 4096;
 
 thread_local! {
     /// Decodes of [`Tick`] on this thread.
@@ -93,12 +98,15 @@ fn nested_zero_size_sequences_in_a_datagram_are_refused_in_bounded_steps() {
     assert_eq!(len, 1224);
     assert!(!ok, "refused");
     assert!(
-        steps <= len,
+        steps <= len + SPARE_ELEMENTS,
         "{steps} element decodes for a {len}-byte payload"
     );
-    // A value that claims no more elements than the payload has bytes decodes.
+    // A value that claims no more elements than the budget decodes, zero-size elements with no
+    // bytes after their length prefix included (what bincode writes for them).
     let (ok, steps, _) = through_a_datagram::<(Vec<Vec<Tick>>, u64)>(&nested(2, 3, 1));
     assert!(ok && steps == 6, "decoded {ok}, {steps} elements");
+    let (ok, steps, _) = through_a_datagram::<Vec<Vec<Tick>>>(&nested(2, 1000, 0));
+    assert!(ok && steps == 2000, "decoded {ok}, {steps} elements");
 }
 
 #[test]
@@ -111,8 +119,37 @@ fn nested_zero_size_sequences_in_a_compat_datagram_are_refused_in_bounded_steps(
         counted(|| decode_compat_packet::<Vec<Vec<Tick>>>(&datagram, DEFAULT_MAX_DATAGRAM).is_ok());
     assert!(!ok, "refused");
     assert!(
-        steps <= datagram.len(),
+        steps <= datagram.len() + SPARE_ELEMENTS,
         "{steps} element decodes for a {}-byte datagram",
         datagram.len()
     );
+}
+
+/// A recursive type: `Node` as deep as the payload allows.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+enum Tree {
+    Leaf,
+    Node(Box<Tree>),
+}
+
+#[test]
+fn a_payload_nested_deeper_than_the_limit_is_refused_without_overflowing_the_stack() {
+    // `Node` 16,383 times then `Leaf`: a 64 KiB payload, one enum level per 4 bytes. Decoded on
+    // a small stack, which a decoder that recursed once per level would overflow.
+    let chain = |depth: usize| -> Vec<u8> {
+        let mut payload: Vec<u8> = std::iter::repeat_n(1u32, depth)
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload
+    };
+    let deep = chain((1 << 14) - 1);
+    let refused = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || decode_payload::<Tree>(&deep).is_err())
+        .map(|t| t.join());
+    assert!(matches!(refused, Ok(Ok(true))), "{refused:?}");
+    // A shallow chain decodes.
+    assert!(decode_payload::<Tree>(&chain(8)).is_ok());
 }

@@ -129,9 +129,10 @@ mod wait;
 #[cfg(unix)]
 pub use counters::{
     counters_dir, counters_files, decode as decode_counters, find_counters_files,
-    read_counters_file, read_counters_file_of, ActorCounts, CountersFileError, CountersLocation,
-    CountersSnapshot, EdgeCounts, COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS,
-    RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
+    read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts,
+    CountersFileError, CountersLocation, CountersSnapshot, EdgeCounts, COUNTERS_BUSY_RETRY,
+    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_EDGE,
+    RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 /// The bounded bincode payload decoder that `llbus-net` and `llbus-ipc` share. Hidden, and not

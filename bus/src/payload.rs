@@ -2,7 +2,8 @@
 //! llbus payload uses, on the network (`llbus-net`'s datagrams and the ll-udp-pubsub
 //! compatibility format) and in shared memory (`llbus-ipc`'s bincode slots): little-endian,
 //! fixed-width integers, `u64` length prefixes, `u32` variant indices. No claimed length or
-//! element count can cost more than the bytes that carry it, whatever the bytes.
+//! element count can cost more than the bytes that carry it (plus a fixed allowance of
+//! zero-size elements), whatever the bytes.
 //!
 //! Not part of llbus's public API: the items are public only so that `llbus-net` and
 //! `llbus-ipc` share one decoder, and are hidden from the docs; they may change in any release.
@@ -15,13 +16,19 @@
 //!
 //! - a string or byte string's length must not exceed the bytes left, checked before anything
 //!   is allocated, so it allocates at most its own bytes;
-//! - a sequence or map's length must not exceed the bytes left, nor the payload's element
-//!   budget: every element of every sequence and map, at any depth, is charged one unit of a
-//!   budget of as many units as the payload has bytes. An element of a type that is not zero
-//!   sized takes at least one byte of its own, so no valid value is refused; zero-size elements
-//!   (`Vec<()>`, nested ones included) cannot claim more than the payload could hold, and
-//!   decoding does at most one step per byte of the payload;
+//! - a sequence or map's length must not exceed the payload's element budget: every element of
+//!   every sequence and map, at any depth, is charged one unit of a budget of as many units as
+//!   the payload has bytes plus [`SPARE_ELEMENTS`], when its length is read. An element of a
+//!   type that is not zero sized takes at least one byte of its own, so no valid value with at
+//!   most [`SPARE_ELEMENTS`] zero-size elements in all is refused (a genuine `vec![(); 3]` has
+//!   no bytes after its length prefix); zero-size elements (`Vec<()>`, nested ones included)
+//!   cannot claim more than that (a `Vec<()>` of 2^40 is refused as soon as its length is read),
+//!   and decoding does at most one step per byte of the payload plus [`SPARE_ELEMENTS`];
 //! - no size hint is passed to serde, so a container grows only with elements actually decoded;
+//! - values nest at most [`MAX_DEPTH`] levels deep (each sequence, map, `Some`, enum, struct,
+//!   tuple and newtype struct is a level): the decoder recurses once per level, so a recursive
+//!   type (`enum Tree { Leaf, Node(Box<Tree>) }`) nested as deep as its bytes allow would
+//!   otherwise overflow the decoding thread's stack; deeper is [`PayloadError::Invalid`];
 //! - every read is bounds-checked; nothing panics, whatever the bytes.
 //!
 //! The decoder reads exactly what bincode 2.0.1 with `config::legacy()` writes (checked by a
@@ -60,14 +67,25 @@ impl de::Error for PayloadError {
     }
 }
 
+/// How deep values may nest (the module doc): deeper is [`PayloadError::Invalid`]. Far more
+/// than any message type nests, and a stack of 128 levels of the decoder's frames is small
+/// next to the smallest thread stack a bus or bridge decodes on.
+pub const MAX_DEPTH: usize = 128;
+
+/// How many sequence and map elements a payload may hold beyond one per byte (the module doc):
+/// room for genuine zero-size elements (`Vec<()>`, unit structs), which take no bytes, while a
+/// decode stays bounded by its bytes plus this many steps.
+pub const SPARE_ELEMENTS: usize = 4096;
+
 /// Decodes a `T` from the front of `bytes` with the bounded decoder (the module doc): no
-/// claimed length or element count costs more than the bytes that carry it. Returns the value
-/// and how many bytes were left over (callers that want the whole payload used check it is 0).
+/// claimed length or element count costs more than the bytes that carry it (plus 4096
+/// zero-size elements), and values nest at most 128 levels. Returns the value and how many
+/// bytes were left over (callers that want the whole payload used check it is 0).
 ///
 /// # Errors
 /// [`PayloadError::Truncated`] if the bytes end inside a value, [`PayloadError::Invalid`] if
-/// they are not a `T` or claim more than they hold, [`PayloadError::Refused`] if `T` refused the
-/// value.
+/// they are not a `T`, claim more than they hold or nest deeper than 128 levels,
+/// [`PayloadError::Refused`] if `T` refused the value.
 pub fn decode_bounded<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<(T, usize), PayloadError> {
@@ -90,23 +108,42 @@ struct PayloadDeserializer<'de> {
     input: &'de [u8],
     /// Sequence and map elements that may still be claimed (the module doc).
     elements: usize,
+    /// Levels of nesting entered and not yet left; at most [`MAX_DEPTH`].
+    depth: usize,
 }
 
 impl<'de> PayloadDeserializer<'de> {
     fn new(input: &'de [u8]) -> Self {
         PayloadDeserializer {
             input,
-            elements: input.len(),
+            elements: input.len().saturating_add(SPARE_ELEMENTS),
+            depth: 0,
         }
     }
 
-    /// A sequence or map's length prefix, charged to the element budget.
+    /// Runs `decode` one nesting level deeper, refusing to go beyond [`MAX_DEPTH`].
+    fn nested<R>(
+        &mut self,
+        decode: impl FnOnce(&mut Self) -> Result<R, PayloadError>,
+    ) -> Result<R, PayloadError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(error("value nested too deep"));
+        }
+        self.depth += 1;
+        let result = decode(self);
+        self.depth -= 1;
+        result
+    }
+
+    /// A sequence or map's length prefix, charged to the element budget. Not checked against
+    /// the bytes left: zero-size elements take none.
     fn count(&mut self) -> Result<usize, PayloadError> {
-        let len = self.len()?;
-        self.elements = self
-            .elements
-            .checked_sub(len)
+        let len = u64::from_le_bytes(self.array()?);
+        let (len, left) = usize::try_from(len)
+            .ok()
+            .and_then(|len| Some((len, self.elements.checked_sub(len)?)))
             .ok_or(error("more elements than the payload can hold"))?;
+        self.elements = left;
         Ok(len)
     }
 
@@ -226,7 +263,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
         match self.array::<1>()? {
             [0] => visitor.visit_none(),
-            [1] => visitor.visit_some(self),
+            [1] => self.nested(|de| visitor.visit_some(de)),
             _ => Err(error("invalid option tag")),
         }
     }
@@ -248,15 +285,12 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        visitor.visit_newtype_struct(self)
+        self.nested(|de| visitor.visit_newtype_struct(de))
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
         let len = self.count()?;
-        visitor.visit_seq(Elements {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_seq(Elements { de, left: len }))
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(
@@ -265,10 +299,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
         // The length is the type's own, not the wire's: no check against the bytes needed.
-        visitor.visit_seq(Elements {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_seq(Elements { de, left: len }))
     }
 
     fn deserialize_tuple_struct<V: Visitor<'de>>(
@@ -282,10 +313,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PayloadError> {
         let len = self.count()?;
-        visitor.visit_map(Elements {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_map(Elements { de, left: len }))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -303,7 +331,7 @@ impl<'de> de::Deserializer<'de> for &mut PayloadDeserializer<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        visitor.visit_enum(self)
+        self.nested(|de| visitor.visit_enum(de))
     }
 
     fn deserialize_identifier<V: Visitor<'de>>(self, _: V) -> Result<V::Value, PayloadError> {
@@ -398,7 +426,11 @@ impl<'de> de::VariantAccess<'de> for &mut PayloadDeserializer<'de> {
         len: usize,
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        de::Deserializer::deserialize_tuple(self, len, visitor)
+        // The enum already counted this level.
+        visitor.visit_seq(Elements {
+            de: self,
+            left: len,
+        })
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -406,7 +438,7 @@ impl<'de> de::VariantAccess<'de> for &mut PayloadDeserializer<'de> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, PayloadError> {
-        de::Deserializer::deserialize_tuple(self, fields.len(), visitor)
+        self.tuple_variant(fields.len(), visitor)
     }
 }
 
@@ -512,19 +544,18 @@ mod tests {
         let mut ok = 3u64.to_le_bytes().to_vec();
         ok.extend_from_slice(b"abc");
         assert_eq!(decode::<String>(&ok), Ok("abc".to_owned()));
-        // Zero-size elements cannot claim more than the bytes left either.
-        let units = 9u64.to_le_bytes();
+        // Zero-size elements cannot claim more than the payload's bytes plus the spare.
+        let units = ((8 + SPARE_ELEMENTS + 1) as u64).to_le_bytes();
         assert!(decode::<Vec<()>>(&units).is_err());
-        // Nor, nested, more than the payload's bytes in all: 8 inner vectors each claiming 64
-        // units would be 512 steps from a 136-byte payload.
+        // Nor, nested, more than that in all: 8 inner vectors each claiming 1024 units would be
+        // 8192 steps from a 72-byte payload.
         let mut nested = 8u64.to_le_bytes().to_vec();
         for _ in 0..8 {
-            nested.extend_from_slice(&64u64.to_le_bytes());
+            nested.extend_from_slice(&1024u64.to_le_bytes());
         }
-        nested.extend_from_slice(&[0; 64]);
         assert!(decode::<Vec<Vec<()>>>(&nested).is_err());
-        // As many units as bytes left is fine.
-        let mut few = 2u64.to_le_bytes().to_vec();
+        // As many units as the budget is fine.
+        let mut few = ((10 + SPARE_ELEMENTS) as u64).to_le_bytes().to_vec();
         few.extend_from_slice(&[0; 2]);
         assert!(decode::<(Vec<()>, u16)>(&few).is_ok());
         // Bad bools, option tags, chars, UTF-8.
@@ -534,5 +565,80 @@ mod tests {
         let mut bad = 1u64.to_le_bytes().to_vec();
         bad.push(0xff);
         assert!(decode::<String>(&bad).is_err());
+    }
+
+    /// A recursive type for the depth limit.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Tree {
+        Leaf,
+        Node(Box<Tree>),
+    }
+
+    /// `Node` `depth` times, then `Leaf`: `depth + 1` enum levels.
+    fn chain(depth: usize) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(4 * (depth + 1));
+        for _ in 0..depth {
+            bytes.extend_from_slice(&1u32.to_le_bytes());
+        }
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn values_nested_deeper_than_the_limit_are_refused_not_recursed_into() {
+        let mut tree = Tree::Leaf;
+        for _ in 0..MAX_DEPTH - 1 {
+            tree = Tree::Node(Box::new(tree));
+        }
+        // As deep as allowed: decodes, and equals what bincode wrote.
+        let bytes = encode(&tree);
+        assert_eq!(bytes, chain(MAX_DEPTH - 1));
+        assert_eq!(decode::<Tree>(&bytes), Ok(tree));
+        // One level deeper: refused.
+        assert_eq!(
+            decode::<Tree>(&chain(MAX_DEPTH)),
+            Err(PayloadError::Invalid("value nested too deep"))
+        );
+        // A million levels (a 4 MiB payload): refused, on a small stack, without overflowing it.
+        let deep = chain(1 << 20);
+        let refused = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || decode::<Tree>(&deep).is_err())
+            .map(|t| t.join());
+        assert!(matches!(refused, Ok(Ok(true))), "{refused:?}");
+        // Options and newtypes are levels too: `k` times `Some` then `None` is `k + 1` newtype
+        // levels and `k` option levels.
+        let some = |k: usize| {
+            let mut bytes = vec![1u8; k];
+            bytes.push(0);
+            bytes
+        };
+        assert!(decode::<Opt>(&some((MAX_DEPTH - 1) / 2)).is_ok());
+        assert_eq!(
+            decode::<Opt>(&some(MAX_DEPTH / 2)).map(|_| ()),
+            Err(PayloadError::Invalid("value nested too deep"))
+        );
+    }
+
+    /// A recursive option: `Some` levels only.
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Opt(Option<Box<Opt>>);
+
+    #[test]
+    fn genuine_zero_size_elements_decode_as_bincode_wrote_them() {
+        // No bytes follow the length prefix of a sequence of zero-size elements.
+        for v in [vec![()], vec![(); 3], vec![(); SPARE_ELEMENTS]] {
+            assert_eq!(decode::<Vec<()>>(&encode(&v)), Ok(v));
+        }
+        let nested = vec![vec![(); 100]; 40];
+        assert_eq!(decode::<Vec<Vec<()>>>(&encode(&nested)), Ok(nested));
+        let mut map = BTreeMap::new();
+        map.insert((), ());
+        assert_eq!(decode::<BTreeMap<(), ()>>(&encode(&map)), Ok(map));
+        // Past the spare, a claim is refused as soon as its length is read.
+        let too_many = vec![(); SPARE_ELEMENTS + 9];
+        assert!(decode::<Vec<()>>(&encode(&too_many)).is_err());
+        assert!(decode::<Vec<()>>(&u64::MAX.to_le_bytes()).is_err());
     }
 }

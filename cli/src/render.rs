@@ -63,7 +63,7 @@ pub(crate) fn list(buses: &[Found], json: bool) -> String {
                 })
             })
             .collect();
-        return format!("{}\n", serde_json::Value::Array(rows));
+        return format!("{}\n", text::json(&serde_json::Value::Array(rows)));
     }
     let mut out = String::new();
     let _ = writeln!(
@@ -143,7 +143,7 @@ fn json(
             }
         }
     }
-    format!("{v}\n")
+    format!("{}\n", text::json(&v))
 }
 
 /// The edges, actors and named metrics as tables.

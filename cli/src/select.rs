@@ -4,6 +4,7 @@
 //! skipped.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use llbus::CountersSnapshot;
 
@@ -26,6 +27,12 @@ pub(crate) fn read(path: &Path, owner: u32) -> Result<CountersSnapshot, String> 
     llbus::read_counters_file_of(path, owner).map_err(|e| format!("{}: {e}", text::path(path)))
 }
 
+/// How long all the files one scan reads may be retried in all while their writers are in the
+/// middle of a write: past it, each file is read once, so any number of files forever
+/// mid-write (planted, or another user's) cannot stall `llbus list`. A genuine writer is out
+/// of a write within microseconds, so this is spent only on files that never are.
+const SCAN_RETRY: Duration = Duration::from_millis(250);
+
 /// Every counters file on this host that this user may see (root: every user's). Directories
 /// and files that are not what they should be are skipped with one warning each.
 pub(crate) fn all() -> Result<Vec<Found>, String> {
@@ -33,9 +40,10 @@ pub(crate) fn all() -> Result<Vec<Found>, String> {
     for s in skipped {
         eprintln!("llbus: warning: {}", text::clean(&s));
     }
+    let deadline = Instant::now() + SCAN_RETRY;
     let mut found = Vec::new();
     for loc in files {
-        match llbus::read_counters_file_of(&loc.path, loc.owner) {
+        match llbus::read_counters_file_until(&loc.path, loc.owner, deadline) {
             Ok(s) => found.push(Found {
                 path: loc.path,
                 owner: loc.owner,

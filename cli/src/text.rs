@@ -31,6 +31,29 @@ pub(crate) fn clean(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `value` as one line of JSON, made safe to print: serde_json escapes only C0 controls, so
+/// every other character that could act on a terminal (DEL, C1, bidirectional overrides) is
+/// written as a `\uXXXX` escape too. Those can only occur inside strings (JSON's own syntax is
+/// printable ASCII), where the escape stands for the same character: the value is unchanged.
+pub(crate) fn json(value: &serde_json::Value) -> String {
+    let raw = value.to_string();
+    if !raw.chars().any(unsafe_char) {
+        return raw;
+    }
+    let mut out = String::with_capacity(raw.len() + 16);
+    for c in raw.chars() {
+        if unsafe_char(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A path, made safe to print.
 pub(crate) fn path(p: &std::path::Path) -> String {
     clean(&p.display().to_string()).into_owned()
@@ -65,5 +88,24 @@ mod tests {
         assert_eq!(clean("tab\there\nnl\x7f"), "tab\\x09here\\x0anl\\x7f");
         // A literal backslash cannot pass for an escape.
         assert_eq!(clean("\\x1b"), "\\\\x1b");
+    }
+
+    #[test]
+    fn json_escapes_every_terminal_control_and_keeps_the_value() {
+        let hostile = "b\u{9b}2J\u{202e}\x7f\x1b\u{2066}\\ é";
+        let value = serde_json::json!({ "bus": hostile, "n": 1 });
+        let printed = json(&value);
+        assert!(!printed.chars().any(unsafe_char), "{printed:?}");
+        assert!(
+            printed.contains("\\u009b") && printed.contains("\\u202e"),
+            "{printed}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&printed).ok(),
+            Some(value)
+        );
+        // Nothing to escape: serde_json's own text.
+        let plain = serde_json::json!(["md.quote", "é"]);
+        assert_eq!(json(&plain), plain.to_string());
     }
 }

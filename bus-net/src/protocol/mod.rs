@@ -50,6 +50,7 @@ pub(crate) const fn bincode_config() -> bincode::config::Configuration<
 }
 
 /// The bounded payload decoder, shared with llbus-ipc (it lives in `llbus`): no claimed length
-/// or element count, zero-size elements included, costs more than the bytes that carry it.
+/// or element count, zero-size elements included, costs more than the bytes that carry it plus
+/// a fixed spare of 4096 elements.
 /// Returns the value and the bytes left over.
 pub(crate) use llbus::{decode_bounded, PayloadError};

@@ -36,8 +36,8 @@ pub use layout::{
     RECORD_METRIC,
 };
 pub use reader::{
-    decode, read_counters_file, read_counters_file_of, ActorCounts, CountersFileError,
-    CountersSnapshot, EdgeCounts,
+    decode, read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts,
+    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_BUSY_RETRY,
 };
 pub use writer::SNAPSHOT_INTERVAL;
 pub(crate) use writer::{edge_values, policy_name, CountersFile, Source, Visitor};

@@ -6,10 +6,16 @@
 //! the expected user and no larger than [`MAX_FILE_LEN`] (`file::open_checked`); decoding
 //! checks every count and offset against the bytes read, so any bytes give a snapshot or an
 //! error, never a panic, a hang, or an allocation larger than the file.
+//!
+//! A file that shows the writer in the middle of a write (an odd generation) is retried for at
+//! most [`COUNTERS_BUSY_RETRY`], checking its header only, then reported [`CountersFileError::Busy`]; a
+//! caller reading many files bounds the retries of all of them with one deadline
+//! ([`read_counters_file_until`]), so files forever mid-write cannot add up to a stall. A
+//! consistent file is read up to the end of its records, not to the end of the file.
 
 use std::io;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::file::{self, unix_ns};
 use super::layout::*;
@@ -145,8 +151,13 @@ impl From<io::Error> for CountersFileError {
     }
 }
 
+/// How long one file is retried while its writer is in the middle of a write. A write takes
+/// microseconds (one `pwrite` of the whole snapshot), so this allows for the writer's thread
+/// being descheduled mid-write several times over.
+pub const COUNTERS_BUSY_RETRY: Duration = Duration::from_millis(20);
+
 /// Reads one consistent snapshot from the counters file at `path` (retrying while the writer
-/// is in the middle of a write, at most 100 times 1 ms). The file must be a regular file (not
+/// is in the middle of a write, for at most [`COUNTERS_BUSY_RETRY`]). The file must be a regular file (not
 /// a link, a FIFO or a device) owned by the owner of its directory, and at most
 /// [`MAX_FILE_LEN`] bytes; anything else is [`CountersFileError::Refused`] without being read,
 /// and opening it never blocks.
@@ -166,41 +177,101 @@ pub fn read_counters_file_of(
     path: &Path,
     owner: u32,
 ) -> Result<CountersSnapshot, CountersFileError> {
-    use std::os::unix::fs::FileExt;
+    read_counters_file_until(path, owner, Instant::now() + COUNTERS_BUSY_RETRY)
+}
+
+/// [`read_counters_file_of`], retrying a file whose writer is in the middle of a write only
+/// until `deadline` (and for at most [`COUNTERS_BUSY_RETRY`]); past it, the file is read once. A caller
+/// that reads many files (`llbus list`) passes them all one deadline, so that any number of
+/// files forever in the middle of a write cost at most that long in all, plus one header read
+/// each.
+///
+/// # Errors
+/// See [`CountersFileError`]; [`CountersFileError::Busy`] when the writer was in the middle of
+/// a write at every attempt.
+pub fn read_counters_file_until(
+    path: &Path,
+    owner: u32,
+    deadline: Instant,
+) -> Result<CountersSnapshot, CountersFileError> {
     let (file, len) = file::open_checked(path, owner)?;
-    // Never longer than `MAX_FILE_LEN` (checked by `open_checked`), allocated once.
+    let deadline = deadline.min(Instant::now() + COUNTERS_BUSY_RETRY);
+    // Never longer than `MAX_FILE_LEN` (checked by `open_checked`).
     let mut bytes = Vec::new();
-    for _ in 0..100 {
-        let now = file.metadata()?.len().min(len);
-        bytes.resize(now as usize, 0);
-        let got = read_at_most(&file, &mut bytes)?;
-        bytes.truncate(got);
-        // A writer in the middle of a write shows the magic and an odd generation.
-        let busy = bytes.len() >= HEADER_LEN
-            && bytes[..8] == COUNTERS_MAGIC
-            && get_u64(&bytes, GENERATION_AT) % 2 == 1;
-        if busy {
-            std::thread::sleep(Duration::from_millis(1));
-            continue;
-        }
-        let mut snap = decode(&bytes)?;
-        snap.owner = owner;
-        let mut g = [0u8; 8];
-        file.read_exact_at(&mut g, GENERATION_AT as u64)?;
-        if u64::from_le_bytes(g) == snap.generation {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(mut snap) = read_once(&file, len, &mut bytes)? {
+            snap.owner = owner;
             return Ok(snap);
         }
+        if Instant::now() + pause > deadline {
+            return Err(CountersFileError::Busy);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(8));
     }
-    Err(CountersFileError::Busy)
+}
+
+/// One attempt at a consistent snapshot of a file of at most `len` bytes: `None` if the writer
+/// was in the middle of a write before or during it. The header is read first, and the rest
+/// only if the generation is even, up to the end of the records the header counts.
+fn read_once(
+    file: &std::fs::File,
+    len: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<Option<CountersSnapshot>, CountersFileError> {
+    let mut header = [0u8; HEADER_LEN];
+    let got = read_at_most(file, &mut header)?;
+    let header = &header[..got];
+    let counters = header.len() == HEADER_LEN && header[..8] == COUNTERS_MAGIC;
+    let generation = counters.then(|| get_u64(header, GENERATION_AT));
+    if generation.is_some_and(|g| g % 2 == 1) {
+        return Ok(None);
+    }
+    let end = if counters {
+        u64::from(get_u32(header, HEADER_LEN_AT)).saturating_add(
+            u64::from(get_u32(header, COUNT_AT)) * u64::from(get_u32(header, RECORD_LEN_AT)),
+        )
+    } else {
+        // Not a counters file: the header says why.
+        header.len() as u64
+    };
+    let now = file.metadata()?.len().min(len).min(end);
+    bytes.resize(now as usize, 0);
+    let got = read_at_most(file, bytes)?;
+    bytes.truncate(got);
+    let decoded = decode(bytes);
+    // The generation now, against the one read first: a write in between tore the copy (even
+    // one that made it look malformed, with records counted by one write and read from another).
+    let unchanged = match generation {
+        Some(g) => {
+            let mut now = [0u8; 8];
+            read_at_most_at(file, &mut now, GENERATION_AT as u64)? == 8
+                && u64::from_le_bytes(now) == g
+                && decoded.as_ref().map_or(true, |s| s.generation == g)
+        }
+        None => true,
+    };
+    if unchanged {
+        decoded.map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 /// Reads from offset 0 into `buf` until it is full or the file ends (it may have shrunk
 /// meanwhile); returns how many bytes it read.
 fn read_at_most(file: &std::fs::File, buf: &mut [u8]) -> io::Result<usize> {
+    read_at_most_at(file, buf, 0)
+}
+
+/// Reads from offset `from` into `buf` until it is full or the file ends; returns how many
+/// bytes it read.
+fn read_at_most_at(file: &std::fs::File, buf: &mut [u8], from: u64) -> io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let mut at = 0;
     while at < buf.len() {
-        match file.read_at(&mut buf[at..], at as u64) {
+        match file.read_at(&mut buf[at..], from + at as u64) {
             Ok(0) => break,
             Ok(n) => at += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -311,4 +382,74 @@ pub fn decode(b: &[u8]) -> Result<CountersSnapshot, CountersFileError> {
         }
     }
     Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A counters file header of no records at generation `generation`, padded with zeros
+    /// (sparse) to `len` bytes, in a fresh directory of ours.
+    fn planted(name: &str, generation: u64, len: u64) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("llbus-reader-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("llbus-planted-1-0.cnc");
+        let mut b = vec![0u8; HEADER_LEN];
+        b[..8].copy_from_slice(&COUNTERS_MAGIC);
+        b[VERSION_AT..VERSION_AT + 4].copy_from_slice(&COUNTERS_VERSION.to_le_bytes());
+        b[HEADER_LEN_AT..HEADER_LEN_AT + 4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        b[RECORD_LEN_AT..RECORD_LEN_AT + 4].copy_from_slice(&(RECORD_LEN as u32).to_le_bytes());
+        b[GENERATION_AT..GENERATION_AT + 8].copy_from_slice(&generation.to_le_bytes());
+        std::fs::write(&path, &b).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(len))
+            .unwrap();
+        path
+    }
+
+    fn remove(path: &Path) {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    #[test]
+    fn a_file_forever_mid_write_is_busy_and_a_spent_deadline_allows_one_attempt() {
+        let path = planted("busy", 3, 4096);
+        let owner = file::dir_owner(&path).unwrap();
+        assert!(matches!(
+            read_counters_file(&path),
+            Err(CountersFileError::Busy)
+        ));
+        // A deadline already past: one attempt, no sleep (no retries add up over many files).
+        let past = Instant::now();
+        for _ in 0..1000 {
+            assert!(matches!(
+                read_counters_file_until(&path, owner, past),
+                Err(CountersFileError::Busy)
+            ));
+        }
+        remove(&path);
+    }
+
+    #[test]
+    fn a_consistent_file_is_read_to_the_end_of_its_records_once() {
+        // Zero records in a file of the largest size: a snapshot, whatever the deadline.
+        let path = planted("even", 4, MAX_FILE_LEN);
+        let owner = file::dir_owner(&path).unwrap();
+        let snap = read_counters_file_until(&path, owner, Instant::now()).unwrap();
+        assert_eq!((snap.generation, snap.owner), (4, owner));
+        assert!(snap.edges.is_empty() && snap.actors.is_empty());
+        remove(&path);
+        // Not a counters file: its header says so.
+        let path = planted("junk", 4, 1 << 20);
+        std::fs::write(&path, vec![b'x'; 1 << 20]).unwrap();
+        assert!(matches!(
+            read_counters_file(&path),
+            Err(CountersFileError::Malformed(_))
+        ));
+        remove(&path);
+    }
 }
