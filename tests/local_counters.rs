@@ -20,49 +20,10 @@ use std::time::{Duration, Instant};
 
 use tests::cli::{llbus, llbus_bin, CountersDir, Watched};
 use tests::example_bins::Fields;
-use tests::local::{euid, is_root, nobody};
+use tests::local::{crafted_counters_file, euid, is_root, nobody};
 
 /// A uid no account uses: the victim of a squatted counters directory.
 const VICTIM_UID: u32 = 65532;
-
-/// A version-1 counters file (the layout documented on `llbus::COUNTERS_VERSION`) that looks
-/// live (this process's pid, a heartbeat of now), whose names hold `evil`.
-fn crafted(bus: &str, topic: &str, actor: &str) -> Vec<u8> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut b = vec![0u8; 128];
-    b[..8].copy_from_slice(&llbus::COUNTERS_MAGIC);
-    b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    b[12..16].copy_from_slice(&128u32.to_le_bytes());
-    b[16..24].copy_from_slice(&2u64.to_le_bytes());
-    b[24..32].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-    b[32..40].copy_from_slice(&(now - 1_000_000_000).to_le_bytes());
-    b[40..48].copy_from_slice(&now.to_le_bytes());
-    b[48..56].copy_from_slice(&100_000_000u64.to_le_bytes());
-    b[56..60].copy_from_slice(&2u32.to_le_bytes());
-    b[60..64].copy_from_slice(&256u32.to_le_bytes());
-    b[64..64 + bus.len()].copy_from_slice(bus.as_bytes());
-    let record = |type_id: u32, values: &[u64], label: &[&str]| {
-        let mut r = vec![0u8; 256];
-        r[..4].copy_from_slice(&type_id.to_le_bytes());
-        r[4..8].copy_from_slice(&(values.len() as u32).to_le_bytes());
-        for (i, v) in values.iter().enumerate() {
-            r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
-        }
-        let l = label.join("\0");
-        r[128..128 + l.len()].copy_from_slice(l.as_bytes());
-        r
-    };
-    b.extend(record(
-        llbus::RECORD_EDGE,
-        &[5, 5, 0, 0, 0, 0, 0, 0, 1],
-        &[topic, actor, "sink", "Block"],
-    ));
-    b.extend(record(llbus::RECORD_ACTOR, &[5, 1, 1, 0, 0], &[actor, "t"]));
-    b
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -88,13 +49,17 @@ fn plant(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     planted.push(("larger than any counters file", big));
     if is_root() {
         let other = dir.join("llbus-other-1-0.cnc");
-        std::fs::write(&other, crafted("other", "x", "y")).expect("write");
+        std::fs::write(&other, crafted_counters_file("other", "x", "y")).expect("write");
         let (uid, gid) = nobody();
         std::os::unix::fs::chown(&other, Some(uid), Some(gid)).expect("chown");
         planted.push(("belongs to uid", other));
     }
     let evil = dir.join(format!("llbus-evil-{}-0.cnc", std::process::id()));
-    std::fs::write(&evil, crafted(ESC_NAME, "t\x1b[2J\x1b[31m", "a\u{9b}1m")).expect("write");
+    std::fs::write(
+        &evil,
+        crafted_counters_file(ESC_NAME, "t\x1b[2J\x1b[31m", "a\u{9b}1m"),
+    )
+    .expect("write");
     planted
 }
 

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use llbus::Message;
 use llbus_ipc::{ChannelConfig, OpenError, Pod, Receiver, Sender};
 use tests::cli::{llbus_bin, CountersDir};
+use tests::local::crafted_counters_file;
 
 #[derive(Message, Clone, Copy, Debug, PartialEq)]
 #[message(topic = "review.tick")]
@@ -692,45 +693,6 @@ fn a_writer_handing_over_huge_pages_cannot_kill_the_reader() {
     assert!(out.contains("SURVIVED"), "{out}\n{err}");
 }
 
-/// A version-1 counters file that looks live (this process's pid, a heartbeat of now), whose
-/// bus, topic and actor names are those given (the layout on `llbus::COUNTERS_VERSION`).
-fn crafted(bus: &str, topic: &str, actor: &str) -> Vec<u8> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut b = vec![0u8; 128];
-    b[..8].copy_from_slice(&llbus::COUNTERS_MAGIC);
-    b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    b[12..16].copy_from_slice(&128u32.to_le_bytes());
-    b[16..24].copy_from_slice(&2u64.to_le_bytes());
-    b[24..32].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-    b[32..40].copy_from_slice(&(now - 1_000_000_000).to_le_bytes());
-    b[40..48].copy_from_slice(&now.to_le_bytes());
-    b[48..56].copy_from_slice(&100_000_000u64.to_le_bytes());
-    b[56..60].copy_from_slice(&2u32.to_le_bytes());
-    b[60..64].copy_from_slice(&256u32.to_le_bytes());
-    b[64..64 + bus.len()].copy_from_slice(bus.as_bytes());
-    let record = |type_id: u32, values: &[u64], label: &[&str]| {
-        let mut r = vec![0u8; 256];
-        r[..4].copy_from_slice(&type_id.to_le_bytes());
-        r[4..8].copy_from_slice(&(values.len() as u32).to_le_bytes());
-        for (i, v) in values.iter().enumerate() {
-            r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
-        }
-        let l = label.join("\0");
-        r[128..128 + l.len()].copy_from_slice(l.as_bytes());
-        r
-    };
-    b.extend(record(
-        llbus::RECORD_EDGE,
-        &[5, 5, 0, 0, 0, 0, 0, 0, 1],
-        &[topic, actor, "sink", "Block"],
-    ));
-    b.extend(record(llbus::RECORD_ACTOR, &[5, 1, 1, 0, 0], &[actor, "t"]));
-    b
-}
-
 /// Any character that acts on a terminal: C0 but newline, DEL, C1 (U+009B is an 8-bit CSI),
 /// bidirectional overrides and isolates.
 fn raw_terminal_controls(s: &str) -> Vec<char> {
@@ -755,7 +717,7 @@ fn json_output_carries_no_raw_terminal_controls_from_planted_names() {
         .join(format!("llbus-evil-{}-0.cnc", std::process::id()));
     std::fs::write(
         &file,
-        crafted(hostile, "t\u{9b}31m\u{2066}", "a\x7f\u{202d}"),
+        crafted_counters_file(hostile, "t\u{9b}31m\u{2066}", "a\x7f\u{202d}"),
     )
     .expect("write");
     let pid = std::process::id().to_string();

@@ -83,3 +83,43 @@ pub fn mapped_memfds_of(pid: u32) -> Vec<PathBuf> {
         .map(|range| PathBuf::from(format!("/proc/{pid}/map_files/{range}")))
         .collect()
 }
+
+/// A version-1 counters file (the layout documented on `llbus::COUNTERS_VERSION`) that looks
+/// live (this process's pid, a heartbeat of now), with the bus, topic and actor names given
+/// (hostile ones, say: the readers must escape what they print).
+pub fn crafted_counters_file(bus: &str, topic: &str, actor: &str) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut b = vec![0u8; 128];
+    b[..8].copy_from_slice(&llbus::COUNTERS_MAGIC);
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[12..16].copy_from_slice(&128u32.to_le_bytes());
+    b[16..24].copy_from_slice(&2u64.to_le_bytes());
+    b[24..32].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    b[32..40].copy_from_slice(&(now - 1_000_000_000).to_le_bytes());
+    b[40..48].copy_from_slice(&now.to_le_bytes());
+    b[48..56].copy_from_slice(&100_000_000u64.to_le_bytes());
+    b[56..60].copy_from_slice(&2u32.to_le_bytes());
+    b[60..64].copy_from_slice(&256u32.to_le_bytes());
+    b[64..64 + bus.len()].copy_from_slice(bus.as_bytes());
+    let record = |type_id: u32, values: &[u64], label: &[&str]| {
+        let mut r = vec![0u8; 256];
+        r[..4].copy_from_slice(&type_id.to_le_bytes());
+        r[4..8].copy_from_slice(&(values.len() as u32).to_le_bytes());
+        for (i, v) in values.iter().enumerate() {
+            r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let l = label.join("\0");
+        r[128..128 + l.len()].copy_from_slice(l.as_bytes());
+        r
+    };
+    b.extend(record(
+        llbus::RECORD_EDGE,
+        &[5, 5, 0, 0, 0, 0, 0, 0, 1],
+        &[topic, actor, "sink", "Block"],
+    ));
+    b.extend(record(llbus::RECORD_ACTOR, &[5, 1, 1, 0, 0], &[actor, "t"]));
+    b
+}
