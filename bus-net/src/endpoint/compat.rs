@@ -96,8 +96,7 @@ impl CompatExport {
                 dests.extend(self.table.destinations(0));
                 let bytes = buf.get(..n).unwrap_or_default();
                 let taken = wire.send(bytes, dests, false);
-                metrics.datagrams_out.add(taken as u64);
-                metrics.bytes_out.add((taken * n) as u64);
+                metrics.sent(taken, taken * n);
             }
             Err(e) => {
                 metrics.too_large.add(1);

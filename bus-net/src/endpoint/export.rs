@@ -135,8 +135,7 @@ impl ExportBatch<'_> {
             true,
             self.subscribers.destinations(topic),
         );
-        self.metrics.datagrams_out.add(datagrams as u64);
-        self.metrics.bytes_out.add(bytes as u64);
+        self.metrics.sent(datagrams, bytes);
         self.enc.clear();
     }
 

@@ -101,6 +101,13 @@ impl NetMetrics {
         }
     }
 
+    /// Counts `datagrams` sent, `bytes` in all.
+    #[inline]
+    pub(crate) fn sent(&self, datagrams: usize, bytes: usize) {
+        self.datagrams_out.add(datagrams as u64);
+        self.bytes_out.add(bytes as u64);
+    }
+
     /// Counts one dropped datagram or frame under its reason.
     #[inline]
     pub(crate) fn drop(&self, reason: DropReason) {

@@ -464,8 +464,7 @@ impl Endpoint {
             token.is_some(),
             std::iter::once((dest, token.unwrap_or(0))),
         );
-        self.metrics.datagrams_out.add(datagrams as u64);
-        self.metrics.bytes_out.add(bytes as u64);
+        self.metrics.sent(datagrams, bytes);
     }
 
     /// Sends one control frame (a request) to `dest`.
@@ -625,8 +624,7 @@ impl Endpoint {
         let mut flush = |frames: &[u8]| {
             let (datagrams, bytes) =
                 egress.send(&mut *wire, frames, true, std::iter::once((dest, token)));
-            metrics.datagrams_out.add(datagrams as u64);
-            metrics.bytes_out.add(bytes as u64);
+            metrics.sent(datagrams, bytes);
         };
         let buf = &mut self.control_buf[..room];
         if let Some(u) = self.retransmit.unavailable() {
@@ -1200,8 +1198,7 @@ impl Endpoint {
                 true,
                 self.publisher.subscribers().destinations(topic_id),
             );
-            self.metrics.datagrams_out.add(datagrams as u64);
-            self.metrics.bytes_out.add(bytes as u64);
+            self.metrics.sent(datagrams, bytes);
         }
     }
 
