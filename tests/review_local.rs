@@ -839,7 +839,6 @@ fn victim_child() {
 /// `llbus-UID-N`". `nobody` makes all of them first (eight directories, 0777): the victim's
 /// `Sender::create` with the default configuration must still make its channel.
 #[test]
-#[ignore = "finding: squatting /dev/shm/llbus-UID and llbus-UID-1..7 (eight mkdirs by another user) keeps that user from making any default channel"]
 fn another_user_cannot_keep_a_user_from_making_channels() {
     if !tests::local::root_or_skip("squatted default channel directories") {
         return;
@@ -857,7 +856,19 @@ fn another_user_cannot_keep_a_user_from_making_channels() {
             }
         }
     }
-    let _cleanup = Cleanup(squats.clone());
+    // The victim's home: its own, as a login gives it (the fallback once every name is taken).
+    let home = std::env::temp_dir().join(format!("llbus-review-home-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir(&home).expect("mkdir home");
+    std::os::unix::fs::chown(&home, Some(VICTIM_UID), Some(VICTIM_UID)).expect("chown home");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod home");
+    let _cleanup = Cleanup(
+        squats
+            .iter()
+            .cloned()
+            .chain(std::iter::once(home.clone()))
+            .collect(),
+    );
     for d in &squats {
         let _ = std::fs::remove_dir_all(d);
         std::fs::create_dir(d).expect("mkdir");
@@ -868,6 +879,7 @@ fn another_user_cannot_keep_a_user_from_making_channels() {
     let mut cmd = Command::new(exe);
     cmd.args(["victim_child", "--exact", "--nocapture", "--test-threads=1"])
         .env(VICTIM_CHILD, "1")
+        .env("HOME", &home)
         .env_remove("XDG_RUNTIME_DIR");
     std::os::unix::process::CommandExt::uid(&mut cmd, VICTIM_UID);
     std::os::unix::process::CommandExt::gid(&mut cmd, VICTIM_UID);
@@ -879,6 +891,10 @@ fn another_user_cannot_keep_a_user_from_making_channels() {
     assert!(
         line.contains("CREATED"),
         "the victim could not make a channel: {line}\n{out}\n{err}"
+    );
+    assert!(
+        line.contains(&*home.join(".llbus").to_string_lossy()),
+        "the channel is not in the victim's home: {line}"
     );
     for d in &squats {
         assert!(

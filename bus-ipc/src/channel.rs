@@ -42,7 +42,8 @@ pub const PREFIX: &str = "llbus-ipc-";
 #[derive(Clone, Debug)]
 pub struct ChannelConfig {
     /// The directory of channel sockets. Default: `$XDG_RUNTIME_DIR/llbus` when that variable
-    /// names a directory of this user's, else `/dev/shm/llbus-UID`; made mode 0700 if missing.
+    /// names a directory of this user's, else `/dev/shm/llbus-UID` (the next `llbus-UID-N`, or
+    /// `$HOME/.llbus`, when someone else took that name); made mode 0700 if missing.
     /// Whatever it is, it must be a directory (not a link) owned by this user that no other
     /// user can write (its group only if it is [`group`](Self::group)): anything else is
     /// refused with [`OpenError::UnsafeDir`].

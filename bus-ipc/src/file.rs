@@ -15,7 +15,8 @@
 //! # The directory: only the owner writes it
 //! A channel's socket is `DIR/llbus-ipc-NAME`. The default directory is `llbus` in
 //! `$XDG_RUNTIME_DIR` (made by the login manager for this user alone), else `/dev/shm/llbus-UID`
-//! (made mode 0700). Before use, a directory must be a directory (not a link), owned by this
+//! (made mode 0700; the next `llbus-UID-N`, then `$HOME/.llbus`, when someone else has taken
+//! it). Before use, a directory must be a directory (not a link), owned by this
 //! user, and writable by nobody else (by its group only when it is the channel's group), or it
 //! is refused naming what is wrong: a directory made by someone else in its place is reported,
 //! never used.
@@ -81,8 +82,10 @@ const ALTERNATIVES: usize = 8;
 /// absolute directory of ours, else `/dev/shm/llbus-UID` (the temporary directory where there
 /// is no `/dev/shm`). If that name is taken by a directory we must not use (another user's, a
 /// link, one others may write), it is reported and the next of `llbus-UID-1`, `llbus-UID-2`,
-/// ... that is missing or ours is used instead: a squatter is never used, and must take every
-/// alternative to keep the channel from being made.
+/// ... that is missing or ours is used instead, and when someone has taken all of them,
+/// `$HOME/.llbus` (a directory nobody else can make, since only this user writes the home
+/// directory; it is on disk, but it only holds the sockets: the memory is never in a file). A
+/// squatter is never used and cannot keep the channel from being made.
 pub(crate) fn default_dir() -> PathBuf {
     if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR") {
         let xdg = PathBuf::from(xdg);
@@ -112,7 +115,30 @@ pub(crate) fn default_dir() -> PathBuf {
             ),
         }
     }
-    first
+    match home_dir() {
+        Ok(dir) => {
+            log::warn!(
+                "llbus-ipc: every /dev/shm name of this user's is taken by someone else: channels are made in {}",
+                dir.display()
+            );
+            dir
+        }
+        Err(why) => {
+            log::error!("llbus-ipc: no channel directory of this user's is left: {why}");
+            first
+        }
+    }
+}
+
+/// `$HOME/.llbus`, when `$HOME` names an absolute directory of this user's that nobody else
+/// can write (so nobody else can have made `.llbus` in it).
+fn home_dir() -> Result<PathBuf, String> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .ok_or_else(|| "$HOME is not set to an absolute path".to_owned())?;
+    check_dir(&home, None).map_err(|why| format!("not using $HOME ({}): {why}", home.display()))?;
+    Ok(home.join(".llbus"))
 }
 
 /// Why a directory is not one a channel may meet in: the text says what is wrong with it.
