@@ -280,3 +280,36 @@ fn a_squatted_counters_directory_is_reported_and_the_bus_runs_without_it() {
     assert_eq!(meta.uid(), nobody.0, "the squatter's directory was changed");
     running.kill();
 }
+
+/// A scan of counters files reads a bounded number of bytes whatever is planted: valid files
+/// of the largest size (zero records, sparse) are skipped past the scan's budget with one
+/// warning, and a bus's own small file is still listed.
+#[test]
+fn planted_files_of_the_largest_valid_size_cannot_make_one_scan_read_without_bound() {
+    let dir = CountersDir::new("local-budget");
+    let mut header = crafted_counters_file("x", "x", "x");
+    header.truncate(128);
+    header[56..60].copy_from_slice(&0u32.to_le_bytes());
+    for i in 0..6 {
+        let path = dir.path().join(format!("llbus-a{i}-1-0.cnc"));
+        std::fs::write(&path, &header).expect("write");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(llbus::MAX_FILE_LEN))
+            .expect("sparse file");
+    }
+    let small = dir
+        .path()
+        .join(format!("llbus-small-{}-0.cnc", std::process::id()));
+    std::fs::write(&small, crafted_counters_file("small", "t", "a")).expect("write");
+    let (out, err) = prompt(&dir, &["list"]);
+    assert!(out.contains("small"), "{out}\n{err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("skipped") && l.contains("MiB"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    // 64 MiB of files of 16 MiB and a header: three are read, three skipped.
+    assert!(warnings[0].contains("skipped 3 counters files"), "{err}");
+}

@@ -33,16 +33,36 @@ pub(crate) fn read(path: &Path, owner: u32) -> Result<CountersSnapshot, String> 
 /// of a write within microseconds, so this is spent only on files that never are.
 const SCAN_RETRY: Duration = Duration::from_millis(250);
 
+/// The most bytes of counters files one scan reads: a bus's file is a few kilobytes, so this
+/// is only ever reached by files planted to be read (any number of them, each up to
+/// [`llbus::MAX_FILE_LEN`]); past it the rest are skipped with one warning. This user's own
+/// files are read first, so another user's cannot push them out.
+const SCAN_BYTES: u64 = 64 << 20;
+
 /// Every counters file on this host that this user may see (root: every user's). Directories
 /// and files that are not what they should be are skipped with one warning each.
 pub(crate) fn all() -> Result<Vec<Found>, String> {
-    let (files, skipped) = llbus::find_counters_files();
+    let (mut files, skipped) = llbus::find_counters_files();
     for s in skipped {
         eprintln!("llbus: warning: {}", text::clean(&s));
     }
+    let me = llbus_euid();
+    files.sort_by_key(|loc| loc.owner != me);
     let deadline = Instant::now() + SCAN_RETRY;
+    let mut budget = SCAN_BYTES;
+    let mut over_budget = 0usize;
     let mut found = Vec::new();
     for loc in files {
+        // What reading it costs: nothing if it is too large to be read at all.
+        let len = std::fs::symlink_metadata(&loc.path)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let cost = if len > llbus::MAX_FILE_LEN { 0 } else { len };
+        if cost > budget {
+            over_budget += 1;
+            continue;
+        }
+        budget -= cost;
         match llbus::read_counters_file_until(&loc.path, loc.owner, deadline) {
             Ok(s) => found.push(Found {
                 path: loc.path,
@@ -66,6 +86,12 @@ pub(crate) fn all() -> Result<Vec<Found>, String> {
                 live: false,
             }),
         }
+    }
+    if over_budget > 0 {
+        eprintln!(
+            "llbus: warning: skipped {over_budget} counters files: this scan already read {} MiB of them",
+            SCAN_BYTES >> 20
+        );
     }
     Ok(found)
 }

@@ -313,6 +313,11 @@ pub fn decode(b: &[u8]) -> Result<CountersSnapshot, CountersFileError> {
             "header length {header_len} or record length {record_len} too small"
         ));
     }
+    if count > MAX_RECORDS {
+        return bad(format!(
+            "{count} records, more than any counters file holds ({MAX_RECORDS})"
+        ));
+    }
     let needed = count
         .checked_mul(record_len)
         .and_then(|r| r.checked_add(header_len));
@@ -451,5 +456,25 @@ mod tests {
             Err(CountersFileError::Malformed(_))
         ));
         remove(&path);
+    }
+
+    #[test]
+    fn a_header_claiming_more_records_than_any_file_holds_is_malformed() {
+        let mut b = vec![0u8; HEADER_LEN];
+        b[..8].copy_from_slice(&COUNTERS_MAGIC);
+        b[VERSION_AT..VERSION_AT + 4].copy_from_slice(&COUNTERS_VERSION.to_le_bytes());
+        b[HEADER_LEN_AT..HEADER_LEN_AT + 4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        b[RECORD_LEN_AT..RECORD_LEN_AT + 4].copy_from_slice(&(RECORD_LEN as u32).to_le_bytes());
+        let claim = |b: &mut Vec<u8>, n: usize| {
+            b[COUNT_AT..COUNT_AT + 4].copy_from_slice(&(n as u32).to_le_bytes());
+            b.resize(HEADER_LEN + n * RECORD_LEN, 0);
+        };
+        claim(&mut b, MAX_RECORDS);
+        assert!(decode(&b).is_ok());
+        claim(&mut b, MAX_RECORDS + 1);
+        match decode(&b) {
+            Err(CountersFileError::Malformed(why)) => assert!(why.contains("more than"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
