@@ -349,3 +349,48 @@ fn hostile_shape_encodings_are_refused() {
     assert_eq!(deeper.to_bytes(), Err(ShapeError::TooDeep));
     assert_eq!(decode(&[7], &deeper), Err(DecodeError::TooDeep));
 }
+
+/// A shape's names may be long, and a message of no bytes may repeat them: copied names are
+/// charged to the value budget, so such a message cannot decode into megabytes.
+#[test]
+fn long_names_repeated_by_an_array_are_charged_to_the_budget() {
+    use llbus::schema::Fields;
+    let name = "n".repeat(2_000);
+    let shape = Shape::Array {
+        len: 30_000,
+        item: Box::new(Shape::structure(
+            "S",
+            Fields::named([(name.as_str(), Shape::Tuple(Vec::new()))]),
+        )),
+    };
+    assert!(shape.to_bytes().expect("a servable shape").len() < 64 * 1024);
+    assert_eq!(decode(&[], &shape), Err(DecodeError::TooMany));
+    // A short name, as often: the same array decodes.
+    let shape = Shape::Array {
+        len: 30_000,
+        item: Box::new(Shape::structure(
+            "S",
+            Fields::named([("n", Shape::Tuple(Vec::new()))]),
+        )),
+    };
+    assert!(decode(&[], &shape).is_ok());
+}
+
+/// Every decoded value has a JSON form: a map keyed by tuples (which serde_json refuses as
+/// keys) is written as `[key, value]` pairs; one keyed by integers stays an object.
+#[test]
+fn maps_with_keys_json_cannot_hold_serialize_as_pairs() {
+    let mut by_pair: HashMap<(u8, u8), u32> = HashMap::new();
+    by_pair.insert((1, 2), 7);
+    assert!(
+        serde_json::to_string(&by_pair).is_err(),
+        "serde_json refuses the original"
+    );
+    let value = decode(&bincode_of(&by_pair), &HashMap::<(u8, u8), u32>::shape()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&value).unwrap(),
+        serde_json::json!([[[1, 2], 7]])
+    );
+    let by_int: BTreeMap<u16, bool> = [(3, true)].into_iter().collect();
+    check_same_json(&by_int);
+}

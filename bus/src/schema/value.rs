@@ -13,8 +13,11 @@
 //! over, an invalid `bool`, tag, variant index, UTF-8 or `char`, a length that claims more
 //! elements than the rest of the input has bytes, a shape nested deeper than
 //! [`MAX_DEPTH`](super::MAX_DEPTH), a tree of more than [`VALUES_PER_BYTE`] values per input
-//! byte plus [`SPARE_VALUES`]. The last bound caps the tree's size, strings are copies of input
-//! bytes, so the decoder allocates in proportion to `bytes.len()`. Both bounds on lengths refuse
+//! byte plus [`SPARE_VALUES`], where each field or variant name copied into the tree counts as
+//! one more value per [`NAME_BYTES_PER_VALUE`] bytes of it. The last bound caps the tree's size
+//! (names included: a shape's names may be long, and a message of no bytes may repeat one many
+//! times), strings are copies of input bytes, so the decoder allocates in proportion to
+//! `bytes.len()`. Both bounds on lengths refuse
 //! what bincode accepts only for zero-sized elements (`Vec<()>` longer than the rest of the
 //! input, `[(); 1_000_000]`), which no message carries.
 
@@ -29,7 +32,10 @@ use super::shape::{Fields, Primitive, Shape, MAX_DEPTH};
 /// except that struct and variant names are written as map keys (serde wants them `'static`), so
 /// `serde_json::to_value(&value)` equals `serde_json::to_value(&original)`: structs are objects,
 /// newtype structs their inner value, unit structs and `()` null, enums externally tagged (`"V"`,
-/// `{"V": ...}`), `None` null and `Some(x)` `x`.
+/// `{"V": ...}`), `None` null and `Some(x)` `x`. One exception, so that every value has a JSON
+/// form: a map with a key that is not a string, a character, an integer or a unit variant (a
+/// tuple, a struct, ...) is written as a sequence of `[key, value]` pairs, where the original
+/// type fails in JSON.
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)] // Each number variant holds the Rust type of its name.
 pub enum Value {
@@ -69,6 +75,29 @@ pub enum Value {
     },
 }
 
+impl Value {
+    /// Whether every self-describing format takes this value as a map key: a string, a
+    /// character, an integer or a unit variant (written as its name).
+    fn is_map_key(&self) -> bool {
+        matches!(
+            self,
+            Value::Str(_)
+                | Value::Char(_)
+                | Value::U8(_)
+                | Value::U16(_)
+                | Value::U32(_)
+                | Value::U64(_)
+                | Value::U128(_)
+                | Value::I8(_)
+                | Value::I16(_)
+                | Value::I32(_)
+                | Value::I64(_)
+                | Value::I128(_)
+                | Value::Variant { value: None, .. }
+        )
+    }
+}
+
 impl Serialize for Value {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -97,12 +126,20 @@ impl Serialize for Value {
                 }
                 seq.end()
             }
-            Value::Map(entries) => {
+            Value::Map(entries) if entries.iter().all(|(key, _)| key.is_map_key()) => {
                 let mut map = s.serialize_map(Some(entries.len()))?;
                 for (key, value) in entries {
                     map.serialize_entry(key, value)?;
                 }
                 map.end()
+            }
+            Value::Map(entries) => {
+                // Keys JSON cannot hold (tuples, structs): `[key, value]` pairs instead.
+                let mut seq = s.serialize_seq(Some(entries.len()))?;
+                for entry in entries {
+                    seq.serialize_element(&(&entry.0, &entry.1))?;
+                }
+                seq.end()
             }
             Value::Record(fields) => {
                 let mut map = s.serialize_map(Some(fields.len()))?;
@@ -181,7 +218,8 @@ impl std::fmt::Display for DecodeError {
             DecodeError::TooMany => write!(
                 f,
                 "value has more parts than {VALUES_PER_BYTE} per input byte plus \
-                 {SPARE_VALUES}: refused to bound memory"
+                 {SPARE_VALUES} (a name counting one per {NAME_BYTES_PER_VALUE} bytes): \
+                 refused to bound memory"
             ),
             DecodeError::Opaque { fingerprint } => write!(
                 f,
@@ -232,6 +270,9 @@ pub const SPARE_VALUES: usize = 64 * 1024;
 /// How many values a decode may produce per input byte: one per nesting level.
 pub const VALUES_PER_BYTE: usize = MAX_DEPTH;
 
+/// The bytes of a copied field or variant name that count as one value of the budget.
+pub const NAME_BYTES_PER_VALUE: usize = 32;
+
 /// A cursor over the input. Invariant: `at <= bytes.len()`.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -260,6 +301,18 @@ impl Reader<'_> {
         Ok(self.array::<1>()?[0])
     }
 
+    /// Takes `n` values from the budget.
+    fn charge(&mut self, n: usize) -> Result<(), DecodeError> {
+        self.budget = self.budget.checked_sub(n).ok_or(DecodeError::TooMany)?;
+        Ok(())
+    }
+
+    /// A copy of a field's or variant's name, charged to the budget.
+    fn name(&mut self, name: &str) -> Result<String, DecodeError> {
+        self.charge(name.len() / NAME_BYTES_PER_VALUE)?;
+        Ok(name.to_owned())
+    }
+
     /// A `u64` length, refused if the rest of the input cannot hold `len` elements of at least
     /// one byte each.
     fn len(&mut self) -> Result<usize, DecodeError> {
@@ -276,7 +329,7 @@ impl Reader<'_> {
         if depth > MAX_DEPTH {
             return Err(DecodeError::TooDeep);
         }
-        self.budget = self.budget.checked_sub(1).ok_or(DecodeError::TooMany)?;
+        self.charge(1)?;
         let depth = depth + 1;
         Ok(match shape {
             Shape::Primitive(p) => self.primitive(*p)?,
@@ -333,7 +386,7 @@ impl Reader<'_> {
                     what: "variant index",
                 })?;
                 Value::Variant {
-                    name: variant.name.clone(),
+                    name: self.name(&variant.name)?,
                     value: self.fields(&variant.fields, depth)?.map(Box::new),
                 }
             }
@@ -365,7 +418,8 @@ impl Reader<'_> {
             Fields::Named(named) => {
                 let mut out = Vec::with_capacity(named.len());
                 for (name, shape) in named {
-                    out.push((name.clone(), self.value(shape, depth)?));
+                    let name = self.name(name)?;
+                    out.push((name, self.value(shape, depth)?));
                 }
                 Some(Value::Record(out))
             }
