@@ -59,8 +59,8 @@ mod replay;
 mod writer;
 
 pub use mapping::{
-    read, Frame, RecordedTopic, Recording, MESSAGE_ENCODING, META_FINGERPRINT, META_TOPIC_ID,
-    META_TYPE, RECORDER_METADATA, SCHEMA_ENCODING,
+    read, Frame, RecordedTopic, Recording, MAX_RECORD, MESSAGE_ENCODING, META_FINGERPRINT,
+    META_TOPIC_ID, META_TYPE, RECORDER_METADATA, SCHEMA_ENCODING,
 };
 pub use recorder::{Recorder, RecorderActor, RecorderStats};
 pub use replay::{Pace, Replay, ReplayActor, ReplayError};

@@ -93,50 +93,88 @@ pub struct Recording {
     pub cut_off: Option<String>,
 }
 
+/// The largest record [`read`] takes beyond the file's own size: a record inside a compressed
+/// chunk may be larger than the file, but none that a recorder writes is larger than this (a
+/// message is at most 16 MiB by default), and a claim beyond it is refused before any memory is
+/// reserved for it.
+pub const MAX_RECORD: usize = 64 << 20;
+
 /// Reads every message of an MCAP recording held in memory, up to its end or up to the first
-/// record that does not parse (the last complete chunk of a file cut off mid-write).
+/// record that does not parse (the last complete chunk of a file cut off mid-write). A record
+/// claiming more than the file's length plus [`MAX_RECORD`] bytes ends the reading there, as a
+/// corrupt one does: no claim reserves memory beyond that bound.
 pub fn read(bytes: &[u8]) -> Recording {
     let mut recording = Recording::default();
-    let options = mcap::read::Options::IgnoreEndMagic.into();
-    let stream = match mcap::MessageStream::new_with_options(bytes, options) {
-        Ok(stream) => stream,
-        Err(error) => {
-            recording.cut_off = Some(error.to_string());
-            return recording;
-        }
-    };
-    let mut by_channel: BTreeMap<u16, usize> = BTreeMap::new();
-    for message in stream {
-        let message = match message {
-            Ok(message) => message,
+    let mut reader = mcap::sans_io::LinearReader::new_with_options(
+        mcap::sans_io::LinearReaderOptions::default()
+            .with_record_length_limit(bytes.len().saturating_add(MAX_RECORD))
+            .with_skip_end_magic(true),
+    );
+    let mut rest = bytes;
+    let mut schemas: BTreeMap<u16, Option<Shape>> = BTreeMap::new();
+    let mut channels: BTreeMap<u16, usize> = BTreeMap::new();
+    while let Some(event) = reader.next_event() {
+        let (opcode, data) = match event {
+            Ok(mcap::sans_io::LinearReadEvent::ReadRequest(need)) => {
+                let n = need.min(rest.len());
+                reader.insert(n).copy_from_slice(&rest[..n]);
+                reader.notify_read(n);
+                rest = &rest[n..];
+                continue;
+            }
+            Ok(mcap::sans_io::LinearReadEvent::Record { opcode, data }) => (opcode, data),
             Err(error) => {
                 recording.cut_off = Some(error.to_string());
                 break;
             }
         };
-        let channel = &message.channel;
-        let topic = *by_channel.entry(channel.id).or_insert_with(|| {
-            let shape = channel
-                .schema
-                .as_ref()
-                .filter(|schema| schema.encoding == SCHEMA_ENCODING)
-                .and_then(|schema| Shape::from_bytes(&schema.data).ok());
-            recording.topics.push(RecordedTopic {
-                topic: channel.topic.clone(),
-                topic_id: hex(channel.metadata.get(META_TOPIC_ID)),
-                fingerprint: hex(channel.metadata.get(META_FINGERPRINT)),
-                shape,
-                encoding: channel.message_encoding.clone(),
-            });
-            recording.topics.len() - 1
-        });
-        recording.frames.push(Frame {
-            topic,
-            sequence: message.sequence,
-            log_time: message.log_time,
-            publish_time: message.publish_time,
-            data: message.data.into_owned(),
-        });
+        let record = match mcap::parse_record(opcode, data) {
+            Ok(record) => record,
+            Err(error) => {
+                recording.cut_off = Some(error.to_string());
+                break;
+            }
+        };
+        match record {
+            mcap::records::Record::Schema { header, data } => {
+                let shape = (header.encoding == SCHEMA_ENCODING)
+                    .then(|| Shape::from_bytes(&data).ok())
+                    .flatten();
+                schemas.insert(header.id, shape);
+            }
+            mcap::records::Record::Channel(channel) => {
+                if channels.contains_key(&channel.id) {
+                    continue;
+                }
+                let shape = schemas.get(&channel.schema_id).cloned().flatten();
+                recording.topics.push(RecordedTopic {
+                    topic: channel.topic.clone(),
+                    topic_id: hex(channel.metadata.get(META_TOPIC_ID)),
+                    fingerprint: hex(channel.metadata.get(META_FINGERPRINT)),
+                    shape,
+                    encoding: channel.message_encoding.clone(),
+                });
+                channels.insert(channel.id, recording.topics.len() - 1);
+            }
+            mcap::records::Record::Message { header, data } => {
+                let Some(&topic) = channels.get(&header.channel_id) else {
+                    recording.cut_off = Some(format!(
+                        "a message of channel {} before that channel's record",
+                        header.channel_id
+                    ));
+                    break;
+                };
+                recording.frames.push(Frame {
+                    topic,
+                    sequence: header.sequence,
+                    log_time: header.log_time,
+                    publish_time: header.publish_time,
+                    data: data.into_owned(),
+                });
+            }
+            mcap::records::Record::DataEnd(_) => break,
+            _ => {}
+        }
     }
     // A file cut off between two records streams to its end cleanly: only the missing footer
     // tells it from a complete one.
@@ -148,4 +186,61 @@ pub fn read(bytes: &[u8]) -> Recording {
         }
     }
     recording
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(op: u8, content: &[u8]) -> Vec<u8> {
+        let mut r = vec![op];
+        r.extend_from_slice(&(content.len() as u64).to_le_bytes());
+        r.extend_from_slice(content);
+        r
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut b = (s.len() as u32).to_le_bytes().to_vec();
+        b.extend_from_slice(s.as_bytes());
+        b
+    }
+
+    /// A recording whose zstd chunk (one raw block, 9 bytes inside) holds a Message record
+    /// claiming `claim` bytes.
+    fn claiming(claim: u64) -> Vec<u8> {
+        let mut file = b"\x89MCAP0\r\n".to_vec();
+        let mut header = string("llbus");
+        header.extend(string("test"));
+        file.extend(record(0x01, &header));
+        let mut inner = vec![0x05];
+        inner.extend_from_slice(&claim.to_le_bytes());
+        let mut zstd = 0xFD2F_B528u32.to_le_bytes().to_vec();
+        zstd.extend([0x20, inner.len() as u8]);
+        zstd.extend_from_slice(&(1 | ((inner.len() as u32) << 3)).to_le_bytes()[..3]);
+        zstd.extend_from_slice(&inner);
+        let mut chunk = Vec::new();
+        chunk.extend_from_slice(&0u64.to_le_bytes());
+        chunk.extend_from_slice(&0u64.to_le_bytes());
+        chunk.extend_from_slice(&(inner.len() as u64).to_le_bytes());
+        chunk.extend_from_slice(&0u32.to_le_bytes());
+        chunk.extend(string("zstd"));
+        chunk.extend_from_slice(&(zstd.len() as u64).to_le_bytes());
+        chunk.extend(zstd);
+        file.extend(record(0x06, &chunk));
+        file
+    }
+
+    #[test]
+    fn a_record_claiming_a_terabyte_inside_a_chunk_ends_the_reading_without_reserving_it() {
+        let recording = read(&claiming(1 << 40));
+        assert!(recording.frames.is_empty());
+        let why = recording.cut_off.expect("reported as cut off");
+        assert!(
+            why.to_lowercase().contains("too large") || why.contains("limit"),
+            "{why}"
+        );
+        // A claim within the bound is only cut off (the chunk ends before it).
+        let recording = read(&claiming(1 << 10));
+        assert!(recording.frames.is_empty() && recording.cut_off.is_some());
+    }
 }
