@@ -176,6 +176,9 @@ pub use protocol::mac::{
     FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
 };
 pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
+pub use protocol::schema::{
+    SchemaReply, SchemaRequest, MAX_SCHEMA_LEN, SCHEMA_REPLY_FIXED, SCHEMA_REQUEST_FIXED,
+};
 pub use protocol::seq::{JumpGuard, LatePolicy, LossCounts, SeqTracker, Verdict, MAX_JUMP, WINDOW};
 pub use protocol::subscribers::{
     Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST,
@@ -196,7 +199,10 @@ pub use session::subscriber::{
 pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
-pub use endpoint::{Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink, Wire, EVENT_QUEUE};
+pub use endpoint::{
+    EncodedShape, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, SchemaFailure, Sink, Wire,
+    EVENT_QUEUE, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+};
 
 mod bridge;
 mod io;

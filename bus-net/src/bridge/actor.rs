@@ -172,6 +172,7 @@ impl BridgeActor {
                     allow: decl.allow,
                     reliable: decl.reliable,
                     late_join: decl.late_join,
+                    shape: decl.shape,
                 });
                 port
             })
@@ -373,6 +374,8 @@ impl BridgeActor {
                          not be recovered"
                     );
                 }
+                // The bridge fetches no schemas.
+                Event::SchemaReceived { .. } | Event::SchemaFailed { .. } => {}
             }
         }
     }
