@@ -207,7 +207,7 @@ pub use endpoint::{
 mod bridge;
 mod io;
 pub use bridge::{
-    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed,
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed, SocketWire,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

@@ -25,6 +25,7 @@ pub use actor::BridgeActor;
 pub use config::BridgeConfig;
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
+pub use wire::SocketWire;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
