@@ -200,8 +200,8 @@ pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
 pub use endpoint::{
-    EncodedShape, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, SchemaFailure, Sink, Wire,
-    EVENT_QUEUE, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+    EncodedShape, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Origin, SchemaFailure,
+    Sink, Wire, EVENT_QUEUE, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
 
 mod bridge;

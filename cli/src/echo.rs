@@ -3,37 +3,24 @@
 //! `llbus::schema::decode`, which refuses bytes that do not fit the shape.
 
 use std::io::Write;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use llbus::schema::{decode, Shape};
 use llbus_net::{DropReason, Event, Sink};
 
-use crate::remote::{read_psk, Link};
-use crate::seconds;
+use crate::remote::{Opened, Subscription};
 
 /// What `llbus echo` is asked.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The publisher's bridge address.
-    #[arg(long, default_value = "127.0.0.1:7000")]
-    publisher: SocketAddr,
     /// The topic's name.
     #[arg(long)]
     topic: String,
     /// Stops after this many messages.
     #[arg(long)]
     count: Option<u64>,
-    /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
-    #[arg(long)]
-    psk_file: Option<PathBuf>,
-    /// Stops after this many seconds.
-    #[arg(long)]
-    duration_s: Option<f64>,
-    /// Gives up if the schema or the subscription has not come within this many seconds.
-    #[arg(long, default_value_t = 10.0)]
-    setup_timeout_s: f64,
+    #[command(flatten)]
+    subscription: Subscription,
 }
 
 /// A message's bytes as one line of JSON, fields in declaration order, safe to print
@@ -82,13 +69,11 @@ impl<W: Write> Sink for Printer<W> {
 
 /// Runs `llbus echo`.
 pub(crate) fn run(args: &Args) -> Result<(), String> {
-    let psk = args.psk_file.as_deref().map(read_psk).transpose()?;
-    let until = match args.duration_s {
-        Some(s) => Some(Instant::now() + seconds(s, "--duration-s")?),
-        None => None,
-    };
-    let setup_timeout = seconds(args.setup_timeout_s, "--setup-timeout-s")?;
-    let mut link = Link::bind(args.publisher, psk)?;
+    let Opened {
+        mut link,
+        until,
+        setup_timeout,
+    } = args.subscription.open()?;
     let topics = link.schemas(std::slice::from_ref(&args.topic), setup_timeout)?;
     let Some(topic) = topics.first() else {
         return Err("no schema".to_owned());

@@ -15,9 +15,12 @@
 //!   fields with `--decode`).
 //! - `llbus echo --publisher ADDR --topic NAME`: every message of a remote topic as a line of
 //!   JSON, decoded from the schema its publisher serves.
+//! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP.
 #![deny(missing_docs)]
 
 mod echo;
+mod jsonschema;
+mod record;
 mod remote;
 mod render;
 mod select;
@@ -98,6 +101,8 @@ enum Command {
     /// Every message of a remote topic as one line of JSON, decoded from the schema its
     /// publisher serves.
     Echo(echo::Args),
+    /// Remote topics into an MCAP file, with their schemas and the gaps the subscription saw.
+    Record(record::Args),
     /// A live full-screen view of a bus's busiest edges; `q` or Ctrl-C quits.
     Top {
         /// The bus (as for `stat`).
@@ -171,6 +176,7 @@ fn main() -> ExitCode {
             remote,
         } => spy(&topic, hex, decode, count, &remote),
         Command::Echo(args) => echo::run(&args),
+        Command::Record(args) => record::run(&args),
         Command::Top { bus, interval_ms } => {
             top::run(bus.as_deref(), Duration::from_millis(interval_ms.max(50)))
         }

@@ -12,9 +12,53 @@ use std::time::{Duration, Instant};
 
 use llbus::schema::Shape;
 use llbus_net::{
-    canonical, BridgeConfig, DropReason, Endpoint, Event, ImportSpec, RecvBatch, SendBatch, Sink,
-    SocketConfig, SocketWire, UdpEndpoint, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6,
+    canonical, BridgeConfig, DropReason, Endpoint, Event, ImportSpec, LatePolicy, RecvBatch,
+    SendBatch, Sink, SocketConfig, SocketWire, UdpEndpoint, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_MAX_DATAGRAM_V6,
 };
+
+/// What every command that subscribes is told: where, with which key, for how long.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Subscription {
+    /// The publisher's bridge address.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    publisher: SocketAddr,
+    /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
+    #[arg(long)]
+    psk_file: Option<std::path::PathBuf>,
+    /// Stops after this many seconds.
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Gives up if the schemas or the subscriptions have not come within this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    setup_timeout_s: f64,
+}
+
+/// A [`Subscription`]'s link, when it ends, and how long its setup may take.
+pub(crate) struct Opened {
+    pub(crate) link: Link,
+    pub(crate) until: Option<Instant>,
+    pub(crate) setup_timeout: Duration,
+}
+
+impl Subscription {
+    /// Reads the key and binds the socket.
+    ///
+    /// # Errors
+    /// An unreadable key file, a bad duration, no socket.
+    pub(crate) fn open(&self) -> Result<Opened, String> {
+        let psk = self.psk_file.as_deref().map(read_psk).transpose()?;
+        let until = match self.duration_s {
+            Some(s) => Some(Instant::now() + crate::seconds(s, "--duration-s")?),
+            None => None,
+        };
+        Ok(Opened {
+            link: Link::bind(self.publisher, psk)?,
+            until,
+            setup_timeout: crate::seconds(self.setup_timeout_s, "--setup-timeout-s")?,
+        })
+    }
+}
 
 /// A topic whose shape the publisher served.
 #[derive(Clone, Debug)]
@@ -100,8 +144,11 @@ impl Link {
             send: SendBatch::new(16),
             recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
             failed: None,
+            // Late (reordered) messages are dropped: what is delivered is in order, so a
+            // number skipped is a number lost.
             config: BridgeConfig {
                 psk,
+                late: LatePolicy::Drop,
                 ..BridgeConfig::default()
             },
             max_datagram,

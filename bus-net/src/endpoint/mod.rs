@@ -40,7 +40,7 @@ pub use egress::Wire;
 pub(crate) use egress::{mac_of, protect_and_send, Egress};
 pub(crate) use export::{DirectShared, DirectTopic};
 pub use export::{ExportBatch, ExportSpec};
-pub use import::{ImportSpec, Sink};
+pub use import::{ImportSpec, Origin, Sink};
 pub use schema::{
     EncodedShape, SchemaFailure, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
@@ -746,8 +746,11 @@ impl Endpoint {
                 index,
                 reassembly,
                 h.kind,
-                h.session,
-                h.seq,
+                Origin {
+                    session: h.session,
+                    seq: h.seq,
+                    timestamp_ns: h.timestamp_ns,
+                },
                 frame.payload,
                 now_ns,
                 &self.metrics,
