@@ -16,10 +16,12 @@
 //! - `llbus echo --publisher ADDR --topic NAME`: every message of a remote topic as a line of
 //!   JSON, decoded from the schema its publisher serves.
 //! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP.
+//! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher.
 #![deny(missing_docs)]
 
 mod echo;
 mod jsonschema;
+mod play;
 mod record;
 mod remote;
 mod render;
@@ -103,6 +105,8 @@ enum Command {
     Echo(echo::Args),
     /// Remote topics into an MCAP file, with their schemas and the gaps the subscription saw.
     Record(record::Args),
+    /// A recording served as a publisher, at the recorded pace or scaled.
+    Play(play::Args),
     /// A live full-screen view of a bus's busiest edges; `q` or Ctrl-C quits.
     Top {
         /// The bus (as for `stat`).
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
         } => spy(&topic, hex, decode, count, &remote),
         Command::Echo(args) => echo::run(&args),
         Command::Record(args) => record::run(&args),
+        Command::Play(args) => play::run(&args),
         Command::Top { bus, interval_ms } => {
             top::run(bus.as_deref(), Duration::from_millis(interval_ms.max(50)))
         }

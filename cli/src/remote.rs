@@ -72,7 +72,7 @@ pub(crate) struct Topic {
 /// A topic name for an [`ImportSpec`], which holds `&'static str` (the bridge's names are
 /// its types' constants). A command names a few topics once for its whole run, so leaking
 /// them costs a few bytes, once.
-fn leak(name: &str) -> &'static str {
+pub(crate) fn leak(name: &str) -> &'static str {
     Box::leak(name.to_owned().into_boxed_str())
 }
 
@@ -98,6 +98,21 @@ pub(crate) fn read_psk(path: &Path) -> Result<[u8; 32], String> {
             .map_err(|e| format!("the key file's digit pair {}: {e}", i + 1))?;
     }
     Ok(key)
+}
+
+/// A payload already encoded (bincode, as recorded): serialized as a tuple of its bytes,
+/// which bincode writes as the bytes themselves, with no length.
+struct Encoded<'a>(&'a [u8]);
+
+impl serde::Serialize for Encoded<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(self.0.len())?;
+        for b in self.0 {
+            t.serialize_element(b)?;
+        }
+        t.end()
+    }
 }
 
 /// Takes nothing: schema fetching delivers no message.
@@ -156,7 +171,75 @@ impl Link {
         })
     }
 
-    /// The publisher's address.
+    /// A socket bound to `bind` that serves topics (`publisher_endpoint`) to the subscribers
+    /// `allow` admits; `psk`: the key they must hold.
+    pub(crate) fn serve(
+        bind: SocketAddr,
+        psk: Option<[u8; 32]>,
+        allow: Option<llbus_net::Allowlist>,
+    ) -> Result<Link, String> {
+        let max_datagram = if bind.is_ipv4() {
+            DEFAULT_MAX_DATAGRAM
+        } else {
+            DEFAULT_MAX_DATAGRAM_V6
+        };
+        let socket = UdpEndpoint::bind(bind, &SocketConfig::default())
+            .map_err(|e| format!("cannot bind {bind}: {e}"))?;
+        let mut config = BridgeConfig {
+            psk,
+            ..BridgeConfig::default()
+        };
+        if let Some(allow) = allow {
+            config.allow = allow;
+        }
+        Ok(Link {
+            publisher: socket.local_addr(),
+            socket,
+            send: SendBatch::new(16),
+            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
+            failed: None,
+            config,
+            max_datagram,
+            started: Instant::now(),
+        })
+    }
+
+    /// An endpoint that serves `exports` on this link's socket.
+    ///
+    /// # Errors
+    /// No randomness for its secrets.
+    pub(crate) fn publisher_endpoint(
+        &self,
+        exports: Vec<llbus_net::ExportSpec>,
+    ) -> Result<Endpoint, String> {
+        let seed = llbus_net::random_secret()
+            .map_err(|e| format!("cannot read the system's random source: {e}"))?;
+        Ok(Endpoint::new(
+            &self.config,
+            self.max_datagram,
+            llbus_net::new_session_id(),
+            seed,
+            exports,
+            Vec::new(),
+        ))
+    }
+
+    /// Sends `messages` (encoded payloads) as the next messages of export `i`, batched.
+    pub(crate) fn publish<'a>(
+        &mut self,
+        endpoint: &mut Endpoint,
+        i: usize,
+        messages: impl Iterator<Item = &'a [u8]>,
+    ) {
+        let mut wire = SocketWire::new(&mut self.socket, &mut self.send, &mut self.failed);
+        if let Some(mut batch) = endpoint.export(i, &mut wire) {
+            for m in messages {
+                batch.push(&Encoded(m));
+            }
+        };
+    }
+
+    /// The publisher's address (serving: the bound address).
     pub(crate) fn publisher(&self) -> SocketAddr {
         self.publisher
     }
