@@ -11,8 +11,6 @@
 //!   deadline, are reported unrecovered, and delivery goes on (PROTOCOL.md, "Reliable topics").
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llbus::{Backpressure, Bus, BusError, Message};
@@ -21,6 +19,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 use tests::readme::ticker;
+use tests::relay::{Loss, LossyRelay};
 use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -227,68 +226,6 @@ fn a_lone_message_goes_out_at_once_without_waiting_to_fill_a_datagram() {
     b.join().expect("b");
 }
 
-/// Relays datagrams between a subscriber and a publisher, dropping every `nth` datagram of the
-/// publisher's that carries data; counts what it drops and what the publisher sends other than
-/// data, heartbeats and handshake answers.
-struct LossyRelay {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    dropped: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LossyRelay {
-    fn start(publisher: SocketAddr, nth: u64) -> LossyRelay {
-        let facing_sub = UdpSocket::bind(loopback()).expect("bind");
-        let facing_pub = UdpSocket::bind(loopback()).expect("bind");
-        for s in [&facing_sub, &facing_pub] {
-            s.set_read_timeout(Some(Duration::from_millis(1)))
-                .expect("timeout");
-        }
-        let addr = facing_sub.local_addr().expect("addr");
-        let stop = Arc::new(AtomicBool::new(false));
-        let dropped = Arc::new(AtomicU64::new(0));
-        let (s, d) = (Arc::clone(&stop), Arc::clone(&dropped));
-        let thread = std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            let mut subscriber = None;
-            let mut data = 0u64;
-            while !s.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = facing_sub.recv_from(&mut buf) {
-                    subscriber = Some(from);
-                    let _ = facing_pub.send_to(&buf[..n], publisher);
-                }
-                if let (Ok((n, _)), Some(sub)) = (facing_pub.recv_from(&mut buf), subscriber) {
-                    // Byte 4 of a frame is its kind; 01 is Data.
-                    if n > 4 && buf[4] == 0x01 {
-                        data += 1;
-                        if data % nth == 0 {
-                            d.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
-                    let _ = facing_sub.send_to(&buf[..n], sub);
-                }
-            }
-        });
-        LossyRelay {
-            addr,
-            stop,
-            dropped,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for LossyRelay {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[test]
 #[cfg_attr(miri, ignore)]
 fn naks_to_a_best_effort_export_are_ignored_and_the_gaps_end_unrecovered() {
@@ -296,7 +233,7 @@ fn naks_to_a_best_effort_export_are_ignored_and_the_gaps_end_unrecovered() {
         .expect("bind")
         .name("be-pub")
         .export::<Tick>();
-    let relay = LossyRelay::start(served.local_addr(), 10);
+    let relay = LossyRelay::start(served.local_addr(), Loss::EveryNth(10));
     let mut a = Bus::builder();
     a.actor("feed", ticker(Tick))
         .tick_every(Duration::from_millis(1))
@@ -324,7 +261,7 @@ fn naks_to_a_best_effort_export_are_ignored_and_the_gaps_end_unrecovered() {
     a.stop();
     b.stop();
     let (ra, rb) = (a.join().expect("a"), b.join().expect("b"));
-    assert!(relay.dropped.load(Ordering::Relaxed) > 0);
+    assert!(relay.dropped() > 0);
     assert_eq!(
         metric(&ra, "be-pub", "retransmitted"),
         0,

@@ -53,6 +53,9 @@
 //! decoding a payload of plain fields, control frames, the compat format, [`SeqTracker`],
 //! renewing and expiring subscribers, and batched socket send and receive allocate nothing per
 //! message (checked by a counting-allocator test, `tests/alloc.rs`). Nothing here locks.
+//! Answering a schema request allocates nothing; fetching a schema
+//! ([`Endpoint::request_schema`]) allocates the pages it receives (at most
+//! [`MAX_SCHEMA_LEN`] bytes) and the decoded shape.
 //!
 //! **Hardening primitives** (see `SECURITY.md`): stateless address-proving cookies
 //! ([`CookieJar`]), the optional pre-shared-key MAC ([`FrameMac`]), the subscriber allowlist
@@ -176,6 +179,9 @@ pub use protocol::mac::{
     FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
 };
 pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
+pub use protocol::schema::{
+    SchemaReply, SchemaRequest, MAX_SCHEMA_LEN, SCHEMA_REPLY_FIXED, SCHEMA_REQUEST_FIXED,
+};
 pub use protocol::seq::{JumpGuard, LatePolicy, LossCounts, SeqTracker, Verdict, MAX_JUMP, WINDOW};
 pub use protocol::subscribers::{
     Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST,
@@ -196,12 +202,15 @@ pub use session::subscriber::{
 pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
-pub use endpoint::{Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink, Wire, EVENT_QUEUE};
+pub use endpoint::{
+    EncodedShape, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Origin, SchemaFailure,
+    Sink, Wire, EVENT_QUEUE, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+};
 
 mod bridge;
 mod io;
 pub use bridge::{
-    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed,
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed, SocketWire,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

@@ -13,6 +13,8 @@
 //!   [`flush_every`](Recorder::flush_every), so a recording cut off by a crash or a kill
 //!   is readable, by [`read`] or any MCAP reader, up to its last complete chunk. Files rotate
 //!   by size or age if asked.
+//! - [`FileWriter`] writes the same files message by message, for a tool that has its own
+//!   messages (`llbus record`, from the network): a [`Channel`] per topic, then Message records.
 //! - [`Replay`] is a component that publishes a recording's messages in recorded order
 //!   (per topic always; across topics in [`lockstep`](Replay::lockstep)), at the recorded
 //!   pace or as fast as the subscribers take them.
@@ -53,14 +55,18 @@
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod file;
 mod mapping;
 mod recorder;
 mod replay;
 mod writer;
 
+pub use file::{FileOptions, FileWriter};
 pub use mapping::{
-    read, Frame, RecordedTopic, Recording, MAX_RECORD, MESSAGE_ENCODING, META_FINGERPRINT,
-    META_TOPIC_ID, META_TYPE, RECORDER_METADATA, SCHEMA_ENCODING,
+    read, Frame, RecordedTopic, Recording, GAPS_TOPIC, MAX_RECORD, MESSAGE_ENCODING,
+    META_FINGERPRINT, META_PUBLISHER, META_SESSION, META_TOPIC_ID, META_TYPE, RECORDER_METADATA,
+    SCHEMA_ENCODING,
 };
 pub use recorder::{Recorder, RecorderActor, RecorderStats};
 pub use replay::{Pace, Replay, ReplayActor, ReplayError};
+pub use writer::{Channel, ChannelSchema};

@@ -20,6 +20,14 @@ pub const META_FINGERPRINT: &str = "llbus.fingerprint";
 pub const META_TYPE: &str = "llbus.type";
 /// The name of the Metadata record written last in each file: what the recorder saw.
 pub const RECORDER_METADATA: &str = "llbus.recorder";
+/// Channel metadata, recorded from the network: the publisher's address.
+pub const META_PUBLISHER: &str = "llbus.publisher";
+/// Channel metadata, recorded from the network: the publisher session when the recording
+/// started (`0x` and 16 hex digits; a restart shows on [`GAPS_TOPIC`]).
+pub const META_SESSION: &str = "llbus.session";
+/// The channel on which a recording from the network marks what its subscriptions lost: one
+/// JSON message per gap (docs/RECORDING.md).
+pub const GAPS_TOPIC: &str = "llbus.gaps";
 
 /// The Channel metadata of a topic.
 pub(crate) fn channel_metadata(spec: &TopicSpec) -> BTreeMap<String, String> {

@@ -26,7 +26,7 @@ use llbus::{
 };
 use serde::Serialize;
 
-use crate::writer::{Batch, Entry, TopicInfo, Writer};
+use crate::writer::{Batch, Channel, Entry, Writer};
 
 /// What the writer thread needs to know of the files to write.
 #[derive(Clone, Debug)]
@@ -408,7 +408,7 @@ impl RecorderActor {
         for (i, topic) in topics.iter().enumerate() {
             let index = u16::try_from(i).unwrap_or(u16::MAX);
             taps.push((topic.make)(setup, index));
-            infos.push(TopicInfo::of(topic.spec));
+            infos.push(Channel::of(&topic.spec));
         }
         let (full_tx, full_rx) = crossbeam_channel::bounded(batches);
         let (empty_tx, empty_rx) = crossbeam_channel::bounded(batches);

@@ -7,6 +7,7 @@
 //! logs it, keeps it for [`RecorderStats::error`](crate::RecorderStats::error), and from then
 //! on counts what arrives as dropped, so the bus never notices.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -48,19 +49,41 @@ impl Batch {
     }
 }
 
-/// What the writer needs of one topic.
-pub(crate) struct TopicInfo {
-    pub spec: TopicSpec,
-    /// [`llbus::schema::Shape::to_bytes`] of the topic's shape, or `None` for a shape that does
-    /// not encode (the Channel then has no schema).
-    pub shape: Option<(String, Vec<u8>)>,
+/// One channel of a file: its topic, message encoding, metadata and schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Channel {
+    /// The topic name.
+    pub topic: String,
+    /// The messages' encoding ([`MESSAGE_ENCODING`], `json`, ...).
+    pub message_encoding: String,
+    /// The channel's metadata ([`crate::META_TOPIC_ID`], [`crate::META_FINGERPRINT`], ...).
+    pub metadata: BTreeMap<String, String>,
+    /// Its Schema record, if any.
+    pub schema: Option<ChannelSchema>,
 }
 
-impl TopicInfo {
-    pub(crate) fn of(spec: TopicSpec) -> TopicInfo {
+/// A Schema record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelSchema {
+    /// The type's name.
+    pub name: String,
+    /// The schema's encoding ([`SCHEMA_ENCODING`], `jsonschema`, ...).
+    pub encoding: String,
+    /// The schema itself.
+    pub data: Vec<u8>,
+}
+
+impl Channel {
+    /// The channel of a topic of this process's bus: its shape as the schema
+    /// ([`SCHEMA_ENCODING`]; none for a shape that does not encode), bincode messages.
+    pub(crate) fn of(spec: &TopicSpec) -> Channel {
         let shape = (spec.shape)();
-        let encoded = match shape.to_bytes() {
-            Ok(bytes) => Some((schema_name(&spec, &shape), bytes)),
+        let schema = match shape.to_bytes() {
+            Ok(data) => Some(ChannelSchema {
+                name: schema_name(spec, &shape),
+                encoding: SCHEMA_ENCODING.to_owned(),
+                data,
+            }),
             Err(error) => {
                 log::warn!(
                     "recorder: topic '{}' is recorded without a schema: {error}",
@@ -69,15 +92,17 @@ impl TopicInfo {
                 None
             }
         };
-        TopicInfo {
-            spec,
-            shape: encoded,
+        Channel {
+            topic: spec.name.to_owned(),
+            message_encoding: MESSAGE_ENCODING.to_owned(),
+            metadata: channel_metadata(spec),
+            schema,
         }
     }
 }
 
 /// A file being written and where it is.
-struct Open {
+pub(crate) struct Open {
     writer: mcap::Writer<BufWriter<File>>,
     /// Channel id of each topic, by topic index.
     channels: Vec<u16>,
@@ -91,7 +116,7 @@ struct Open {
 /// The writer thread's state.
 pub(crate) struct Writer {
     settings: Settings,
-    topics: Vec<TopicInfo>,
+    topics: Vec<Channel>,
     stats: Arc<Stats>,
     file: Option<Open>,
     /// How many files were opened (the next file's index).
@@ -102,7 +127,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn new(settings: Settings, topics: Vec<TopicInfo>, stats: Arc<Stats>) -> Writer {
+    pub(crate) fn new(settings: Settings, topics: Vec<Channel>, stats: Arc<Stats>) -> Writer {
         Writer {
             settings,
             topics,
@@ -158,7 +183,7 @@ impl Writer {
         self.stats.recorded.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn write_one(&mut self, entry: &Entry, data: &[u8]) -> Result<(), String> {
+    pub(crate) fn write_one(&mut self, entry: &Entry, data: &[u8]) -> Result<(), String> {
         let open = self.open()?;
         let channel_id = open
             .channels
@@ -181,7 +206,7 @@ impl Writer {
     }
 
     /// The current file, opened (with its schemas and channels) if there is none.
-    fn open(&mut self) -> Result<&mut Open, String> {
+    pub(crate) fn open(&mut self) -> Result<&mut Open, String> {
         if self.file.is_none() {
             let path = file_path(&self.settings.path, self.settings.rotates(), self.files);
             let file = File::create(&path)
@@ -198,15 +223,19 @@ impl Writer {
                 .map_err(|e| e.to_string())?;
             let mut channels = Vec::with_capacity(self.topics.len());
             for topic in &self.topics {
-                let schema_id = match &topic.shape {
-                    Some((name, bytes)) => writer
-                        .add_schema(name, SCHEMA_ENCODING, bytes)
+                let schema_id = match &topic.schema {
+                    Some(s) => writer
+                        .add_schema(&s.name, &s.encoding, &s.data)
                         .map_err(|e| e.to_string())?,
                     None => 0,
                 };
-                let metadata = channel_metadata(&topic.spec);
                 let id = writer
-                    .add_channel(schema_id, topic.spec.name, MESSAGE_ENCODING, &metadata)
+                    .add_channel(
+                        schema_id,
+                        &topic.topic,
+                        &topic.message_encoding,
+                        &topic.metadata,
+                    )
                     .map_err(|e| e.to_string())?;
                 channels.push(id);
             }
@@ -224,7 +253,7 @@ impl Writer {
     }
 
     /// Finishes the chunk when it is time to, and rotates when the file is full or old.
-    fn maintain(&mut self) {
+    pub(crate) fn maintain(&mut self) {
         let Some(open) = &mut self.file else { return };
         let rotate = self
             .settings
@@ -277,7 +306,7 @@ impl Writer {
         }
     }
 
-    fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.finish_file();
     }
 

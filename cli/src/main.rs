@@ -11,9 +11,19 @@
 //! - `llbus top [BUS]`: a live full-screen view of the busiest edges (`q` quits).
 //! - `llbus hz TOPIC --publisher ADDR` and `llbus spy --publisher ADDR --topic NAME`: subscribe
 //!   to a remote topic over the ll-udp wire protocol without its Rust type, and show its rate,
-//!   sizes and sequence gaps, or every frame's header (and payload bytes with `--hex`).
+//!   sizes and sequence gaps, or every frame's header (and payload bytes with `--hex`, its
+//!   fields with `--decode`).
+//! - `llbus echo --publisher ADDR --topic NAME`: every message of a remote topic as a line of
+//!   JSON, decoded from the schema its publisher serves.
+//! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP.
+//! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher.
 #![deny(missing_docs)]
 
+mod echo;
+mod jsonschema;
+mod play;
+mod record;
+mod remote;
 mod render;
 mod select;
 mod spy;
@@ -80,12 +90,23 @@ enum Command {
         /// Also prints each payload in hex.
         #[arg(long)]
         hex: bool,
+        /// Also prints each message's fields, as JSON decoded from the schema the publisher
+        /// serves.
+        #[arg(long)]
+        decode: bool,
         /// Stops after this many messages.
         #[arg(long)]
         count: Option<u64>,
         #[command(flatten)]
         remote: Remote,
     },
+    /// Every message of a remote topic as one line of JSON, decoded from the schema its
+    /// publisher serves.
+    Echo(echo::Args),
+    /// Remote topics into an MCAP file, with their schemas and the gaps the subscription saw.
+    Record(record::Args),
+    /// A recording served as a publisher, at the recorded pace or scaled.
+    Play(play::Args),
     /// A live full-screen view of a bus's busiest edges; `q` or Ctrl-C quits.
     Top {
         /// The bus (as for `stat`).
@@ -122,7 +143,7 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     .map_err(|e| format!("not a number: {e}"))
 }
 
-fn seconds(s: f64, what: &str) -> Result<Duration, String> {
+pub(crate) fn seconds(s: f64, what: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|e| format!("{what}: {e}"))
 }
 
@@ -154,9 +175,13 @@ fn main() -> ExitCode {
         Command::Spy {
             topic,
             hex,
+            decode,
             count,
             remote,
-        } => spy(&topic, hex, count, &remote),
+        } => spy(&topic, hex, decode, count, &remote),
+        Command::Echo(args) => echo::run(&args),
+        Command::Record(args) => record::run(&args),
+        Command::Play(args) => play::run(&args),
         Command::Top { bus, interval_ms } => {
             top::run(bus.as_deref(), Duration::from_millis(interval_ms.max(50)))
         }
@@ -330,8 +355,33 @@ fn hz(topic: &str, remote: &Remote) -> Result<(), String> {
     Ok(())
 }
 
-fn spy(topic: &str, hex: bool, count: Option<u64>, remote: &Remote) -> Result<(), String> {
-    let (mut tap, until) = tap(topic, remote)?;
+fn spy(
+    topic: &str,
+    hex: bool,
+    decode: bool,
+    count: Option<u64>,
+    remote: &Remote,
+) -> Result<(), String> {
+    // With `--decode`, the schema's fingerprint is the one to subscribe with (no probe).
+    let schema = if decode {
+        let mut link = remote::Link::bind(remote.publisher, None)?;
+        let timeout = seconds(remote.setup_timeout_s, "--setup-timeout-s")?;
+        link.schemas(&[topic.to_owned()], timeout)?
+            .into_iter()
+            .next()
+    } else {
+        None
+    };
+    let mut remote_fp = Remote {
+        publisher: remote.publisher,
+        fingerprint: remote.fingerprint,
+        duration_s: remote.duration_s,
+        setup_timeout_s: remote.setup_timeout_s,
+    };
+    if let Some(t) = &schema {
+        remote_fp.fingerprint.get_or_insert(t.fingerprint);
+    }
+    let (mut tap, until) = tap(topic, &remote_fp)?;
     let (mut n, mut bytes) = (0u64, 0u64);
     let mut last: Option<(u64, u64)> = None; // session, seq
     tap.run(
@@ -354,6 +404,12 @@ fn spy(topic: &str, hex: bool, count: Option<u64>, remote: &Remote) -> Result<()
             );
             if hex {
                 print!("{}", spy::hex(payload));
+            }
+            if let Some(t) = &schema {
+                match echo::json_line(payload, &t.shape) {
+                    Ok(line) => println!("    {line}"),
+                    Err(e) => println!("    undecodable: {}", text::clean(&e)),
+                }
             }
             count.is_none_or(|c| n < c)
         },

@@ -36,7 +36,11 @@ pub(crate) fn clean(s: &str) -> Cow<'_, str> {
 /// written as a `\uXXXX` escape too. Those can only occur inside strings (JSON's own syntax is
 /// printable ASCII), where the escape stands for the same character: the value is unchanged.
 pub(crate) fn json(value: &serde_json::Value) -> String {
-    let raw = value.to_string();
+    json_text(value.to_string())
+}
+
+/// JSON text (`raw`, from serde_json) made safe to print, as [`json`] does.
+pub(crate) fn json_text(raw: String) -> String {
     if !raw.chars().any(unsafe_char) {
         return raw;
     }

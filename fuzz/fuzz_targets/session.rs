@@ -5,31 +5,37 @@
 //! bytes..]`; each chunk's bytes are handed whole to both endpoints, as a socket would.
 //!
 //! The fuzzer does not know the honest subscriber's token or cookie (it could guess them, as
-//! it can guess a nonce, by the comparisons libFuzzer learns).
+//! it can guess a nonce, by the comparisons libFuzzer learns). The export serves a shape and
+//! the subscriber fetches it (`SchemaRequest`, `SchemaReply`) alongside its subscription.
 //!
 //! Crashes: any panic; answers to one datagram that are more than one datagram or more bytes
-//! than it; a subscriber entry for a source that never received a cookie; more entries of one
+//! than it; a schema received that does not hash to its fingerprint; a subscriber entry for a source that never received a cookie; more entries of one
 //! host for the topic than its cap; and, after the fuzzer's input, an honest exchange of a few
 //! renewal periods that does not leave the import following the real publisher session (or,
-//! if the fuzzer guessed a nonce, refused) with data delivered.
+//! if the fuzzer guessed a nonce, refused) with data delivered and the export's shape fetched.
 #![no_main]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use llbus::schema::{Fields, Primitive, Shape};
 use llbus_net::{
-    parse_datagram, Allowlist, BridgeConfig, DropReason, Endpoint, Event, ExportSpec,
-    ImportSpec, ImportState, Kind, RateLimit, Sink, Wire, DEFAULT_MAX_DATAGRAM,
+    parse_datagram, Allowlist, BridgeConfig, DropReason, EncodedShape, Endpoint, Event,
+    ExportSpec, ImportSpec, ImportState, Kind, RateLimit, Sink, Wire, DEFAULT_MAX_DATAGRAM,
 };
 
 const TOPIC: u64 = 0x7070;
-const FP: u64 = 0xf0f0;
 const PUB_SESSION: u64 = 0x1234_5678_9abc_def0;
 const SUB_SESSION: u64 = 0x0fed_cba9_8765_4321;
 const MS: u64 = 1_000_000;
 /// Subscriber slots of the topic per host.
 const HOST_CAP: usize = 2;
+
+/// The export's shape; the export states its fingerprint.
+fn shape() -> Shape {
+    Shape::structure("Fuzz", Fields::named([("v", Shape::Primitive(Primitive::U64))]))
+}
 
 fn sources() -> [SocketAddr; 4] {
     [
@@ -77,6 +83,10 @@ struct World {
     refused: bool,
     /// Which sources the publisher sent a cookie to (a challenge or an acknowledgement).
     cookies_sent_to: [bool; 4],
+    /// Shapes the subscriber received (each checked against its fingerprint).
+    shapes: Vec<Shape>,
+    /// Whether a schema fetch failed since this was last cleared.
+    fetch_failed: bool,
 }
 
 impl World {
@@ -102,10 +112,11 @@ impl World {
             vec![ExportSpec {
                 topic: "fuzz",
                 topic_id: TOPIC,
-                fingerprint: FP,
+                fingerprint: shape().fingerprint(),
                 allow: None,
                 reliable: false,
                 late_join: 0,
+                shape: EncodedShape::new(&shape()).ok(),
             }],
             Vec::new(),
         )
@@ -119,18 +130,22 @@ impl World {
             vec![ImportSpec {
                 topic: "fuzz",
                 topic_id: TOPIC,
-                fingerprint: FP,
+                fingerprint: shape().fingerprint(),
                 publisher: sources()[1],
                 reliable: false,
             }],
         )
         .with_wall_clock(|| 0);
+        let mut subscriber = subscriber;
+        subscriber.request_schema(TOPIC, sources()[1]);
         World {
             publisher,
             subscriber,
             delivered: Count::default(),
             refused: false,
             cookies_sent_to: [false; 4],
+            shapes: Vec::new(),
+            fetch_failed: false,
         }
     }
 
@@ -153,8 +168,16 @@ impl World {
 
     fn subscriber_events(&mut self) {
         while let Some(e) = self.subscriber.poll_event() {
-            if matches!(e, Event::Refused { .. } | Event::Retrying { .. }) {
-                self.refused = true;
+            match e {
+                Event::Refused { .. } | Event::Retrying { .. } => self.refused = true,
+                Event::SchemaReceived {
+                    fingerprint, shape, ..
+                } => {
+                    assert_eq!(shape.fingerprint(), fingerprint, "an unchecked schema");
+                    self.shapes.push(shape);
+                }
+                Event::SchemaFailed { .. } => self.fetch_failed = true,
+                _ => {}
             }
         }
     }
@@ -264,10 +287,16 @@ fuzz_target!(|data: &[u8]| {
             );
         }
     }
-    // The honest exchange, for a few renewal periods, must recover whatever the fuzzer did.
+    // The honest exchange, for a few renewal periods, must recover whatever the fuzzer did
+    // (the rate limit it may have drained refills, a fetch it may have failed is asked again).
     let before = w.delivered.0;
+    w.shapes.clear();
+    w.subscriber.request_schema(TOPIC, sources()[1]);
     for _ in 0..2500 {
         now += MS;
+        if std::mem::take(&mut w.fetch_failed) {
+            w.subscriber.request_schema(TOPIC, sources()[1]);
+        }
         w.honest(now);
     }
     if w.refused {
@@ -281,4 +310,5 @@ fuzz_target!(|data: &[u8]| {
         "the import follows {state:?}"
     );
     assert!(w.delivered.0 > before + 500, "the honest stream stalled");
+    assert!(w.shapes.contains(&shape()), "the honest fetch failed");
 });

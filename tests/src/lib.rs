@@ -6,6 +6,7 @@ pub mod example_bins;
 pub mod local;
 pub mod netns;
 pub mod readme;
+pub mod relay;
 pub mod spoof;
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -172,6 +172,7 @@ impl BridgeActor {
                     allow: decl.allow,
                     reliable: decl.reliable,
                     late_join: decl.late_join,
+                    shape: decl.shape,
                 });
                 port
             })
@@ -200,6 +201,7 @@ impl BridgeActor {
                     topic: d.topic,
                     topic_id: d.topic_id,
                     fingerprint: d.fingerprint,
+                    shape: d.shape,
                     shared: d.shared,
                 }
             })
@@ -373,6 +375,8 @@ impl BridgeActor {
                          not be recovered"
                     );
                 }
+                // The bridge fetches no schemas.
+                Event::SchemaReceived { .. } | Event::SchemaFailed { .. } => {}
             }
         }
     }

@@ -25,6 +25,7 @@ pub use actor::BridgeActor;
 pub use config::BridgeConfig;
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
+pub use wire::SocketWire;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,7 +39,7 @@ use self::ports::{
     CompatExport, CompatExportPort, CompatImport, CompatImportPort, Export, ExportPort, Import,
     ImportPort,
 };
-use crate::endpoint::mac_of;
+use crate::endpoint::{mac_of, EncodedShape};
 use crate::session::canonical;
 use crate::{new_session_id, Allowlist, UdpEndpoint};
 
@@ -147,6 +148,9 @@ struct ExportDecl {
     reliable: bool,
     /// Messages sent to a newly admitted subscriber (`export_reliable_last`).
     late_join: usize,
+    /// The type's shape, served on request (`None` if it could not be encoded: refused at
+    /// start).
+    shape: Option<EncodedShape>,
     declare: Declare,
     make: fn(&mut Setup<'_>) -> Box<dyn ExportPort>,
 }
@@ -333,10 +337,23 @@ impl Bridge {
 
     /// Serves topic `T` of the local bus to remote subscribers.
     pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
+        let shape = match EncodedShape::new(&T::schema()) {
+            Ok(shape) => Some(shape),
+            Err(e) => {
+                self.family_errors.push(format!(
+                    "bridge '{}': the export of topic '{}' cannot serve its schema: {e}; \
+                     simplify the type",
+                    self.name,
+                    T::TOPIC,
+                ));
+                None
+            }
+        };
         self.parts.exports.push(ExportDecl {
             allow: None,
             reliable: false,
             late_join: 0,
+            shape,
             declare: |b| b.takes::<T>(),
             make: Export::<T>::make,
         });

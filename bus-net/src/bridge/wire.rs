@@ -12,11 +12,39 @@ const _: () = assert!(
     "the token is the io layer's suffix"
 );
 
-/// A socket, its send batch and where its failure is kept.
-pub(crate) struct SocketWire<'a> {
+/// A socket as an [`Endpoint`](crate::Endpoint)'s [`Wire`]: what the bridge sends through,
+/// and what a tool that drives an endpoint itself can use. A send that fails for its
+/// destination is counted by the socket; one that fails for good is kept in `failed`, and
+/// nothing more is sent.
+pub struct SocketWire<'a> {
     pub(crate) socket: &'a mut UdpEndpoint,
     pub(crate) batch: &'a mut SendBatch,
     pub(crate) failed: &'a mut Option<std::io::Error>,
+}
+
+impl std::fmt::Debug for SocketWire<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketWire")
+            .field("local", &self.socket.local_addr())
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> SocketWire<'a> {
+    /// Sends on `socket`, with `batch` (allocated once, reused), keeping a fatal socket error
+    /// in `failed`.
+    pub fn new(
+        socket: &'a mut UdpEndpoint,
+        batch: &'a mut SendBatch,
+        failed: &'a mut Option<std::io::Error>,
+    ) -> Self {
+        SocketWire {
+            socket,
+            batch,
+            failed,
+        }
+    }
 }
 
 impl Wire for SocketWire<'_> {

@@ -30,6 +30,8 @@ pub struct ExportSpec {
     pub reliable: bool,
     /// Messages sent to a newly admitted subscriber (reliable exports only).
     pub late_join: usize,
+    /// The type's shape, served to whoever asks (`SchemaRequest`); `None`: none is served.
+    pub shape: Option<super::EncodedShape>,
 }
 
 /// What the endpoint and a direct sender share about one topic: the last sequence number
@@ -48,6 +50,8 @@ pub(crate) struct DirectTopic {
     pub(crate) topic: &'static str,
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
+    /// The type's shape, served on request.
+    pub(crate) shape: Option<super::EncodedShape>,
     pub(crate) shared: Arc<DirectShared>,
 }
 

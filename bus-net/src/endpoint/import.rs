@@ -24,6 +24,19 @@ pub struct ImportSpec {
     pub reliable: bool,
 }
 
+/// Where a delivered message comes from: the publisher session, the sequence number of its
+/// frame (of its last fragment, for a message sent in fragments) and the frame's send time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The publisher session.
+    pub session: u64,
+    /// The frame's sequence number.
+    pub seq: u64,
+    /// The frame's send time, ns since the UNIX epoch; 0 when not known (a reliable import
+    /// delivers out of its reorder buffer, which keeps payloads, not headers).
+    pub timestamp_ns: i64,
+}
+
 /// Where the messages an [`Endpoint`](super::Endpoint) lets through go: the bridge decodes
 /// and publishes them on the bus; a tool prints them; the simulator checks them.
 pub trait Sink {
@@ -33,6 +46,22 @@ pub trait Sink {
     /// # Errors
     /// Why the payload was refused (it does not decode as the topic's type, say).
     fn deliver(&mut self, import: usize, payload: &[u8]) -> Result<(), DropReason>;
+
+    /// [`deliver`](Self::deliver), told where the message comes from (a recorder keeps the
+    /// sequence number and send time). What the endpoint calls; the default forgets `origin`.
+    ///
+    /// # Errors
+    /// As [`deliver`](Self::deliver).
+    #[inline]
+    fn deliver_from(
+        &mut self,
+        import: usize,
+        origin: Origin,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
+        let _ = origin;
+        self.deliver(import, payload)
+    }
 
     /// A datagram of compat import `import`, from its publisher (an ll-udp-pubsub v0.1
     /// `Packet`). An error drops it and is counted under its reason.
@@ -80,21 +109,20 @@ pub(crate) fn deliver_frame(
     import: usize,
     reassembly: &mut Reassembler,
     kind: Kind,
-    session: u64,
-    seq: u64,
+    origin: Origin,
     payload: &[u8],
     now_ns: u64,
     metrics: &NetMetrics,
 ) -> Result<(), DropReason> {
     let message = if kind == Kind::Fragment {
-        match reassembly.on_fragment(session, seq, payload, now_ns)? {
+        match reassembly.on_fragment(origin.session, origin.seq, payload, now_ns)? {
             Reassembled::Complete(message) => message,
             Reassembled::Pending => return Ok(()),
         }
     } else {
         payload
     };
-    sink.deliver(import, message)?;
+    sink.deliver_from(import, origin, message)?;
     metrics.messages_in.add(1);
     Ok(())
 }
@@ -120,8 +148,11 @@ impl Delivery for InOrder<'_> {
             self.import,
             self.reassembly,
             kind,
-            self.session,
-            seq,
+            Origin {
+                session: self.session,
+                seq,
+                timestamp_ns: 0,
+            },
             payload,
             self.now_ns,
             self.metrics,

@@ -116,6 +116,12 @@ impl NetMetrics {
         }
     }
 
+    /// How many were dropped for `reason`.
+    #[cfg(test)]
+    pub(crate) fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops.get(reason.index()).map_or(0, Metric::get)
+    }
+
     /// Sets the count of a reason that one owner counts in total (`Incomplete`: the
     /// reassemblers).
     pub(crate) fn set_drop(&self, reason: DropReason, total: u64) {

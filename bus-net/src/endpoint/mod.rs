@@ -27,6 +27,9 @@ mod egress;
 mod export;
 mod import;
 pub(crate) mod metrics;
+mod schema;
+#[cfg(test)]
+mod schema_sim;
 #[cfg(test)]
 mod sim;
 
@@ -37,7 +40,10 @@ pub use egress::Wire;
 pub(crate) use egress::{mac_of, protect_and_send, Egress};
 pub(crate) use export::{DirectShared, DirectTopic};
 pub use export::{ExportBatch, ExportSpec};
-pub use import::{ImportSpec, Sink};
+pub use import::{ImportSpec, Origin, Sink};
+pub use schema::{
+    EncodedShape, SchemaFailure, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+};
 
 use self::compat::{CompatExport, CompatImport};
 use self::export::ExportState;
@@ -102,6 +108,27 @@ pub enum Event {
         first: u64,
         /// The last.
         last: u64,
+    },
+    /// A schema fetch ([`Endpoint::request_schema`]) ended with the topic's shape, which
+    /// decoded and hashes to `fingerprint`.
+    SchemaReceived {
+        /// The topic.
+        topic_id: u64,
+        /// The publisher asked.
+        publisher: SocketAddr,
+        /// The fingerprint the publisher's data frames carry.
+        fingerprint: u64,
+        /// The shape.
+        shape: llbus::schema::Shape,
+    },
+    /// A schema fetch ended without a shape.
+    SchemaFailed {
+        /// The topic.
+        topic_id: u64,
+        /// The publisher asked.
+        publisher: SocketAddr,
+        /// Why.
+        reason: SchemaFailure,
     },
 }
 
@@ -176,6 +203,8 @@ pub struct Endpoint {
     control_buf: Vec<u8>,
     metrics: NetMetrics,
     events: VecDeque<Event>,
+    /// The schema fetches under way (at most `MAX_SCHEMA_FETCHES`).
+    fetches: Vec<schema::Fetch>,
     next_heartbeat: u64,
     next_housekeeping: u64,
     next_reseed: u64,
@@ -347,6 +376,7 @@ impl Endpoint {
             control_buf: vec![0; recv_max],
             metrics: NetMetrics::register(|_| llbus::Metric::default()),
             events: VecDeque::with_capacity(EVENT_QUEUE),
+            fetches: Vec::new(),
             next_heartbeat: 0,
             next_housekeeping: HOUSEKEEPING_NS,
             next_reseed: u64::try_from(config.cookie_window.as_nanos()).unwrap_or(u64::MAX),
@@ -440,6 +470,7 @@ impl Endpoint {
         self.next_heartbeat
             .min(self.next_housekeeping)
             .min(self.next_reseed)
+            .min(self.schema_deadline())
     }
 
     /// The room for frames in a downstream datagram: what the MAC trailer (with a key) or the
@@ -512,6 +543,8 @@ impl Endpoint {
         };
         self.replies.clear(src);
         let token = frames.token();
+        // A schema request is answered only alone in its datagram: its answer is one datagram.
+        let lone = (frames.len() == 1).then_some(datagram.len());
         // A datagram is counted under one drop reason at most: its first.
         let mut dropped = None;
         for frame in frames {
@@ -519,6 +552,8 @@ impl Endpoint {
                 Kind::Data | Kind::Fragment => self.on_data(&frame, src, token, now_ns, sink),
                 Kind::Nak => self.on_nak(&frame, src, now_ns, wire),
                 Kind::Unavailable => self.on_unavailable(&frame, src, token, now_ns, sink),
+                Kind::SchemaRequest => self.on_schema_request(&frame, src, now_ns, lone, wire),
+                Kind::SchemaReply => self.on_schema_reply(&frame, src, now_ns),
                 _ => match Control::from_frame(&frame) {
                     Ok(control) => self.on_control(&control, src, token, now_ns),
                     Err(reason) => Err(reason),
@@ -711,8 +746,11 @@ impl Endpoint {
                 index,
                 reassembly,
                 h.kind,
-                h.session,
-                h.seq,
+                Origin {
+                    session: h.session,
+                    seq: h.seq,
+                    timestamp_ns: h.timestamp_ns,
+                },
                 frame.payload,
                 now_ns,
                 &self.metrics,
@@ -1047,6 +1085,7 @@ impl Endpoint {
             }
         }
         self.poll_reliable(now_ns, wire, sink);
+        self.poll_schema(now_ns, wire);
         if now_ns >= self.next_heartbeat {
             let every = u64::try_from(self.config.heartbeat_every.as_nanos()).unwrap_or(u64::MAX);
             self.next_heartbeat = now_ns.saturating_add(every);

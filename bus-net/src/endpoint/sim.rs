@@ -76,7 +76,7 @@ struct Faults {
 
 /// What the endpoints sent during one call: `(destination, datagram)`, suffixes appended.
 #[derive(Default)]
-struct Sent(Vec<(SocketAddr, Vec<u8>)>);
+pub(super) struct Sent(pub(super) Vec<(SocketAddr, Vec<u8>)>);
 
 impl Wire for Sent {
     fn send(&mut self, bytes: &[u8], dests: &[(SocketAddr, u64)], suffixed: bool) -> usize {
@@ -252,6 +252,7 @@ impl World {
                 allow: None,
                 reliable: true,
                 late_join: 0,
+                shape: None,
             }],
             Vec::new(),
         )

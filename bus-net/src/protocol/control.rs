@@ -279,10 +279,14 @@ impl Control {
             });
         }
         Ok(match h.kind {
-            // Data, and the reliable-topic frames (`super::reliable`), are not handshake control.
-            Kind::Data | Kind::Fragment | Kind::Nak | Kind::Unavailable => {
-                return Err(DropReason::BadControl)
-            }
+            // Data, the reliable-topic frames (`super::reliable`) and the schema frames
+            // (`super::schema`) are not handshake control.
+            Kind::Data
+            | Kind::Fragment
+            | Kind::Nak
+            | Kind::Unavailable
+            | Kind::SchemaRequest
+            | Kind::SchemaReply => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {

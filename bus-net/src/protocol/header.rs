@@ -72,6 +72,12 @@ pub enum Kind {
     /// Publisher to subscriber, reliable topics: the range a NAK asked for is no longer in
     /// history (24-byte payload: the NAK's nonce echoed, first and last).
     Unavailable = 0x15,
+    /// Anyone to publisher: send a page of a topic's encoded shape (16-byte fixed part: a
+    /// fresh nonce and the page's offset, then zero padding, the room for the answer's page).
+    SchemaRequest = 0x16,
+    /// Publisher to requester: one page of a topic's encoded shape (16-byte fixed part: the
+    /// echoed nonce, the shape's total length and the page's offset, then the page).
+    SchemaReply = 0x17,
 }
 
 impl Kind {
@@ -101,6 +107,8 @@ impl Kind {
             0x20 => Ok(Kind::CookieChallenge),
             0x14 => Ok(Kind::Nak),
             0x15 => Ok(Kind::Unavailable),
+            0x16 => Ok(Kind::SchemaRequest),
+            0x17 => Ok(Kind::SchemaReply),
             0x21..=0x3f => Err(DropReason::ReservedKind),
             _ => Err(DropReason::UnknownKind),
         }
@@ -123,7 +131,7 @@ impl Kind {
     /// The payload length a frame of this kind must have, if it is fixed.
     pub(crate) const fn fixed_payload_len(self) -> Option<usize> {
         match self {
-            Kind::Data | Kind::Fragment => None,
+            Kind::Data | Kind::Fragment | Kind::SchemaRequest | Kind::SchemaReply => None,
             Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
             Kind::Subscribe | Kind::Unsubscribe | Kind::SubscribeAck | Kind::CookieChallenge => {
                 Some(super::control::HANDSHAKE_PAYLOAD_LEN)

@@ -17,9 +17,9 @@
 //! the first 16 bytes of the trailer), truncated to 16 bytes. Each key id has two MAC keys,
 //! derived from its pre-shared key with [`blake3::derive_key`] and a context string per
 //! *direction*: one for what publishers send (data, heartbeat, challenge, acknowledgement,
-//! refusal), one for what subscribers send (subscribe, unsubscribe). A sealed datagram holds
-//! frames of one direction and one sender session; so the tag binds direction, session (in
-//! every frame header) and packet number. Tags are compared in constant time.
+//! refusal, schema reply), one for what subscribers send (subscribe, unsubscribe, NAK, schema
+//! request). A sealed datagram holds frames of one direction and one sender session; so the
+//! tag binds direction, session (in every frame header) and packet number. Tags are compared in constant time.
 //!
 //! Replay: the receiver keeps a [`ReplayGuard`], a window of the last 128 packet numbers per
 //! (sender session, lane), like IPsec's (RFC 4303 §3.4.3). A number seen before or older than
@@ -387,7 +387,10 @@ impl FrameMac {
 /// Whether frame kind `kind` goes from a subscriber to a publisher (each direction has its
 /// own key).
 fn is_to_publisher(kind: u8) -> bool {
-    kind == Kind::Subscribe as u8 || kind == Kind::Unsubscribe as u8 || kind == Kind::Nak as u8
+    kind == Kind::Subscribe as u8
+        || kind == Kind::Unsubscribe as u8
+        || kind == Kind::Nak as u8
+        || kind == Kind::SchemaRequest as u8
 }
 
 /// The direction of whole frames of one direction and one session (`true`: subscriber to

@@ -16,6 +16,8 @@
 //! - [`fragment`]: the `Fragment` frame, one piece of a message larger than a datagram.
 //! - [`reliable`]: the frames of reliable topics: `Nak` (retransmit a range) and `Unavailable`
 //!   (that range left history).
+//! - [`schema`]: the schema frames: `SchemaRequest` and `SchemaReply` (a page of a topic's
+//!   encoded shape, never larger than the request).
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
@@ -30,6 +32,7 @@ pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;
 pub(crate) mod reliable;
+pub(crate) mod schema;
 pub(crate) mod seq;
 pub(crate) mod subscribers;
 

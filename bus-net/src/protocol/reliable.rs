@@ -69,7 +69,7 @@ pub struct Unavailable {
 }
 
 /// The `u64` at `at` of `p` (0 if out of range, which the fixed lengths rule out).
-fn le_u64(p: &[u8], at: usize) -> u64 {
+pub(super) fn le_u64(p: &[u8], at: usize) -> u64 {
     p.get(at..at + 8)
         .and_then(|b| b.try_into().ok())
         .map_or(0, u64::from_le_bytes)

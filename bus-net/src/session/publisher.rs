@@ -182,8 +182,8 @@ impl PublisherSession {
         self.limiter.allow(src.ip(), now_ns)
     }
 
-    /// Whether `src` may subscribe to `topic_id`.
-    fn allowed(&self, topic_id: u64, src: SocketAddr) -> bool {
+    /// Whether `src` may subscribe to `topic_id` (or fetch its schema).
+    pub(crate) fn allowed(&self, topic_id: u64, src: SocketAddr) -> bool {
         let own = self
             .topics
             .iter()

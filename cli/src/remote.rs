@@ -1,0 +1,390 @@
+//! A typeless remote subscriber: llbus-net's sans-IO [`Endpoint`] driven over one UDP socket,
+//! what `llbus echo` (and any command that decodes a remote topic) uses.
+//!
+//! It first fetches each topic's shape from the publisher (the schema frames,
+//! `Endpoint::request_schema`: checked against the fingerprint the publisher states), then
+//! subscribes with that fingerprint like any remote subscriber (cookie handshake, token, and
+//! the pre-shared key if one is given), and hands what arrives to a [`Sink`].
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use llbus::schema::Shape;
+use llbus_net::{
+    canonical, BridgeConfig, DropReason, Endpoint, Event, ImportSpec, LatePolicy, RecvBatch,
+    SendBatch, Sink, SocketConfig, SocketWire, UdpEndpoint, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_MAX_DATAGRAM_V6,
+};
+
+/// What every command that subscribes is told: where, with which key, for how long.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Subscription {
+    /// The publisher's bridge address.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    publisher: SocketAddr,
+    /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
+    #[arg(long)]
+    psk_file: Option<std::path::PathBuf>,
+    /// Stops after this many seconds.
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Gives up if the schemas or the subscriptions have not come within this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    setup_timeout_s: f64,
+}
+
+/// A [`Subscription`]'s link, when it ends, and how long its setup may take.
+pub(crate) struct Opened {
+    pub(crate) link: Link,
+    pub(crate) until: Option<Instant>,
+    pub(crate) setup_timeout: Duration,
+}
+
+impl Subscription {
+    /// Reads the key and binds the socket.
+    ///
+    /// # Errors
+    /// An unreadable key file, a bad duration, no socket.
+    pub(crate) fn open(&self) -> Result<Opened, String> {
+        let psk = self.psk_file.as_deref().map(read_psk).transpose()?;
+        let until = match self.duration_s {
+            Some(s) => Some(Instant::now() + crate::seconds(s, "--duration-s")?),
+            None => None,
+        };
+        Ok(Opened {
+            link: Link::bind(self.publisher, psk)?,
+            until,
+            setup_timeout: crate::seconds(self.setup_timeout_s, "--setup-timeout-s")?,
+        })
+    }
+}
+
+/// A topic whose shape the publisher served.
+#[derive(Clone, Debug)]
+pub(crate) struct Topic {
+    pub(crate) name: &'static str,
+    pub(crate) topic_id: u64,
+    pub(crate) fingerprint: u64,
+    pub(crate) shape: Shape,
+}
+
+/// A topic name for an [`ImportSpec`], which holds `&'static str` (the bridge's names are
+/// its types' constants). A command names a few topics once for its whole run, so leaking
+/// them costs a few bytes, once.
+pub(crate) fn leak(name: &str) -> &'static str {
+    Box::leak(name.to_owned().into_boxed_str())
+}
+
+/// The 32-byte pre-shared key in file `path`: 64 hex digits (whitespace around them
+/// ignored) or 32 raw bytes.
+pub(crate) fn read_psk(path: &Path) -> Result<[u8; 32], String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("cannot read the key file {}: {e}", crate::text::path(path)))?;
+    if let Ok(raw) = <[u8; 32]>::try_from(bytes.as_slice()) {
+        return Ok(raw);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let hex = text.trim();
+    let mut key = [0u8; 32];
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(format!(
+            "the key file {} holds neither 64 hex digits nor 32 bytes",
+            crate::text::path(path)
+        ));
+    }
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|e| format!("the key file's digit pair {}: {e}", i + 1))?;
+    }
+    Ok(key)
+}
+
+/// A payload already encoded (bincode, as recorded): serialized as a tuple of its bytes,
+/// which bincode writes as the bytes themselves, with no length.
+struct Encoded<'a>(&'a [u8]);
+
+impl serde::Serialize for Encoded<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(self.0.len())?;
+        for b in self.0 {
+            t.serialize_element(b)?;
+        }
+        t.end()
+    }
+}
+
+/// Takes nothing: schema fetching delivers no message.
+struct NoMessages;
+
+impl Sink for NoMessages {
+    fn deliver(&mut self, _import: usize, _payload: &[u8]) -> Result<(), DropReason> {
+        Err(DropReason::UnknownTopic)
+    }
+}
+
+/// One socket towards one publisher, and the buffers to drive endpoints over it.
+pub(crate) struct Link {
+    publisher: SocketAddr,
+    socket: UdpEndpoint,
+    send: SendBatch,
+    recv: RecvBatch,
+    failed: Option<std::io::Error>,
+    config: BridgeConfig,
+    max_datagram: usize,
+    started: Instant,
+}
+
+impl Link {
+    /// Binds a socket of `publisher`'s address family; `psk`: the publisher's key.
+    pub(crate) fn bind(publisher: SocketAddr, psk: Option<[u8; 32]>) -> Result<Link, String> {
+        let publisher = canonical(publisher);
+        let (local, max_datagram) = if publisher.is_ipv4() {
+            (
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+                DEFAULT_MAX_DATAGRAM,
+            )
+        } else {
+            (
+                SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+                DEFAULT_MAX_DATAGRAM_V6,
+            )
+        };
+        let socket = UdpEndpoint::bind(local, &SocketConfig::default())
+            .map_err(|e| format!("cannot bind a UDP socket: {e}"))?;
+        Ok(Link {
+            publisher,
+            socket,
+            send: SendBatch::new(16),
+            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
+            failed: None,
+            // Late (reordered) messages are dropped: what is delivered is in order, so a
+            // number skipped is a number lost.
+            config: BridgeConfig {
+                psk,
+                late: LatePolicy::Drop,
+                ..BridgeConfig::default()
+            },
+            max_datagram,
+            started: Instant::now(),
+        })
+    }
+
+    /// A socket bound to `bind` that serves topics (`publisher_endpoint`) to the subscribers
+    /// `allow` admits; `psk`: the key they must hold.
+    pub(crate) fn serve(
+        bind: SocketAddr,
+        psk: Option<[u8; 32]>,
+        allow: Option<llbus_net::Allowlist>,
+    ) -> Result<Link, String> {
+        let max_datagram = if bind.is_ipv4() {
+            DEFAULT_MAX_DATAGRAM
+        } else {
+            DEFAULT_MAX_DATAGRAM_V6
+        };
+        let socket = UdpEndpoint::bind(bind, &SocketConfig::default())
+            .map_err(|e| format!("cannot bind {bind}: {e}"))?;
+        let mut config = BridgeConfig {
+            psk,
+            ..BridgeConfig::default()
+        };
+        if let Some(allow) = allow {
+            config.allow = allow;
+        }
+        Ok(Link {
+            publisher: socket.local_addr(),
+            socket,
+            send: SendBatch::new(16),
+            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
+            failed: None,
+            config,
+            max_datagram,
+            started: Instant::now(),
+        })
+    }
+
+    /// An endpoint that serves `exports` on this link's socket.
+    ///
+    /// # Errors
+    /// No randomness for its secrets.
+    pub(crate) fn publisher_endpoint(
+        &self,
+        exports: Vec<llbus_net::ExportSpec>,
+    ) -> Result<Endpoint, String> {
+        let seed = llbus_net::random_secret()
+            .map_err(|e| format!("cannot read the system's random source: {e}"))?;
+        Ok(Endpoint::new(
+            &self.config,
+            self.max_datagram,
+            llbus_net::new_session_id(),
+            seed,
+            exports,
+            Vec::new(),
+        ))
+    }
+
+    /// Sends `messages` (encoded payloads) as the next messages of export `i`, batched.
+    pub(crate) fn publish<'a>(
+        &mut self,
+        endpoint: &mut Endpoint,
+        i: usize,
+        messages: impl Iterator<Item = &'a [u8]>,
+    ) {
+        let mut wire = SocketWire::new(&mut self.socket, &mut self.send, &mut self.failed);
+        if let Some(mut batch) = endpoint.export(i, &mut wire) {
+            for m in messages {
+                batch.push(&Encoded(m));
+            }
+        };
+    }
+
+    /// The publisher's address (serving: the bound address).
+    pub(crate) fn publisher(&self) -> SocketAddr {
+        self.publisher
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1)
+    }
+
+    /// An endpoint that subscribes to `topics` (none: one that only fetches schemas).
+    fn endpoint(&self, topics: &[Topic]) -> Result<Endpoint, String> {
+        let seed = llbus_net::random_secret()
+            .map_err(|e| format!("cannot read the system's random source: {e}"))?;
+        let imports = topics
+            .iter()
+            .map(|t| ImportSpec {
+                topic: t.name,
+                topic_id: t.topic_id,
+                fingerprint: t.fingerprint,
+                publisher: self.publisher,
+                reliable: false,
+            })
+            .collect();
+        Ok(Endpoint::new(
+            &self.config,
+            self.max_datagram,
+            llbus_net::new_session_id(),
+            seed,
+            Vec::new(),
+            imports,
+        ))
+    }
+
+    /// One round: the endpoint's timers, then every datagram waiting (a millisecond's sleep
+    /// if there was none), what it lets through handed to `sink`.
+    ///
+    /// # Errors
+    /// The socket failed for good.
+    pub(crate) fn drive(
+        &mut self,
+        endpoint: &mut Endpoint,
+        sink: &mut dyn Sink,
+    ) -> Result<(), String> {
+        let now = self.now_ns();
+        let mut wire = SocketWire::new(&mut self.socket, &mut self.send, &mut self.failed);
+        endpoint.on_timer(now, &mut wire, sink);
+        let n = self
+            .socket
+            .recv_batch(&mut self.recv)
+            .map_err(|e| format!("the UDP socket failed: {e}"))?;
+        for (datagram, from) in self.recv.iter() {
+            let mut wire = SocketWire::new(&mut self.socket, &mut self.send, &mut self.failed);
+            endpoint.handle(datagram, from, now, &mut wire, sink);
+        }
+        if let Some(e) = self.failed.take() {
+            return Err(format!("the UDP socket failed: {e}"));
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Fetches the shapes of `names` from the publisher, in that order.
+    ///
+    /// # Errors
+    /// A topic the publisher serves no schema for, a schema refused (see `SchemaFailure`), or
+    /// no answer within `timeout`.
+    pub(crate) fn schemas(
+        &mut self,
+        names: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<Topic>, String> {
+        let mut endpoint = self.endpoint(&[])?;
+        let mut found: Vec<Option<Topic>> = vec![None; names.len()];
+        for name in names {
+            if !endpoint.request_schema(llbus::topic_id(name), self.publisher) {
+                return Err(format!(
+                    "at most {} topics at once",
+                    llbus_net::MAX_SCHEMA_FETCHES
+                ));
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        while found.iter().any(Option::is_none) {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no schema from {} within {timeout:?}: is the publisher running there, and \
+                     does its allowlist admit this host?",
+                    self.publisher
+                ));
+            }
+            self.drive(&mut endpoint, &mut NoMessages)?;
+            while let Some(event) = endpoint.poll_event() {
+                match event {
+                    Event::SchemaReceived {
+                        topic_id,
+                        fingerprint,
+                        shape,
+                        ..
+                    } => {
+                        for (slot, name) in found.iter_mut().zip(names) {
+                            if llbus::topic_id(name) == topic_id {
+                                *slot = Some(Topic {
+                                    name: leak(name),
+                                    topic_id,
+                                    fingerprint,
+                                    shape: shape.clone(),
+                                });
+                            }
+                        }
+                    }
+                    Event::SchemaFailed {
+                        topic_id, reason, ..
+                    } => {
+                        let name = names
+                            .iter()
+                            .find(|n| llbus::topic_id(n) == topic_id)
+                            .map_or("?", String::as_str);
+                        return Err(format!(
+                            "topic '{}' at {}: {reason}",
+                            crate::text::clean(name),
+                            self.publisher
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    /// An endpoint subscribed to `topics` at the publisher (the subscriptions go out as it is
+    /// driven).
+    ///
+    /// # Errors
+    /// No randomness for its secrets.
+    pub(crate) fn subscribe(&self, topics: &[Topic]) -> Result<Endpoint, String> {
+        self.endpoint(topics)
+    }
+
+    /// Unsubscribes `endpoint`'s imports (best effort).
+    pub(crate) fn close(&mut self, endpoint: &mut Endpoint) {
+        let mut wire = SocketWire::new(&mut self.socket, &mut self.send, &mut self.failed);
+        endpoint.close(&mut wire);
+    }
+}
