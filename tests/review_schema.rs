@@ -900,3 +900,227 @@ fn play_refuses_a_chunk_that_claims_a_terabyte() {
     let bomb = TempFile::new("bomb", &chunk_bomb());
     assert_play_refuses(&dir, &bomb);
 }
+
+// ---------------------------------------------------------------------------------------------
+// `llbus record` and `llbus play` against what they are promised (RECORDING.md).
+
+/// A recording of `n` messages of `shape` (`payload` each), `spacing` apart, on topic
+/// `rv.play`, whose channel states `fingerprint`.
+fn recording(
+    name: &str,
+    shape: &Shape,
+    fingerprint: u64,
+    payload: &[u8],
+    n: u32,
+    spacing: Duration,
+) -> TempFile {
+    use llbus_record::{Channel, ChannelSchema, FileOptions, FileWriter};
+    let file = TempFile::new(name, b"");
+    let metadata = std::collections::BTreeMap::from([
+        (
+            llbus_record::META_TOPIC_ID.to_owned(),
+            format!("{:#018x}", llbus::topic_id("rv.play")),
+        ),
+        (
+            llbus_record::META_FINGERPRINT.to_owned(),
+            format!("{fingerprint:#018x}"),
+        ),
+    ]);
+    let channel = Channel {
+        topic: "rv.play".to_owned(),
+        message_encoding: llbus_record::MESSAGE_ENCODING.to_owned(),
+        metadata,
+        schema: Some(ChannelSchema {
+            name: "Px".to_owned(),
+            encoding: llbus_record::SCHEMA_ENCODING.to_owned(),
+            data: shape.to_bytes().expect("encodes"),
+        }),
+    };
+    let mut w =
+        FileWriter::create(&file.0, vec![channel], &FileOptions::default()).expect("creates");
+    let t0 = 1_700_000_000_000_000_000u64;
+    for i in 0..n {
+        let t = t0 + u64::from(i) * spacing.as_nanos() as u64;
+        w.write(0, i + 1, t, t, payload).expect("writes");
+    }
+    w.finish().expect("finishes");
+    file
+}
+
+fn px() -> Shape {
+    Shape::structure(
+        "Px",
+        Fields::named([("v", Shape::Primitive(Primitive::U32))]),
+    )
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn play_at_speed_0_plays_everything_at_once() {
+    let _ = llbus_bin();
+    let dir = CountersDir::new("rv-play-fast");
+    let shape = px();
+    let file = recording(
+        "fast",
+        &shape,
+        shape.fingerprint(),
+        &7u32.to_le_bytes(),
+        50,
+        Duration::from_millis(200),
+    );
+    let started = Instant::now();
+    let out = llbus(
+        &dir,
+        &["play", file.path(), "--bind", "127.0.0.1:0", "--speed", "0"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("PLAYED messages=50 "), "{text}");
+    // 10 s recorded; played at once, then the second of heartbeats.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Neither a negative nor a non-number pace is taken.
+    for speed in ["--speed=-1", "--speed=NaN", "--speed=inf"] {
+        let out = llbus(&dir, &["play", file.path(), "--bind", "127.0.0.1:0", speed]);
+        assert_eq!(out.status.code(), Some(1), "--speed {speed}");
+    }
+}
+
+/// Fetches topic `topic`'s shape from `publisher` over a real socket (5 s at most).
+fn fetch(publisher: SocketAddr, topic: &str) -> Option<Event> {
+    let mut socket = UdpEndpoint::bind(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &SocketConfig::default(),
+    )
+    .expect("binds");
+    let mut ep = Endpoint::new(
+        &BridgeConfig::default(),
+        DEFAULT_MAX_DATAGRAM,
+        0x31,
+        [2; 32],
+        Vec::new(),
+        Vec::new(),
+    );
+    ep.request_schema(llbus::topic_id(topic), publisher);
+    let (mut send, mut recv, mut failed) = (SendBatch::new(4), RecvBatch::new(8, 65_536), None);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        let now = started.elapsed().as_nanos() as u64 + 1;
+        ep.on_timer(
+            now,
+            &mut SocketWire::new(&mut socket, &mut send, &mut failed),
+            &mut NoData,
+        );
+        let _ = socket.recv_batch(&mut recv);
+        for (d, from) in recv.iter() {
+            ep.handle(
+                d,
+                from,
+                now,
+                &mut SocketWire::new(&mut socket, &mut send, &mut failed),
+                &mut NoData,
+            );
+        }
+        if let Some(e) = ep.poll_event() {
+            return Some(e);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: llbus play serves a recording whose channel fingerprint disagrees with its schema as it is: every schema fetch from it fails with Mismatch (a bridge never serves a shape that does not hash to its fingerprint); play should refuse or say so at start"]
+fn play_never_serves_a_shape_that_fails_its_own_fingerprint() {
+    let _ = llbus_bin();
+    let shape = px();
+    let file = recording(
+        "liar",
+        &shape,
+        shape.fingerprint() ^ 1,
+        &7u32.to_le_bytes(),
+        5,
+        Duration::from_millis(10),
+    );
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let child = std::process::Command::new(llbus_bin())
+        .args(["play", file.path(), "--bind", &bind, "--wait-subscriber"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut child = tests::netns::KillOnDrop::new(child);
+    std::thread::sleep(Duration::from_millis(300));
+    if let Ok(Some(status)) = child.child_mut().try_wait() {
+        // Refused at start: what is asked.
+        assert_eq!(status.code(), Some(1));
+        return;
+    }
+    let got = fetch(bind.parse().expect("addr"), "rv.play");
+    assert!(
+        matches!(got, Some(Event::SchemaReceived { .. })),
+        "play serves a shape that its fingerprint refuses: {got:?}"
+    );
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: llbus record --encoding json counts each undecodable message twice: as undecodable and as a loss (a gap on llbus.gaps), though it arrived"]
+fn record_json_marks_no_gap_for_a_message_that_arrived_but_did_not_decode() {
+    let _ = llbus_bin();
+    let shape = px();
+    let publ = HostilePub::start(
+        BridgeConfig::default(),
+        vec![export("rv.half", &shape, None)],
+        vec![7u32.to_le_bytes().to_vec(), vec![1, 2, 3]],
+    );
+    let dir = CountersDir::new("rv-record-json");
+    let out_file = TempFile::new("half", b"");
+    let addr = publ.addr.to_string();
+    let out = llbus(
+        &dir,
+        &[
+            "record",
+            "--publisher",
+            &addr,
+            "--topic",
+            "rv.half",
+            "--encoding",
+            "json",
+            "--count",
+            "6",
+            "--output",
+            out_file.path(),
+            "--setup-timeout-s",
+            "5",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recording = llbus_record::read(&std::fs::read(&out_file.0).expect("reads"));
+    let gaps: Vec<String> = recording
+        .frames
+        .iter()
+        .filter(|f| recording.topics[f.topic].topic == llbus_record::GAPS_TOPIC)
+        .map(|f| String::from_utf8_lossy(&f.data).into_owned())
+        .collect();
+    assert!(text.contains(" lost=0 "), "{text}\ngaps: {gaps:?}");
+    assert!(gaps.is_empty(), "{text}\ngaps: {gaps:?}");
+}
