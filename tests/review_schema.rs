@@ -1124,3 +1124,68 @@ fn record_json_marks_no_gap_for_a_message_that_arrived_but_did_not_decode() {
     assert!(text.contains(" lost=0 "), "{text}\ngaps: {gaps:?}");
     assert!(gaps.is_empty(), "{text}\ngaps: {gaps:?}");
 }
+
+#[test]
+fn with_a_key_sealed_requests_get_sealed_answers_no_larger_and_a_replay_gets_nothing() {
+    let key = [4; 32];
+    let shape = wide(200);
+    let publ = HostilePub::start(
+        BridgeConfig {
+            psk: Some(key),
+            ..BridgeConfig::default()
+        },
+        vec![export("rv.sealed", &shape, None)],
+        Vec::new(),
+    );
+    let mac = llbus_net::FrameMac::with_key_id(0, &key);
+    let s = attacker();
+    let seal = |d: Vec<u8>| {
+        let len = d.len();
+        let mut buf = d;
+        buf.resize(len + llbus_net::MAC_TAG_LEN, 0);
+        let n = mac.seal(&mut buf, len).expect("seals");
+        buf.truncate(n);
+        buf
+    };
+    let topic = llbus::topic_id("rv.sealed");
+    let mut last = Vec::new();
+    for (i, room) in [0usize, 1, 300, 1472 - HEADER_LEN - 16 - 32]
+        .into_iter()
+        .enumerate()
+    {
+        let d = seal(request(topic, 200 + i as u64, 0, room));
+        s.send_to(&d, publ.addr).expect("sent");
+        let got = drain(&s, Duration::from_millis(150));
+        assert_eq!(got.len(), 1, "room {room}: {} answers", got.len());
+        assert!(
+            got[0].len() <= d.len(),
+            "{} bytes answered {}",
+            got[0].len(),
+            d.len()
+        );
+        let frames = mac.open(&got[0], 70_000).expect("a sealed answer");
+        let frame = frames.into_iter().next().expect("a frame");
+        let r = SchemaReply::from_frame(&frame).expect("a schema reply");
+        assert_eq!(r.nonce, 200 + i as u64);
+        last = d;
+    }
+    // The same sealed datagram again, from this source or (forged) from a victim's.
+    s.send_to(&last, publ.addr).expect("sent");
+    assert!(
+        drain(&s, Duration::from_millis(200)).is_empty(),
+        "a replay was answered"
+    );
+    if let Some(mut raw) = RawSender::for_test("schema_sealed_replay") {
+        let victim = UdpSocket::bind("127.0.0.10:0").expect("binds");
+        let (SocketAddr::V4(v), SocketAddr::V4(p)) =
+            (victim.local_addr().expect("addr"), publ.addr)
+        else {
+            unreachable!("v4");
+        };
+        raw.send(v, p, &last).expect("forged");
+        assert!(
+            drain(&victim, Duration::from_millis(200)).is_empty(),
+            "a replay was answered"
+        );
+    }
+}
