@@ -1271,3 +1271,48 @@ fn play_of_a_recording_with_one_topic_on_two_channels_and_an_oversized_message_d
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn fetches_are_bounded_and_an_unanswered_one_asks_ten_times_then_fails() {
+    let mut ep = Endpoint::new(
+        &BridgeConfig::default(),
+        DEFAULT_MAX_DATAGRAM,
+        0x4243,
+        [5; 32],
+        Vec::new(),
+        Vec::new(),
+    );
+    for t in 0..llbus_net::MAX_SCHEMA_FETCHES as u64 {
+        assert!(ep.request_schema(t, publisher_addr()));
+    }
+    // The same again: nothing new; one more: refused.
+    assert!(ep.request_schema(0, publisher_addr()));
+    assert!(!ep.request_schema(999, publisher_addr()));
+    let mut sent = 0usize;
+    let mut failed = 0usize;
+    let mut now = MS;
+    while now < 3_000 * MS {
+        let mut out = Captured::default();
+        ep.on_timer(now, &mut out, &mut NoData);
+        sent += out.0.len();
+        for e in events(&mut ep) {
+            assert!(
+                matches!(
+                    e,
+                    Event::SchemaFailed {
+                        reason: SchemaFailure::TimedOut,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+            failed += 1;
+        }
+        now += 10 * MS;
+    }
+    let n = llbus_net::MAX_SCHEMA_FETCHES;
+    assert_eq!(failed, n);
+    assert_eq!(sent, n * llbus_net::SCHEMA_ATTEMPTS as usize);
+    // Room again.
+    assert!(ep.request_schema(999, publisher_addr()));
+}
