@@ -1316,3 +1316,44 @@ fn fetches_are_bounded_and_an_unanswered_one_asks_ten_times_then_fails() {
     // Room again.
     assert!(ep.request_schema(999, publisher_addr()));
 }
+
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: a hostile publisher makes llbus echo print (and hold) 60 MB per empty message: the decoder clones a field name per value"]
+fn echo_output_of_an_empty_message_stays_small() {
+    let _ = llbus_bin();
+    let shape = long_names(30_000, 2_000);
+    let publ = HostilePub::start(
+        BridgeConfig::default(),
+        vec![export("rv.bomb", &shape, None)],
+        vec![Vec::new()],
+    );
+    let dir = CountersDir::new("rv-echo-bomb");
+    let addr = publ.addr.to_string();
+    let out = llbus(
+        &dir,
+        &[
+            "echo",
+            "--publisher",
+            &addr,
+            "--topic",
+            "rv.bomb",
+            "--count",
+            "1",
+            "--duration-s",
+            "5",
+            "--setup-timeout-s",
+            "5",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.len() < 1 << 20,
+        "one empty message printed as {} bytes",
+        out.stdout.len()
+    );
+}
