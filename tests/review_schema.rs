@@ -1357,3 +1357,28 @@ fn echo_output_of_an_empty_message_stays_small() {
         out.stdout.len()
     );
 }
+
+/// A type nested 71 levels deep: its shape cannot be served.
+#[derive(llbus::Message, serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[message(topic = "rv.deep")]
+struct Deep {
+    v: Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<u8>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>,
+}
+
+#[test]
+fn a_bridge_refuses_at_start_a_type_too_deep_to_describe() {
+    let bridge = llbus_net::Bridge::bind("127.0.0.1:0").expect("binds");
+    let mut b = llbus::Bus::builder();
+    b.add(bridge.export::<Deep>());
+    match b.start() {
+        Ok(bus) => {
+            bus.stop();
+            let _ = bus.join();
+            panic!("a bus started serving a shape no requester accepts");
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("deeper than 64"), "{msg}");
+        }
+    }
+}
