@@ -201,6 +201,7 @@ impl BridgeActor {
                     topic: d.topic,
                     topic_id: d.topic_id,
                     fingerprint: d.fingerprint,
+                    shape: d.shape,
                     shared: d.shared,
                 }
             })

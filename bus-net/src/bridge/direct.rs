@@ -29,6 +29,8 @@ pub(crate) struct DirectPort {
     pub(crate) topic: &'static str,
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
+    /// The type's shape, served on request (`None` if it does not encode).
+    pub(crate) shape: Option<crate::EncodedShape>,
     pub(crate) shared: Arc<DirectShared>,
     pub(crate) subscribers: LatestWriter<Destinations>,
 }
@@ -115,6 +117,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             topic: T::TOPIC,
             topic_id: T::TOPIC_ID,
             fingerprint: T::FINGERPRINT,
+            shape: crate::EncodedShape::new(&T::schema()).ok(),
             shared,
             subscribers: writer,
         };

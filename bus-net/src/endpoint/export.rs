@@ -50,6 +50,8 @@ pub(crate) struct DirectTopic {
     pub(crate) topic: &'static str,
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
+    /// The type's shape, served on request.
+    pub(crate) shape: Option<super::EncodedShape>,
     pub(crate) shared: Arc<DirectShared>,
 }
 

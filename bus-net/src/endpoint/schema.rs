@@ -3,9 +3,9 @@
 //! retries, and hands it to the application only once it decoded (bounded) and hashed to the
 //! fingerprint the publisher stated (`docs/PROTOCOL.md`, "Schema frames").
 //!
-//! Serving: a request is answered only when it is its datagram's only frame, so its answer is
-//! one datagram; the page is cut to the request's padding, so that datagram is never larger
-//! than the request. The topic's allowlist (or the endpoint's) and the per-source rate limit of
+//! Serving (ring-fed and direct exports alike): a request is answered only when it is its
+//! datagram's only frame, so its answer is one datagram; the page is cut to the request's
+//! padding, so that datagram is never larger than the request. The topic's allowlist (or the endpoint's) and the per-source rate limit of
 //! the handshake apply; the egress seals the answer with the pre-shared key when there is one.
 //! A topic that is not exported, or exported without a shape, is answered with `total` 0, so a
 //! tool learns at once that there is nothing to fetch.
@@ -256,13 +256,20 @@ impl Endpoint {
         if !self.publisher.rate_ok(src, now_ns) {
             return Err(DropReason::RateLimited);
         }
-        let served = self
-            .exports
+        let exported = self.exports.iter().map(|e| {
+            let s = &e.spec;
+            (s.topic_id, s.fingerprint, s.shape.as_ref())
+        });
+        let direct = self
+            .directs
             .iter()
-            .find(|e| e.spec.topic_id == request.topic_id);
-        let fingerprint = served.map_or(0, |e| e.spec.fingerprint);
+            .map(|d| (d.topic_id, d.fingerprint, d.shape.as_ref()));
+        let served = exported
+            .chain(direct)
+            .find(|&(topic_id, ..)| topic_id == request.topic_id);
+        let fingerprint = served.map_or(0, |(_, fingerprint, _)| fingerprint);
         let bytes = served
-            .and_then(|e| e.spec.shape.as_ref())
+            .and_then(|(.., shape)| shape)
             .map_or(&[][..], EncodedShape::as_bytes);
         let offset = usize::try_from(request.offset).unwrap_or(usize::MAX);
         let rest = bytes.get(offset..).ok_or(DropReason::BadControl)?;
