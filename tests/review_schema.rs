@@ -1361,6 +1361,7 @@ fn echo_output_of_an_empty_message_stays_small() {
 /// A type nested 71 levels deep: its shape cannot be served.
 #[derive(llbus::Message, serde::Serialize, serde::Deserialize, Clone, Debug)]
 #[message(topic = "rv.deep")]
+#[allow(clippy::type_complexity)] // The point: a type nested too deep.
 struct Deep {
     v: Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<Option<u8>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>,
 }
