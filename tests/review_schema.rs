@@ -282,6 +282,16 @@ fn with_a_key_unsealed_requests_and_hosts_outside_the_allowlist_get_nothing() {
         vec![export("rv.keyed", &shape, None)],
         Vec::new(),
     );
+    // A key on control only (data unsealed): a schema request is control.
+    let control_only = HostilePub::start(
+        BridgeConfig {
+            psk: Some([3; 32]),
+            mac_data: false,
+            ..BridgeConfig::default()
+        },
+        vec![export("rv.keyed", &shape, None)],
+        Vec::new(),
+    );
     let fenced = HostilePub::start(
         BridgeConfig::default(),
         vec![export(
@@ -295,11 +305,17 @@ fn with_a_key_unsealed_requests_and_hosts_outside_the_allowlist_get_nothing() {
     for room in [0, 200, 1400] {
         let d = request(llbus::topic_id("rv.keyed"), 9, 0, room);
         s.send_to(&d, keyed.addr).expect("sent");
+        s.send_to(&d, control_only.addr).expect("sent");
         let d = request(llbus::topic_id("rv.fenced"), 9, 0, room);
         s.send_to(&d, fenced.addr).expect("sent");
     }
     let got = drain(&s, Duration::from_millis(300));
     assert!(got.is_empty(), "{} answers", got.len());
+    // The host the allowlist names is answered.
+    let inside = UdpSocket::bind("127.0.0.2:0").expect("binds");
+    let d = request(llbus::topic_id("rv.fenced"), 9, 0, 200);
+    inside.send_to(&d, fenced.addr).expect("sent");
+    assert_eq!(drain(&inside, Duration::from_millis(300)).len(), 1);
 }
 
 #[test]
