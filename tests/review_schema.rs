@@ -85,6 +85,18 @@ struct HostilePub {
 
 impl HostilePub {
     fn start(config: BridgeConfig, exports: Vec<ExportSpec>, payloads: Vec<Vec<u8>>) -> HostilePub {
+        Self::start_with(config, exports, payloads, None, 1)
+    }
+
+    /// [`start`](Self::start), never admitting a subscriber of topic `withhold` (its
+    /// Subscribes are ignored), and publishing `burst` payloads every 5 ms.
+    fn start_with(
+        config: BridgeConfig,
+        exports: Vec<ExportSpec>,
+        payloads: Vec<Vec<u8>>,
+        withhold: Option<u64>,
+        burst: usize,
+    ) -> HostilePub {
         let mut socket = UdpEndpoint::bind(
             SocketAddr::from(([127, 0, 0, 1], 0)),
             &SocketConfig::default(),
@@ -116,6 +128,12 @@ impl HostilePub {
                 endpoint.on_timer(now, &mut wire, &mut NoData);
                 let n = socket.recv_batch(&mut recv).unwrap_or(0);
                 for (datagram, from) in recv.iter() {
+                    let topic = datagram
+                        .get(8..16)
+                        .map(|t| u64::from_le_bytes(t.try_into().unwrap_or_default()));
+                    if datagram.get(4) == Some(&0x10) && topic.is_some() && topic == withhold {
+                        continue;
+                    }
                     let mut wire = SocketWire::new(&mut socket, &mut send, &mut failed);
                     endpoint.handle(datagram, from, now, &mut wire, &mut NoData);
                 }
@@ -126,9 +144,11 @@ impl HostilePub {
                     next_publish = now + 5 * MS;
                     let mut wire = SocketWire::new(&mut socket, &mut send, &mut failed);
                     if let Some(mut batch) = endpoint.export(0, &mut wire) {
-                        batch.push(&Raw(&payloads[k % payloads.len()]));
-                    }
-                    k += 1;
+                        for _ in 0..burst {
+                            batch.push(&Raw(&payloads[k % payloads.len()]));
+                            k += 1;
+                        }
+                    };
                 }
                 if n == 0 {
                     std::thread::sleep(Duration::from_millis(1));
@@ -1459,4 +1479,74 @@ fn record_of_a_topic_named_twice_records_it_or_says_why() {
         assert!(!err.contains("allowlist"), "{err}");
     }
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// The resident memory of process `pid`, in bytes (0 if it is gone).
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: llbus record holds what arrives before every subscription is admitted by count (65536 messages), not bytes: a publisher that withholds one subscription grows it by its send rate for the whole setup timeout (120+ MiB in 8 s from this test's debug-build publisher; up to 65536 x 16 MiB)"]
+fn record_holds_bounded_memory_while_a_publisher_withholds_one_subscription() {
+    let _ = llbus_bin();
+    let shape = Shape::structure(
+        "Blob",
+        Fields::named([("b", Shape::Vec(Box::new(Shape::Primitive(Primitive::U8))))]),
+    );
+    let mut blob = 60_000u64.to_le_bytes().to_vec();
+    blob.resize(8 + 60_000, 0x42);
+    let publ = HostilePub::start_with(
+        BridgeConfig::default(),
+        vec![
+            export("rv.mem.a", &shape, None),
+            export("rv.mem.b", &shape, None),
+        ],
+        vec![blob],
+        Some(llbus::topic_id("rv.mem.b")),
+        32,
+    );
+    let out_file = TempFile::new("mem", b"");
+    let addr = publ.addr.to_string();
+    let child = std::process::Command::new(llbus_bin())
+        .args([
+            "record",
+            "--publisher",
+            &addr,
+            "--topic",
+            "rv.mem.a",
+            "--topic",
+            "rv.mem.b",
+            "--output",
+            out_file.path(),
+            "--setup-timeout-s",
+            "8",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let pid = child.id();
+    let mut child = tests::netns::KillOnDrop::new(child);
+    let mut peak = 0u64;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(12) {
+        peak = peak.max(rss(pid));
+        if let Ok(Some(_)) = child.child_mut().try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // What arrives before every subscription is up is held for the file, up to 65536
+    // messages of up to 16 MiB each: a bound in bytes is what keeps a hostile publisher from
+    // filling the memory during the setup timeout.
+    assert!(peak < 64 << 20, "llbus record grew to {} MiB", peak >> 20);
 }
