@@ -83,15 +83,22 @@ fn exports(
                 crate::text::clean(&t.topic)
             )
         })?;
+        // A subscriber checks a served shape against the fingerprint served with it: a
+        // recording whose channel states another fingerprint than its schema hashes to would
+        // be served as nobody can use it.
+        let fingerprint = t.fingerprint.unwrap_or_else(|| shape.fingerprint());
+        if fingerprint != shape.fingerprint() {
+            return Err(format!(
+                "topic '{}': the recording's channel states fingerprint {fingerprint:#018x}, but its schema hashes to {:#018x}: the file is damaged or was not written by llbus",
+                crate::text::clean(&t.topic),
+                shape.fingerprint()
+            ));
+        }
         let shape = EncodedShape::new(shape).map_err(|e| e.to_string())?;
         specs.push(ExportSpec {
             topic: leak(&t.topic),
             topic_id: t.topic_id.unwrap_or_else(|| llbus::topic_id(&t.topic)),
-            fingerprint: t.fingerprint.unwrap_or_else(|| {
-                t.shape
-                    .as_ref()
-                    .map_or(0, llbus::schema::Shape::fingerprint)
-            }),
+            fingerprint,
             allow: None,
             reliable: false,
             late_join: 0,

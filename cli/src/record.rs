@@ -141,6 +141,10 @@ struct Pending {
 
 /// Messages held at most before the file opens; beyond, dropped (they show as gaps).
 const PENDING_MAX: usize = 1 << 16;
+/// Payload bytes held at most before the file opens: a publisher that admits some
+/// subscriptions and withholds another cannot make the wait hold more (the rest is dropped
+/// and shows as gaps).
+const PENDING_BYTES: usize = 32 << 20;
 
 /// Writes what the subscriptions deliver.
 struct Recorder {
@@ -148,6 +152,8 @@ struct Recorder {
     encoding: Encoding,
     file: Option<FileWriter>,
     pending: Vec<Pending>,
+    /// The payload bytes in `pending`.
+    pending_bytes: usize,
     /// The last (session, sequence number) written per topic.
     last: Vec<Option<(u64, u64)>>,
     recorded: u64,
@@ -175,22 +181,6 @@ impl Recorder {
     ) -> Result<(), String> {
         let Some(topic) = self.topics.get(import) else {
             return Ok(());
-        };
-        let data = match self.encoding {
-            Encoding::Bincode => payload.to_vec(),
-            Encoding::Json => match crate::echo::json_line(payload, &topic.shape) {
-                Ok(line) => line.into_bytes(),
-                Err(e) => {
-                    if self.undecodable == 0 {
-                        eprintln!(
-                            "llbus record: a message of '{}' does not fit its schema: {e}",
-                            topic.name
-                        );
-                    }
-                    self.undecodable += 1;
-                    return Ok(());
-                }
-            },
         };
         let (name, topic_id) = (topic.name, topic.topic_id);
         let Some(file) = self.file.as_mut() else {
@@ -224,10 +214,30 @@ impl Recorder {
             self.gaps += 1;
             self.lost += last - first + 1;
         }
+        // It arrived, whether or not it decodes: the next number is not a gap.
         if let Some(slot) = self.last.get_mut(import) {
             *slot = Some((origin.session, origin.seq));
         }
+        let data = match self.encoding {
+            Encoding::Bincode => payload.to_vec(),
+            Encoding::Json => match crate::echo::json_line(payload, &topic.shape) {
+                Ok(line) => line.into_bytes(),
+                Err(e) => {
+                    if self.undecodable == 0 {
+                        eprintln!(
+                            "llbus record: a message of '{}' does not fit its schema: {e}",
+                            topic.name
+                        );
+                    }
+                    self.undecodable += 1;
+                    return Ok(());
+                }
+            },
+        };
         let publish_time = u64::try_from(origin.timestamp_ns).unwrap_or(0);
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
         file.write(import, origin.seq as u32, log_time, publish_time, &data)?;
         self.recorded += 1;
         Ok(())
@@ -241,6 +251,7 @@ impl Recorder {
         options: &FileOptions,
     ) -> Result<(), String> {
         self.file = Some(FileWriter::create(path, channels, options)?);
+        self.pending_bytes = 0;
         for p in std::mem::take(&mut self.pending) {
             self.write(p.import, p.origin, p.log_time, &p.payload)?;
         }
@@ -268,7 +279,10 @@ impl Sink for Recorder {
             return Ok(());
         }
         if self.file.is_none() {
-            if self.pending.len() < PENDING_MAX {
+            if self.pending.len() < PENDING_MAX
+                && self.pending_bytes + payload.len() <= PENDING_BYTES
+            {
+                self.pending_bytes += payload.len();
                 self.pending.push(Pending {
                     import,
                     origin,
@@ -301,7 +315,14 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             .transpose()?,
         ..FileOptions::default()
     };
-    let topics = link.schemas(&args.topics, setup_timeout)?;
+    // A topic named twice is recorded once: one subscription per topic and publisher.
+    let mut names: Vec<String> = Vec::with_capacity(args.topics.len());
+    for t in &args.topics {
+        if !names.contains(t) {
+            names.push(t.clone());
+        }
+    }
+    let topics = link.schemas(&names, setup_timeout)?;
     let mut endpoint = link.subscribe(&topics)?;
     let mut sessions: Vec<Option<u64>> = vec![None; topics.len()];
     let mut recorder = Recorder {
@@ -310,6 +331,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         encoding: args.encoding,
         file: None,
         pending: Vec::new(),
+        pending_bytes: 0,
         recorded: 0,
         limit: args.count,
         gaps: 0,

@@ -289,6 +289,16 @@ impl Bridge {
                 m.for_lane(lane)
             }),
         );
+        if port.shape.is_none() {
+            self.family_errors.push(format!(
+                "bridge '{}': the direct topic '{}' cannot serve its schema: {}; simplify the type",
+                self.name,
+                T::TOPIC,
+                EncodedShape::new(&T::schema())
+                    .err()
+                    .map_or_else(String::new, |e| e.to_string()),
+            ));
+        }
         self.parts.directs.push(port);
         Ok(sender)
     }

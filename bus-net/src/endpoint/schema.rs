@@ -23,8 +23,8 @@ use llbus::schema::{Shape, ShapeError};
 
 use super::{push_event, Endpoint, Event};
 use crate::{
-    BatchEncoder, DropReason, Frame, SchemaReply, SchemaRequest, Wire, HEADER_LEN, MAC_TAG_LEN,
-    SCHEMA_REPLY_FIXED,
+    BatchEncoder, DropReason, Frame, SchemaReply, SchemaRequest, Wire, DEFAULT_MAX_DATAGRAM,
+    HEADER_LEN, MAC_TAG_LEN, SCHEMA_REPLY_FIXED,
 };
 
 /// How long a fetch waits for a page before asking again.
@@ -173,6 +173,9 @@ impl Endpoint {
     /// asked too often.
     pub(super) fn poll_schema(&mut self, now_ns: u64, wire: &mut dyn Wire) {
         let tag = self.seal_len();
+        // Padded to our datagram size, but never past what every endpoint takes in (the IPv4
+        // default): a publisher with a smaller limit than our jumbo frames still reads it.
+        let request_len = self.max_datagram.min(DEFAULT_MAX_DATAGRAM);
         let mut i = 0;
         while i < self.fetches.len() {
             let Some(fetch) = self.fetches.get_mut(i) else {
@@ -193,10 +196,10 @@ impl Endpoint {
                 session: self.session,
                 nonce: fetch.nonce,
                 offset: u32::try_from(fetch.bytes.len()).unwrap_or(u32::MAX),
-                room: SchemaRequest::room_in(self.max_datagram, tag),
+                room: SchemaRequest::room_in(request_len, tag),
             };
             let dest = fetch.publisher;
-            let mut enc = BatchEncoder::new(&mut self.control_buf[..self.max_datagram - tag]);
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..request_len - tag]);
             if enc.push_schema_request(&request).is_ok() {
                 let len = enc.len();
                 self.send_control_buf(wire, len, dest, None);
