@@ -53,6 +53,9 @@
 //! decoding a payload of plain fields, control frames, the compat format, [`SeqTracker`],
 //! renewing and expiring subscribers, and batched socket send and receive allocate nothing per
 //! message (checked by a counting-allocator test, `tests/alloc.rs`). Nothing here locks.
+//! Answering a schema request allocates nothing; fetching a schema
+//! ([`Endpoint::request_schema`]) allocates the pages it receives (at most
+//! [`MAX_SCHEMA_LEN`] bytes) and the decoded shape.
 //!
 //! **Hardening primitives** (see `SECURITY.md`): stateless address-proving cookies
 //! ([`CookieJar`]), the optional pre-shared-key MAC ([`FrameMac`]), the subscriber allowlist

@@ -6,7 +6,8 @@ use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
     split_fragments, BatchEncoder, CompatControl, Control, Cookie, DataMeta, Flags, FrameMac,
     Header, Kind, Nak, Reassembled, Reassembler, ReassemblyConfig, Refusal, RefuseReason,
-    Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
+    SchemaReply, SchemaRequest, Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE,
+    MAC_TAG_LEN, TOKEN_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -249,7 +250,40 @@ fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
             encode(|e| e.push_control(&heartbeat()).unwrap()),
         ),
         ("native-heartbeat-mac", sealed_heartbeat()),
+        (
+            "native-schema-request",
+            encode(|e| e.push_schema_request(&schema_request()).unwrap()),
+        ),
+        (
+            "native-schema-reply",
+            encode(|e| e.push_schema_reply(&schema_reply(&U64_SHAPE)).unwrap()),
+        ),
     ]
+}
+
+/// The encoded shape of a `u64`: one node (a `u64` count), variant 0, primitive 3.
+const U64_SHAPE: [u8; 16] = [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0];
+
+fn schema_request() -> SchemaRequest {
+    SchemaRequest {
+        topic_id: TOPIC,
+        session: SUB_SESSION,
+        nonce: NONCE,
+        offset: 0,
+        room: 16,
+    }
+}
+
+fn schema_reply(page: &[u8]) -> SchemaReply<'_> {
+    SchemaReply {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SESSION,
+        nonce: NONCE,
+        total: 16,
+        offset: 0,
+        page,
+    }
 }
 
 fn compat_vectors() -> Vec<(&'static str, Vec<u8>)> {
@@ -563,6 +597,32 @@ fn native_reliable_frames_decode() {
     assert_eq!(Unavailable::from_frame(&frame), Ok(unavailable()));
     // The answer is shorter than the NAK: no amplification.
     assert!(answer.len() < bytes.len());
+}
+
+#[test]
+fn native_schema_frames_decode_and_the_reply_is_no_larger() {
+    let request = doc_bytes("native-schema-request");
+    let frame = parse_datagram(&request, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    assert_eq!(SchemaRequest::from_frame(&frame), Ok(schema_request()));
+    let reply = doc_bytes("native-schema-reply");
+    let frame = parse_datagram(&reply, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    assert_eq!(
+        SchemaReply::from_frame(&frame),
+        Ok(schema_reply(&U64_SHAPE))
+    );
+    assert_eq!(
+        llbus::schema::Shape::from_bytes(&U64_SHAPE),
+        Ok(llbus::schema::Shape::Primitive(
+            llbus::schema::Primitive::U64
+        ))
+    );
+    assert!(reply.len() <= request.len());
 }
 
 #[test]
