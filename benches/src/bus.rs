@@ -565,10 +565,12 @@ mod tests {
         for (subscribers, batch) in [(1, false), (3, false), (1, true), (3, true)] {
             // Every subscriber got the same count, in order, with nothing dropped or lost, or
             // this is an error. A loaded machine can deschedule the sinks for a whole 20 ms
-            // window (a rate of 0): one of a few windows must see them move.
-            let rates: Vec<f64> = (0..5)
-                .map(|_| fanout(subscribers, batch, &pinning, plan).expect("fan-out"))
-                .collect();
+            // window (a rate of 0): some window within 20 s must see them move.
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let mut rates: Vec<f64> = Vec::new();
+            while rates.iter().all(|&r| r == 0.0) && std::time::Instant::now() < deadline {
+                rates.push(fanout(subscribers, batch, &pinning, plan).expect("fan-out"));
+            }
             assert!(rates.iter().any(|&r| r > 0.0), "{rates:?}");
             assert!(
                 rates.iter().all(|r| r.is_finite() && *r >= 0.0),
