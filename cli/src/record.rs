@@ -190,7 +190,7 @@ impl Recorder {
         // The first number expected: after the last one of this session; from 1 in a new
         // session of the publisher (a restart); none at the start (a subscriber joins late).
         let expected = match previous {
-            Some((session, seq)) if session == origin.session => Some(seq + 1),
+            Some((session, seq)) if session == origin.session => seq.checked_add(1),
             Some(_) => Some(1),
             None => None,
         };
@@ -212,7 +212,8 @@ impl Recorder {
                 gap.to_string().as_bytes(),
             )?;
             self.gaps += 1;
-            self.lost += last - first + 1;
+            // Numbers come from the network: near u64::MAX they saturate, never wrap.
+            self.lost = self.lost.saturating_add((last - first).saturating_add(1));
         }
         // It arrived, whether or not it decodes: the next number is not a gap.
         if let Some(slot) = self.last.get_mut(import) {
