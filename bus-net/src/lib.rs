@@ -157,6 +157,10 @@ pub use protocol::control::{
 };
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
+pub use protocol::discovery::{
+    entry_len, Announce, AnnounceHead, AnnouncedTopic, Query, ANNOUNCE_FIXED_LEN,
+    MAX_ANNOUNCED_NAME, QUERY_LEN,
+};
 pub use protocol::encode::{
     check_fits, encode_payload, encode_payload_sized, payload_size, BatchEncoder, DataMeta,
     EncodeError,
@@ -196,12 +200,16 @@ pub use session::subscriber::{
 pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
-pub use endpoint::{Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink, Wire, EVENT_QUEUE};
+pub use endpoint::{
+    DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink,
+    Wire, EVENT_QUEUE,
+};
 
 mod bridge;
 mod io;
 pub use bridge::{
-    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed,
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, DiscoveryConfig,
+    Missed, DEFAULT_DISCOVERY_GROUP,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

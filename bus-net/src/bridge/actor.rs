@@ -373,6 +373,24 @@ impl BridgeActor {
                          not be recovered"
                     );
                 }
+                Event::Discovered {
+                    import,
+                    publisher,
+                    session,
+                    ..
+                } => {
+                    let (topic, _) = self.import_names(import);
+                    log::info!(
+                        "discovered publisher {publisher} (session {session:#018x}) of topic \
+                         '{topic}': subscribing"
+                    );
+                }
+                Event::Lost {
+                    import, publisher, ..
+                } => {
+                    let (topic, _) = self.import_names(import);
+                    log::info!("publisher {publisher} of topic '{topic}' is gone: unsubscribed");
+                }
             }
         }
     }

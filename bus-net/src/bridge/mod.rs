@@ -22,7 +22,7 @@ mod ports;
 mod wire;
 
 pub use actor::BridgeActor;
-pub use config::BridgeConfig;
+pub use config::{BridgeConfig, DiscoveryConfig, DEFAULT_DISCOVERY_GROUP};
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
 

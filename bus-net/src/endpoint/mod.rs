@@ -23,6 +23,9 @@
 //! data and heartbeats reach an import only from its publisher, with its token.
 
 mod compat;
+mod discovery;
+#[cfg(test)]
+mod discovery_sim;
 mod egress;
 mod export;
 mod import;
@@ -33,6 +36,7 @@ mod sim;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+pub use discovery::{DiscoverSpec, DiscoveryCounts};
 pub use egress::Wire;
 pub(crate) use egress::{mac_of, protect_and_send, Egress};
 pub(crate) use export::{DirectShared, DirectTopic};
@@ -47,9 +51,9 @@ use crate::session::{canonical, is_answerable, Replies};
 use crate::{
     parse_datagram, BatchEncoder, BridgeConfig, CompatControl, Control, CookieJar, DropReason,
     ExportedTopic, Frame, HostBudgets, ImportState, Kind, LossCounts, Nak, PublisherEvent,
-    PublisherSession, RateLimiter, Reassembler, Refusal, ReliableConfig, ReliableExport,
-    ReliableReceiver, ReplayGuard, Retransmit, SubscriberEvent, SubscriberSession, SubscriberTable,
-    Unavailable, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
+    PublisherSession, RateLimiter, Refusal, ReliableConfig, ReliableExport, ReplayGuard,
+    Retransmit, SubscriberEvent, SubscriberTable, Unavailable, DEFAULT_MAX_DATAGRAM, HEADER_LEN,
+    MAC_TAG_LEN,
 };
 
 /// Senders (session, lane) whose replay windows an endpoint keeps at once.
@@ -102,6 +106,27 @@ pub enum Event {
         first: u64,
         /// The last.
         last: u64,
+    },
+    /// Discovery follows a publisher of a discovered topic: import `import` subscribes to it.
+    Discovered {
+        /// The import added.
+        import: usize,
+        /// The topic.
+        topic_id: u64,
+        /// The publisher's data address.
+        publisher: SocketAddr,
+        /// The session it announced.
+        session: u64,
+    },
+    /// Discovery stopped following a publisher (it stopped announcing, refused, or did not
+    /// answer in time): import `import` was removed.
+    Lost {
+        /// The import removed.
+        import: usize,
+        /// The topic.
+        topic_id: u64,
+        /// The publisher's data address.
+        publisher: SocketAddr,
     },
 }
 
@@ -180,6 +205,8 @@ pub struct Endpoint {
     next_housekeeping: u64,
     next_reseed: u64,
     next_compat_renew: u64,
+    /// Announcements and the discovered imports (`discovery`); `None` when off.
+    discovery: Option<Box<discovery::Discovery>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -280,35 +307,9 @@ impl Endpoint {
             .collect();
         let imports = imports
             .into_iter()
-            .map(|spec| {
-                let machine = SubscriberSession::new(
-                    spec.topic_id,
-                    spec.fingerprint,
-                    session,
-                    entropy.next(),
-                    config.renew_every,
-                    config.late,
-                );
-                // With a pre-shared key the MAC authenticates the stream; without, the
-                // subscription token does.
-                let machine = if config.psk.is_some() {
-                    machine.without_token()
-                } else {
-                    machine
-                };
-                ImportSlot {
-                    spec: ImportSpec {
-                        publisher: canonical(spec.publisher),
-                        ..spec
-                    },
-                    session: machine,
-                    warned: false,
-                    reliable: spec
-                        .reliable
-                        .then(|| ReliableReceiver::new(&reliable_config)),
-                    reassembly: Reassembler::new(&config.reassembly),
-                    nonce: entropy.next_u64(),
-                }
+            .enumerate()
+            .map(|(port, spec)| {
+                ImportSlot::new(spec, port, session, config, &reliable_config, &mut entropy)
             })
             .collect();
         let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
@@ -351,6 +352,7 @@ impl Endpoint {
             next_housekeeping: HOUSEKEEPING_NS,
             next_reseed: u64::try_from(config.cookie_window.as_nanos()).unwrap_or(u64::MAX),
             next_compat_renew: 0,
+            discovery: None,
             entropy,
             wall: crate::realtime_ns,
             config: config.clone(),
@@ -440,6 +442,7 @@ impl Endpoint {
         self.next_heartbeat
             .min(self.next_housekeeping)
             .min(self.next_reseed)
+            .min(self.discovery_deadline())
     }
 
     /// The room for frames in a downstream datagram: what the MAC trailer (with a key) or the
@@ -514,11 +517,14 @@ impl Endpoint {
         let token = frames.token();
         // A datagram is counted under one drop reason at most: its first.
         let mut dropped = None;
+        let mut query_budget = datagram.len();
         for frame in frames {
             let result = match frame.header.kind {
                 Kind::Data | Kind::Fragment => self.on_data(&frame, src, token, now_ns, sink),
                 Kind::Nak => self.on_nak(&frame, src, now_ns, wire),
                 Kind::Unavailable => self.on_unavailable(&frame, src, token, now_ns, sink),
+                Kind::Announce => self.on_announce(&frame, src, now_ns),
+                Kind::Query => self.on_query(&frame, src, &mut query_budget, now_ns, wire),
                 _ => match Control::from_frame(&frame) {
                     Ok(control) => self.on_control(&control, src, token, now_ns),
                     Err(reason) => Err(reason),
@@ -663,11 +669,7 @@ impl Endpoint {
         sink: &mut dyn Sink,
     ) -> Result<(), DropReason> {
         let topic_id = frame.header.topic_id;
-        let found = self
-            .imports
-            .iter()
-            .position(|i| i.spec.publisher == src && i.spec.topic_id == topic_id);
-        let Some(index) = found else {
+        let Some(index) = self.import_of(src, topic_id) else {
             let known = self.imports.iter().any(|i| i.spec.topic_id == topic_id)
                 || self
                     .publisher
@@ -685,6 +687,7 @@ impl Endpoint {
             session,
             reliable,
             reassembly,
+            port,
             ..
         }) = self.imports.get_mut(index)
         else {
@@ -695,6 +698,7 @@ impl Endpoint {
                 let mut in_order = InOrder {
                     sink,
                     import: index,
+                    port: *port,
                     reassembly,
                     metrics: &self.metrics,
                     events: &mut self.events,
@@ -708,7 +712,7 @@ impl Endpoint {
         if session.on_data(h, token, now_ns)?.is_deliver() {
             deliver_frame(
                 sink,
-                index,
+                *port,
                 reassembly,
                 h.kind,
                 h.session,
@@ -760,17 +764,14 @@ impl Endpoint {
         sink: &mut dyn Sink,
     ) -> Result<(), DropReason> {
         let u = Unavailable::from_frame(frame)?;
-        let Some(index) = self
-            .imports
-            .iter()
-            .position(|i| i.spec.publisher == src && i.spec.topic_id == u.topic_id)
-        else {
+        let Some(index) = self.import_of(src, u.topic_id) else {
             return Err(DropReason::UnknownSender);
         };
         let Some(ImportSlot {
             session,
             reliable,
             reassembly,
+            port,
             ..
         }) = self.imports.get_mut(index)
         else {
@@ -785,6 +786,7 @@ impl Endpoint {
         let mut in_order = InOrder {
             sink,
             import: index,
+            port: *port,
             reassembly,
             metrics: &self.metrics,
             events: &mut self.events,
@@ -848,11 +850,7 @@ impl Endpoint {
             | Control::Heartbeat { topic_id, .. }
             | Control::Refuse(Refusal { topic_id, .. }) => {
                 let topic_id = *topic_id;
-                let Some(i) = self
-                    .imports
-                    .iter()
-                    .position(|im| im.spec.publisher == src && im.spec.topic_id == topic_id)
-                else {
+                let Some(i) = self.import_of(src, topic_id) else {
                     // Only publishers we subscribe to may answer us.
                     return Err(DropReason::UnknownSender);
                 };
@@ -1038,7 +1036,7 @@ impl Endpoint {
     /// [`next_deadline`](Self::next_deadline).
     pub fn on_timer(&mut self, now_ns: u64, wire: &mut dyn Wire, sink: &mut dyn Sink) {
         for i in 0..self.imports.len() {
-            let Some(import) = self.imports.get_mut(i) else {
+            let Some(import) = self.imports.get_mut(i).filter(|im| !im.retired) else {
                 continue;
             };
             let dest = import.spec.publisher;
@@ -1047,6 +1045,7 @@ impl Endpoint {
             }
         }
         self.poll_reliable(now_ns, wire, sink);
+        self.poll_discovery(now_ns, wire);
         if now_ns >= self.next_heartbeat {
             let every = u64::try_from(self.config.heartbeat_every.as_nanos()).unwrap_or(u64::MAX);
             self.next_heartbeat = now_ns.saturating_add(every);
@@ -1093,12 +1092,16 @@ impl Endpoint {
             };
             // Fragmented messages that have waited too long are given up (counted).
             import.reassembly.poll(now_ns);
+            if import.retired {
+                continue;
+            }
             let ImportSlot {
                 spec,
                 session,
                 reliable,
                 reassembly,
                 nonce,
+                port,
                 ..
             } = import;
             let Some(receiver) = reliable.as_mut() else {
@@ -1113,6 +1116,7 @@ impl Endpoint {
             let mut in_order = InOrder {
                 sink: &mut *sink,
                 import: index,
+                port: *port,
                 reassembly,
                 metrics: &self.metrics,
                 events: &mut self.events,
@@ -1206,7 +1210,7 @@ impl Endpoint {
     /// says nothing), as a bridge does when it stops.
     pub fn close(&mut self, wire: &mut dyn Wire) {
         for i in 0..self.imports.len() {
-            let Some(import) = self.imports.get_mut(i) else {
+            let Some(import) = self.imports.get_mut(i).filter(|im| !im.retired) else {
                 continue;
             };
             let dest = import.spec.publisher;

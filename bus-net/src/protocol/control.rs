@@ -280,9 +280,12 @@ impl Control {
         }
         Ok(match h.kind {
             // Data, and the reliable-topic frames (`super::reliable`), are not handshake control.
-            Kind::Data | Kind::Fragment | Kind::Nak | Kind::Unavailable => {
-                return Err(DropReason::BadControl)
-            }
+            Kind::Data
+            | Kind::Fragment
+            | Kind::Nak
+            | Kind::Unavailable
+            | Kind::Announce
+            | Kind::Query => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {

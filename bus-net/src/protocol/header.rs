@@ -72,6 +72,12 @@ pub enum Kind {
     /// Publisher to subscriber, reliable topics: the range a NAK asked for is no longer in
     /// history (24-byte payload: the NAK's nonce echoed, first and last).
     Unavailable = 0x15,
+    /// Bridge to discovery channel: the topics it exports and where (payload: see
+    /// `discovery`). Sent to a multicast group, unicast peers, or an asker.
+    Announce = 0x18,
+    /// Discovery channel to bridges: who exports this topic (0: every topic)? Padded: the
+    /// answer is never larger.
+    Query = 0x19,
 }
 
 impl Kind {
@@ -101,6 +107,8 @@ impl Kind {
             0x20 => Ok(Kind::CookieChallenge),
             0x14 => Ok(Kind::Nak),
             0x15 => Ok(Kind::Unavailable),
+            0x18 => Ok(Kind::Announce),
+            0x19 => Ok(Kind::Query),
             0x21..=0x3f => Err(DropReason::ReservedKind),
             _ => Err(DropReason::UnknownKind),
         }
@@ -123,7 +131,7 @@ impl Kind {
     /// The payload length a frame of this kind must have, if it is fixed.
     pub(crate) const fn fixed_payload_len(self) -> Option<usize> {
         match self {
-            Kind::Data | Kind::Fragment => None,
+            Kind::Data | Kind::Fragment | Kind::Announce | Kind::Query => None,
             Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
             Kind::Subscribe | Kind::Unsubscribe | Kind::SubscribeAck | Kind::CookieChallenge => {
                 Some(super::control::HANDSHAKE_PAYLOAD_LEN)

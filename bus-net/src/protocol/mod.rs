@@ -16,6 +16,8 @@
 //! - [`fragment`]: the `Fragment` frame, one piece of a message larger than a datagram.
 //! - [`reliable`]: the frames of reliable topics: `Nak` (retransmit a range) and `Unavailable`
 //!   (that range left history).
+//! - [`discovery`]: `Announce` (a bridge's exports and addresses) and `Query` (who exports
+//!   this topic?), the discovery frames.
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
@@ -24,6 +26,7 @@ pub(crate) mod compat;
 pub(crate) mod control;
 pub(crate) mod cookie;
 pub(crate) mod decode;
+pub(crate) mod discovery;
 pub(crate) mod encode;
 pub(crate) mod fragment;
 pub(crate) mod header;

@@ -1,0 +1,430 @@
+//! A simulated network for discovery, driving the endpoints that ship: publishers that
+//! announce on a multicast group (every endpoint on the network hears it, the sender too),
+//! a subscriber that discovers their topic, and an off-path adversary that forges
+//! announcements under any source address. Publishers join, restart (a new session at the
+//! same address) and leave; the subscriber must follow each, fan in from several at once, and
+//! never let a forged announcement redirect an import, feed it, or grow its tables or its
+//! traffic past the caps.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{DiscoverSpec, Endpoint, Event, ExportSpec, Sink, Wire};
+use crate::{
+    AnnounceHead, BatchEncoder, BridgeConfig, DataMeta, DiscoveryConfig, DropReason, ImportState,
+    DEFAULT_MAX_DATAGRAM,
+};
+
+const TOPIC: u64 = 0x7171;
+const FP: u64 = 0xf1f1;
+const MS: u64 = 1_000_000;
+const MAX: usize = DEFAULT_MAX_DATAGRAM;
+const SUB_SESSION: u64 = 0x5b5b;
+
+fn group() -> SocketAddr {
+    SocketAddr::from(([239, 255, 76, 76], 7476))
+}
+
+fn addr(host: u8) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, host], 7100))
+}
+
+fn sub_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 9], 7101))
+}
+
+fn discovery() -> DiscoveryConfig {
+    DiscoveryConfig {
+        group: Some(group()),
+        announce_every: Duration::from_millis(200),
+        try_timeout: Duration::from_millis(1500),
+        ..DiscoveryConfig::default()
+    }
+}
+
+#[derive(Default)]
+struct Sent(Vec<(SocketAddr, Vec<u8>)>);
+
+impl Wire for Sent {
+    fn send(&mut self, bytes: &[u8], dests: &[(SocketAddr, u64)], suffixed: bool) -> usize {
+        for &(addr, suffix) in dests {
+            let mut d = bytes.to_vec();
+            if suffixed {
+                d.extend_from_slice(&suffix.to_le_bytes());
+            }
+            self.0.push((addr, d));
+        }
+        dests.len()
+    }
+}
+
+/// What an endpoint delivered: `(port, value)`.
+#[derive(Default)]
+struct Got(Vec<(usize, u64)>);
+
+impl Sink for Got {
+    fn deliver(&mut self, port: usize, payload: &[u8]) -> Result<(), DropReason> {
+        let value: u64 = crate::decode_payload(payload).map_err(|_| DropReason::PayloadDecode)?;
+        self.0.push((port, value));
+        Ok(())
+    }
+}
+
+struct Node {
+    addr: SocketAddr,
+    ep: Endpoint,
+    got: Got,
+    /// Publishers: the value of their messages is `id << 32 | n`.
+    id: u64,
+    published: u64,
+    alive: bool,
+}
+
+fn publisher(host: u8, session: u64) -> Node {
+    let ep = Endpoint::new(
+        &BridgeConfig::default(),
+        MAX,
+        session,
+        [host; 32],
+        vec![ExportSpec {
+            topic: "sim.quote",
+            topic_id: TOPIC,
+            fingerprint: FP,
+            allow: None,
+            reliable: false,
+            late_join: 0,
+        }],
+        Vec::new(),
+    )
+    .with_discovery(&discovery(), addr(host), Vec::new());
+    Node {
+        addr: addr(host),
+        ep,
+        got: Got::default(),
+        id: session,
+        published: 0,
+        alive: true,
+    }
+}
+
+fn subscriber() -> Node {
+    let ep = Endpoint::new(
+        &BridgeConfig::default(),
+        MAX,
+        SUB_SESSION,
+        [7; 32],
+        Vec::new(),
+        Vec::new(),
+    )
+    .with_discovery(
+        &discovery(),
+        sub_addr(),
+        vec![DiscoverSpec {
+            topic: "sim.quote",
+            topic_id: TOPIC,
+            fingerprint: FP,
+            reliable: false,
+            port: 0,
+        }],
+    );
+    Node {
+        addr: sub_addr(),
+        ep,
+        got: Got::default(),
+        id: 0,
+        published: 0,
+        alive: true,
+    }
+}
+
+struct Net {
+    now: u64,
+    nodes: Vec<Node>,
+    flight: VecDeque<(SocketAddr, SocketAddr, Vec<u8>)>,
+    /// Datagrams the subscriber sent to an address where no endpoint lives.
+    to_nowhere: u64,
+    events: Vec<Event>,
+}
+
+impl Net {
+    fn new(nodes: Vec<Node>) -> Net {
+        Net {
+            now: 0,
+            nodes,
+            flight: VecDeque::new(),
+            to_nowhere: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// Puts what `src` sent in flight.
+    fn send(&mut self, src: SocketAddr, sent: Sent) {
+        for (dst, bytes) in sent.0 {
+            self.flight.push_back((src, dst, bytes));
+        }
+    }
+
+    /// One millisecond: timers, a message from each live publisher every 10 ms, and every
+    /// datagram delivered (the answers too, within the millisecond).
+    fn step(&mut self) {
+        self.now += MS;
+        let now = self.now;
+        for i in 0..self.nodes.len() {
+            let node = &mut self.nodes[i];
+            if !node.alive {
+                continue;
+            }
+            let mut sent = Sent::default();
+            node.ep.on_timer(now, &mut sent, &mut node.got);
+            if node.id != 0 && now % (10 * MS) == 0 {
+                node.published += 1;
+                let value = node.id << 32 | node.published;
+                if let Some(mut batch) = node.ep.export(0, &mut sent) {
+                    batch.push(&value);
+                }
+            }
+            while let Some(event) = node.ep.poll_event() {
+                if i == 0 {
+                    self.events.push(event);
+                }
+            }
+            let src = node.addr;
+            self.send(src, sent);
+        }
+        let mut hops = 0;
+        while let Some((src, dst, bytes)) = self.flight.pop_front() {
+            hops += 1;
+            assert!(hops < 100_000, "a datagram storm");
+            let targets: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].alive && (dst == group() || self.nodes[i].addr == dst))
+                .collect();
+            if targets.is_empty() && src == sub_addr() {
+                self.to_nowhere += 1;
+            }
+            for i in targets {
+                let node = &mut self.nodes[i];
+                let mut sent = Sent::default();
+                node.ep.handle(&bytes, src, now, &mut sent, &mut node.got);
+                while let Some(event) = node.ep.poll_event() {
+                    if i == 0 {
+                        self.events.push(event);
+                    }
+                }
+                let from = node.addr;
+                self.send(from, sent);
+            }
+        }
+    }
+
+    fn run(&mut self, ms: u64) {
+        for _ in 0..ms {
+            self.step();
+        }
+    }
+
+    /// Values the subscriber received from publisher session `id` since index `from`.
+    fn from(&self, id: u64, from: usize) -> usize {
+        self.nodes[0].got.0[from..]
+            .iter()
+            .filter(|(port, v)| *port == 0 && v >> 32 == id)
+            .count()
+    }
+
+    fn discovered(&self) -> Vec<(SocketAddr, u64)> {
+        let mut d: Vec<_> = self.nodes[0]
+            .ep
+            .discovered()
+            .map(|(_, a, s, _)| (a, s))
+            .collect();
+        d.sort();
+        d
+    }
+}
+
+#[test]
+fn fans_in_from_two_publishers_found_by_announcement() {
+    let mut net = Net::new(vec![subscriber(), publisher(1, 0xa1), publisher(2, 0xa2)]);
+    net.run(1000);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1), (addr(2), 0xa2)]);
+    let mark = net.nodes[0].got.0.len();
+    net.run(500);
+    // Both feed the one port, each tracked by its own import and session.
+    assert!(net.from(0xa1, mark) >= 45, "{}", net.from(0xa1, mark));
+    assert!(net.from(0xa2, mark) >= 45, "{}", net.from(0xa2, mark));
+    let found = net
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Discovered { .. }))
+        .count();
+    assert_eq!(found, 2);
+    for (_, _, _, import) in net.nodes[0].ep.discovered() {
+        assert!(matches!(
+            net.nodes[0].ep.import_state(import),
+            Some(ImportState::Established { .. })
+        ));
+    }
+    let counts = net.nodes[0].ep.discovery_counts().unwrap();
+    assert!(counts.announcements_in > 0 && counts.ignored == 0);
+}
+
+#[test]
+fn follows_a_publisher_that_restarts_and_forgets_one_that_leaves() {
+    let mut net = Net::new(vec![subscriber(), publisher(1, 0xa1), publisher(2, 0xa2)]);
+    net.run(1000);
+    assert_eq!(net.discovered().len(), 2);
+    // Publisher 1 restarts: a new session at the same address.
+    net.nodes[1] = publisher(1, 0xb1);
+    // Publisher 2 leaves.
+    net.nodes[2].alive = false;
+    net.run(3000);
+    assert_eq!(net.discovered(), [(addr(1), 0xb1)]);
+    let mark = net.nodes[0].got.0.len();
+    net.run(500);
+    assert!(
+        net.from(0xb1, mark) >= 45,
+        "the restarted publisher is followed"
+    );
+    assert_eq!(net.from(0xa2, mark), 0);
+    assert!(net.events.iter().any(|e| matches!(
+        e,
+        Event::Lost { publisher, .. } if *publisher == addr(2)
+    )));
+    assert_eq!(net.nodes[0].ep.discovery_counts().unwrap().lost, 1);
+    // It comes back: found again.
+    net.nodes[2] = publisher(2, 0xc2);
+    net.run(1000);
+    assert_eq!(net.discovered(), [(addr(1), 0xb1), (addr(2), 0xc2)]);
+}
+
+/// An announcement as the adversary forges it, under session `session`, pointing at
+/// `data`.
+fn forged_announce(session: u64, data: SocketAddr) -> Vec<u8> {
+    let mut buf = vec![0u8; MAX];
+    let mut scratch = vec![0u8; MAX];
+    let mut enc = BatchEncoder::new(&mut buf);
+    let head = AnnounceHead {
+        session,
+        seq: 1,
+        timestamp_ns: 0,
+        period_ms: 3_600_000,
+        uptime_ms: 0,
+        data,
+        group: None,
+    };
+    let topics = [(TOPIC, FP, false, "sim.quote")];
+    enc.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
+        .unwrap();
+    enc.as_bytes().to_vec()
+}
+
+#[test]
+fn forged_announcements_cannot_redirect_feed_or_flood() {
+    let mut net = Net::new(vec![subscriber(), publisher(1, 0xa1)]);
+    net.run(1000);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
+    let mut rng = fastrand::Rng::with_seed(24);
+    let config = discovery();
+    let imports_before = net.nodes[0].ep.imports.len();
+    // A flood: every millisecond, ten announcements from forged sources (other hosts,
+    // random ports and sessions), one claiming the real publisher's address under a new
+    // session, and one pointing at a host other than its source.
+    for _ in 0..3000 {
+        for _ in 0..10 {
+            let src = SocketAddr::from(([127, 0, 0, rng.u8(10..250)], rng.u16(1..)));
+            let bytes = forged_announce(rng.u64(..), SocketAddr::from(([0, 0, 0, 0], src.port())));
+            net.flight.push_back((src, sub_addr(), bytes));
+        }
+        net.flight
+            .push_back((addr(1), sub_addr(), forged_announce(0xbad, addr(1))));
+        let elsewhere = forged_announce(0xbad, SocketAddr::from(([127, 0, 0, 1], 9)));
+        net.flight.push_back((
+            SocketAddr::from(([127, 0, 0, 66], 5)),
+            sub_addr(),
+            elsewhere,
+        ));
+        // And data from a forged publisher it may be trying, with a guessed token.
+        let mut buf = vec![0u8; MAX];
+        let mut enc = BatchEncoder::new(&mut buf).with_token(true);
+        let meta = DataMeta {
+            topic_id: TOPIC,
+            fingerprint: FP,
+            session: 0xbad,
+            seq: 1,
+            timestamp_ns: 0,
+        };
+        enc.push_data(meta, &(0xbadu64 << 32)).unwrap();
+        let mut data = enc.as_bytes().to_vec();
+        data.extend_from_slice(&rng.u64(..).to_le_bytes());
+        let tried: Vec<SocketAddr> = net.discovered().iter().map(|d| d.0).collect();
+        if let Some(&src) = tried.get(rng.usize(..tried.len())) {
+            net.flight.push_back((src, sub_addr(), data));
+        }
+        net.step();
+        // Bounded at every moment: the real publisher plus at most `max_tries` tries.
+        let followed = net.discovered();
+        assert!(followed.len() <= 1 + config.max_tries, "{followed:?}");
+        assert!(net.nodes[0].ep.imports.len() <= imports_before + config.max_tries);
+    }
+    // Never redirected: the real publisher is still followed at its address, and fed.
+    assert!(net.discovered().iter().any(|d| d.0 == addr(1)));
+    let mark = net.nodes[0].got.0.len();
+    net.run(200);
+    assert!(net.from(0xa1, mark) >= 15);
+    // Nothing forged was ever delivered.
+    assert!(net.nodes[0].got.0.iter().all(|(_, v)| v >> 32 == 0xa1));
+    // Tries are few and each costs a bounded number of requests: 3 s of flood with at most
+    // 4 tries in flight, each given up after 1.5 s, is at most 8 tries (and the real
+    // publisher); a try sends a request per renewal, or per resubscribe gap (20 ms) while
+    // forged data claims to come from it, and one unsubscribe when given up.
+    let counts = net.nodes[0].ep.discovery_counts().unwrap();
+    assert!(counts.ignored > 25_000, "{counts:?}");
+    assert!(counts.found <= 1 + 4 * 2, "{counts:?}");
+    let per_try = 1500 / 20 + 3;
+    assert!(
+        net.to_nowhere <= (counts.found - 1) * per_try,
+        "{} requests to forged addresses, {counts:?}",
+        net.to_nowhere
+    );
+    // Once the flood stops, the tries are given up.
+    net.run(2000);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
+}
+
+#[test]
+fn a_query_is_answered_alone_no_larger_and_rate_limited() {
+    let mut node = publisher(1, 0xa1);
+    let asker = SocketAddr::from(([127, 0, 0, 5], 4000));
+    let query = |topic_id: u64, padding: usize| {
+        let mut buf = vec![0u8; MAX];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_query(0x5e, topic_id, padding).unwrap();
+        enc.as_bytes().to_vec()
+    };
+    let mut ask = |bytes: &[u8], now: u64| {
+        let mut sent = Sent::default();
+        node.ep
+            .handle(bytes, asker, now, &mut sent, &mut Got::default());
+        sent.0
+    };
+    // Padded: one answer, to the asker alone, no larger than the query, naming the topic.
+    let answer = ask(&query(TOPIC, crate::QUERY_LEN - 48), MS);
+    assert_eq!(answer.len(), 1);
+    let (to, bytes) = &answer[0];
+    assert_eq!(*to, asker);
+    assert!(bytes.len() <= crate::QUERY_LEN);
+    let frame = crate::parse_datagram(bytes, MAX).unwrap().next().unwrap();
+    let announce = crate::Announce::from_frame(&frame).unwrap();
+    assert_eq!(announce.topics().next().map(|t| t.topic_id), Some(TOPIC));
+    // Unpadded: the answer would be larger, so there is none.
+    assert!(ask(&query(TOPIC, 0), 2 * MS).is_empty());
+    // A topic not exported: silence.
+    assert!(ask(&query(0x999, crate::QUERY_LEN - 48), 3 * MS).is_empty());
+    // A burst from one source: answered up to the limit's burst, then dropped.
+    let config = discovery();
+    let answered: usize = (0..100)
+        .map(|_| ask(&query(0, crate::QUERY_LEN - 48), 4 * MS).len())
+        .sum();
+    assert!(answered <= config.query_limit.burst as usize, "{answered}");
+    assert!(answered > 0);
+}
