@@ -208,8 +208,8 @@ pub use endpoint::{
 mod bridge;
 mod io;
 pub use bridge::{
-    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, DiscoveryConfig,
-    Missed, DEFAULT_DISCOVERY_GROUP,
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Discovered,
+    DiscoveryConfig, Missed, DEFAULT_DISCOVERY_GROUP,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

@@ -18,7 +18,7 @@ use super::ports::{CompatExportPort, CompatImportPort, ExportPort, ImportPort};
 use super::wire::SocketWire;
 use super::{BridgeStatus, Parts};
 use crate::endpoint::metrics::NetMetrics;
-use crate::endpoint::{DirectTopic, Endpoint, Event, ExportSpec, ImportSpec, Sink};
+use crate::endpoint::{DirectTopic, DiscoverSpec, Endpoint, Event, ExportSpec, ImportSpec, Sink};
 use crate::{
     random_secret, CompatControl, DropReason, RecvBatch, SendBatch, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM,
@@ -102,6 +102,8 @@ pub struct BridgeActor {
     name: String,
     endpoint: Endpoint,
     socket: Socket,
+    /// The discovery group's socket (receives only; announcements leave by `socket`).
+    group: Option<Socket>,
     /// The largest datagram accepted (see `Endpoint`).
     recv_max: usize,
     /// The receive batch, shared by every socket.
@@ -159,6 +161,7 @@ impl BridgeActor {
             directs,
             session,
             status,
+            group,
         } = parts;
         let mut export_specs = Vec::with_capacity(exports.len());
         let export_ports: Vec<Box<dyn ExportPort>> = exports
@@ -176,21 +179,33 @@ impl BridgeActor {
                 port
             })
             .collect();
-        let mut import_specs = Vec::with_capacity(imports.len());
-        let import_ports: Vec<Box<dyn ImportPort>> = imports
-            .into_iter()
-            .map(|decl| {
-                let port = (decl.make)(setup);
-                import_specs.push(ImportSpec {
+        // Ports of imports from one publisher first (import `i` delivers to port `i`), then
+        // those of discovered topics (each publisher's import delivers to its topic's port).
+        let (fixed, discovered): (Vec<_>, Vec<_>) =
+            imports.into_iter().partition(|d| d.publisher.is_some());
+        let mut import_specs = Vec::with_capacity(fixed.len());
+        let mut discover_specs = Vec::with_capacity(discovered.len());
+        let mut import_ports: Vec<Box<dyn ImportPort>> = Vec::with_capacity(fixed.len());
+        for decl in fixed.into_iter().chain(discovered) {
+            let port = (decl.make)(setup);
+            match decl.publisher {
+                Some(publisher) => import_specs.push(ImportSpec {
                     topic: port.topic(),
                     topic_id: port.topic_id(),
                     fingerprint: port.fingerprint(),
-                    publisher: decl.publisher,
+                    publisher,
                     reliable: decl.reliable,
-                });
-                port
-            })
-            .collect();
+                }),
+                None => discover_specs.push(DiscoverSpec {
+                    topic: port.topic(),
+                    topic_id: port.topic_id(),
+                    fingerprint: port.fingerprint(),
+                    reliable: decl.reliable,
+                    port: import_ports.len(),
+                }),
+            }
+            import_ports.push(port);
+        }
         let mut direct_lists = Vec::with_capacity(directs.len());
         let direct_topics = directs
             .into_iter()
@@ -214,6 +229,9 @@ impl BridgeActor {
             direct_topics,
         )
         .with_metrics(|name| setup.metric(name));
+        if let Some(discovery) = &config.discovery {
+            endpoint = endpoint.with_discovery(discovery, socket.local_addr(), discover_specs);
+        }
         let compat_exports = compat_exports
             .into_iter()
             .map(|decl| {
@@ -240,6 +258,7 @@ impl BridgeActor {
             metrics: endpoint.metrics().clone(),
             endpoint,
             socket: Socket::new(socket),
+            group: group.map(Socket::new),
             recv_max,
             recv: RecvBatch::new(config.batch, recv_max),
             send: SendBatch::new(config.batch),
@@ -291,6 +310,14 @@ impl BridgeActor {
                 .handle(bytes, src, now_ns, &mut wire, &mut sink);
         }
         let mut work = n;
+        if let Some(group) = self.group.as_mut() {
+            let n = group.receive(&mut self.recv, &self.metrics);
+            for (bytes, src) in self.recv.iter().take(n) {
+                self.endpoint
+                    .handle(bytes, src, now_ns, &mut wire, &mut sink);
+            }
+            work += n;
+        }
         if !self.compat_exports.is_empty() || !self.compat_imports.is_empty() {
             work += self.receive_compat(now_ns, ctx);
         }
@@ -348,6 +375,7 @@ impl BridgeActor {
                             ""
                         }
                     );
+                    self.refresh_discovered();
                 }
                 Event::Refused { import, refusal } => {
                     let (topic, publisher) = self.import_names(import);
@@ -384,15 +412,35 @@ impl BridgeActor {
                         "discovered publisher {publisher} (session {session:#018x}) of topic \
                          '{topic}': subscribing"
                     );
+                    self.refresh_discovered();
                 }
                 Event::Lost {
                     import, publisher, ..
                 } => {
                     let (topic, _) = self.import_names(import);
                     log::info!("publisher {publisher} of topic '{topic}' is gone: unsubscribed");
+                    self.refresh_discovered();
                 }
             }
         }
+    }
+
+    /// Hands the status the publishers discovery follows (on a change only).
+    fn refresh_discovered(&self) {
+        let found = self
+            .endpoint
+            .discovered()
+            .map(|(topic, publisher, session, import)| super::Discovered {
+                topic,
+                publisher,
+                session,
+                established: matches!(
+                    self.endpoint.import_state(import),
+                    Some(crate::ImportState::Established { .. })
+                ),
+            })
+            .collect();
+        self.status.set_discovered(found);
     }
 
     /// Import `i`'s topic name and publisher.
@@ -504,6 +552,9 @@ impl Actor for BridgeActor {
                 }
             };
             watch(&self.socket.endpoint);
+            if let Some(group) = &self.group {
+                watch(&group.endpoint);
+            }
             for (_, socket) in &self.compat_exports {
                 watch(&socket.endpoint);
             }
