@@ -4,9 +4,10 @@
 
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
-    split_fragments, BatchEncoder, CompatControl, Control, Cookie, DataMeta, Flags, FrameMac,
-    Header, Kind, Nak, Reassembled, Reassembler, ReassemblyConfig, Refusal, RefuseReason,
-    Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
+    split_fragments, Announce, AnnounceHead, BatchEncoder, CompatControl, Control, Cookie,
+    DataMeta, Flags, FrameMac, Header, Kind, Nak, Query, Reassembled, Reassembler,
+    ReassemblyConfig, Refusal, RefuseReason, Unavailable, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -148,6 +149,11 @@ fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("native-fragment-0", fragment(0)),
         ("native-fragment-1", fragment(1)),
         ("native-nak", encode(|e| e.push_nak(&nak()).unwrap())),
+        ("native-announce", encode(|e| push_announce(e))),
+        (
+            "native-query",
+            encode(|e| e.push_query(SUB_SESSION, TOPIC, 8).unwrap()),
+        ),
         (
             "native-unavailable",
             encode(|e| e.push_unavailable(&unavailable()).unwrap()),
@@ -544,6 +550,45 @@ fn compat_decodes() {
         CompatControl::decode(&doc_bytes("compat-unsubscribe")),
         Ok(CompatControl::Unsubscribe)
     );
+}
+
+/// The example announcement: the publisher session's first, announcing the quote topic
+/// (reliable, named `md.quote`) at port 7000 of the datagram's source, no data group, every
+/// second, after 5 s of uptime.
+fn push_announce(e: &mut BatchEncoder<'_>) {
+    let head = AnnounceHead {
+        session: SESSION,
+        seq: 1,
+        timestamp_ns: TS,
+        period_ms: 1000,
+        uptime_ms: 5000,
+        data: "0.0.0.0:7000".parse().unwrap(),
+        group: None,
+    };
+    let mut scratch = [0u8; 256];
+    let topics = [(TOPIC, FP, true, "md.quote")];
+    e.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
+        .unwrap();
+}
+
+#[test]
+fn native_discovery_frames_decode() {
+    let frame = one_frame("native-announce");
+    let announce = Announce::from_frame(&frame).unwrap();
+    assert_eq!((announce.session, announce.seq), (SESSION, 1));
+    assert_eq!((announce.period_ms, announce.uptime_ms), (1000, 5000));
+    let src = "10.1.2.3:40000".parse().unwrap();
+    assert_eq!(
+        announce.data_from(src),
+        Some("10.1.2.3:7000".parse().unwrap())
+    );
+    let topics: Vec<_> = announce
+        .topics()
+        .map(|t| (t.topic_id, t.fingerprint, t.reliable, t.name.to_vec()))
+        .collect();
+    assert_eq!(topics, [(TOPIC, FP, true, b"md.quote".to_vec())]);
+    let query = Query::from_frame(&one_frame("native-query")).unwrap();
+    assert_eq!((query.session, query.topic_id), (SUB_SESSION, TOPIC));
 }
 
 #[test]

@@ -9,8 +9,8 @@
 //! or feed one.
 //!
 //! Header of both kinds: topic id (a `Query`: the topic asked for, 0 for every topic; an
-//! `Announce`: 0), fingerprint 0, the sender's session id, sequence number (an `Announce`: its
-//! count in the session, from 1; a `Query`: 0) and the send timestamp.
+//! `Announce`: 0), fingerprint 0, the sender's session id; an `Announce` carries its count in
+//! the session (from 1) as sequence number and its send time as timestamp, a `Query` 0 in both.
 //!
 //! `Announce` payload, little-endian:
 //!
