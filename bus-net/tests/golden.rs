@@ -149,7 +149,7 @@ fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("native-fragment-0", fragment(0)),
         ("native-fragment-1", fragment(1)),
         ("native-nak", encode(|e| e.push_nak(&nak()).unwrap())),
-        ("native-announce", encode(|e| push_announce(e))),
+        ("native-announce", encode(push_announce)),
         (
             "native-query",
             encode(|e| e.push_query(SUB_SESSION, TOPIC, 8).unwrap()),

@@ -12,6 +12,8 @@
 //! - `llbus hz TOPIC --publisher ADDR` and `llbus spy --publisher ADDR --topic NAME`: subscribe
 //!   to a remote topic over the ll-udp wire protocol without its Rust type, and show its rate,
 //!   sizes and sequence gaps, or every frame's header (and payload bytes with `--hex`).
+//! - `llbus topics [--watch] [--json]`: the topics bridges announce on the network (discovery),
+//!   with their fingerprints and publishers.
 #![deny(missing_docs)]
 
 mod render;
@@ -19,6 +21,7 @@ mod select;
 mod spy;
 mod text;
 mod top;
+mod topics;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -86,6 +89,8 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// The topics bridges announce on the network (discovery): fingerprints and publishers.
+    Topics(topics::Options),
     /// A live full-screen view of a bus's busiest edges; `q` or Ctrl-C quits.
     Top {
         /// The bus (as for `stat`).
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
             count,
             remote,
         } => spy(&topic, hex, count, &remote),
+        Command::Topics(options) => topics::run(&options),
         Command::Top { bus, interval_ms } => {
             top::run(bus.as_deref(), Duration::from_millis(interval_ms.max(50)))
         }
