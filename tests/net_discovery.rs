@@ -9,7 +9,7 @@ use std::time::Duration;
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::{Bridge, DiscoveryConfig, SocketConfig, UdpEndpoint};
 use serde::{Deserialize, Serialize};
-use tests::wait_for;
+use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "disc.quote")]
@@ -151,6 +151,9 @@ fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
     sub.stop();
     let report = sub.join().expect("subscriber stops cleanly");
     println!("{report}");
+    assert_eq!(metric(&report, "sub", "discovery.found"), 2);
+    assert_eq!(metric(&report, "sub", "discovery.lost"), 1);
+    assert!(metric(&report, "sub", "discovery.announcements_in") > 0);
     // Every quote counted came from a publisher the subscriber was told of.
     let seen = *by_source.lock().unwrap();
     assert_eq!(seen[0], 0);

@@ -18,7 +18,9 @@ use super::ports::{CompatExportPort, CompatImportPort, ExportPort, ImportPort};
 use super::wire::SocketWire;
 use super::{BridgeStatus, Parts};
 use crate::endpoint::metrics::NetMetrics;
-use crate::endpoint::{DirectTopic, DiscoverSpec, Endpoint, Event, ExportSpec, ImportSpec, Sink};
+use crate::endpoint::{
+    DirectTopic, DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportSpec, ImportSpec, Sink,
+};
 use crate::{
     random_secret, CompatControl, DropReason, RecvBatch, SendBatch, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM,
@@ -26,6 +28,21 @@ use crate::{
 
 /// Messages taken from one ring per poll of an export.
 const BUDGET: usize = 256;
+
+/// Reads one of discovery's figures.
+type Figure = fn(&DiscoveryCounts) -> u64;
+
+/// Discovery's figures, as metrics `discovery.NAME` of a bridge with discovery on.
+const DISCOVERY_METRICS: [(&str, Figure); 8] = [
+    ("announcements_sent", |c| c.announcements_sent),
+    ("announcements_in", |c| c.announcements_in),
+    ("queries_answered", |c| c.queries_answered),
+    ("found", |c| c.found),
+    ("lost", |c| c.lost),
+    ("given_up", |c| c.given_up),
+    ("ignored", |c| c.ignored),
+    ("mismatched", |c| c.mismatched),
+];
 
 /// A socket of the bridge and its health.
 struct Socket {
@@ -118,6 +135,8 @@ pub struct BridgeActor {
     direct_lists: Vec<LatestWriter<Destinations>>,
     metrics: NetMetrics,
     subscriber_gauges: Vec<llbus::Metric>,
+    /// Discovery's figures (`discovery.*`), registered only when discovery is on.
+    discovery_metrics: Vec<(Figure, llbus::Metric)>,
     status: BridgeStatus,
     epoch: Instant,
     next_refresh: Instant,
@@ -251,6 +270,14 @@ impl BridgeActor {
             .exported_topics()
             .map(|(topic, _)| setup.metric(&format!("subscribers.{topic}")))
             .collect();
+        let discovery_metrics = if config.discovery.is_some() {
+            DISCOVERY_METRICS
+                .iter()
+                .map(|&(name, get)| (get, setup.metric(&format!("discovery.{name}"))))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
         let now = Instant::now();
         BridgeActor {
@@ -268,6 +295,7 @@ impl BridgeActor {
             compat_imports,
             direct_lists,
             subscriber_gauges,
+            discovery_metrics,
             status,
             epoch: now,
             next_refresh: now + Duration::from_secs(1),
@@ -314,7 +342,7 @@ impl BridgeActor {
             let n = group.receive(&mut self.recv, &self.metrics);
             for (bytes, src) in self.recv.iter().take(n) {
                 self.endpoint
-                    .handle(bytes, src, now_ns, &mut wire, &mut sink);
+                    .handle_group(bytes, src, now_ns, &mut wire, &mut sink);
             }
             work += n;
         }
@@ -494,6 +522,11 @@ impl BridgeActor {
                 .chain(self.compat_imports.iter().map(|(_, s)| s.endpoint.stats())),
         );
         self.refresh_gauges();
+        if let Some(counts) = self.endpoint.discovery_counts() {
+            for (get, metric) in &self.discovery_metrics {
+                metric.set(get(&counts));
+            }
+        }
         self.report_failures(ctx);
     }
 

@@ -170,6 +170,28 @@ impl Endpoint {
         self
     }
 
+    /// Handles a datagram heard on the discovery group: as [`handle`](Self::handle), except
+    /// that this endpoint's own announcements and queries, which the group loops back, are
+    /// ignored before anything is counted (sealed, they would count as replayed).
+    pub fn handle_group(
+        &mut self,
+        datagram: &[u8],
+        src: SocketAddr,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        sink: &mut dyn super::Sink,
+    ) {
+        // The first frame's session field (its header is checked by `handle` if it goes on).
+        let session = datagram
+            .get(24..32)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
+        if session == Some(self.session) {
+            return;
+        }
+        self.handle(datagram, src, now_ns, wire, sink);
+    }
+
     /// What discovery did; `None` if it is off.
     pub fn discovery_counts(&self) -> Option<DiscoveryCounts> {
         self.discovery.as_ref().map(|d| d.counts)

@@ -82,8 +82,12 @@ struct Node {
 }
 
 fn publisher(host: u8, session: u64) -> Node {
+    publisher_with(host, session, &BridgeConfig::default(), &discovery())
+}
+
+fn publisher_with(host: u8, session: u64, config: &BridgeConfig, d: &DiscoveryConfig) -> Node {
     let ep = Endpoint::new(
-        &BridgeConfig::default(),
+        config,
         MAX,
         session,
         [host; 32],
@@ -97,7 +101,7 @@ fn publisher(host: u8, session: u64) -> Node {
         }],
         Vec::new(),
     )
-    .with_discovery(&discovery(), addr(host), Vec::new());
+    .with_discovery(d, addr(host), Vec::new());
     Node {
         addr: addr(host),
         ep,
@@ -109,25 +113,22 @@ fn publisher(host: u8, session: u64) -> Node {
 }
 
 fn subscriber() -> Node {
-    let ep = Endpoint::new(
-        &BridgeConfig::default(),
-        MAX,
-        SUB_SESSION,
-        [7; 32],
-        Vec::new(),
-        Vec::new(),
-    )
-    .with_discovery(
-        &discovery(),
-        sub_addr(),
-        vec![DiscoverSpec {
-            topic: "sim.quote",
-            topic_id: TOPIC,
-            fingerprint: FP,
-            reliable: false,
-            port: 0,
-        }],
-    );
+    subscriber_with(&BridgeConfig::default(), &discovery())
+}
+
+fn subscriber_with(config: &BridgeConfig, d: &DiscoveryConfig) -> Node {
+    let ep = Endpoint::new(config, MAX, SUB_SESSION, [7; 32], Vec::new(), Vec::new())
+        .with_discovery(
+            d,
+            sub_addr(),
+            vec![DiscoverSpec {
+                topic: "sim.quote",
+                topic_id: TOPIC,
+                fingerprint: FP,
+                reliable: false,
+                port: 0,
+            }],
+        );
     Node {
         addr: sub_addr(),
         ep,
@@ -427,4 +428,54 @@ fn a_query_is_answered_alone_no_larger_and_rate_limited() {
         .sum();
     assert!(answered <= config.query_limit.burst as usize, "{answered}");
     assert!(answered > 0);
+}
+
+#[test]
+fn with_a_key_announcements_are_sealed_and_forged_ones_dropped() {
+    let config = BridgeConfig {
+        psk: Some([5; 32]),
+        ..BridgeConfig::default()
+    };
+    let mut net = Net::new(vec![
+        subscriber_with(&config, &discovery()),
+        publisher_with(1, 0xa1, &config, &discovery()),
+    ]);
+    net.run(1000);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
+    let mark = net.nodes[0].got.0.len();
+    // Unsealed announcements, however plausible, are dropped before they are read.
+    for host in 10..60 {
+        let src = SocketAddr::from(([127, 0, 0, host], 7100));
+        net.flight
+            .push_back((src, sub_addr(), forged_announce(u64::from(host), src)));
+    }
+    net.run(500);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
+    assert!(net.from(0xa1, mark) >= 45);
+    let counts = net.nodes[0].ep.discovery_counts().unwrap();
+    assert_eq!((counts.found, counts.ignored), (1, 0), "{counts:?}");
+}
+
+#[test]
+fn unicast_peers_find_each_other_without_a_group() {
+    let peers_only = DiscoveryConfig {
+        group: None,
+        peers: vec![sub_addr()],
+        ..discovery()
+    };
+    let mut net = Net::new(vec![
+        subscriber_with(
+            &BridgeConfig::default(),
+            &DiscoveryConfig {
+                group: None,
+                ..discovery()
+            },
+        ),
+        publisher_with(1, 0xa1, &BridgeConfig::default(), &peers_only),
+    ]);
+    net.run(1000);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
+    let mark = net.nodes[0].got.0.len();
+    net.run(200);
+    assert!(net.from(0xa1, mark) >= 15);
 }
