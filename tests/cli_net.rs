@@ -178,6 +178,8 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
     drop(joined);
     let port = free_udp_port();
     let dir = CountersDir::new("topics");
+    // Both built before the publisher starts, so that it is still running when asked.
+    let _ = (llbus_bin(), example("subscriber"));
     let mut cmd = Command::new(example("publisher"));
     cmd.env("LLBUS_COUNTERS_DIR", dir.path());
     cmd.args([
@@ -186,12 +188,11 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
         "--rate",
         "1000",
         "--count",
-        "8000",
+        "600000",
         "--announce",
         &group,
     ]);
     let mut publisher = Running::spawn("publisher", cmd);
-    let _ = llbus_bin();
     publisher
         .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
         .expect("the publisher starts");

@@ -88,9 +88,9 @@ struct Found {
     import: usize,
     /// When it is forgotten unless it announces again.
     expires: u64,
-    /// When the subscription was first tried.
+    /// When the subscription was tried, or last stopped being established.
     tried: u64,
-    /// Whether the subscription was ever established.
+    /// Whether the subscription is established.
     established: bool,
 }
 
@@ -449,10 +449,18 @@ impl Endpoint {
         let timeout = nanos(d.config.try_timeout);
         let mut i = 0;
         while let Some(f) = d.found.get_mut(i) {
-            let state = self.imports.get(f.import).map(|im| im.session.state());
+            let import = self.imports.get(f.import);
+            let state = import.map(|im| im.session.state());
+            let heard = import.map_or(0, |im| im.heard_ns);
             let refused = matches!(state, Some(ImportState::Refused(_)));
-            if matches!(state, Some(ImportState::Established { .. })) {
+            let answering = now_ns < heard.saturating_add(timeout);
+            if matches!(state, Some(ImportState::Established { .. })) && answering {
                 f.established = true;
+            } else if f.established {
+                // It stopped answering: a try again, timed from its last answer (so replayed
+                // announcements of a publisher that left cannot keep it followed).
+                f.established = false;
+                f.tried = heard;
             }
             let late = !f.established && now_ns >= f.tried.saturating_add(timeout);
             let expired = now_ns >= f.expires;

@@ -479,3 +479,37 @@ fn unicast_peers_find_each_other_without_a_group() {
     net.run(200);
     assert!(net.from(0xa1, mark) >= 15);
 }
+
+#[test]
+fn replayed_announcements_cannot_keep_a_publisher_that_left_followed() {
+    let mut net = Net::new(vec![subscriber(), publisher(1, 0xa1)]);
+    net.run(1000);
+    assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
+    net.nodes[1].alive = false;
+    // The publisher is gone, but its announcements are replayed (without a key, a replay is
+    // the same bytes under the same source) every 100 ms.
+    let replayed = forged_announce(0xa1, addr(1));
+    let mut given_up_at = None;
+    for ms in 0..6000u64 {
+        if ms % 100 == 0 {
+            net.flight
+                .push_back((addr(1), sub_addr(), replayed.clone()));
+        }
+        net.step();
+        let counts = net.nodes[0].ep.discovery_counts().unwrap();
+        if counts.given_up > 0 && given_up_at.is_none() {
+            given_up_at = Some(ms);
+        }
+    }
+    // Given up once the try timeout (1.5 s) passed without an answer, and tried again at
+    // most once per timeout after: requests to the dead address stay few.
+    let given_up_at = given_up_at.expect("never given up");
+    assert!(given_up_at <= 1500 + 1200, "{given_up_at}");
+    let counts = net.nodes[0].ep.discovery_counts().unwrap();
+    assert!(counts.given_up <= 3, "{counts:?}");
+    assert!(
+        net.to_nowhere <= 60,
+        "{} requests to the dead address",
+        net.to_nowhere
+    );
+}

@@ -60,6 +60,8 @@ pub(crate) struct ImportSlot {
     pub(crate) session: SubscriberSession,
     /// Whether a transient refusal was reported since the import was last established.
     pub(crate) warned: bool,
+    /// When its publisher last answered it (an acknowledgement, a heartbeat, ...).
+    pub(crate) heard_ns: u64,
     /// The reorder buffer and NAK state of a reliable import.
     pub(crate) reliable: Option<ReliableReceiver>,
     /// Messages arriving in fragments, put back together (bounded, buffers reused).
@@ -103,6 +105,7 @@ impl ImportSlot {
             retired: false,
             session: machine,
             warned: false,
+            heard_ns: 0,
             reliable: spec.reliable.then(|| ReliableReceiver::new(reliable)),
             reassembly: Reassembler::new(&config.reassembly),
             nonce: entropy.next_u64(),

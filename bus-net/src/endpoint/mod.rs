@@ -860,6 +860,7 @@ impl Endpoint {
                 let event = im
                     .session
                     .on_control(control, token, now_ns, &mut self.replies)?;
+                im.heard_ns = now_ns;
                 let following = match im.session.state() {
                     ImportState::Established { session, .. } => Some(session),
                     _ => None,

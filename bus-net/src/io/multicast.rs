@@ -1,7 +1,8 @@
 //! Multicast membership and sending options: the socket a bridge hears its discovery group on
-//! (bound to the group's port with `SO_REUSEADDR` and `SO_REUSEPORT`, so every bridge of a host
-//! receives each datagram sent to the group), and the TTL, outgoing interface and loopback of
-//! a socket that sends to a group.
+//! (bound to the group's address and port with `SO_REUSEADDR` and `SO_REUSEPORT`, so every
+//! bridge of a host receives each datagram sent to the group, and nothing sent to another
+//! group on that port), and the TTL, outgoing interface and loopback of a socket that sends to
+//! a group.
 //!
 //! Loopback is on, so bridges of one host hear each other (and a bridge its own announcements,
 //! which the endpoint recognises by their session and ignores). An IPv4 group is joined on the
@@ -17,9 +18,9 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use super::socket::{SocketConfig, UdpEndpoint};
 
 impl UdpEndpoint {
-    /// A non-blocking socket that receives what is sent to `group`: bound to the group's port
-    /// on every address of its family (shared with other sockets of the host), and a member
-    /// of the group on `interface` (IPv4: one of the interface's addresses; `None`, or an
+    /// A non-blocking socket that receives what is sent to `group`: bound to the group's
+    /// address and port (shared with other sockets of the host), and a member of the group on
+    /// `interface` (IPv4: one of the interface's addresses; `None`, or an
     /// IPv6 group: the system's choice).
     ///
     /// # Errors
@@ -46,11 +47,23 @@ impl UdpEndpoint {
                 log::warn!("llbus-net: SO_RCVBUF {size} refused on group {group} ({e})");
             }
         }
-        let any = match group {
-            SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, group.port())),
-            SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, group.port())),
+        // Bound to the group's own address where the system allows it (Unix), so that the
+        // socket takes only this group's datagrams and not those of another group on the same
+        // port; elsewhere to every address.
+        let local = if cfg!(unix) {
+            group
+        } else {
+            match group {
+                SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, group.port())),
+                SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, group.port())),
+            }
         };
-        socket.bind(&any.into())?;
+        socket.bind(&local.into())?;
+        // Only the groups this socket joined, not every group the host joined on the port.
+        #[cfg(target_os = "linux")]
+        if group.is_ipv4() {
+            socket.set_multicast_all_v4(false)?;
+        }
         match group.ip() {
             IpAddr::V4(g) => socket.join_multicast_v4(&g, &v4_interface(interface))?,
             IpAddr::V6(g) => socket.join_multicast_v6(&g, 0)?,
@@ -137,6 +150,23 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+        // A member of another group on the same port hears nothing of this one.
+        let other: SocketAddr = "239.255.76.78:7481".parse().unwrap();
+        let mut c = UdpEndpoint::bind_group(other, lo, &config).unwrap();
+        assert!(sender.send_to(b"not yours", group).unwrap());
+        assert!(sender.send_to(b"yours", other).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            if c.recv_batch(&mut batch).unwrap() > 0 {
+                break batch.iter().next().unwrap().0.to_vec();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no datagram from the other group"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(got, b"yours");
         assert!(UdpEndpoint::bind_group("127.0.0.1:1".parse().unwrap(), lo, &config).is_err());
     }
 }
