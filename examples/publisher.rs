@@ -9,7 +9,10 @@
 //!
 //! `--help` describes every flag. By default the feed and the bridge take turns on one thread
 //! (backoff idle), which measured best on a 2-vCPU machine with a subscriber process beside it;
-//! `--split` gives each its own thread, and `--idle` picks how the threads wait.
+//! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
+//! `--announce` the bridge announces the counter on the discovery group, for
+//! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to
+//! that group once for every subscriber that receives it (the others get unicast).
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
@@ -193,6 +196,15 @@ struct Args {
     /// same user on this host.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     transport: Transport,
+    /// Announce the counter on the discovery group GROUP:PORT (so that `subscriber --discover`
+    /// and `llbus topics` find it) [default group: 239.255.76.76:7476].
+    #[arg(long, value_name = "GROUP:PORT", num_args = 0..=1,
+          default_missing_value = "239.255.76.76:7476", conflicts_with = "compat")]
+    announce: Option<SocketAddr>,
+    /// Also send the counter's data to multicast group GROUP:PORT: one datagram per batch for
+    /// every subscriber that receives the group, unicast to the others.
+    #[arg(long, value_name = "GROUP:PORT", conflicts_with = "compat")]
+    multicast: Option<SocketAddr>,
 }
 
 /// `--allow`: comma-separated networks.
@@ -263,15 +275,29 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(rate) = args.retransmit_rate {
         config.reliable.retransmit_rate = (rate, rate / 16);
     }
+    if let Some(group) = args.announce {
+        config.discovery = Some(llbus_net::DiscoveryConfig {
+            group: Some(group),
+            ..llbus_net::DiscoveryConfig::default()
+        });
+    }
     let bridge = if compat {
         // The native socket is unused in compat mode: bind it to any port of the same address.
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
             .export_compat::<Count>(args.bind)?
+    } else if let (true, Some(group)) = (args.reliable, args.multicast) {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export_reliable_multicast::<Counter>(group)
     } else if args.reliable {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")
             .export_reliable::<Counter>()
+    } else if let Some(group) = args.multicast {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export_multicast::<Counter>(group)
     } else {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")
@@ -355,8 +381,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .count
         .map_or("unlimited".to_string(), |c| c.to_string());
     println!(
-        "publisher: topic '{topic}' in {format} on {}, rate {rate}, count {count}",
-        args.bind
+        "publisher: topic '{topic}' in {format} on {}, rate {rate}, count {count}{}",
+        args.bind,
+        args.announce
+            .map(|g| format!(", announced on {g}"))
+            .unwrap_or_default()
+            + &args
+                .multicast
+                .map(|g| format!(", data to multicast group {g}"))
+                .unwrap_or_default()
     );
     let running = bus.start()?;
 

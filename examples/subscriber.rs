@@ -10,6 +10,10 @@
 //! cargo run --release --example subscriber -- --help
 //! ```
 //!
+//! With `--discover` it needs no `--publisher`: it follows every publisher that announces the
+//! counter (`publisher --announce`), all at once, and prints each as it is found or lost
+//! (several publishers' counters interleave, so `out_of_order` then counts their mix).
+//!
 //! `--help` describes every flag. By default the bridge and the sink take turns on one thread
 //! (backoff idle), which measured best on a 2-vCPU machine with a publisher process beside it;
 //! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
@@ -240,6 +244,12 @@ struct Args {
     /// through shared memory (llbus-ipc channel `demo.counter` in this user's channel directory).
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     transport: Transport,
+    /// Find the publishers by their announcements on the discovery group GROUP:PORT instead of
+    /// --publisher (they need --announce), receiving from all of them at once, and print each
+    /// one found [default group: 239.255.76.76:7476].
+    #[arg(long, value_name = "GROUP:PORT", num_args = 0..=1,
+          default_missing_value = "239.255.76.76:7476", conflicts_with_all = ["compat", "publisher"])]
+    discover: Option<SocketAddr>,
 }
 
 /// The thread the example's actors share unless `--split`.
@@ -275,6 +285,33 @@ fn invalid(report: &llbus::Report) -> u64 {
         .unwrap_or(0)
 }
 
+/// Prints the publishers discovery found, lost or established since `shown`.
+fn print_discovered(shown: &mut Vec<llbus_net::Discovered>, now: Vec<llbus_net::Discovered>) {
+    if *shown == now {
+        return;
+    }
+    for d in now.iter().filter(|d| !shown.contains(d)) {
+        println!(
+            "discovered: publisher {} (session {:#018x}) of topic '{}'{}",
+            d.publisher,
+            d.session,
+            d.topic,
+            if d.established {
+                ", subscribed"
+            } else {
+                ", subscribing"
+            }
+        );
+    }
+    for d in shown
+        .iter()
+        .filter(|d| !now.iter().any(|n| n.publisher == d.publisher))
+    {
+        println!("discovered: publisher {} is gone", d.publisher);
+    }
+    *shown = now;
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     cli::report_errors("subscriber", || run(&args))
@@ -301,13 +338,18 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let config = llbus_net::BridgeConfig {
             psk: args.psk,
             reliable: payload::reliable_config(args.size),
+            discovery: args.discover.map(|group| llbus_net::DiscoveryConfig {
+                group: Some(group),
+                ..llbus_net::DiscoveryConfig::default()
+            }),
             ..llbus_net::BridgeConfig::default()
         };
         let bridge = Bridge::bind_with(args.bind, config)?.name("bridge");
-        if args.reliable {
-            bridge.import_reliable::<Counter>(args.publisher)
-        } else {
-            bridge.import::<Counter>(args.publisher)
+        match (args.discover.is_some(), args.reliable) {
+            (true, true) => bridge.discover_reliable::<Counter>(),
+            (true, false) => bridge.discover::<Counter>(),
+            (false, true) => bridge.import_reliable::<Counter>(args.publisher),
+            (false, false) => bridge.import::<Counter>(args.publisher),
         }
     };
     let status = bridge.status();
@@ -362,17 +404,25 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "native (wire version 3)"
     };
+    let from = match args.discover {
+        Some(group) => format!("publishers discovered on {group}"),
+        None => format!("publisher {}", args.publisher),
+    };
     println!(
-        "subscriber: {format} on {}, publisher {}, waiting for {} messages (timeout {:?})",
-        args.bind, args.publisher, args.count, args.timeout
+        "subscriber: {format} on {}, {from}, waiting for {} messages (timeout {:?})",
+        args.bind, args.count, args.timeout
     );
     let running = bus.start()?;
 
     let started = Instant::now();
     let mut next_line = started + Duration::from_secs(1);
+    let mut found = Vec::new();
     let outcome = loop {
         std::thread::sleep(Duration::from_millis(1));
         let now = Instant::now();
+        if args.discover.is_some() {
+            print_discovered(&mut found, status.discovered());
+        }
         if shared.done.load(Ordering::Acquire) {
             break Ok(());
         }

@@ -192,6 +192,7 @@ fn export(reliable: bool, late_join: usize) -> ExportSpec {
         reliable,
         late_join,
         shape: None,
+        group: None,
     }
 }
 

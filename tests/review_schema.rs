@@ -71,6 +71,7 @@ fn export(topic: &'static str, shape: &Shape, allow: Option<Allowlist>) -> Expor
         reliable: false,
         late_join: 0,
         shape: Some(EncodedShape::new(shape).expect("encodable")),
+        group: None,
     }
 }
 

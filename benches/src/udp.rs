@@ -53,6 +53,10 @@
 //! Large messages (`throughput_large`, MB/s): 1 MiB messages through the bridges in fragments
 //! (`llbus-1mib`) beside raw UDP sending the same datagrams (`raw-1mib`); see [`large`].
 //!
+//! Fan-out (`publisher_ns_per_msg_1`, `publisher_ns_per_msg_8`, `datagrams_per_msg_1`,
+//! `datagrams_per_msg_8`, `oneway_p50`): one publisher to 1 and to 8 subscribers, `llbus`
+//! (unicast) against `llbus-multicast` (a multicast group); see [`fanout`].
+//!
 //! Every bus run is bounded: subscriptions and results are awaited with deadlines, and a bus
 //! that does not stop ends the run with an error (see `onbus`).
 
@@ -70,6 +74,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 
+mod fanout;
 mod large;
 
 use crate::drive::{round_trip, Plan, Receiver, RttOutcome, RttPlan, Sender};
@@ -159,7 +164,7 @@ fn plan(args: &Args) -> Plan {
 }
 
 /// The issues' targets.
-const TARGETS: [Target; 4] = [
+const TARGETS: [Target; 6] = [
     Target {
         what: "rtt p50 llbus - raw-spin",
         num: (LLBUS, "rtt_p50"),
@@ -184,6 +189,18 @@ const TARGETS: [Target; 4] = [
         den: (LLBUS, "throughput_single"),
         bound: Bound::RatioAtLeast(5.0),
     },
+    Target {
+        what: "publisher cost llbus-multicast 8 / 1 subscribers",
+        num: (fanout::MULTICAST, "publisher_ns_per_msg_8"),
+        den: (fanout::MULTICAST, "publisher_ns_per_msg_1"),
+        bound: Bound::RatioAtMost(1.5),
+    },
+    Target {
+        what: "oneway p50 llbus-multicast / llbus",
+        num: (fanout::MULTICAST, "oneway_p50"),
+        den: (LLBUS, "oneway_p50"),
+        bound: Bound::RatioAtMost(1.1),
+    },
 ];
 
 /// One implementation's part of a round: `(phase, pinning, plan, out)`.
@@ -200,6 +217,7 @@ const CONTENDERS: &[CaseFn] = &[
     raw_unconnected_case,
     large::llbus_case,
     large::raw_case,
+    fanout::case,
 ];
 
 /// Their names, in the same order.
@@ -213,6 +231,7 @@ const NAMES: &[&str] = &[
     RAW_UNCONNECTED,
     large::LLBUS_LARGE,
     large::RAW_LARGE,
+    fanout::MULTICAST,
 ];
 
 /// Measurements per round: round trip, batched throughput, one message per datagram.

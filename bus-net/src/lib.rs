@@ -160,6 +160,10 @@ pub use protocol::control::{
 };
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
+pub use protocol::discovery::{
+    entry_len, Announce, AnnounceHead, AnnouncedTopic, Query, ANNOUNCE_FIXED_LEN,
+    MAX_ANNOUNCED_NAME, QUERY_LEN,
+};
 pub use protocol::encode::{
     check_fits, encode_payload, encode_payload_sized, payload_size, BatchEncoder, DataMeta,
     EncodeError,
@@ -178,6 +182,7 @@ pub use protocol::limits::{
 pub use protocol::mac::{
     FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
 };
+pub use protocol::multicast::{GroupOffer, GROUP_PAYLOAD_LEN};
 pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
 pub use protocol::schema::{
     SchemaReply, SchemaRequest, MAX_SCHEMA_LEN, SCHEMA_REPLY_FIXED, SCHEMA_REQUEST_FIXED,
@@ -203,14 +208,16 @@ pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
 pub use endpoint::{
-    EncodedShape, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Origin, SchemaFailure,
-    Sink, Wire, EVENT_QUEUE, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+    DiscoverSpec, DiscoveryCounts, EncodedShape, Endpoint, Event, ExportBatch, ExportSpec,
+    GroupRepairCounts, ImportSpec, Origin, SchemaFailure, Sink, Wire, EVENT_QUEUE,
+    MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
 
 mod bridge;
 mod io;
 pub use bridge::{
-    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Missed, SocketWire,
+    Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Discovered,
+    DiscoveryConfig, Missed, MulticastConfig, SocketWire, DEFAULT_DISCOVERY_GROUP,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

@@ -4,10 +4,10 @@
 
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
-    split_fragments, BatchEncoder, CompatControl, Control, Cookie, DataMeta, Flags, FrameMac,
-    Header, Kind, Nak, Reassembled, Reassembler, ReassemblyConfig, Refusal, RefuseReason,
-    SchemaReply, SchemaRequest, Unavailable, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE,
-    MAC_TAG_LEN, TOKEN_LEN,
+    split_fragments, Announce, AnnounceHead, BatchEncoder, CompatControl, Control, Cookie,
+    DataMeta, Flags, FrameMac, GroupOffer, Header, Kind, Nak, Query, Reassembled, Reassembler,
+    ReassemblyConfig, Refusal, RefuseReason, SchemaReply, SchemaRequest, Unavailable,
+    DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +149,15 @@ fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("native-fragment-0", fragment(0)),
         ("native-fragment-1", fragment(1)),
         ("native-nak", encode(|e| e.push_nak(&nak()).unwrap())),
+        ("native-announce", encode(push_announce)),
+        (
+            "native-group-token",
+            encode_tokened(|e| e.push_group_offer(&group_offer()).unwrap()),
+        ),
+        (
+            "native-query",
+            encode(|e| e.push_query(SUB_SESSION, TOPIC, 8).unwrap()),
+        ),
         (
             "native-unavailable",
             encode(|e| e.push_unavailable(&unavailable()).unwrap()),
@@ -578,6 +587,66 @@ fn compat_decodes() {
         CompatControl::decode(&doc_bytes("compat-unsubscribe")),
         Ok(CompatControl::Unsubscribe)
     );
+}
+
+/// The example announcement: the publisher session's first, announcing the quote topic
+/// (reliable, named `md.quote`) at port 7000 of the datagram's source, no data group, every
+/// second, after 5 s of uptime.
+fn push_announce(e: &mut BatchEncoder<'_>) {
+    let head = AnnounceHead {
+        session: SESSION,
+        seq: 1,
+        timestamp_ns: TS,
+        period_ms: 1000,
+        uptime_ms: 5000,
+        data: "0.0.0.0:7000".parse().unwrap(),
+        group: None,
+    };
+    let mut scratch = [0u8; 256];
+    let topics = [(TOPIC, FP, true, "md.quote")];
+    e.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
+        .unwrap();
+}
+
+/// The example group offer: data of the quote topic also goes to `239.255.0.1:7600`, with
+/// group token `0x0f0e0d0c0b0a0908`.
+fn group_offer() -> GroupOffer {
+    GroupOffer {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SESSION,
+        group: "239.255.0.1:7600".parse().unwrap(),
+        token: 0x0f0e_0d0c_0b0a_0908,
+    }
+}
+
+#[test]
+fn native_group_offer_decodes_with_its_token() {
+    let bytes = doc_bytes("native-group-token");
+    let frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
+    assert_eq!(frames.token(), Some(TOKEN));
+    let frame = frames.into_iter().next().unwrap();
+    assert_eq!(GroupOffer::from_frame(&frame), Ok(group_offer()));
+}
+
+#[test]
+fn native_discovery_frames_decode() {
+    let frame = one_frame("native-announce");
+    let announce = Announce::from_frame(&frame).unwrap();
+    assert_eq!((announce.session, announce.seq), (SESSION, 1));
+    assert_eq!((announce.period_ms, announce.uptime_ms), (1000, 5000));
+    let src = "10.1.2.3:40000".parse().unwrap();
+    assert_eq!(
+        announce.data_from(src),
+        Some("10.1.2.3:7000".parse().unwrap())
+    );
+    let topics: Vec<_> = announce
+        .topics()
+        .map(|t| (t.topic_id, t.fingerprint, t.reliable, t.name.to_vec()))
+        .collect();
+    assert_eq!(topics, [(TOPIC, FP, true, b"md.quote".to_vec())]);
+    let query = Query::from_frame(&one_frame("native-query")).unwrap();
+    assert_eq!((query.session, query.topic_id), (SUB_SESSION, TOPIC));
 }
 
 #[test]

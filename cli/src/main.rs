@@ -17,6 +17,8 @@
 //!   JSON, decoded from the schema its publisher serves.
 //! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP.
 //! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher.
+//! - `llbus topics [--watch] [--json]`: the topics bridges announce on the network (discovery),
+//!   with their fingerprints and publishers.
 #![deny(missing_docs)]
 
 mod echo;
@@ -29,6 +31,7 @@ mod select;
 mod spy;
 mod text;
 mod top;
+mod topics;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -107,6 +110,8 @@ enum Command {
     Record(record::Args),
     /// A recording served as a publisher, at the recorded pace or scaled.
     Play(play::Args),
+    /// The topics bridges announce on the network (discovery): fingerprints and publishers.
+    Topics(topics::Options),
     /// A live full-screen view of a bus's busiest edges; `q` or Ctrl-C quits.
     Top {
         /// The bus (as for `stat`).
@@ -182,6 +187,7 @@ fn main() -> ExitCode {
         Command::Echo(args) => echo::run(&args),
         Command::Record(args) => record::run(&args),
         Command::Play(args) => play::run(&args),
+        Command::Topics(options) => topics::run(&options),
         Command::Top { bus, interval_ms } => {
             top::run(bus.as_deref(), Duration::from_millis(interval_ms.max(50)))
         }

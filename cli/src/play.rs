@@ -103,6 +103,7 @@ fn exports(
             reliable: false,
             late_join: 0,
             shape: Some(shape),
+            group: None,
         });
         by_topic.push(Some(specs.len() - 1));
     }

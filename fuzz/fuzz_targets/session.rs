@@ -117,6 +117,7 @@ impl World {
                 reliable: false,
                 late_join: 0,
                 shape: EncodedShape::new(&shape()).ok(),
+                group: None,
             }],
             Vec::new(),
         )

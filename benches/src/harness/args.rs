@@ -31,9 +31,15 @@ SUITES:
             (throughput_batch) and with one message per datagram
             (throughput_single), each with the loss in % (loss_batch,
             loss_single) and the messages per datagram sent
-            (msgs_per_datagram_batch, msgs_per_datagram_single). Targets:
-            rtt p50 llbus - raw-spin <= +1000 ns; llbus / raw-spin <= 1.25;
-            llbus-park / raw-blocking <= 1.25; batch / single >= 5
+            (msgs_per_datagram_batch, msgs_per_datagram_single); and fan-out
+            of one publisher to 1 and 8 subscribers, llbus (unicast) against
+            llbus-multicast (a group): the publisher thread's CPU ns per
+            message (publisher_ns_per_msg_1, _8), datagrams per message
+            (datagrams_per_msg_1, _8) and one-way p50 at 1 (oneway_p50).
+            Targets: rtt p50 llbus - raw-spin <= +1000 ns; llbus / raw-spin
+            <= 1.25; llbus-park / raw-blocking <= 1.25; batch / single >= 5;
+            multicast publisher cost 8 / 1 <= 1.5; oneway p50 multicast /
+            llbus <= 1.1
     ipc     llbus-ipc's shared-memory ring (impls shm-threads: both ends in
             this process; shm-process: echo in a second process) against the
             in-process ring and udp-loopback: round trip (rtt_p50, rtt_p99,

@@ -52,6 +52,7 @@ pub(super) fn table_cell(value: f64, unit: &str) -> String {
         "msgs/s" => format!("{:.2}", value / 1e6),
         "%" => format!("{value:.2}"),
         "msgs" => format!("{value:.1}"),
+        "dgrams/msg" => format!("{value:.3}"),
         _ => format!("{value:.0}"),
     }
 }

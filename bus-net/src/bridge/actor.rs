@@ -18,14 +18,34 @@ use super::ports::{CompatExportPort, CompatImportPort, ExportPort, ImportPort};
 use super::wire::SocketWire;
 use super::{BridgeStatus, Parts};
 use crate::endpoint::metrics::NetMetrics;
-use crate::endpoint::{DirectTopic, Endpoint, Event, ExportSpec, ImportSpec, Sink};
+use crate::endpoint::{
+    DirectTopic, DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportSpec, ImportSpec, Sink,
+};
 use crate::{
-    random_secret, CompatControl, DropReason, RecvBatch, SendBatch, UdpEndpoint,
+    random_secret, CompatControl, DropReason, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM,
 };
 
 /// Messages taken from one ring per poll of an export.
 const BUDGET: usize = 256;
+
+/// Data groups a bridge joins at most (one per publisher's group, usually one).
+const MAX_DATA_GROUPS: usize = 16;
+
+/// Reads one of discovery's figures.
+type Figure = fn(&DiscoveryCounts) -> u64;
+
+/// Discovery's figures, as metrics `discovery.NAME` of a bridge with discovery on.
+const DISCOVERY_METRICS: [(&str, Figure); 8] = [
+    ("announcements_sent", |c| c.announcements_sent),
+    ("announcements_in", |c| c.announcements_in),
+    ("queries_answered", |c| c.queries_answered),
+    ("found", |c| c.found),
+    ("lost", |c| c.lost),
+    ("given_up", |c| c.given_up),
+    ("ignored", |c| c.ignored),
+    ("mismatched", |c| c.mismatched),
+];
 
 /// A socket of the bridge and its health.
 struct Socket {
@@ -102,6 +122,16 @@ pub struct BridgeActor {
     name: String,
     endpoint: Endpoint,
     socket: Socket,
+    /// The discovery group's socket (receives only; announcements leave by `socket`).
+    group: Option<Socket>,
+    /// The sockets of the data groups imports were told of (receive only), at most
+    /// [`MAX_DATA_GROUPS`].
+    data_groups: Vec<(SocketAddr, Socket)>,
+    /// Groups to join, from the endpoint's events.
+    to_join: Vec<SocketAddr>,
+    /// The interface groups are joined on.
+    multicast_interface: Option<std::net::IpAddr>,
+    receive_multicast: bool,
     /// The largest datagram accepted (see `Endpoint`).
     recv_max: usize,
     /// The receive batch, shared by every socket.
@@ -116,6 +146,8 @@ pub struct BridgeActor {
     direct_lists: Vec<LatestWriter<Destinations>>,
     metrics: NetMetrics,
     subscriber_gauges: Vec<llbus::Metric>,
+    /// Discovery's figures (`discovery.*`), registered only when discovery is on.
+    discovery_metrics: Vec<(Figure, llbus::Metric)>,
     status: BridgeStatus,
     epoch: Instant,
     next_refresh: Instant,
@@ -159,6 +191,7 @@ impl BridgeActor {
             directs,
             session,
             status,
+            group,
         } = parts;
         let mut export_specs = Vec::with_capacity(exports.len());
         let export_ports: Vec<Box<dyn ExportPort>> = exports
@@ -173,25 +206,38 @@ impl BridgeActor {
                     reliable: decl.reliable,
                     late_join: decl.late_join,
                     shape: decl.shape,
+                    group: decl.group,
                 });
                 port
             })
             .collect();
-        let mut import_specs = Vec::with_capacity(imports.len());
-        let import_ports: Vec<Box<dyn ImportPort>> = imports
-            .into_iter()
-            .map(|decl| {
-                let port = (decl.make)(setup);
-                import_specs.push(ImportSpec {
+        // Ports of imports from one publisher first (import `i` delivers to port `i`), then
+        // those of discovered topics (each publisher's import delivers to its topic's port).
+        let (fixed, discovered): (Vec<_>, Vec<_>) =
+            imports.into_iter().partition(|d| d.publisher.is_some());
+        let mut import_specs = Vec::with_capacity(fixed.len());
+        let mut discover_specs = Vec::with_capacity(discovered.len());
+        let mut import_ports: Vec<Box<dyn ImportPort>> = Vec::with_capacity(fixed.len());
+        for decl in fixed.into_iter().chain(discovered) {
+            let port = (decl.make)(setup);
+            match decl.publisher {
+                Some(publisher) => import_specs.push(ImportSpec {
                     topic: port.topic(),
                     topic_id: port.topic_id(),
                     fingerprint: port.fingerprint(),
-                    publisher: decl.publisher,
+                    publisher,
                     reliable: decl.reliable,
-                });
-                port
-            })
-            .collect();
+                }),
+                None => discover_specs.push(DiscoverSpec {
+                    topic: port.topic(),
+                    topic_id: port.topic_id(),
+                    fingerprint: port.fingerprint(),
+                    reliable: decl.reliable,
+                    port: import_ports.len(),
+                }),
+            }
+            import_ports.push(port);
+        }
         let mut direct_lists = Vec::with_capacity(directs.len());
         let direct_topics = directs
             .into_iter()
@@ -216,6 +262,9 @@ impl BridgeActor {
             direct_topics,
         )
         .with_metrics(|name| setup.metric(name));
+        if let Some(discovery) = &config.discovery {
+            endpoint = endpoint.with_discovery(discovery, socket.local_addr(), discover_specs);
+        }
         let compat_exports = compat_exports
             .into_iter()
             .map(|decl| {
@@ -235,13 +284,30 @@ impl BridgeActor {
             .exported_topics()
             .map(|(topic, _)| setup.metric(&format!("subscribers.{topic}")))
             .collect();
+        let discovery_metrics = if config.discovery.is_some() {
+            DISCOVERY_METRICS
+                .iter()
+                .map(|&(name, get)| (get, setup.metric(&format!("discovery.{name}"))))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
+        let socket_ip = socket.local_addr().ip();
         let now = Instant::now();
         BridgeActor {
             name: name.to_owned(),
             metrics: endpoint.metrics().clone(),
             endpoint,
             socket: Socket::new(socket),
+            group: group.map(Socket::new),
+            data_groups: Vec::new(),
+            to_join: Vec::new(),
+            multicast_interface: config.multicast.interface.or_else(|| {
+                let ip = socket_ip;
+                (!ip.is_unspecified()).then_some(ip)
+            }),
+            receive_multicast: config.multicast.receive,
             recv_max,
             recv: RecvBatch::new(config.batch, recv_max),
             send: SendBatch::new(config.batch),
@@ -251,6 +317,7 @@ impl BridgeActor {
             compat_imports,
             direct_lists,
             subscriber_gauges,
+            discovery_metrics,
             status,
             epoch: now,
             next_refresh: now + Duration::from_secs(1),
@@ -293,10 +360,27 @@ impl BridgeActor {
                 .handle(bytes, src, now_ns, &mut wire, &mut sink);
         }
         let mut work = n;
+        if let Some(group) = self.group.as_mut() {
+            let n = group.receive(&mut self.recv, &self.metrics);
+            for (bytes, src) in self.recv.iter().take(n) {
+                self.endpoint
+                    .handle_group(bytes, src, now_ns, &mut wire, &mut sink);
+            }
+            work += n;
+        }
+        for (_, socket) in &mut self.data_groups {
+            let n = socket.receive(&mut self.recv, &self.metrics);
+            for (bytes, src) in self.recv.iter().take(n) {
+                self.endpoint
+                    .handle_multicast(bytes, src, now_ns, &mut wire, &mut sink);
+            }
+            work += n;
+        }
         if !self.compat_exports.is_empty() || !self.compat_imports.is_empty() {
             work += self.receive_compat(now_ns, ctx);
         }
         self.on_events();
+        self.join_groups(ctx);
         work
     }
 
@@ -350,6 +434,7 @@ impl BridgeActor {
                             ""
                         }
                     );
+                    self.refresh_discovered();
                 }
                 Event::Refused { import, refusal } => {
                     let (topic, publisher) = self.import_names(import);
@@ -377,8 +462,88 @@ impl BridgeActor {
                 }
                 // The bridge fetches no schemas.
                 Event::SchemaReceived { .. } | Event::SchemaFailed { .. } => {}
+                Event::Discovered {
+                    import,
+                    publisher,
+                    session,
+                    ..
+                } => {
+                    let (topic, _) = self.import_names(import);
+                    log::info!(
+                        "discovered publisher {publisher} (session {session:#018x}) of topic \
+                         '{topic}': subscribing"
+                    );
+                    self.refresh_discovered();
+                }
+                Event::JoinGroup { group, .. } => {
+                    if self.receive_multicast
+                        && !self.to_join.contains(&group)
+                        && !self.data_groups.iter().any(|(g, _)| *g == group)
+                    {
+                        self.to_join.push(group);
+                    }
+                }
+                Event::Lost {
+                    import, publisher, ..
+                } => {
+                    let (topic, _) = self.import_names(import);
+                    log::info!("publisher {publisher} of topic '{topic}' is gone: unsubscribed");
+                    self.refresh_discovered();
+                }
             }
         }
+    }
+
+    /// Joins the data groups the endpoint asked for (a socket each, woken on like the
+    /// others); one that cannot be joined is reported as a warning, and its imports are served
+    /// by unicast.
+    fn join_groups(&mut self, ctx: &mut Context<'_>) {
+        while let Some(group) = self.to_join.pop() {
+            if self.data_groups.len() >= MAX_DATA_GROUPS {
+                self.status.warn(format!(
+                    "bridge '{}': not joining multicast group {group}: {MAX_DATA_GROUPS} groups \
+                     joined already; its topics come by unicast",
+                    self.name
+                ));
+                continue;
+            }
+            match UdpEndpoint::bind_group(group, self.multicast_interface, &SocketConfig::default())
+            {
+                Ok(endpoint) => {
+                    #[cfg(unix)]
+                    if let Err(e) = ctx.wake_on_readable(endpoint.socket()) {
+                        log::warn!("group socket {group} cannot wake the bridge ({e})");
+                    }
+                    #[cfg(not(unix))]
+                    let _ = ctx;
+                    log::info!("bridge '{}': joined multicast group {group}", self.name);
+                    self.data_groups.push((group, Socket::new(endpoint)));
+                }
+                Err(e) => self.status.warn(format!(
+                    "bridge '{}': cannot join multicast group {group} ({e}); its topics come \
+                     by unicast",
+                    self.name
+                )),
+            }
+        }
+    }
+
+    /// Hands the status the publishers discovery follows (on a change only).
+    fn refresh_discovered(&self) {
+        let found = self
+            .endpoint
+            .discovered()
+            .map(|(topic, publisher, session, import)| super::Discovered {
+                topic,
+                publisher,
+                session,
+                established: matches!(
+                    self.endpoint.import_state(import),
+                    Some(crate::ImportState::Established { .. })
+                ),
+            })
+            .collect();
+        self.status.set_discovered(found);
     }
 
     /// Import `i`'s topic name and publisher.
@@ -432,6 +597,11 @@ impl BridgeActor {
                 .chain(self.compat_imports.iter().map(|(_, s)| s.endpoint.stats())),
         );
         self.refresh_gauges();
+        if let Some(counts) = self.endpoint.discovery_counts() {
+            for (get, metric) in &self.discovery_metrics {
+                metric.set(get(&counts));
+            }
+        }
         self.report_failures(ctx);
     }
 
@@ -490,6 +660,9 @@ impl Actor for BridgeActor {
                 }
             };
             watch(&self.socket.endpoint);
+            if let Some(group) = &self.group {
+                watch(&group.endpoint);
+            }
             for (_, socket) in &self.compat_exports {
                 watch(&socket.endpoint);
             }
@@ -530,6 +703,7 @@ impl Actor for BridgeActor {
             self.compat_requests(CompatControl::Subscribe);
         }
         self.on_events();
+        self.join_groups(ctx);
         if now >= self.next_refresh {
             self.next_refresh = now + Duration::from_secs(1);
             self.refresh_metrics(ctx);

@@ -1,6 +1,6 @@
 //! The bridge's settings, each with a documented default.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use crate::{
@@ -78,6 +78,95 @@ pub struct BridgeConfig {
     /// data and heartbeats are authenticated by nothing (no MAC, and no subscription token:
     /// the key replaces it): a host on the path or holding the key can inject them.
     pub mac_data: bool,
+    /// Discovery: announce the exports and find the publishers of `Bridge::discover`'s topics
+    /// (`docs/PROTOCOL.md`, "Discovery"). Off (`None`) by default; `Bridge::announce` and
+    /// `Bridge::discover` turn it on with [`DiscoveryConfig::default`].
+    pub discovery: Option<DiscoveryConfig>,
+    /// Multicast data: the TTL and interface of exports' group datagrams
+    /// (`Bridge::export_multicast`), and whether imports receive groups at all.
+    pub multicast: MulticastConfig,
+}
+
+/// How a bridge sends and receives multicast data (`docs/PROTOCOL.md`, "Multicast data").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MulticastConfig {
+    /// The TTL (IPv6: hop limit) of group datagrams (default 1: the local network).
+    pub ttl: u32,
+    /// The interface groups are sent by and joined on, named by one of its IPv4 addresses
+    /// (IPv6: the system's choice). Default: the bridge's bound address if it names one,
+    /// else the system's choice.
+    pub interface: Option<IpAddr>,
+    /// Whether imports join the group a publisher tells them of (default yes). `false` asks
+    /// every publisher for unicast: the subscriber never says it receives a group.
+    pub receive: bool,
+}
+
+impl Default for MulticastConfig {
+    fn default() -> Self {
+        MulticastConfig {
+            ttl: 1,
+            interface: None,
+            receive: true,
+        }
+    }
+}
+
+/// The default discovery group: administratively scoped IPv4 multicast (RFC 2365), a port
+/// beside LCM's 7667 but not on it.
+pub const DEFAULT_DISCOVERY_GROUP: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(239, 255, 76, 76), 7476));
+
+/// Where and how often a bridge announces its exports, and how far it follows what others
+/// announce. Each setting has a documented default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveryConfig {
+    /// The multicast group announcements go to and are heard on (default
+    /// [`DEFAULT_DISCOVERY_GROUP`], `239.255.76.76:7476`; an IPv6 group such as
+    /// `[ff15::7476]:7476` needs an IPv6 or dual-stack bridge). `None`: unicast peers only. The
+    /// group's port is shared (`SO_REUSEADDR`/`SO_REUSEPORT`) by the bridges of one host.
+    pub group: Option<SocketAddr>,
+    /// Bridges announced to (and queried) by unicast, for networks multicast does not reach:
+    /// their bound addresses (default none; at most the topic subscriber cap).
+    pub peers: Vec<SocketAddr>,
+    /// How often the exports are announced (default 1 s). A publisher is forgotten after three
+    /// of its own periods without an announcement.
+    pub announce_every: Duration,
+    /// The interface an IPv4 group is joined on and multicast leaves by, named by one of its
+    /// addresses (IPv6 groups use the system's choice). Default: the bridge's bound address if
+    /// it names one (`127.0.0.1`: loopback), else the system's choice.
+    pub interface: Option<IpAddr>,
+    /// The multicast TTL, or IPv6 hop limit (default 1: the local network).
+    pub ttl: u32,
+    /// Publishers of one discovered topic followed at once (default 8): more are counted
+    /// (`discovery.ignored`) and not tried.
+    pub max_publishers: usize,
+    /// Subscriptions tried and not yet established at once, over every topic (default 4): a
+    /// flood of announcements makes no more tries than this.
+    pub max_tries: usize,
+    /// How long a tried subscription may take to be established before it is given up and
+    /// its publisher not tried again for as long (default 5 s).
+    pub try_timeout: Duration,
+    /// Queries answered per second (and burst) per source address (default 5/s, burst 10).
+    pub query_limit: RateLimit,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig {
+            group: Some(DEFAULT_DISCOVERY_GROUP),
+            peers: Vec::new(),
+            announce_every: Duration::from_secs(1),
+            interface: None,
+            ttl: 1,
+            max_publishers: 8,
+            max_tries: 4,
+            try_timeout: Duration::from_secs(5),
+            query_limit: RateLimit {
+                per_second: 5,
+                burst: 10,
+            },
+        }
+    }
 }
 
 impl Default for BridgeConfig {
@@ -103,6 +192,8 @@ impl Default for BridgeConfig {
             psk_id: 0,
             psk_accept: Vec::new(),
             mac_data: true,
+            discovery: None,
+            multicast: MulticastConfig::default(),
         }
     }
 }

@@ -22,7 +22,7 @@ mod ports;
 mod wire;
 
 pub use actor::BridgeActor;
-pub use config::BridgeConfig;
+pub use config::{BridgeConfig, DiscoveryConfig, MulticastConfig, DEFAULT_DISCOVERY_GROUP};
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
 pub use wire::SocketWire;
@@ -52,6 +52,21 @@ pub struct BridgeStatus {
     errors: Arc<Mutex<Vec<String>>>,
     warnings: Arc<Mutex<Vec<String>>>,
     missed: Arc<Mutex<Vec<Missed>>>,
+    discovered: Arc<Mutex<Vec<Discovered>>>,
+}
+
+/// A publisher that discovery follows for a topic of [`Bridge::discover`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovered {
+    /// The topic.
+    pub topic: &'static str,
+    /// The publisher's data address.
+    pub publisher: SocketAddr,
+    /// Its session: the one the subscription follows once established, the announced one
+    /// before.
+    pub session: u64,
+    /// Whether the subscription is established (the handshake completed).
+    pub established: bool,
 }
 
 /// What one subscriber of a reliable export missed: sequence numbers it asked for after they
@@ -130,6 +145,21 @@ impl BridgeStatus {
         }
     }
 
+    /// The publishers discovery follows now (updated as they are found, established and lost).
+    pub fn discovered(&self) -> Vec<Discovered> {
+        self.discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_discovered(&self, found: Vec<Discovered>) {
+        *self
+            .discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = found;
+    }
+
     pub(crate) fn warn(&self, warning: String) {
         log::warn!("{warning}");
         self.warnings
@@ -144,6 +174,8 @@ type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor
 struct ExportDecl {
     /// Who may subscribe to this export; `None` means the bridge's `allow`.
     allow: Option<Allowlist>,
+    /// The multicast group its data goes to (`export_multicast`).
+    group: Option<SocketAddr>,
     /// Kept in history and retransmitted on NAK (`export_reliable`).
     reliable: bool,
     /// Messages sent to a newly admitted subscriber (`export_reliable_last`).
@@ -158,7 +190,8 @@ struct ExportDecl {
 struct ImportDecl {
     type_id: std::any::TypeId,
     declare: Declare,
-    publisher: SocketAddr,
+    /// The publisher; `None`: whichever publishers announce the topic (`discover`).
+    publisher: Option<SocketAddr>,
     /// Delivered in order, gaps NAKed (`import_reliable`).
     reliable: bool,
     make: fn(&mut Setup<'_>) -> Box<dyn ImportPort>,
@@ -263,6 +296,7 @@ impl Bridge {
                 directs: Vec::new(),
                 session: new_session_id(),
                 status: BridgeStatus::default(),
+                group: None,
                 max_datagram,
             },
         })
@@ -361,6 +395,7 @@ impl Bridge {
         };
         self.parts.exports.push(ExportDecl {
             allow: None,
+            group: None,
             reliable: false,
             late_join: 0,
             shape,
@@ -413,6 +448,35 @@ impl Bridge {
         self
     }
 
+    /// Serves topic `T` like [`export`](Self::export), sending its data to multicast group
+    /// `group` (address and port): one datagram per batch for every subscriber that receives
+    /// the group, by unicast to the others. Subscribers subscribe, renew and are counted as
+    /// for any export (`docs/PROTOCOL.md`, "Multicast data"); one that stops receiving the
+    /// group is served by unicast again within a few heartbeats. The TTL and interface of
+    /// multicast sends are [`BridgeConfig::multicast`]'s.
+    pub fn export_multicast<T: Message + Serialize + Clone>(mut self, group: SocketAddr) -> Self {
+        self = self.export::<T>();
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.group = Some(group);
+        }
+        self
+    }
+
+    /// Serves topic `T` like [`export_reliable`](Self::export_reliable), sending its data to
+    /// multicast group `group` as [`export_multicast`](Self::export_multicast) does; NAKs come
+    /// by unicast, and what members that receive the group lost is retransmitted to the group,
+    /// once for all of them (`docs/PROTOCOL.md`, "Multicast data").
+    pub fn export_reliable_multicast<T: Message + Serialize + Clone>(
+        mut self,
+        group: SocketAddr,
+    ) -> Self {
+        self = self.export_multicast::<T>(group);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
     /// Serves topic `T` like [`export`](Self::export), but only to the networks of `allow`
     /// (instead of the bridge's allowlist, [`BridgeConfig::allow`]).
     pub fn export_to<T: Message + Serialize + Clone>(mut self, allow: Allowlist) -> Self {
@@ -445,6 +509,14 @@ impl Bridge {
                 if publisher.is_ipv4() { 4 } else { 6 },
             ));
         }
+        self.push_import::<T>(Some(publisher));
+        self
+    }
+
+    fn push_import<T: Message + DeserializeOwned + Clone>(
+        &mut self,
+        publisher: Option<SocketAddr>,
+    ) {
         let type_id = std::any::TypeId::of::<T>();
         let declared = self.parts.imports.iter().any(|i| i.type_id == type_id);
         self.parts.imports.push(ImportDecl {
@@ -458,6 +530,42 @@ impl Bridge {
             reliable: false,
             make: Import::<T>::make,
         });
+    }
+
+    /// Subscribes to topic `T` from every publisher that announces it (discovery, which this
+    /// turns on with [`DiscoveryConfig::default`] unless [`discovery`](Self::discovery) set
+    /// it), several at once, and publishes what arrives on the local bus. Publishers that
+    /// appear are subscribed to, one that restarts is followed, one that stops announcing is
+    /// dropped after three of its periods. An announcement only proposes: each subscription
+    /// is made by the ordinary handshake (`SECURITY.md`, "Discovery").
+    pub fn discover<T: Message + DeserializeOwned + Clone>(mut self) -> Self {
+        self = self.announce();
+        self.push_import::<T>(None);
+        self
+    }
+
+    /// Like [`discover`](Self::discover), reliably (see [`import_reliable`](Self::import_reliable)).
+    pub fn discover_reliable<T: Message + DeserializeOwned + Clone>(mut self) -> Self {
+        self = self.discover::<T>();
+        if let Some(decl) = self.parts.imports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
+    /// Announces this bridge's exports (turning discovery on with
+    /// [`DiscoveryConfig::default`] unless [`discovery`](Self::discovery) set it), so that
+    /// bridges that [`discover`](Self::discover) their topics find it.
+    pub fn announce(mut self) -> Self {
+        if self.parts.config.discovery.is_none() {
+            self.parts.config.discovery = Some(DiscoveryConfig::default());
+        }
+        self
+    }
+
+    /// Turns discovery on with `config` (group, peers, period, caps).
+    pub fn discovery(mut self, config: DiscoveryConfig) -> Self {
+        self.parts.config.discovery = Some(config);
         self
     }
 
@@ -508,9 +616,12 @@ impl Component for Bridge {
     fn attach(self, bus: &mut BusBuilder) -> ActorBuilder<'_, BridgeActor> {
         let Bridge {
             name,
-            parts,
-            family_errors,
+            mut parts,
+            mut family_errors,
         } = self;
+        if let Err(e) = parts.join_group() {
+            family_errors.push(format!("bridge '{name}': {e}"));
+        }
         let declares: Vec<Declare> = parts
             .exports
             .iter()
@@ -567,4 +678,58 @@ struct Parts {
     directs: Vec<DirectPort>,
     session: u64,
     status: BridgeStatus,
+    /// The socket the discovery group is heard on, if discovery has a group.
+    group: Option<UdpEndpoint>,
+}
+
+impl Parts {
+    /// With discovery on: joins its group (on the interface configured, else the one of the
+    /// bridge's bound address if it names one) and sets the native socket's multicast
+    /// options, from which announcements leave.
+    fn join_group(&mut self) -> Result<(), String> {
+        let local = self.endpoint.local_addr();
+        if let Some(group) = self.exports.iter().find_map(|e| e.group) {
+            let multicast = &self.config.multicast;
+            let interface = multicast
+                .interface
+                .or_else(|| (!local.ip().is_unspecified()).then(|| local.ip()));
+            if !group.ip().is_multicast() || !reachable(local, group) {
+                return Err(format!(
+                    "{group} cannot be an export's multicast group from {local}: give a \
+                     multicast address (224.0.0.0/4, ff00::/8) of the bridge's family"
+                ));
+            }
+            self.endpoint
+                .set_multicast(group.is_ipv4(), multicast.ttl, interface)
+                .map_err(|e| format!("cannot send to the multicast group {group}: {e}"))?;
+        }
+        let Some(discovery) = &self.config.discovery else {
+            return Ok(());
+        };
+        let Some(group) = discovery.group else {
+            return Ok(());
+        };
+        let interface = discovery
+            .interface
+            .or_else(|| (!local.ip().is_unspecified()).then(|| local.ip()));
+        if !reachable(local, group) {
+            return Err(format!(
+                "the discovery group {group} cannot be reached from {local}: bind the bridge to \
+                 an address of the group's family or to [::]"
+            ));
+        }
+        self.endpoint
+            .set_multicast(group.is_ipv4(), discovery.ttl, interface)
+            .map_err(|e| format!("cannot send to the discovery group {group} from {local}: {e}"))?;
+        let socket =
+            UdpEndpoint::bind_group(group, interface, &self.config.socket).map_err(|e| {
+                format!(
+                "cannot join the discovery group {group}{} ({e}); set `DiscoveryConfig::group` \
+                 to None and name peers where multicast does not work",
+                interface.map(|i| format!(" on {i}")).unwrap_or_default()
+            )
+            })?;
+        self.group = Some(socket);
+        Ok(())
+    }
 }

@@ -32,6 +32,9 @@ pub struct ExportSpec {
     pub late_join: usize,
     /// The type's shape, served to whoever asks (`SchemaRequest`); `None`: none is served.
     pub shape: Option<super::EncodedShape>,
+    /// The multicast group its data also goes to (one datagram for every subscriber that
+    /// receives the group; the others are served by unicast), if any.
+    pub group: Option<SocketAddr>,
 }
 
 /// What the endpoint and a direct sender share about one topic: the last sequence number
@@ -72,16 +75,38 @@ pub(crate) struct ExportState {
     /// A message too large for one datagram is encoded here, then sent as fragments; grows to
     /// the largest such message (at most the maximum message size) and is reused.
     large: Vec<u8>,
+    /// What its group datagrams end with without a key (random per session; told to each
+    /// admitted subscriber in a `Group` frame).
+    pub(crate) group_token: u64,
+    /// A reliable export with a group: `(due, seq)` of the retransmissions to send to the
+    /// group (at most [`REPAIRS`]), and `(seq, sent)` of the last ones sent.
+    pub(crate) repairs: Vec<(u64, u64)>,
+    pub(crate) repaired: std::collections::VecDeque<(u64, u64)>,
 }
 
+/// Group retransmissions an export holds at most, pending and recent each.
+pub(crate) const REPAIRS: usize = 1024;
+
 impl ExportState {
-    pub(crate) fn new(spec: ExportSpec, reliable: Option<ReliableExport>) -> Self {
+    pub(crate) fn new(
+        spec: ExportSpec,
+        reliable: Option<ReliableExport>,
+        group_token: u64,
+    ) -> Self {
+        let repairable = spec.group.is_some() && reliable.is_some();
         ExportState {
             spec,
             seq: 0,
             logged: false,
             reliable,
             large: Vec::new(),
+            group_token,
+            repairs: Vec::with_capacity(if repairable { REPAIRS } else { 0 }),
+            repaired: std::collections::VecDeque::with_capacity(if repairable {
+                REPAIRS
+            } else {
+                0
+            }),
         }
     }
 
@@ -133,12 +158,31 @@ impl ExportBatch<'_> {
             return;
         }
         let topic = self.export.spec.topic_id;
-        let (datagrams, bytes) = self.egress.send(
-            &mut *self.wire,
-            self.enc.as_bytes(),
-            true,
-            self.subscribers.destinations(topic),
-        );
+        let (datagrams, bytes) = match self.export.spec.group {
+            // One datagram for the group's members, one per subscriber for the others.
+            Some(group) if self.subscribers.any_via_group(topic) => {
+                let token = self.export.group_token;
+                let (d, b) = self.egress.send(
+                    &mut *self.wire,
+                    self.enc.as_bytes(),
+                    true,
+                    std::iter::once((group, token)),
+                );
+                let (d2, b2) = self.egress.send(
+                    &mut *self.wire,
+                    self.enc.as_bytes(),
+                    true,
+                    self.subscribers.unicast_destinations(topic),
+                );
+                (d + d2, b + b2)
+            }
+            _ => self.egress.send(
+                &mut *self.wire,
+                self.enc.as_bytes(),
+                true,
+                self.subscribers.destinations(topic),
+            ),
+        };
         self.metrics.sent(datagrams, bytes);
         self.enc.clear();
     }

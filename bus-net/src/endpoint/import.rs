@@ -4,9 +4,11 @@
 use std::net::SocketAddr;
 
 use super::metrics::NetMetrics;
-use super::Event;
+use super::{Endpoint, Entropy, Event, Wire};
+use crate::session::canonical;
 use crate::{
-    Delivery, DropReason, Kind, Reassembled, Reassembler, ReliableReceiver, SubscriberSession,
+    BridgeConfig, Delivery, DropReason, Kind, Reassembled, Reassembler, ReliableConfig,
+    ReliableReceiver, SubscriberSession,
 };
 
 /// A topic an endpoint subscribes to.
@@ -77,9 +79,25 @@ pub trait Sink {
 /// One import.
 pub(crate) struct ImportSlot {
     pub(crate) spec: ImportSpec,
+    /// Where its messages go: the index [`Sink::deliver`] is given (its own index for an
+    /// import given at start; the discovering import's for one added by discovery, so that
+    /// several publishers of a topic feed one port).
+    pub(crate) port: usize,
+    /// Removed ([`Endpoint::remove_import`]): it sends and accepts nothing, and its slot is
+    /// reused by the next import added.
+    pub(crate) retired: bool,
     pub(crate) session: SubscriberSession,
     /// Whether a transient refusal was reported since the import was last established.
     pub(crate) warned: bool,
+    /// When its publisher last answered it (an acknowledgement, a heartbeat, ...).
+    pub(crate) heard_ns: u64,
+    /// The multicast group its publisher sends the topic's data to, once told (`Group`).
+    pub(crate) group: Option<SocketAddr>,
+    /// When a datagram of its stream last arrived by the group.
+    pub(crate) group_seen_ns: u64,
+    /// Whether its requests say that it receives the group (so the publisher does not
+    /// unicast it the data).
+    pub(crate) via_group: bool,
     /// The reorder buffer and NAK state of a reliable import.
     pub(crate) reliable: Option<ReliableReceiver>,
     /// Messages arriving in fragments, put back together (bounded, buffers reused).
@@ -90,6 +108,49 @@ pub(crate) struct ImportSlot {
 }
 
 impl ImportSlot {
+    /// A new import of `spec` delivering to `port`, for an endpoint of session `session`.
+    pub(crate) fn new(
+        spec: ImportSpec,
+        port: usize,
+        session: u64,
+        config: &BridgeConfig,
+        reliable: &ReliableConfig,
+        entropy: &mut Entropy,
+    ) -> ImportSlot {
+        let machine = SubscriberSession::new(
+            spec.topic_id,
+            spec.fingerprint,
+            session,
+            entropy.next(),
+            config.renew_every,
+            config.late,
+        );
+        // With a pre-shared key the MAC authenticates the stream; without, the subscription
+        // token does.
+        let machine = if config.psk.is_some() {
+            machine.without_token()
+        } else {
+            machine
+        };
+        ImportSlot {
+            spec: ImportSpec {
+                publisher: canonical(spec.publisher),
+                ..spec
+            },
+            port,
+            retired: false,
+            session: machine,
+            warned: false,
+            heard_ns: 0,
+            group: None,
+            group_seen_ns: 0,
+            via_group: false,
+            reliable: spec.reliable.then(|| ReliableReceiver::new(reliable)),
+            reassembly: Reassembler::new(&config.reassembly),
+            nonce: entropy.next_u64(),
+        }
+    }
+
     /// The next NAK nonce (never 0).
     pub(crate) fn next_nonce(state: &mut u64) -> u64 {
         *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -100,13 +161,13 @@ impl ImportSlot {
     }
 }
 
-/// Hands a data frame's payload to `sink`, or a fragment's to `reassembly` and the message to
+/// Hands a data frame's payload to `sink` (as port `port`'s), or a fragment's to `reassembly` and the message to
 /// `sink` once it is complete. Counts what is delivered.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn deliver_frame(
     sink: &mut dyn Sink,
-    import: usize,
+    port: usize,
     reassembly: &mut Reassembler,
     kind: Kind,
     origin: Origin,
@@ -122,7 +183,7 @@ pub(crate) fn deliver_frame(
     } else {
         payload
     };
-    sink.deliver_from(import, origin, message)?;
+    sink.deliver_from(port, origin, message)?;
     metrics.messages_in.add(1);
     Ok(())
 }
@@ -131,7 +192,10 @@ pub(crate) fn deliver_frame(
 /// fragment through the reassembler first.
 pub(crate) struct InOrder<'a> {
     pub(crate) sink: &'a mut dyn Sink,
+    /// The import's index (its events name it).
     pub(crate) import: usize,
+    /// Where its messages go ([`ImportSlot::port`]).
+    pub(crate) port: usize,
     pub(crate) reassembly: &'a mut Reassembler,
     pub(crate) metrics: &'a NetMetrics,
     pub(crate) events: &'a mut std::collections::VecDeque<Event>,
@@ -145,7 +209,7 @@ impl Delivery for InOrder<'_> {
     fn deliver(&mut self, seq: u64, kind: Kind, payload: &[u8]) {
         let delivered = deliver_frame(
             &mut *self.sink,
-            self.import,
+            self.port,
             self.reassembly,
             kind,
             Origin {
@@ -173,5 +237,60 @@ impl Delivery for InOrder<'_> {
                 last,
             },
         );
+    }
+}
+
+impl Endpoint {
+    /// Adds an import of `spec` while the endpoint runs, delivering to `port` (the index its
+    /// messages reach [`Sink::deliver`] with). Returns its index (events name it), reusing a
+    /// removed import's slot if there is one. Allocates its receiver and reassembler.
+    pub fn add_import(&mut self, spec: ImportSpec, port: usize) -> usize {
+        let reliable = ReliableConfig {
+            max_frame: self.max_datagram,
+            ..self.config.reliable
+        };
+        let slot = ImportSlot::new(
+            spec,
+            port,
+            self.session,
+            &self.config,
+            &reliable,
+            &mut self.entropy,
+        );
+        match self.imports.iter().position(|i| i.retired) {
+            Some(i) => {
+                if let Some(old) = self.imports.get_mut(i) {
+                    *old = slot;
+                }
+                i
+            }
+            None => {
+                self.imports.push(slot);
+                self.imports.len() - 1
+            }
+        }
+    }
+
+    /// Removes import `i`: unsubscribes (best effort, through `wire`) and stops sending and
+    /// accepting anything for it. Its figures stay counted.
+    pub fn remove_import(&mut self, i: usize, wire: &mut dyn Wire) {
+        let Some(import) = self.imports.get_mut(i) else {
+            return;
+        };
+        if import.retired {
+            return;
+        }
+        import.retired = true;
+        let dest = import.spec.publisher;
+        if let Some(unsubscribe) = import.session.unsubscribe() {
+            self.send_control(wire, &unsubscribe, dest);
+        }
+    }
+
+    /// The live import of `topic_id` from `publisher`, if any.
+    pub(crate) fn import_of(&self, publisher: SocketAddr, topic_id: u64) -> Option<usize> {
+        self.imports.iter().position(|i| {
+            !i.retired && i.spec.publisher == publisher && i.spec.topic_id == topic_id
+        })
     }
 }

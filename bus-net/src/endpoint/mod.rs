@@ -23,10 +23,14 @@
 //! data and heartbeats reach an import only from its publisher, with its token.
 
 mod compat;
+mod discovery;
+#[cfg(test)]
+mod discovery_sim;
 mod egress;
 mod export;
 mod import;
 pub(crate) mod metrics;
+mod multicast;
 mod schema;
 #[cfg(test)]
 mod schema_sim;
@@ -36,11 +40,13 @@ mod sim;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+pub use discovery::{DiscoverSpec, DiscoveryCounts};
 pub use egress::Wire;
 pub(crate) use egress::{mac_of, protect_and_send, Egress};
 pub(crate) use export::{DirectShared, DirectTopic};
 pub use export::{ExportBatch, ExportSpec};
 pub use import::{ImportSpec, Origin, Sink};
+pub use multicast::GroupRepairCounts;
 pub use schema::{
     EncodedShape, SchemaFailure, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
@@ -53,9 +59,9 @@ use crate::session::{canonical, is_answerable, Replies};
 use crate::{
     parse_datagram, BatchEncoder, BridgeConfig, CompatControl, Control, CookieJar, DropReason,
     ExportedTopic, Frame, HostBudgets, ImportState, Kind, LossCounts, Nak, PublisherEvent,
-    PublisherSession, RateLimiter, Reassembler, Refusal, ReliableConfig, ReliableExport,
-    ReliableReceiver, ReplayGuard, Retransmit, SubscriberEvent, SubscriberSession, SubscriberTable,
-    Unavailable, DEFAULT_MAX_DATAGRAM, HEADER_LEN, MAC_TAG_LEN,
+    PublisherSession, RateLimiter, Refusal, ReliableConfig, ReliableExport, ReplayGuard,
+    Retransmit, SubscriberEvent, SubscriberTable, Unavailable, DEFAULT_MAX_DATAGRAM, HEADER_LEN,
+    MAC_TAG_LEN,
 };
 
 /// Senders (session, lane) whose replay windows an endpoint keeps at once.
@@ -129,6 +135,36 @@ pub enum Event {
         publisher: SocketAddr,
         /// Why.
         reason: SchemaFailure,
+    },
+    /// Discovery follows a publisher of a discovered topic: import `import` subscribes to it.
+    Discovered {
+        /// The import added.
+        import: usize,
+        /// The topic.
+        topic_id: u64,
+        /// The publisher's data address.
+        publisher: SocketAddr,
+        /// The session it announced.
+        session: u64,
+    },
+    /// A publisher told import `import` that its topic's data also goes to multicast group
+    /// `group`: the driver joins it (and hands what arrives there to
+    /// [`Endpoint::handle_multicast`]); until group datagrams arrive, data comes by unicast.
+    JoinGroup {
+        /// The import.
+        import: usize,
+        /// The group to join.
+        group: SocketAddr,
+    },
+    /// Discovery stopped following a publisher (it stopped announcing, refused, or did not
+    /// answer in time): import `import` was removed.
+    Lost {
+        /// The import removed.
+        import: usize,
+        /// The topic.
+        topic_id: u64,
+        /// The publisher's data address.
+        publisher: SocketAddr,
     },
 }
 
@@ -209,6 +245,14 @@ pub struct Endpoint {
     next_housekeeping: u64,
     next_reseed: u64,
     next_compat_renew: u64,
+    /// Announcements and the discovered imports (`discovery`); `None` when off.
+    discovery: Option<Box<discovery::Discovery>>,
+    /// Subscribers of an export with a group admitted or renewed by the datagram being
+    /// handled, to be told the group (preallocated, bounded).
+    offers: Vec<(u64, SocketAddr)>,
+    /// Whether the datagram being handled arrived on a multicast group's socket.
+    by_group: bool,
+    group_repair_counts: multicast::GroupRepairCounts,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -304,40 +348,14 @@ impl Endpoint {
                     .with_late_join(spec.late_join)
                     .with_datagram_overhead(trailer)
                 });
-                ExportState::new(spec, history)
+                ExportState::new(spec, history, entropy.next_u64())
             })
             .collect();
         let imports = imports
             .into_iter()
-            .map(|spec| {
-                let machine = SubscriberSession::new(
-                    spec.topic_id,
-                    spec.fingerprint,
-                    session,
-                    entropy.next(),
-                    config.renew_every,
-                    config.late,
-                );
-                // With a pre-shared key the MAC authenticates the stream; without, the
-                // subscription token does.
-                let machine = if config.psk.is_some() {
-                    machine.without_token()
-                } else {
-                    machine
-                };
-                ImportSlot {
-                    spec: ImportSpec {
-                        publisher: canonical(spec.publisher),
-                        ..spec
-                    },
-                    session: machine,
-                    warned: false,
-                    reliable: spec
-                        .reliable
-                        .then(|| ReliableReceiver::new(&reliable_config)),
-                    reassembly: Reassembler::new(&config.reassembly),
-                    nonce: entropy.next_u64(),
-                }
+            .enumerate()
+            .map(|(port, spec)| {
+                ImportSlot::new(spec, port, session, config, &reliable_config, &mut entropy)
             })
             .collect();
         let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
@@ -381,6 +399,10 @@ impl Endpoint {
             next_housekeeping: HOUSEKEEPING_NS,
             next_reseed: u64::try_from(config.cookie_window.as_nanos()).unwrap_or(u64::MAX),
             next_compat_renew: 0,
+            discovery: None,
+            offers: Vec::with_capacity(recv_max / HEADER_LEN + 1),
+            by_group: false,
+            group_repair_counts: multicast::GroupRepairCounts::default(),
             entropy,
             wall: crate::realtime_ns,
             config: config.clone(),
@@ -471,6 +493,7 @@ impl Endpoint {
             .min(self.next_housekeeping)
             .min(self.next_reseed)
             .min(self.schema_deadline())
+            .min(self.discovery_deadline())
     }
 
     /// The room for frames in a downstream datagram: what the MAC trailer (with a key) or the
@@ -547,6 +570,7 @@ impl Endpoint {
         let lone = (frames.len() == 1).then_some(datagram.len());
         // A datagram is counted under one drop reason at most: its first.
         let mut dropped = None;
+        let mut query_budget = datagram.len();
         for frame in frames {
             let result = match frame.header.kind {
                 Kind::Data | Kind::Fragment => self.on_data(&frame, src, token, now_ns, sink),
@@ -554,8 +578,17 @@ impl Endpoint {
                 Kind::Unavailable => self.on_unavailable(&frame, src, token, now_ns, sink),
                 Kind::SchemaRequest => self.on_schema_request(&frame, src, now_ns, lone, wire),
                 Kind::SchemaReply => self.on_schema_reply(&frame, src, now_ns),
+                Kind::Announce => self.on_announce(&frame, src, now_ns),
+                Kind::Query => self.on_query(&frame, src, &mut query_budget, now_ns, wire),
+                Kind::Group => self.on_group_offer(&frame, src, token, now_ns),
                 _ => match Control::from_frame(&frame) {
-                    Ok(control) => self.on_control(&control, src, token, now_ns),
+                    Ok(control) => {
+                        let result = self.on_control(&control, src, token, now_ns);
+                        if result.is_ok() {
+                            self.on_subscribe_group(&control, src, frame.header.flags.group());
+                        }
+                        result
+                    }
                     Err(reason) => Err(reason),
                 },
             };
@@ -568,6 +601,7 @@ impl Endpoint {
         }
         self.send_replies(wire, datagram.len());
         self.send_joins(wire, now_ns);
+        self.send_group_offers(wire);
     }
 
     /// Sends the answers to one datagram of `request_len` bytes, packed into as few datagrams
@@ -698,11 +732,7 @@ impl Endpoint {
         sink: &mut dyn Sink,
     ) -> Result<(), DropReason> {
         let topic_id = frame.header.topic_id;
-        let found = self
-            .imports
-            .iter()
-            .position(|i| i.spec.publisher == src && i.spec.topic_id == topic_id);
-        let Some(index) = found else {
+        let Some(index) = self.import_of(src, topic_id) else {
             let known = self.imports.iter().any(|i| i.spec.topic_id == topic_id)
                 || self
                     .publisher
@@ -716,10 +746,13 @@ impl Endpoint {
             });
         };
         let h = &frame.header;
+        let by_group = self.by_group;
         let Some(ImportSlot {
             session,
             reliable,
             reassembly,
+            port,
+            group_seen_ns,
             ..
         }) = self.imports.get_mut(index)
         else {
@@ -727,9 +760,13 @@ impl Endpoint {
         };
         if let Some(receiver) = reliable.as_mut() {
             if session.follows_reliable(h.fingerprint, h.session, token, now_ns)? {
+                if by_group {
+                    *group_seen_ns = now_ns;
+                }
                 let mut in_order = InOrder {
                     sink,
                     import: index,
+                    port: *port,
                     reassembly,
                     metrics: &self.metrics,
                     events: &mut self.events,
@@ -740,10 +777,14 @@ impl Endpoint {
             }
             return Ok(());
         }
-        if session.on_data(h, token, now_ns)?.is_deliver() {
+        let verdict = session.on_data(h, token, now_ns)?;
+        if by_group {
+            *group_seen_ns = now_ns;
+        }
+        if verdict.is_deliver() {
             deliver_frame(
                 sink,
-                index,
+                *port,
                 reassembly,
                 h.kind,
                 Origin {
@@ -779,11 +820,19 @@ impl Endpoint {
             return Err(DropReason::UnknownTopic);
         };
         self.publisher.admit_nak(&nak, src, now_ns)?;
+        let by_group = self.repairs_by_group(i, &nak, src);
+        if by_group && self.repair_pending(i, &nak, now_ns) {
+            return Ok(()); // Already being repaired on the group: suppressed.
+        }
         let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable.as_mut()) else {
             return Err(DropReason::UnknownTopic);
         };
         let budgets = self.publisher.budgets_mut();
         history.on_nak(&nak, src, now_ns, budgets, &mut self.retransmit);
+        if by_group {
+            self.queue_group_repair(i, now_ns);
+            self.retransmit.clear_seqs();
+        }
         self.send_retransmit(wire, i, src);
         Ok(())
     }
@@ -798,17 +847,14 @@ impl Endpoint {
         sink: &mut dyn Sink,
     ) -> Result<(), DropReason> {
         let u = Unavailable::from_frame(frame)?;
-        let Some(index) = self
-            .imports
-            .iter()
-            .position(|i| i.spec.publisher == src && i.spec.topic_id == u.topic_id)
-        else {
+        let Some(index) = self.import_of(src, u.topic_id) else {
             return Err(DropReason::UnknownSender);
         };
         let Some(ImportSlot {
             session,
             reliable,
             reassembly,
+            port,
             ..
         }) = self.imports.get_mut(index)
         else {
@@ -823,6 +869,7 @@ impl Endpoint {
         let mut in_order = InOrder {
             sink,
             import: index,
+            port: *port,
             reassembly,
             metrics: &self.metrics,
             events: &mut self.events,
@@ -886,11 +933,7 @@ impl Endpoint {
             | Control::Heartbeat { topic_id, .. }
             | Control::Refuse(Refusal { topic_id, .. }) => {
                 let topic_id = *topic_id;
-                let Some(i) = self
-                    .imports
-                    .iter()
-                    .position(|im| im.spec.publisher == src && im.spec.topic_id == topic_id)
-                else {
+                let Some(i) = self.import_of(src, topic_id) else {
                     // Only publishers we subscribe to may answer us.
                     return Err(DropReason::UnknownSender);
                 };
@@ -900,6 +943,10 @@ impl Endpoint {
                 let event = im
                     .session
                     .on_control(control, token, now_ns, &mut self.replies)?;
+                im.heard_ns = now_ns;
+                if self.by_group {
+                    im.group_seen_ns = now_ns;
+                }
                 let following = match im.session.state() {
                     ImportState::Established { session, .. } => Some(session),
                     _ => None,
@@ -1076,16 +1123,22 @@ impl Endpoint {
     /// [`next_deadline`](Self::next_deadline).
     pub fn on_timer(&mut self, now_ns: u64, wire: &mut dyn Wire, sink: &mut dyn Sink) {
         for i in 0..self.imports.len() {
-            let Some(import) = self.imports.get_mut(i) else {
+            let Some(import) = self.imports.get_mut(i).filter(|im| !im.retired) else {
                 continue;
             };
             let dest = import.spec.publisher;
+            let group = self.group_health(i, now_ns);
+            let Some(import) = self.imports.get_mut(i) else {
+                continue;
+            };
             if let Some(request) = import.session.poll(now_ns) {
-                self.send_control(wire, &request, dest);
+                self.send_request(wire, &request, dest, group);
             }
         }
         self.poll_reliable(now_ns, wire, sink);
         self.poll_schema(now_ns, wire);
+        self.poll_group_repairs(now_ns, wire);
+        self.poll_discovery(now_ns, wire);
         if now_ns >= self.next_heartbeat {
             let every = u64::try_from(self.config.heartbeat_every.as_nanos()).unwrap_or(u64::MAX);
             self.next_heartbeat = now_ns.saturating_add(every);
@@ -1132,12 +1185,16 @@ impl Endpoint {
             };
             // Fragmented messages that have waited too long are given up (counted).
             import.reassembly.poll(now_ns);
+            if import.retired {
+                continue;
+            }
             let ImportSlot {
                 spec,
                 session,
                 reliable,
                 reassembly,
                 nonce,
+                port,
                 ..
             } = import;
             let Some(receiver) = reliable.as_mut() else {
@@ -1152,6 +1209,7 @@ impl Endpoint {
             let mut in_order = InOrder {
                 sink: &mut *sink,
                 import: index,
+                port: *port,
                 reassembly,
                 metrics: &self.metrics,
                 events: &mut self.events,
@@ -1238,6 +1296,18 @@ impl Endpoint {
                 self.publisher.subscribers().destinations(topic_id),
             );
             self.metrics.sent(datagrams, bytes);
+            // And to the group, so that its members see it is working even when idle.
+            let group = self
+                .exports
+                .iter()
+                .find(|e| e.spec.topic_id == topic_id)
+                .and_then(|e| e.spec.group.map(|g| (g, e.group_token)));
+            if let Some(group) = group {
+                let (datagrams, bytes) =
+                    self.egress
+                        .send(wire, enc.as_bytes(), true, std::iter::once(group));
+                self.metrics.sent(datagrams, bytes);
+            }
         }
     }
 
@@ -1245,7 +1315,7 @@ impl Endpoint {
     /// says nothing), as a bridge does when it stops.
     pub fn close(&mut self, wire: &mut dyn Wire) {
         for i in 0..self.imports.len() {
-            let Some(import) = self.imports.get_mut(i) else {
+            let Some(import) = self.imports.get_mut(i).filter(|im| !im.retired) else {
                 continue;
             };
             let dest = import.spec.publisher;

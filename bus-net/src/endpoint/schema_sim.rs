@@ -78,6 +78,7 @@ fn publisher(config: &BridgeConfig, shape: Option<&Shape>, fingerprint: u64) -> 
         reliable: false,
         late_join: 0,
         shape: shape.map(|s| EncodedShape::new(s).expect("encodable")),
+        group: None,
     };
     Endpoint::new(config, MAX, PUB_SESSION, [8; 32], vec![export], Vec::new()).with_wall_clock(|| 0)
 }

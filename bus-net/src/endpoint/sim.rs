@@ -253,6 +253,7 @@ impl World {
                 reliable: true,
                 late_join: 0,
                 shape: None,
+                group: None,
             }],
             Vec::new(),
         )

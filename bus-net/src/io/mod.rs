@@ -2,6 +2,8 @@
 //! buffers, polled by the bridge actor (busy polling when pinned).
 //!
 //! - [`socket`]: [`UdpEndpoint`], creation and options (`socket2`), the error policy, counters.
+//! - `multicast`: joining a group on a shared port, and the TTL, interface and loopback of
+//!   multicast sends.
 //! - [`batch`]: [`RecvBatch`] and [`SendBatch`], the preallocated buffers of a batch.
 //! - [`start`]: the session id of a start, the `CLOCK_REALTIME` send timestamp, and cookie
 //!   secrets from the operating system's random source.
@@ -23,6 +25,7 @@
 pub(crate) mod batch;
 #[cfg(target_os = "linux")]
 mod linux;
+mod multicast;
 // Also built for tests on Linux, so the fallback is exercised there too.
 #[cfg(any(not(target_os = "linux"), test))]
 mod portable;

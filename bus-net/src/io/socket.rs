@@ -172,6 +172,14 @@ impl UdpEndpoint {
         socket
             .bind(&addr.into())
             .map_err(|e| bind_error(addr, &e))?;
+        Self::from_bound(socket)
+    }
+
+    /// An endpoint of a socket already bound and non-blocking.
+    ///
+    /// # Errors
+    /// Its local address cannot be read.
+    pub(crate) fn from_bound(socket: Socket) -> io::Result<Self> {
         let socket: UdpSocket = socket.into();
         let local = socket.local_addr()?;
         Ok(UdpEndpoint {

@@ -279,14 +279,17 @@ impl Control {
             });
         }
         Ok(match h.kind {
-            // Data, the reliable-topic frames (`super::reliable`) and the schema frames
-            // (`super::schema`) are not handshake control.
+            // Data, the reliable-topic frames (`super::reliable`), the schema frames
+            // (`super::schema`) and the discovery and multicast frames are not handshake control.
             Kind::Data
             | Kind::Fragment
             | Kind::Nak
             | Kind::Unavailable
             | Kind::SchemaRequest
-            | Kind::SchemaReply => return Err(DropReason::BadControl),
+            | Kind::SchemaReply
+            | Kind::Announce
+            | Kind::Query
+            | Kind::Group => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {

@@ -18,6 +18,10 @@
 //!   (that range left history).
 //! - [`schema`]: the schema frames: `SchemaRequest` and `SchemaReply` (a page of a topic's
 //!   encoded shape, never larger than the request).
+//! - [`discovery`]: `Announce` (a bridge's exports and addresses) and `Query` (who exports
+//!   this topic?), the discovery frames.
+//! - [`multicast`]: the `Group` frame, which tells a subscriber the multicast group and group
+//!   token of a topic's data.
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
@@ -26,11 +30,13 @@ pub(crate) mod compat;
 pub(crate) mod control;
 pub(crate) mod cookie;
 pub(crate) mod decode;
+pub(crate) mod discovery;
 pub(crate) mod encode;
 pub(crate) mod fragment;
 pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;
+pub(crate) mod multicast;
 pub(crate) mod reliable;
 pub(crate) mod schema;
 pub(crate) mod seq;

@@ -1,0 +1,573 @@
+//! Discovery: announcing this endpoint's exports, and importing a topic from whichever
+//! publishers announce it (`docs/PROTOCOL.md`, "Discovery"), in the manner of DDS's SPDP and
+//! Zenoh's scouting.
+//!
+//! Inputs: `Announce` and `Query` frames (from [`Endpoint::handle`]) and the timer
+//! ([`Endpoint::on_timer`]). Outputs: announcements to the discovery group and unicast peers
+//! (at the first timer, then every period), queries for the topics with no publisher yet, an
+//! answer to a query (to the asker alone, never larger than its query, rate-limited per
+//! source), and imports added and removed at run time ([`Endpoint::add_import`],
+//! [`Endpoint::remove_import`]) with an [`Event`] for each.
+//!
+//! An announcement only proposes. Acting on one adds an import, whose subscription is made
+//! by the ordinary handshake: the publisher must answer the cookie challenge at the announced
+//! address, and data is accepted only from that address with the subscription's token (or the
+//! pre-shared key's seal). So a forged announcement can make the endpoint try a
+//! subscription, and nothing more: it cannot move an established import elsewhere (an import
+//! is keyed by its publisher's address, and a new address is a new import) nor feed one. Tries
+//! are bounded: an announcement may only name its sender's own IP address, at most
+//! `max_publishers` are followed per topic and `max_tries` tried at once, a try not
+//! established within `try_timeout` is given up and its address left alone as long, and
+//! everything is kept in tables of fixed capacity: a flood grows neither memory nor traffic.
+
+use std::net::SocketAddr;
+
+use super::{push_event, Endpoint, Event, Wire};
+use crate::session::is_answerable;
+use crate::{
+    entry_len, Announce, AnnounceHead, BatchEncoder, DiscoveryConfig, DropReason, Frame,
+    ImportSpec, ImportState, Query, RateLimiter, ANNOUNCE_FIXED_LEN, HEADER_LEN,
+    MAX_ANNOUNCED_NAME, QUERY_LEN,
+};
+
+/// Addresses given up on that an endpoint remembers at once (the oldest forgotten first).
+const COOLDOWN: usize = 64;
+/// Missed announcement periods after which a publisher is forgotten.
+const MISSED: u64 = 3;
+/// The shortest and longest announcement periods believed (ms): a sender cannot make its
+/// entry last forever, nor expire at once.
+const PERIOD_MS: (u64, u64) = (100, 3_600_000);
+
+/// A topic imported from whichever publishers announce it.
+#[derive(Clone, Debug)]
+pub struct DiscoverSpec {
+    /// The topic's name (for logs and reports).
+    pub topic: &'static str,
+    /// The topic id.
+    pub topic_id: u64,
+    /// The schema fingerprint a publisher must announce (and match at subscription).
+    pub fingerprint: u64,
+    /// Imported reliably (in order, gaps NAKed).
+    pub reliable: bool,
+    /// Where its messages go: the index [`Sink::deliver`](super::Sink::deliver) is given for
+    /// every publisher's.
+    pub port: usize,
+}
+
+/// What discovery did, counted since the endpoint was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiscoveryCounts {
+    /// Announcement datagrams sent (every part to every destination).
+    pub announcements_sent: u64,
+    /// Announcements received from other endpoints.
+    pub announcements_in: u64,
+    /// Queries answered.
+    pub queries_answered: u64,
+    /// Publishers followed (imports added).
+    pub found: u64,
+    /// Publishers forgotten after missed announcements (imports removed).
+    pub lost: u64,
+    /// Tries given up: refused, or not established in time.
+    pub given_up: u64,
+    /// Publishers announced and not tried: over a cap, or given up on recently.
+    pub ignored: u64,
+    /// Publishers announcing a discovered topic with another fingerprint (not tried).
+    pub mismatched: u64,
+}
+
+/// A publisher being followed.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    /// Which of the discovered topics.
+    want: usize,
+    /// Its data address.
+    data: SocketAddr,
+    /// The session it last announced.
+    session: u64,
+    /// The import following it.
+    import: usize,
+    /// When it is forgotten unless it announces again.
+    expires: u64,
+    /// When the subscription was tried, or last stopped being established.
+    tried: u64,
+    /// Whether the subscription is established.
+    established: bool,
+}
+
+/// The discovery state of an endpoint.
+pub(crate) struct Discovery {
+    config: DiscoveryConfig,
+    /// The data address announced (an unspecified IP: the datagram's source).
+    local: SocketAddr,
+    wants: Vec<DiscoverSpec>,
+    /// Invariant: at most `wants.len() * max_publishers` entries (its capacity).
+    found: Vec<Found>,
+    /// `(address, topic, until)`: tries given up, not made again before `until`.
+    cooldown: Vec<(SocketAddr, u64, u64)>,
+    limiter: RateLimiter,
+    /// Announcements sent in this session.
+    seq: u64,
+    start: Option<u64>,
+    next_announce: u64,
+    /// Where each part of an announcement starts, in entries (reused).
+    parts: Vec<usize>,
+    /// An announcement's payload being built.
+    scratch: Vec<u8>,
+    counts: DiscoveryCounts,
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The entries an endpoint announces: its exports, then its direct topics, with names short
+/// enough.
+fn entries<'a>(
+    exports: &'a [super::export::ExportState],
+    directs: &'a [super::DirectTopic],
+) -> impl Iterator<Item = (u64, u64, bool, &'static str)> + Clone + 'a {
+    let exports = exports.iter().map(|e| {
+        (
+            e.spec.topic_id,
+            e.spec.fingerprint,
+            e.spec.reliable,
+            e.spec.topic,
+        )
+    });
+    let directs = directs
+        .iter()
+        .map(|d| (d.topic_id, d.fingerprint, false, d.topic));
+    exports
+        .chain(directs)
+        .filter(|e| e.3.len() <= MAX_ANNOUNCED_NAME)
+}
+
+impl Endpoint {
+    /// Turns discovery on: announces the exports (data address `local`; an unspecified IP
+    /// means the announcements' source) as `config` says, and imports each topic of `wants`
+    /// from whichever publishers announce it. Allocates its tables now.
+    pub fn with_discovery(
+        mut self,
+        config: &DiscoveryConfig,
+        local: SocketAddr,
+        wants: Vec<DiscoverSpec>,
+    ) -> Self {
+        let followed = wants.len().saturating_mul(config.max_publishers);
+        self.discovery = Some(Box::new(Discovery {
+            config: config.clone(),
+            local,
+            wants,
+            found: Vec::with_capacity(followed),
+            cooldown: Vec::with_capacity(COOLDOWN),
+            limiter: RateLimiter::new(config.query_limit, self.config.rate_limit_sources),
+            seq: 0,
+            start: None,
+            next_announce: 0,
+            parts: Vec::new(),
+            scratch: vec![0; self.max_datagram],
+            counts: DiscoveryCounts::default(),
+        }));
+        self
+    }
+
+    /// Handles a datagram heard on the discovery group: as [`handle`](Self::handle), except
+    /// that this endpoint's own announcements and queries, which the group loops back, are
+    /// ignored before anything is counted (sealed, they would count as replayed).
+    pub fn handle_group(
+        &mut self,
+        datagram: &[u8],
+        src: SocketAddr,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        sink: &mut dyn super::Sink,
+    ) {
+        // The first frame's session field (its header is checked by `handle` if it goes on).
+        let session = datagram
+            .get(24..32)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
+        if session == Some(self.session) {
+            return;
+        }
+        self.handle(datagram, src, now_ns, wire, sink);
+    }
+
+    /// What discovery did; `None` if it is off.
+    pub fn discovery_counts(&self) -> Option<DiscoveryCounts> {
+        self.discovery.as_ref().map(|d| d.counts)
+    }
+
+    /// The publishers discovery follows: `(topic, data address, session, import)`; the
+    /// session is the one the import follows once established (the announced one before).
+    pub fn discovered(&self) -> impl Iterator<Item = (&'static str, SocketAddr, u64, usize)> + '_ {
+        self.discovery.iter().flat_map(|d| {
+            d.found.iter().filter_map(|f| {
+                let want = d.wants.get(f.want)?;
+                let session = match self.import_state(f.import) {
+                    Some(ImportState::Established { session, .. }) => session,
+                    _ => f.session,
+                };
+                Some((want.topic, f.data, session, f.import))
+            })
+        })
+    }
+
+    /// When discovery next has something to do.
+    pub(crate) fn discovery_deadline(&self) -> u64 {
+        self.discovery.as_ref().map_or(u64::MAX, |d| {
+            if d.found.is_empty() {
+                d.next_announce
+            } else {
+                // Tries and expiries are checked at the housekeeping rate at least.
+                d.next_announce.min(self.next_housekeeping)
+            }
+        })
+    }
+
+    /// An announcement from `src`: follows each publisher of a discovered topic it names,
+    /// within the caps.
+    pub(crate) fn on_announce(
+        &mut self,
+        frame: &Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        let Some(mut d) = self.discovery.take() else {
+            return Err(DropReason::UnknownTopic);
+        };
+        let result = self.follow(&mut d, frame, src, now_ns);
+        self.discovery = Some(d);
+        result
+    }
+
+    fn follow(
+        &mut self,
+        d: &mut Discovery,
+        frame: &Frame<'_>,
+        src: SocketAddr,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        let announce = Announce::from_frame(frame)?;
+        if announce.session == self.session {
+            return Ok(()); // Our own, looped back by the group.
+        }
+        if !self.config.allow.contains(src.ip()) {
+            return Err(DropReason::NotAllowed);
+        }
+        let data = announce.data_from(src).ok_or(DropReason::BadSource)?;
+        if !is_answerable(data) {
+            return Err(DropReason::BadSource);
+        }
+        d.counts.announcements_in += 1;
+        let period = u64::from(announce.period_ms).clamp(PERIOD_MS.0, PERIOD_MS.1);
+        let expires = now_ns.saturating_add(MISSED * period * 1_000_000);
+        for topic in announce.topics() {
+            for want in 0..d.wants.len() {
+                let Some(spec) = d.wants.get(want).filter(|w| w.topic_id == topic.topic_id) else {
+                    continue;
+                };
+                if let Some(f) = d
+                    .found
+                    .iter_mut()
+                    .find(|f| f.want == want && f.data == data)
+                {
+                    // Known: still there (a new session is a restart, which the import's
+                    // machine follows by itself).
+                    f.expires = expires;
+                    f.session = announce.session;
+                    continue;
+                }
+                if topic.fingerprint != spec.fingerprint {
+                    d.counts.mismatched += 1;
+                    continue;
+                }
+                let cooling = d
+                    .cooldown
+                    .iter()
+                    .any(|&(a, t, until)| a == data && t == spec.topic_id && now_ns < until);
+                let followed = d.found.iter().filter(|f| f.want == want).count();
+                let trying = d.found.iter().filter(|f| !f.established).count();
+                if cooling
+                    || followed >= d.config.max_publishers
+                    || trying >= d.config.max_tries
+                    || d.found.len() == d.found.capacity()
+                {
+                    d.counts.ignored += 1;
+                    continue;
+                }
+                let import = self.add_import(
+                    ImportSpec {
+                        topic: spec.topic,
+                        topic_id: spec.topic_id,
+                        fingerprint: spec.fingerprint,
+                        publisher: data,
+                        reliable: spec.reliable,
+                    },
+                    spec.port,
+                );
+                d.found.push(Found {
+                    want,
+                    data,
+                    session: announce.session,
+                    import,
+                    expires,
+                    tried: now_ns,
+                    established: false,
+                });
+                d.counts.found += 1;
+                push_event(
+                    &mut self.events,
+                    Event::Discovered {
+                        import,
+                        topic_id: spec.topic_id,
+                        publisher: data,
+                        session: announce.session,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A query from `src`: answered, to `src` alone, with one announcement of the topics it
+    /// asks for that fit in `budget` bytes (the query datagram's length; spent, so that one
+    /// datagram is answered once), at most as often as the per-source limit allows.
+    pub(crate) fn on_query(
+        &mut self,
+        frame: &Frame<'_>,
+        src: SocketAddr,
+        budget: &mut usize,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+    ) -> Result<(), DropReason> {
+        let query = Query::from_frame(frame)?;
+        let room = std::mem::take(budget)
+            .saturating_sub(self.egress.trailer_len())
+            .min(self.control_room());
+        let Some(d) = self.discovery.as_mut() else {
+            return Err(DropReason::UnknownTopic);
+        };
+        if query.session == self.session {
+            return Ok(());
+        }
+        if !self.config.allow.contains(src.ip()) {
+            return Err(DropReason::NotAllowed);
+        }
+        if room == 0 {
+            return Ok(()); // The datagram's first query was answered already.
+        }
+        if !d.limiter.allow(src.ip(), now_ns) {
+            return Err(DropReason::RateLimited);
+        }
+        // As many of the topics asked for as fit the query's size.
+        let mut fit = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
+        let wanted =
+            move |e: &(u64, u64, bool, &'static str)| query.topic_id == 0 || e.0 == query.topic_id;
+        let n = entries(&self.exports, &self.directs)
+            .filter(wanted)
+            .take_while(|e| match fit.checked_sub(entry_len(e.3)) {
+                Some(left) => {
+                    fit = left;
+                    true
+                }
+                None => false,
+            })
+            .count();
+        if n == 0 || room < HEADER_LEN + ANNOUNCE_FIXED_LEN {
+            return Ok(());
+        }
+        let head = self.announce_head(now_ns);
+        let asked = entries(&self.exports, &self.directs).filter(wanted).take(n);
+        let Some(d) = self.discovery.as_mut() else {
+            return Ok(());
+        };
+        let mut enc = BatchEncoder::new(self.control_buf.get_mut(..room).unwrap_or_default());
+        if enc
+            .push_announce(&head, 0, 1, asked, &mut d.scratch)
+            .is_err()
+        {
+            return Ok(()); // Cannot happen: only what fits was taken.
+        }
+        let (datagrams, bytes) =
+            self.egress
+                .send(wire, enc.as_bytes(), false, std::iter::once((src, 0)));
+        self.metrics.sent(datagrams, bytes);
+        d.counts.queries_answered += 1;
+        Ok(())
+    }
+
+    /// The fixed fields of this endpoint's next announcement.
+    fn announce_head(&mut self, now_ns: u64) -> AnnounceHead {
+        let timestamp_ns = (self.wall)();
+        let Some(d) = self.discovery.as_mut() else {
+            return AnnounceHead {
+                session: self.session,
+                seq: 0,
+                timestamp_ns,
+                period_ms: 1,
+                uptime_ms: 0,
+                data: SocketAddr::from(([0, 0, 0, 0], 0)),
+                group: None,
+            };
+        };
+        d.seq += 1;
+        let start = *d.start.get_or_insert(now_ns);
+        AnnounceHead {
+            session: self.session,
+            seq: d.seq,
+            timestamp_ns,
+            period_ms: u32::try_from(d.config.announce_every.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
+            uptime_ms: now_ns.saturating_sub(start) / 1_000_000,
+            data: d.local,
+            group: self.exports.iter().find_map(|e| e.spec.group),
+        }
+    }
+
+    /// Discovery's timers: the periodic announcement, queries for the topics with no
+    /// publisher, and the followed publishers' tries and expiries.
+    pub(crate) fn poll_discovery(&mut self, now_ns: u64, wire: &mut dyn Wire) {
+        let Some(mut d) = self.discovery.take() else {
+            return;
+        };
+        d.start.get_or_insert(now_ns);
+        self.tend(&mut d, now_ns, wire);
+        if now_ns >= d.next_announce {
+            d.next_announce = now_ns.saturating_add(nanos(d.config.announce_every));
+            self.discovery = Some(d);
+            self.announce(now_ns, wire);
+            self.query(now_ns, wire);
+            return;
+        }
+        self.discovery = Some(d);
+    }
+
+    /// Marks the tries established, gives up those refused or too slow, forgets publishers
+    /// that stopped announcing.
+    fn tend(&mut self, d: &mut Discovery, now_ns: u64, wire: &mut dyn Wire) {
+        let timeout = nanos(d.config.try_timeout);
+        let mut i = 0;
+        while let Some(f) = d.found.get_mut(i) {
+            let import = self.imports.get(f.import);
+            let state = import.map(|im| im.session.state());
+            let heard = import.map_or(0, |im| im.heard_ns);
+            let refused = matches!(state, Some(ImportState::Refused(_)));
+            let answering = now_ns < heard.saturating_add(timeout);
+            if matches!(state, Some(ImportState::Established { .. })) && answering {
+                f.established = true;
+            } else if f.established {
+                // It stopped answering: a try again, timed from its last answer (so replayed
+                // announcements of a publisher that left cannot keep it followed).
+                f.established = false;
+                f.tried = heard;
+            }
+            let late = !f.established && now_ns >= f.tried.saturating_add(timeout);
+            let expired = now_ns >= f.expires;
+            if !(refused || late || expired) {
+                i += 1;
+                continue;
+            }
+            let f = d.found.swap_remove(i);
+            self.remove_import(f.import, wire);
+            let topic_id = d.wants.get(f.want).map_or(0, |w| w.topic_id);
+            if refused || late {
+                d.counts.given_up += 1;
+                if d.cooldown.len() == COOLDOWN {
+                    d.cooldown.remove(0);
+                }
+                d.cooldown
+                    .push((f.data, topic_id, now_ns.saturating_add(timeout)));
+            } else {
+                d.counts.lost += 1;
+            }
+            push_event(
+                &mut self.events,
+                Event::Lost {
+                    import: f.import,
+                    topic_id,
+                    publisher: f.data,
+                },
+            );
+        }
+    }
+
+    /// The destinations of discovery's own datagrams: the group and the peers.
+    fn discovery_dests(d: &Discovery) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
+        d.config
+            .group
+            .iter()
+            .chain(&d.config.peers)
+            .map(|&a| (crate::session::canonical(a), 0))
+    }
+
+    /// Announces every export, in as many parts as they need.
+    fn announce(&mut self, now_ns: u64, wire: &mut dyn Wire) {
+        let room = self.control_room();
+        let per_part = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
+        let Some(mut d) = self.discovery.take() else {
+            return;
+        };
+        d.parts.clear();
+        let mut used = per_part;
+        for (n, entry) in entries(&self.exports, &self.directs).enumerate() {
+            let len = entry_len(entry.3);
+            if used + len > per_part {
+                d.parts.push(n);
+                used = 0;
+            }
+            used += len;
+        }
+        let total = entries(&self.exports, &self.directs).count();
+        let parts = u8::try_from(d.parts.len()).unwrap_or(u8::MAX);
+        self.discovery = Some(d);
+        for part in 0..parts {
+            let head = self.announce_head(now_ns);
+            let Some(d) = self.discovery.as_mut() else {
+                return;
+            };
+            let first = d.parts.get(usize::from(part)).copied().unwrap_or(total);
+            let end = d.parts.get(usize::from(part) + 1).copied().unwrap_or(total);
+            let topics = entries(&self.exports, &self.directs)
+                .skip(first)
+                .take(end - first);
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            if enc
+                .push_announce(&head, part, parts, topics, &mut d.scratch)
+                .is_err()
+            {
+                return; // Cannot happen: the parts were cut to fit.
+            }
+            let (datagrams, bytes) =
+                self.egress
+                    .send(wire, enc.as_bytes(), false, Self::discovery_dests(d));
+            self.metrics.sent(datagrams, bytes);
+            d.counts.announcements_sent += datagrams as u64;
+        }
+    }
+
+    /// Asks for each discovered topic that has no established publisher yet.
+    fn query(&mut self, _now_ns: u64, wire: &mut dyn Wire) {
+        let padding = QUERY_LEN - HEADER_LEN - self.egress.trailer_len();
+        let room = self.control_room();
+        let Some(d) = self.discovery.as_mut() else {
+            return;
+        };
+        for (want, spec) in d.wants.iter().enumerate() {
+            if d.found.iter().any(|f| f.want == want && f.established) {
+                continue;
+            }
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            if enc
+                .push_query(self.session, spec.topic_id, padding)
+                .is_err()
+            {
+                return;
+            }
+            let (datagrams, bytes) =
+                self.egress
+                    .send(wire, enc.as_bytes(), false, Self::discovery_dests(d));
+            self.metrics.sent(datagrams, bytes);
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Multicast data with unicast fallback (`docs/PROTOCOL.md`, "Multicast data"), in the manner
+//! of LCM's and Aeron's multicast channels, with the subscription handshake kept.
+//!
+//! Publisher: an export with a group sends each datagram once to the group for every
+//! subscriber that says it receives the group ([`Flags::GROUP`](crate::Flags::GROUP) on its
+//! `Subscribe`), and by unicast to the others, as before. Subscribers still subscribe and
+//! renew by unicast, so the publisher knows and counts them; each admitted or renewed one is
+//! told the group and the group token in a `Group` frame (to it alone, with its own token).
+//! Heartbeats go to every subscriber and to the group.
+//!
+//! Subscriber: told a group, an import asks its driver to join it ([`Event::JoinGroup`]) and
+//! accepts the group token beside its own. It says it receives the group only while datagrams
+//! of its stream arrive by the group (heartbeats at least: three heartbeat periods at most
+//! apart); when they stop (a network that drops multicast, a left group) its next renewal, due
+//! at once, says so, and the publisher serves it by unicast again. Duplicates during a switch
+//! are dropped by the sequence tracker.
+
+use std::net::SocketAddr;
+
+use super::export::REPAIRS;
+use super::{push_event, Endpoint, Event, Sink, Wire};
+use crate::{BatchEncoder, Control, DropReason, Flags, Frame, GroupOffer, Nak};
+
+/// Heartbeat periods within which a group datagram must arrive for the group to count as
+/// received.
+const GROUP_HEALTH_PERIODS: u32 = 3;
+
+/// A reliable export with a group retransmits to the group after a random delay of up to
+/// this (ns), so that the NAKs of every subscriber that lost the same messages arrive
+/// meanwhile and are answered once, as PGM and Aeron do.
+const REPAIR_DELAY_NS: u64 = 2_000_000;
+
+/// For this long after a message was retransmitted to the group, a NAK for it is suppressed
+/// (it is on its way); shorter than the subscribers' NAK interval (5 ms by default), so one
+/// that still missed it is answered at its next round.
+const REPAIR_HOLD_NS: u64 = 4_000_000;
+
+/// What group retransmission did, counted since the endpoint was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupRepairCounts {
+    /// Messages retransmitted to a group.
+    pub sent: u64,
+    /// NAKs not answered because all they asked for was being, or had just been,
+    /// retransmitted to the group.
+    pub suppressed: u64,
+}
+
+impl Endpoint {
+    /// Handles a datagram that arrived on a multicast group's socket, as
+    /// [`handle`](Self::handle), noting that it came by the group.
+    pub fn handle_multicast(
+        &mut self,
+        datagram: &[u8],
+        src: SocketAddr,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        sink: &mut dyn Sink,
+    ) {
+        self.by_group = true;
+        self.handle(datagram, src, now_ns, wire, sink);
+        self.by_group = false;
+    }
+
+    /// A `Group` frame from a publisher an import follows: the import accepts the group
+    /// token, and its driver is asked to join the group.
+    pub(crate) fn on_group_offer(
+        &mut self,
+        frame: &Frame<'_>,
+        src: SocketAddr,
+        token: Option<u64>,
+        now_ns: u64,
+    ) -> Result<(), DropReason> {
+        let offer = GroupOffer::from_frame(frame)?;
+        let Some(i) = self.import_of(src, offer.topic_id) else {
+            return Err(DropReason::UnknownSender);
+        };
+        let Some(im) = self.imports.get_mut(i) else {
+            return Err(DropReason::UnknownSender);
+        };
+        // Only with this subscription's own token, from the session it follows.
+        if !im
+            .session
+            .follows_reliable(offer.fingerprint, offer.session, token, now_ns)?
+        {
+            return Err(DropReason::UnknownSender);
+        }
+        if !self.config.multicast.receive {
+            return Ok(()); // Asked for unicast: the group is never joined nor claimed.
+        }
+        im.session.set_group_token(offer.token);
+        if im.group != Some(offer.group) {
+            im.group = Some(offer.group);
+            push_event(
+                &mut self.events,
+                Event::JoinGroup {
+                    import: i,
+                    group: offer.group,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// After a `Subscribe` was handled: records whether the subscriber receives the topic's
+    /// group, and if it is subscribed to an export with a group, queues the `Group` frame
+    /// that tells it the group.
+    pub(crate) fn on_subscribe_group(&mut self, control: &Control, src: SocketAddr, group: bool) {
+        let Control::Subscribe { topic_id, .. } = *control else {
+            return;
+        };
+        let has_group = self
+            .exports
+            .iter()
+            .any(|e| e.spec.topic_id == topic_id && e.spec.group.is_some());
+        if !has_group {
+            return;
+        }
+        let subscribed = self
+            .publisher
+            .subscribers_mut()
+            .set_via_group(src, topic_id, group);
+        if subscribed && self.offers.len() < self.offers.capacity() {
+            self.offers.push((topic_id, src));
+        }
+    }
+
+    /// Sends each queued `Group` frame to its subscriber alone, protected as any downstream
+    /// datagram (with its token, or sealed).
+    pub(crate) fn send_group_offers(&mut self, wire: &mut dyn Wire) {
+        let room = self.control_room();
+        while let Some((topic_id, dest)) = self.offers.pop() {
+            let Some(export) = self.exports.iter().find(|e| e.spec.topic_id == topic_id) else {
+                continue;
+            };
+            let Some(group) = export.spec.group else {
+                continue;
+            };
+            let offer = GroupOffer {
+                topic_id,
+                fingerprint: export.spec.fingerprint,
+                session: self.session,
+                group,
+                token: export.group_token,
+            };
+            let Some(token) = self
+                .publisher
+                .subscribers()
+                .destinations(topic_id)
+                .find(|&(addr, _)| addr == dest)
+                .map(|(_, t)| t)
+            else {
+                continue;
+            };
+            let tokened = self.egress.mac.is_none();
+            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]).with_token(tokened);
+            if enc.push_group_offer(&offer).is_err() {
+                continue;
+            }
+            let (datagrams, bytes) =
+                self.egress
+                    .send(wire, enc.as_bytes(), true, std::iter::once((dest, token)));
+            self.metrics.sent(datagrams, bytes);
+        }
+    }
+
+    /// Whether import `i` receives its group now (a datagram of its stream arrived by the
+    /// group within three heartbeat periods). When that changes, its next renewal is made due
+    /// at once, to tell the publisher.
+    pub(crate) fn group_health(&mut self, i: usize, now_ns: u64) -> bool {
+        let every = self
+            .config
+            .heartbeat_every
+            .saturating_mul(GROUP_HEALTH_PERIODS);
+        let window = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX);
+        let Some(im) = self.imports.get_mut(i) else {
+            return false;
+        };
+        let healthy = im.group.is_some()
+            && im.group_seen_ns > 0
+            && now_ns < im.group_seen_ns.saturating_add(window);
+        if healthy != im.via_group {
+            im.via_group = healthy;
+            im.session.renew_soon(now_ns);
+        }
+        healthy
+    }
+
+    /// What group retransmission did.
+    pub fn group_repairs(&self) -> GroupRepairCounts {
+        self.group_repair_counts
+    }
+
+    /// Whether the answer to `nak` from `src` goes to export `i`'s group: the export has one
+    /// and `src` receives it.
+    pub(crate) fn repairs_by_group(&self, i: usize, nak: &Nak, src: SocketAddr) -> bool {
+        let has_group = self
+            .exports
+            .get(i)
+            .is_some_and(|e| e.spec.group.is_some() && e.reliable.is_some());
+        has_group
+            && self
+                .publisher
+                .subscribers()
+                .iter()
+                .any(|s| s.addr == src && s.topic_id == nak.topic_id && s.via_group)
+    }
+
+    /// Whether every message `nak` asks for is pending on export `i`'s group, or was sent
+    /// there within [`REPAIR_HOLD_NS`]: then the NAK is suppressed (counted).
+    pub(crate) fn repair_pending(&mut self, i: usize, nak: &Nak, now_ns: u64) -> bool {
+        let Some(export) = self.exports.get(i) else {
+            return false;
+        };
+        // A range longer than a NAK's answer is never wholly pending.
+        if nak.len() > REPAIRS as u64 {
+            return false;
+        }
+        let covered = (nak.first..=nak.last).all(|seq| {
+            export.repairs.iter().any(|&(_, s)| s == seq)
+                || export
+                    .repaired
+                    .iter()
+                    .any(|&(s, at)| s == seq && now_ns < at.saturating_add(REPAIR_HOLD_NS))
+        });
+        if covered {
+            self.group_repair_counts.suppressed += 1;
+        }
+        covered
+    }
+
+    /// Queues the messages `self.retransmit` planned for export `i` for the group, after a
+    /// random delay (those already queued are not queued twice).
+    pub(crate) fn queue_group_repair(&mut self, i: usize, now_ns: u64) {
+        let due = now_ns.saturating_add(self.entropy.next_u64() % (REPAIR_DELAY_NS + 1));
+        let Some(export) = self.exports.get_mut(i) else {
+            return;
+        };
+        for &seq in self.retransmit.seqs() {
+            if export.repairs.len() == REPAIRS {
+                break; // The rest is asked for again at the next NAK round.
+            }
+            if !export.repairs.iter().any(|&(_, s)| s == seq) {
+                export.repairs.push((due, seq));
+            }
+        }
+    }
+
+    /// Sends the group retransmissions that are due, packed into as few datagrams as they fit
+    /// in, to each export's group.
+    pub(crate) fn poll_group_repairs(&mut self, now_ns: u64, wire: &mut dyn Wire) {
+        let room = self.control_room();
+        for i in 0..self.exports.len() {
+            let Some(export) = self.exports.get_mut(i) else {
+                continue;
+            };
+            if !export.repairs.iter().any(|&(due, _)| due <= now_ns) {
+                continue;
+            }
+            let (Some(group), Some(history)) = (export.spec.group, export.reliable.as_ref()) else {
+                export.repairs.clear();
+                continue;
+            };
+            // In sequence order, so that a subscriber's reorder buffer drains as they come.
+            export
+                .repairs
+                .sort_unstable_by_key(|&(due, seq)| (due > now_ns, seq));
+            let dest = std::iter::once((group, export.group_token));
+            let (egress, metrics) = (&mut self.egress, &self.metrics);
+            let buf = &mut self.control_buf[..room];
+            let mut len = 0usize;
+            let mut sent = 0u64;
+            let mut taken = 0usize;
+            for &(due, seq) in &export.repairs {
+                if due > now_ns {
+                    break;
+                }
+                taken += 1;
+                let Some(frame) = history.frame(seq) else {
+                    continue;
+                };
+                if len + frame.len() > room {
+                    let (d, b) = egress.send(
+                        &mut *wire,
+                        buf.get(..len).unwrap_or_default(),
+                        true,
+                        dest.clone(),
+                    );
+                    metrics.sent(d, b);
+                    len = 0;
+                }
+                if let Some(dst) = buf.get_mut(len..len + frame.len()) {
+                    dst.copy_from_slice(frame);
+                    len += frame.len();
+                    sent += 1;
+                }
+                if export.repaired.len() == REPAIRS {
+                    export.repaired.pop_front();
+                }
+                export.repaired.push_back((seq, now_ns));
+            }
+            let (d, b) = egress.send(&mut *wire, buf.get(..len).unwrap_or_default(), true, dest);
+            metrics.sent(d, b);
+            export.repairs.drain(..taken);
+            self.group_repair_counts.sent += sent;
+        }
+    }
+
+    /// Sends a request of an import to its publisher, saying whether it receives the topic's
+    /// group (a `Subscribe` only).
+    pub(crate) fn send_request(
+        &mut self,
+        wire: &mut dyn Wire,
+        control: &Control,
+        dest: SocketAddr,
+        group: bool,
+    ) {
+        let room = self.control_room();
+        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+        if enc.push_control(control).is_err() {
+            return; // Cannot happen: `max_datagram` holds a control frame (checked at bind).
+        }
+        let len = enc.len();
+        if group && matches!(control, Control::Subscribe { .. }) {
+            if let Some(flags) = self.control_buf.get_mut(5) {
+                *flags |= Flags::GROUP;
+            }
+        }
+        self.send_control_buf(wire, len, dest, None);
+    }
+}

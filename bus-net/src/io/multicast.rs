@@ -1,0 +1,172 @@
+//! Multicast membership and sending options: the socket a bridge hears its discovery group on
+//! (bound to the group's address and port with `SO_REUSEADDR` and `SO_REUSEPORT`, so every
+//! bridge of a host receives each datagram sent to the group, and nothing sent to another
+//! group on that port), and the TTL, outgoing interface and loopback of a socket that sends to
+//! a group.
+//!
+//! Loopback is on, so bridges of one host hear each other (and a bridge its own announcements,
+//! which the endpoint recognises by their session and ignores). An IPv4 group is joined on the
+//! interface named by one of its addresses (`127.0.0.1` for the loopback interface, which
+//! works even where `lo` has no multicast flag), or the system's choice; an IPv6 group on the
+//! system's choice.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+use super::socket::{SocketConfig, UdpEndpoint};
+
+impl UdpEndpoint {
+    /// A non-blocking socket that receives what is sent to `group`: bound to the group's
+    /// address and port (shared with other sockets of the host), and a member of the group on
+    /// `interface` (IPv4: one of the interface's addresses; `None`, or an
+    /// IPv6 group: the system's choice).
+    ///
+    /// # Errors
+    /// `group` is not a multicast address, or creating, binding or joining failed (no route
+    /// for multicast, say).
+    pub fn bind_group(
+        group: SocketAddr,
+        interface: Option<IpAddr>,
+        config: &SocketConfig,
+    ) -> io::Result<UdpEndpoint> {
+        if !group.ip().is_multicast() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{group} is not a multicast group: use 224.0.0.0/4 or ff00::/8"),
+            ));
+        }
+        let socket = Socket::new(Domain::for_address(group), Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_nonblocking(true)?;
+        socket.set_reuse_address(true)?;
+        #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
+        socket.set_reuse_port(true)?;
+        if let Some(size) = config.recv_buffer {
+            if let Err(e) = socket.set_recv_buffer_size(size) {
+                log::warn!("llbus-net: SO_RCVBUF {size} refused on group {group} ({e})");
+            }
+        }
+        // Bound to the group's own address where the system allows it (Unix), so that the
+        // socket takes only this group's datagrams and not those of another group on the same
+        // port; elsewhere to every address.
+        let local = if cfg!(unix) {
+            group
+        } else {
+            match group {
+                SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, group.port())),
+                SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, group.port())),
+            }
+        };
+        socket.bind(&local.into())?;
+        // Only the groups this socket joined, not every group the host joined on the port.
+        #[cfg(target_os = "linux")]
+        if group.is_ipv4() {
+            socket.set_multicast_all_v4(false)?;
+        }
+        match group.ip() {
+            IpAddr::V4(g) => socket.join_multicast_v4(&g, &v4_interface(interface))?,
+            IpAddr::V6(g) => socket.join_multicast_v6(&g, 0)?,
+        }
+        UdpEndpoint::from_bound(socket)
+    }
+
+    /// Makes this socket's datagrams to a multicast group of `family`'s leave with `ttl` (IPv6:
+    /// hop limit) by `interface` (IPv4: one of its addresses; `None`: the system's choice),
+    /// and loop back to this host's members.
+    ///
+    /// # Errors
+    /// The socket refused an option.
+    pub fn set_multicast(
+        &self,
+        family_v4: bool,
+        ttl: u32,
+        interface: Option<IpAddr>,
+    ) -> io::Result<()> {
+        let socket = SockRef::from(self.socket());
+        if family_v4 {
+            socket.set_multicast_ttl_v4(ttl)?;
+            socket.set_multicast_loop_v4(true)?;
+            if let Some(IpAddr::V4(_)) = interface {
+                socket.set_multicast_if_v4(&v4_interface(interface))?;
+            }
+        } else {
+            socket.set_multicast_hops_v6(ttl)?;
+            socket.set_multicast_loop_v6(true)?;
+        }
+        Ok(())
+    }
+}
+
+/// The IPv4 interface address of `interface` (unspecified: the system's choice).
+fn v4_interface(interface: Option<IpAddr>) -> Ipv4Addr {
+    match interface {
+        Some(IpAddr::V4(a)) => a,
+        Some(IpAddr::V6(a)) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+        None => Ipv4Addr::UNSPECIFIED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::RecvBatch;
+
+    /// Two members of one group on one host (sharing its port) both receive a datagram sent
+    /// to it over the loopback interface.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn two_members_on_one_host_share_the_group() {
+        let group: SocketAddr = "239.255.76.77:7481".parse().unwrap();
+        let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let config = SocketConfig::default();
+        let (mut a, mut b) = match (
+            UdpEndpoint::bind_group(group, lo, &config),
+            UdpEndpoint::bind_group(group, lo, &config),
+        ) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("SKIPPED: this machine cannot join {group} on loopback ({e})");
+                return;
+            }
+        };
+        let mut sender =
+            UdpEndpoint::bind("127.0.0.1:0".parse().unwrap(), &SocketConfig::default()).unwrap();
+        sender.set_multicast(true, 1, lo).unwrap();
+        assert!(sender.send_to(b"hello", group).unwrap());
+        let mut batch = RecvBatch::new(4, 64);
+        for member in [&mut a, &mut b] {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                if member.recv_batch(&mut batch).unwrap() > 0 {
+                    let (bytes, from) = batch.iter().next().unwrap();
+                    assert_eq!(bytes, b"hello");
+                    assert_eq!(from, sender.local_addr());
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no datagram from the group");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // A member of another group on the same port hears nothing of this one.
+        let other: SocketAddr = "239.255.76.78:7481".parse().unwrap();
+        let mut c = UdpEndpoint::bind_group(other, lo, &config).unwrap();
+        assert!(sender.send_to(b"not yours", group).unwrap());
+        assert!(sender.send_to(b"yours", other).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            if c.recv_batch(&mut batch).unwrap() > 0 {
+                break batch.iter().next().unwrap().0.to_vec();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no datagram from the other group"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(got, b"yours");
+        assert!(UdpEndpoint::bind_group("127.0.0.1:1".parse().unwrap(), lo, &config).is_err());
+    }
+}

@@ -1,0 +1,400 @@
+//! `llbus topics`: what bridges announce on the network (discovery, `docs/PROTOCOL.md`,
+//! "Discovery"). It joins the discovery group, asks every bridge for its topics (one `Query`,
+//! padded, to the group and the peers given), listens for a while, and lists each topic with
+//! its fingerprint and publishers (address, session, uptime, reliable, data group). Publishers
+//! of one topic that announce different fingerprints are reported loudly: their subscribers
+//! would be refused.
+//!
+//! Everything printed comes from the network, so names are escaped (`text`), and what the
+//! listener keeps is bounded (at most [`MAX_PUBLISHERS`] publishers, of at most what one
+//! datagram holds each).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use llbus_net::{
+    parse_datagram, Announce, BatchEncoder, Kind, RecvBatch, SocketConfig, UdpEndpoint,
+    DEFAULT_MAX_DATAGRAM, HEADER_LEN, QUERY_LEN,
+};
+
+use crate::text;
+
+/// Publishers remembered at most (the rest are counted, not listed).
+const MAX_PUBLISHERS: usize = 1024;
+
+/// Where to listen and ask.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Options {
+    /// The discovery group (as the bridges' `DiscoveryConfig::group`).
+    #[arg(long, default_value_t = llbus_net::DEFAULT_DISCOVERY_GROUP)]
+    group: SocketAddr,
+    /// Does not join the group: asks the peers only.
+    #[arg(long)]
+    no_group: bool,
+    /// A bridge to ask by unicast (its bound address); repeat for several.
+    #[arg(long)]
+    peer: Vec<SocketAddr>,
+    /// The interface to join the group on and send from, by one of its IPv4 addresses
+    /// (`127.0.0.1` for loopback); default: the system's choice.
+    #[arg(long)]
+    interface: Option<IpAddr>,
+    /// How long to listen for announcements, in milliseconds (bridges announce every second
+    /// by default).
+    #[arg(long, default_value_t = 2500)]
+    listen_ms: u64,
+    /// Lists again after every listening period.
+    #[arg(long)]
+    watch: bool,
+    /// With `--watch`: stops after this many lists.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Prints JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One publisher as last announced.
+#[derive(Clone, Debug)]
+struct Publisher {
+    session: u64,
+    uptime_ms: u64,
+    group: Option<SocketAddr>,
+    /// `(topic id, fingerprint, reliable, name)` of every part heard.
+    topics: Vec<(u64, u64, bool, String)>,
+}
+
+/// What was heard, by data address.
+#[derive(Default)]
+struct Heard {
+    publishers: BTreeMap<SocketAddr, Publisher>,
+    malformed: u64,
+    sealed: u64,
+    over: u64,
+}
+
+impl Heard {
+    fn on_datagram(&mut self, bytes: &[u8], src: SocketAddr) {
+        let frames = match parse_datagram(bytes, DEFAULT_MAX_DATAGRAM) {
+            Ok(f) => f,
+            Err(llbus_net::DropReason::BadMac) => {
+                self.sealed += 1;
+                return;
+            }
+            Err(_) => {
+                self.malformed += 1;
+                return;
+            }
+        };
+        for frame in frames {
+            if frame.header.kind != Kind::Announce {
+                continue;
+            }
+            let Ok(a) = Announce::from_frame(&frame) else {
+                self.malformed += 1;
+                continue;
+            };
+            let Some(data) = a.data_from(src) else {
+                self.malformed += 1;
+                continue;
+            };
+            if !self.publishers.contains_key(&data) && self.publishers.len() >= MAX_PUBLISHERS {
+                self.over += 1;
+                continue;
+            }
+            let p = self.publishers.entry(data).or_insert_with(|| Publisher {
+                session: a.session,
+                uptime_ms: a.uptime_ms,
+                group: a.group,
+                topics: Vec::new(),
+            });
+            if p.session != a.session {
+                // Restarted: what the old session announced is gone.
+                p.topics.clear();
+            }
+            p.session = a.session;
+            p.uptime_ms = a.uptime_ms;
+            p.group = a.group;
+            for t in a.topics() {
+                let name = String::from_utf8_lossy(t.name).into_owned();
+                let entry = (t.topic_id, t.fingerprint, t.reliable, name);
+                if !p.topics.contains(&entry) {
+                    p.topics.push(entry);
+                }
+            }
+        }
+    }
+}
+
+/// Sockets: one to ask from (answers come back to it), one in the group.
+struct Listener {
+    asker: UdpEndpoint,
+    member: Option<UdpEndpoint>,
+    dests: Vec<SocketAddr>,
+    recv: RecvBatch,
+}
+
+impl Listener {
+    fn new(o: &Options) -> Result<Listener, String> {
+        let any: SocketAddr = if o.group.is_ipv4() {
+            "0.0.0.0:0".parse()
+        } else {
+            "[::]:0".parse()
+        }
+        .map_err(|e| format!("{e}"))?;
+        let bind = match o.interface {
+            Some(ip) => SocketAddr::new(ip, 0),
+            None => any,
+        };
+        let asker = UdpEndpoint::bind(bind, &SocketConfig::default())
+            .map_err(|e| format!("cannot bind {bind}: {e}"))?;
+        let mut dests = o.peer.clone();
+        let member = if o.no_group {
+            None
+        } else {
+            asker
+                .set_multicast(o.group.is_ipv4(), 1, o.interface)
+                .map_err(|e| format!("cannot send to {}: {e}", o.group))?;
+            dests.push(o.group);
+            Some(
+                UdpEndpoint::bind_group(o.group, o.interface, &SocketConfig::default()).map_err(
+                    |e| {
+                        format!(
+                            "cannot join the discovery group {} ({e}); name bridges with --peer, \
+                             or --interface 127.0.0.1 for this host's",
+                            o.group
+                        )
+                    },
+                )?,
+            )
+        };
+        if dests.is_empty() {
+            return Err("nothing to ask: give --peer, or drop --no-group".into());
+        }
+        Ok(Listener {
+            asker,
+            member,
+            dests,
+            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
+        })
+    }
+
+    /// Asks every destination for every topic.
+    fn ask(&mut self) {
+        let mut buf = [0u8; QUERY_LEN];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let session = llbus_net::new_session_id();
+        if enc.push_query(session, 0, QUERY_LEN - HEADER_LEN).is_err() {
+            return;
+        }
+        for &dest in &self.dests {
+            // A bridge that cannot be reached is simply not listed.
+            let _ = self.asker.send_to(enc.as_bytes(), dest);
+        }
+    }
+
+    /// Listens for `period`, handing each datagram to `heard`.
+    fn listen(&mut self, period: Duration, heard: &mut Heard) -> Result<(), String> {
+        let until = Instant::now() + period;
+        while Instant::now() < until {
+            let mut got = 0;
+            for socket in std::iter::once(&mut self.asker).chain(self.member.as_mut()) {
+                let n = socket
+                    .recv_batch(&mut self.recv)
+                    .map_err(|e| format!("receive failed: {e}"))?;
+                for (bytes, src) in self.recv.iter().take(n) {
+                    heard.on_datagram(bytes, src);
+                }
+                got += n;
+            }
+            if got == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `llbus topics`.
+pub(crate) fn run(o: &Options) -> Result<(), String> {
+    let mut listener = Listener::new(o)?;
+    let period = Duration::from_millis(o.listen_ms.max(10));
+    let mut printed = 0u64;
+    loop {
+        let mut heard = Heard::default();
+        listener.ask();
+        listener.listen(period, &mut heard)?;
+        print!("{}", render(&heard, o.json));
+        printed += 1;
+        if !o.watch || o.count.is_some_and(|c| printed >= c) {
+            return Ok(());
+        }
+    }
+}
+
+/// A topic and who announces it.
+struct Topic<'a> {
+    name: &'a str,
+    topic_id: u64,
+    /// `(address, publisher, fingerprint, reliable)`.
+    publishers: Vec<(SocketAddr, &'a Publisher, u64, bool)>,
+}
+
+impl Topic<'_> {
+    fn fingerprints(&self) -> Vec<u64> {
+        let mut f: Vec<u64> = self.publishers.iter().map(|p| p.2).collect();
+        f.sort_unstable();
+        f.dedup();
+        f
+    }
+}
+
+fn by_topic(heard: &Heard) -> Vec<Topic<'_>> {
+    let mut topics: BTreeMap<(&str, u64), Topic<'_>> = BTreeMap::new();
+    for (&addr, p) in &heard.publishers {
+        for (topic_id, fingerprint, reliable, name) in &p.topics {
+            topics
+                .entry((name.as_str(), *topic_id))
+                .or_insert_with(|| Topic {
+                    name,
+                    topic_id: *topic_id,
+                    publishers: Vec::new(),
+                })
+                .publishers
+                .push((addr, p, *fingerprint, *reliable));
+        }
+    }
+    topics.into_values().collect()
+}
+
+fn render(heard: &Heard, json: bool) -> String {
+    let topics = by_topic(heard);
+    if json {
+        let topics: Vec<serde_json::Value> = topics
+            .iter()
+            .map(|t| {
+                let fingerprints = t.fingerprints();
+                serde_json::json!({
+                    "topic": t.name,
+                    "topic_id": format!("{:#018x}", t.topic_id),
+                    "fingerprints": fingerprints.iter().map(|f| format!("{f:#018x}")).collect::<Vec<_>>(),
+                    "fingerprint_mismatch": fingerprints.len() > 1,
+                    "publishers": t.publishers.iter().map(|(addr, p, fp, reliable)| serde_json::json!({
+                        "address": addr.to_string(),
+                        "session": format!("{:#018x}", p.session),
+                        "uptime_ms": p.uptime_ms,
+                        "fingerprint": format!("{fp:#018x}"),
+                        "reliable": reliable,
+                        "group": p.group.map(|g| g.to_string()),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let value = serde_json::json!({
+            "topics": topics,
+            "malformed": heard.malformed,
+            "sealed": heard.sealed,
+            "not_listed": heard.over,
+        });
+        return text::json(&value) + "\n";
+    }
+    let mut out = String::new();
+    if topics.is_empty() {
+        out.push_str("no topic announced\n");
+    }
+    for t in &topics {
+        let fingerprints = t.fingerprints();
+        let name = text::clean(t.name);
+        if fingerprints.len() > 1 {
+            out.push_str(&format!(
+                "!! FINGERPRINT MISMATCH: topic '{name}' is announced with {} different \
+                 fingerprints; subscribers of one are refused by the others\n",
+                fingerprints.len()
+            ));
+        }
+        out.push_str(&format!(
+            "{name}  id {:#018x}  fingerprint {}\n",
+            t.topic_id,
+            fingerprints
+                .iter()
+                .map(|f| format!("{f:#018x}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ));
+        for (addr, p, fp, reliable) in &t.publishers {
+            out.push_str(&format!(
+                "  {addr:<24} session {:#018x}  up {:>9.1} s  {}{}{}\n",
+                p.session,
+                p.uptime_ms as f64 / 1000.0,
+                if *reliable { "reliable" } else { "best-effort" },
+                p.group.map(|g| format!("  group {g}")).unwrap_or_default(),
+                if fingerprints.len() > 1 {
+                    format!("  fingerprint {fp:#018x}")
+                } else {
+                    String::new()
+                },
+            ));
+        }
+    }
+    if heard.sealed > 0 {
+        out.push_str(&format!(
+            "({} sealed announcements not read: those bridges use a pre-shared key)\n",
+            heard.sealed
+        ));
+    }
+    if heard.malformed > 0 || heard.over > 0 {
+        out.push_str(&format!(
+            "({} malformed datagrams, {} publishers not listed)\n",
+            heard.malformed, heard.over
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use llbus_net::AnnounceHead;
+
+    fn announce(session: u64, fp: u64, name: &str) -> Vec<u8> {
+        let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+        let mut scratch = vec![0u8; DEFAULT_MAX_DATAGRAM];
+        let mut enc = BatchEncoder::new(&mut buf);
+        let head = AnnounceHead {
+            session,
+            seq: 1,
+            timestamp_ns: 0,
+            period_ms: 1000,
+            uptime_ms: 1500,
+            data: "0.0.0.0:7000".parse().unwrap(),
+            group: None,
+        };
+        enc.push_announce(&head, 0, 1, [(1, fp, true, name)].into_iter(), &mut scratch)
+            .unwrap();
+        enc.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn lists_publishers_escapes_names_and_shouts_a_mismatch() {
+        let mut heard = Heard::default();
+        heard.on_datagram(
+            &announce(0xa, 0xf1, "md.\u{1b}[2Jquote"),
+            "10.0.0.1:1".parse().unwrap(),
+        );
+        heard.on_datagram(
+            &announce(0xb, 0xf2, "md.\u{1b}[2Jquote"),
+            "10.0.0.2:1".parse().unwrap(),
+        );
+        heard.on_datagram(b"garbage", "10.0.0.3:1".parse().unwrap());
+        let table = render(&heard, false);
+        assert!(table.contains("FINGERPRINT MISMATCH"), "{table}");
+        assert!(table.contains("10.0.0.1:7000") && table.contains("10.0.0.2:7000"));
+        assert!(!table.contains('\u{1b}'), "{table}");
+        assert!(table.contains("md.\\x1b[2Jquote"));
+        assert!(table.contains("1 malformed"));
+        let json: serde_json::Value = serde_json::from_str(&render(&heard, true)).unwrap();
+        assert_eq!(json["topics"][0]["fingerprint_mismatch"], true);
+        assert_eq!(json["topics"][0]["publishers"].as_array().unwrap().len(), 2);
+        assert!(!render(&heard, true).contains('\u{1b}'));
+    }
+}

@@ -1,0 +1,374 @@
+//! Discovery between real bridges over loopback multicast: a subscriber that names a topic,
+//! not a host, finds two publishers by their announcements on the group, fans in from both,
+//! and forgets one that stops; and forged announcements from raw sockets (root) redirect
+//! nothing and feed nothing.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
+use llbus_net::{
+    AnnounceHead, BatchEncoder, Bridge, DataMeta, DiscoveryConfig, SocketConfig, UdpEndpoint,
+    DEFAULT_MAX_DATAGRAM,
+};
+use serde::{Deserialize, Serialize};
+use tests::spoof::RawSender;
+use tests::{metric, wait_for};
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "disc.quote")]
+struct Quote {
+    source: u64,
+    n: u64,
+}
+
+/// Publishes a quote of `source` every tick.
+struct Feed {
+    out: Out<Quote>,
+    source: u64,
+    n: u64,
+}
+
+impl Actor for Feed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        self.n += 1;
+        ctx.publish(
+            self.out,
+            Quote {
+                source: self.source,
+                n: self.n,
+            },
+        );
+    }
+}
+
+struct Seen {
+    by_source: Arc<Mutex<[u64; 3]>>,
+}
+
+impl Actor for Seen {
+    type In = Quote;
+    fn on_message(&mut self, q: Quote, _ctx: &mut Context<'_>) {
+        if let Some(count) = self.by_source.lock().unwrap().get_mut(q.source as usize) {
+            *count += 1;
+        }
+    }
+}
+
+/// Test `test`'s group: its own address, and a port of this run's own (from the process id),
+/// so that tests and runs in parallel on one machine do not hear each other.
+fn group(test: u8) -> SocketAddr {
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    SocketAddr::from(([239, 255, 76, 80 + test], port))
+}
+
+fn discovery(test: u8) -> DiscoveryConfig {
+    DiscoveryConfig {
+        group: Some(group(test)),
+        announce_every: Duration::from_millis(100),
+        ..DiscoveryConfig::default()
+    }
+}
+
+fn publisher(test: u8, source: u64) -> (RunningBus, SocketAddr) {
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name(&format!("pub-{source}"))
+        .discovery(discovery(test))
+        .export::<Quote>();
+    let addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        source,
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    (bus.start().expect("publisher starts"), addr)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
+    // Multicast on loopback needs no route but the loopback interface itself; say so loudly
+    // where even that is missing.
+    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    if let Err(e) = UdpEndpoint::bind_group(group(0), lo, &SocketConfig::default()) {
+        eprintln!(
+            "SKIPPED: this machine cannot join {} on loopback ({e})",
+            group(0)
+        );
+        return;
+    }
+    let by_source = Arc::new(Mutex::new([0u64; 3]));
+    let subscriber = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .discovery(discovery(0))
+        .discover::<Quote>();
+    let status = subscriber.status();
+    let mut bus = Bus::builder();
+    let seen = Arc::clone(&by_source);
+    bus.actor("seen", move |_: &mut Setup<'_>| Seen {
+        by_source: Arc::clone(&seen),
+    })
+    .subscribes::<Quote>();
+    bus.add(subscriber);
+    let sub = bus.start().expect("subscriber starts");
+
+    let (one, addr_one) = publisher(0, 1);
+    let (two, addr_two) = publisher(0, 2);
+    wait_for("both publishers discovered and established", 20, || {
+        let found = status.discovered();
+        found.len() == 2 && found.iter().all(|d| d.established)
+    });
+    let mut found: Vec<SocketAddr> = status.discovered().iter().map(|d| d.publisher).collect();
+    found.sort();
+    let mut want = vec![addr_one, addr_two];
+    want.sort();
+    assert_eq!(found, want, "the announced data addresses");
+    let counts = *by_source.lock().unwrap();
+    wait_for("quotes from both publishers", 20, || {
+        let now = *by_source.lock().unwrap();
+        now[1] > counts[1] + 50 && now[2] > counts[2] + 50
+    });
+
+    // Publisher one stops (its bridge unsubscribes nothing: it exports): forgotten after
+    // three of its periods without an announcement.
+    one.stop();
+    one.join().expect("publisher one stops cleanly");
+    wait_for("publisher one forgotten", 20, || {
+        status.discovered().iter().all(|d| d.publisher != addr_one)
+    });
+    assert!(status.discovered().iter().any(|d| d.publisher == addr_two));
+    let before = *by_source.lock().unwrap();
+    wait_for("publisher two still feeding", 20, || {
+        by_source.lock().unwrap()[2] > before[2] + 50
+    });
+    assert!(status.errors().is_empty(), "{:?}", status.errors());
+    two.stop();
+    two.join().expect("publisher two stops cleanly");
+    sub.stop();
+    let report = sub.join().expect("subscriber stops cleanly");
+    println!("{report}");
+    assert_eq!(metric(&report, "sub", "discovery.found"), 2);
+    assert_eq!(metric(&report, "sub", "discovery.lost"), 1);
+    assert!(metric(&report, "sub", "discovery.announcements_in") > 0);
+    // Every quote counted came from a publisher the subscriber was told of.
+    let seen = *by_source.lock().unwrap();
+    assert_eq!(seen[0], 0);
+}
+
+/// An announcement as a forger makes it: `session`, data at port `port` of its source.
+fn forged_announce(session: u64, port: u16) -> Vec<u8> {
+    let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let mut scratch = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf);
+    let head = AnnounceHead {
+        session,
+        seq: 1,
+        timestamp_ns: 0,
+        period_ms: 3_600_000,
+        uptime_ms: 0,
+        data: SocketAddr::from(([0, 0, 0, 0], port)),
+        group: None,
+    };
+    let topics = [(Quote::TOPIC_ID, Quote::FINGERPRINT, false, Quote::TOPIC)];
+    enc.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
+        .unwrap();
+    enc.as_bytes().to_vec()
+}
+
+/// Forged announcements from raw sockets, to a subscriber that follows a real publisher:
+/// under the publisher's own address (pointing at another of its ports, and under other
+/// sessions), and from hundreds of other hosts, with data forged from the addresses it may
+/// try. Nothing is redirected, nothing forged is delivered, and the tries stay within the caps.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn forged_announcements_from_raw_sockets_redirect_nothing_requires_root() {
+    let Some(mut raw) = RawSender::for_test("forged_announcements_from_raw_sockets") else {
+        return;
+    };
+    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    if let Err(e) = UdpEndpoint::bind_group(group(1), lo, &SocketConfig::default()) {
+        eprintln!(
+            "SKIPPED: this machine cannot join {} on loopback ({e})",
+            group(1)
+        );
+        return;
+    }
+    let by_source = Arc::new(Mutex::new([0u64; 3]));
+    let config = DiscoveryConfig {
+        try_timeout: Duration::from_secs(1),
+        ..discovery(1)
+    };
+    let subscriber = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .discovery(config.clone())
+        .discover::<Quote>();
+    let sub_addr = match subscriber.local_addr() {
+        SocketAddr::V4(a) => a,
+        SocketAddr::V6(_) => unreachable!("bound to 127.0.0.1"),
+    };
+    let status = subscriber.status();
+    let mut bus = Bus::builder();
+    let seen = Arc::clone(&by_source);
+    bus.actor("seen", move |_: &mut Setup<'_>| Seen {
+        by_source: Arc::clone(&seen),
+    })
+    .subscribes::<Quote>();
+    bus.add(subscriber);
+    let sub = bus.start().expect("subscriber starts");
+    let (one, addr_one) = publisher(1, 1);
+    wait_for("the publisher discovered and established", 20, || {
+        status.discovered().iter().any(|d| d.established)
+    });
+    let SocketAddr::V4(pub_v4) = addr_one else {
+        unreachable!("bound to 127.0.0.1")
+    };
+    let nowhere = 1 + (pub_v4.port() % 1000);
+    let mut rng = 0x2424_u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        // Under the publisher's address: another session, pointing at a port of its host
+        // where nothing listens.
+        let redirect = forged_announce(next(), nowhere);
+        raw.send(pub_v4, sub_addr, &redirect).unwrap();
+        // From other hosts, each pointing at itself.
+        let host = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2 + (next() % 250) as u8), 7000);
+        raw.send(host, sub_addr, &forged_announce(next(), 7000))
+            .unwrap();
+        // Data from an address it may be trying, with a guessed token.
+        let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+        let mut enc = BatchEncoder::new(&mut buf).with_token(true);
+        let meta = DataMeta {
+            topic_id: Quote::TOPIC_ID,
+            fingerprint: Quote::FINGERPRINT,
+            session: next(),
+            seq: 1,
+            timestamp_ns: 0,
+        };
+        enc.push_data(meta, &Quote { source: 0, n: 0 }).unwrap();
+        let mut data = enc.as_bytes().to_vec();
+        data.extend_from_slice(&next().to_le_bytes());
+        raw.send(host, sub_addr, &data).unwrap();
+        let found = status.discovered();
+        assert!(found.len() <= 1 + config.max_tries, "{found:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The real publisher is followed where it is, and still feeds the subscriber.
+    let before = *by_source.lock().unwrap();
+    wait_for("the publisher still feeding", 20, || {
+        by_source.lock().unwrap()[1] > before[1] + 50
+    });
+    wait_for("the forged tries given up", 20, || {
+        status
+            .discovered()
+            .iter()
+            .map(|d| d.publisher)
+            .collect::<Vec<_>>()
+            == [addr_one]
+    });
+    one.stop();
+    one.join().expect("the publisher stops cleanly");
+    sub.stop();
+    let report = sub.join().expect("the subscriber stops cleanly");
+    assert_eq!(
+        by_source.lock().unwrap()[0],
+        0,
+        "a forged quote was delivered"
+    );
+    assert!(metric(&report, "sub", "discovery.ignored") > 0);
+    assert!(metric(&report, "sub", "discovery.given_up") > 0);
+    assert!(status.errors().is_empty(), "{:?}", status.errors());
+}
+
+/// Multicast data between real bridges over loopback: a publisher exports to a group, two
+/// subscribers import it (by address) and are told the group; each batch leaves the publisher
+/// once, whatever the number of subscribers.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
+    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let data = group(2);
+    if let Err(e) = UdpEndpoint::bind_group(data, lo, &SocketConfig::default()) {
+        eprintln!("SKIPPED: this machine cannot join {data} on loopback ({e})");
+        return;
+    }
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("pub")
+        .export_multicast::<Quote>(data);
+    let addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        source: 1,
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    let subscriber = |name: &str| {
+        let by_source = Arc::new(Mutex::new([0u64; 3]));
+        let bridge = Bridge::bind("127.0.0.1:0")
+            .unwrap()
+            .name(name)
+            .import::<Quote>(addr);
+        let mut bus = Bus::builder();
+        let seen = Arc::clone(&by_source);
+        bus.actor("seen", move |_: &mut Setup<'_>| Seen {
+            by_source: Arc::clone(&seen),
+        })
+        .subscribes::<Quote>();
+        bus.add(bridge);
+        (bus.start().expect("subscriber starts"), by_source)
+    };
+    let (one, seen_one) = subscriber("sub-1");
+    let (two, seen_two) = subscriber("sub-2");
+    wait_for("both subscribers receive quotes", 20, || {
+        seen_one.lock().unwrap()[1] > 100 && seen_two.lock().unwrap()[1] > 100
+    });
+    // Once both say they receive the group, a second of quotes (about 500, in batches) costs
+    // the publisher about one datagram per batch, not two.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = (
+        metric(&publisher.report(), "pub", "datagrams_out"),
+        metric(&publisher.report(), "pub", "messages_out"),
+        seen_one.lock().unwrap()[1],
+        seen_two.lock().unwrap()[1],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let report = publisher.report();
+    let datagrams = metric(&report, "pub", "datagrams_out") - before.0;
+    let messages = metric(&report, "pub", "messages_out") - before.1;
+    let got = (
+        seen_one.lock().unwrap()[1] - before.2,
+        seen_two.lock().unwrap()[1] - before.3,
+    );
+    println!("multicast: {messages} messages, {datagrams} datagrams out, received {got:?}");
+    assert!(messages > 100, "{messages}");
+    // Heartbeats (10/s to each subscriber and to the group) and renewals' answers aside.
+    assert!(
+        datagrams <= messages + 40,
+        "{datagrams} datagrams for {messages} messages to two subscribers"
+    );
+    assert!(got.0 > 100 && got.1 > 100, "{got:?}");
+    for running in [one, two, publisher] {
+        running.stop();
+        running.join().expect("stops cleanly");
+    }
+}
