@@ -652,3 +652,178 @@ fn topics_escapes_hostile_names_and_shouts_a_mismatch() {
     );
     assert_eq!(topic["fingerprint_mismatch"], true, "{json}");
 }
+
+/// Sends `request` to `group` from a loopback socket and returns what comes back to that
+/// socket within 700 ms: `(length, kind byte)` of each datagram.
+fn ask_group(group: SocketAddr, request: &[u8]) -> Vec<(usize, u8)> {
+    let mut asker = group_sender();
+    asker.send_to(request, group).unwrap();
+    let mut batch = llbus_net::RecvBatch::new(16, DEFAULT_MAX_DATAGRAM);
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_millis(700);
+    while Instant::now() < until {
+        let n = asker.recv_batch(&mut batch).unwrap_or(0);
+        for (bytes, _) in batch.iter().take(n) {
+            got.push((bytes.len(), bytes.get(4).copied().unwrap_or(0)));
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    got
+}
+
+/// Three publishers announcing on one group.
+fn three_publishers(group: SocketAddr) -> Vec<RunningBus> {
+    (0..3)
+        .map(|_| publisher(discovery(group, Duration::from_secs(1))).0)
+        .collect()
+}
+
+/// SECURITY.md: "Queries are answered to their source only, never with more bytes than the
+/// query"; PROTOCOL.md: a query is answered "in no more bytes than the query datagram". A
+/// query sent to the discovery group (its source forged to a victim's, off loopback) is
+/// answered by every bridge on the group: the victim must not get more bytes than the query.
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: a query to the group is answered by every bridge on it: N answers, N times the bytes (a reflection amplifier)"]
+fn a_query_to_the_group_draws_no_more_bytes_than_it() {
+    let Some(group) = group(9) else { return };
+    let publishers = three_publishers(group);
+    std::thread::sleep(Duration::from_millis(500));
+    let answer_len = HEADER_LEN + 52 + 18 + Quote::TOPIC.len();
+    let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf);
+    enc.push_query(0x5eed, 0, answer_len + 8 - HEADER_LEN)
+        .unwrap();
+    let query = enc.as_bytes().to_vec();
+    let got = ask_group(group, &query);
+    for p in publishers {
+        p.stop();
+        p.join().expect("publisher stops cleanly");
+    }
+    let bytes: usize = got.iter().map(|g| g.0).sum();
+    println!(
+        "one query of {} bytes to the group: {got:?} ({bytes} bytes)",
+        query.len()
+    );
+    assert!(!got.is_empty(), "the premise: the query was answered");
+    assert!(
+        bytes <= query.len(),
+        "{bytes} bytes back for {}",
+        query.len()
+    );
+}
+
+/// SECURITY.md ("Reflection and amplification"): every answer to a Subscribe is as long as
+/// it, "never more datagrams nor bytes than the request". The discovery group's socket is for
+/// announcements and queries; a Subscribe sent to the group must not draw an answer from
+/// every bridge on it.
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: the group socket handles every frame kind: a Subscribe sent to the group draws a challenge from every bridge on it"]
+fn a_subscribe_to_the_group_draws_no_more_bytes_than_it() {
+    let Some(group) = group(10) else { return };
+    let publishers = three_publishers(group);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf);
+    enc.push_control(&Control::Subscribe {
+        topic_id: Quote::TOPIC_ID,
+        fingerprint: Quote::FINGERPRINT,
+        session: 0x5eed,
+        nonce: 0x1234,
+        cookie: None,
+    })
+    .unwrap();
+    let subscribe = enc.as_bytes().to_vec();
+    let got = ask_group(group, &subscribe);
+    for p in publishers {
+        p.stop();
+        p.join().expect("publisher stops cleanly");
+    }
+    let bytes: usize = got.iter().map(|g| g.0).sum();
+    println!(
+        "one Subscribe of {} bytes to the group: {got:?} ({bytes} bytes)",
+        subscribe.len()
+    );
+    assert!(
+        bytes <= subscribe.len(),
+        "{bytes} bytes back for {}",
+        subscribe.len()
+    );
+}
+
+/// Counts the quotes it takes.
+struct Count(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Actor for Count {
+    type In = Quote;
+    fn on_message(&mut self, _q: Quote, _ctx: &mut Context<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// SECURITY.md: "a forged announcement can make a bridge try a subscription, never ... inject
+/// into one"; "a subscriber's own announcements are ignored". A bridge that exports a topic
+/// and discovers it too (a relay) must not be made to subscribe to itself by an announcement
+/// naming its own address: that would feed its bus a second copy of everything it publishes.
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: an announcement naming a relay's own address makes it subscribe to itself: its quotes loop back forever (hundreds of thousands a second)"]
+fn a_forged_announcement_cannot_make_a_bridge_subscribe_to_itself() {
+    let Some(group) = group(11) else { return };
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("relay")
+        .discovery(discovery(group, Duration::from_secs(1)))
+        .export::<Quote>()
+        .discover::<Quote>();
+    let status = bridge.status();
+    let addr = bridge.local_addr();
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(5))
+    .publishes::<Quote>();
+    let c = std::sync::Arc::clone(&counted);
+    bus.actor("count", move |_: &mut Setup<'_>| {
+        Count(std::sync::Arc::clone(&c))
+    })
+    .subscribes::<Quote>();
+    bus.add(bridge);
+    let running = match bus.start() {
+        Ok(r) => r,
+        Err(e) => {
+            println!("a bridge cannot export and discover one topic: {e}");
+            return;
+        }
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let before = counted.load(std::sync::atomic::Ordering::Relaxed);
+    let attacker = socket([127, 0, 0, 1]);
+    for session in 1..5u64 {
+        attacker
+            .send_to(&announce_quote(session, 1000, addr.port()), addr)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let found = status.discovered();
+    running.stop();
+    let report = running.join().expect("relay stops cleanly");
+    let published = metric(&report, "relay", "messages_in");
+    println!(
+        "followed {found:?}; counted {before} quotes in the first 0.5 s, {} in all (2.4 s); \
+         relay messages_in {published}",
+        counted.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert!(
+        found.iter().all(|d| d.publisher != addr),
+        "the relay follows itself: {found:?}"
+    );
+    assert_eq!(published, 0, "the relay received its own quotes back");
+}
