@@ -827,3 +827,158 @@ fn a_forged_announcement_cannot_make_a_bridge_subscribe_to_itself() {
     );
     assert_eq!(published, 0, "the relay received its own quotes back");
 }
+
+/// A bridge exporting `Quote` at `addr`, announcing every `every`, fed every 2 ms.
+fn publisher_at(group: SocketAddr, addr: SocketAddr, every: Duration) -> RunningBus {
+    let bridge = Bridge::bind(addr)
+        .unwrap()
+        .name("pub")
+        .discovery(discovery(group, every))
+        .export::<Quote>();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    bus.start().expect("publisher starts")
+}
+
+/// `Bridge::discover`: "one that restarts is followed, one that stops announcing is dropped
+/// after three of its periods". A publisher restarted on its address (a new session) is
+/// followed under the new session and feeds again; one that stops is dropped after about
+/// three of its periods (here 300 ms each), not before.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
+    let Some(group) = group(12) else { return };
+    let addr = SocketAddr::from(([127, 0, 0, 1], tests::example_bins::free_udp_port()));
+    let every = Duration::from_millis(300);
+    let first = publisher_at(group, addr, every);
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .discovery(discovery(group, every))
+        .discover::<Quote>();
+    let status = bridge.status();
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut bus = Bus::builder();
+    let c = std::sync::Arc::clone(&counted);
+    bus.actor("count", move |_: &mut Setup<'_>| {
+        Count(std::sync::Arc::clone(&c))
+    })
+    .subscribes::<Quote>();
+    bus.add(bridge);
+    let sub = bus.start().expect("subscriber starts");
+    let established = || {
+        status
+            .discovered()
+            .iter()
+            .find(|d| d.publisher == addr && d.established)
+            .map(|d| d.session)
+    };
+    wait_for("the first publisher followed", 20, || {
+        established().is_some()
+    });
+    let old = established().unwrap_or(0);
+    first.stop();
+    first.join().expect("first publisher stops");
+    let second = publisher_at(group, addr, every);
+    wait_for("the restarted publisher followed", 20, || {
+        established().is_some_and(|s| s != old)
+    });
+    let before = counted.load(std::sync::atomic::Ordering::Relaxed);
+    wait_for("quotes from the restarted publisher", 20, || {
+        counted.load(std::sync::atomic::Ordering::Relaxed) > before + 100
+    });
+    second.stop();
+    second.join().expect("second publisher stops");
+    let stopped = Instant::now();
+    wait_for("the stopped publisher dropped", 20, || {
+        status.discovered().iter().all(|d| d.publisher != addr)
+    });
+    let after = stopped.elapsed();
+    sub.stop();
+    sub.join().expect("subscriber stops cleanly");
+    println!(
+        "dropped {after:?} after it stopped (3 periods: {:?})",
+        every * 3
+    );
+    // Three periods after its last announcement (which came up to one period before the
+    // stop), checked at the housekeeping rate (1 s).
+    assert!(after >= every * 2, "dropped after {after:?}: too early");
+    assert!(
+        after <= every * 3 + Duration::from_millis(1500),
+        "dropped after {after:?}"
+    );
+}
+
+/// PROTOCOL.md: "IPv6 groups work from an IPv6 or dual-stack bridge". Two bridges bound to
+/// `[::1]` on an IPv6 group: the subscriber discovers the publisher, or a bridge reports why it
+/// cannot. (On Linux `lo` has no MULTICAST flag by default, so IPv6 multicast cannot use it;
+/// IPv4 can, with `IP_MULTICAST_IF`, which the bridge sets; for IPv6 it takes "the system's
+/// choice", here the default route's interface, where a `::1` source goes nowhere.)
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: bridges bound to [::1] on an IPv6 group never discover each other, and report no error (announcements counted as sent)"]
+fn discovery_works_on_an_ipv6_group() {
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let group = SocketAddr::from((
+        std::net::Ipv6Addr::new(0xff15, 0, 0, 0, 0, 0, 0x7476, 0x24),
+        port,
+    ));
+    if let Err(e) = UdpEndpoint::bind_group(group, None, &SocketConfig::default()) {
+        eprintln!("SKIPPED: this machine cannot join {group} ({e})");
+        return;
+    }
+    let config = DiscoveryConfig {
+        group: Some(group),
+        announce_every: Duration::from_millis(200),
+        ..DiscoveryConfig::default()
+    };
+    let bridge = Bridge::bind("[::1]:0")
+        .unwrap()
+        .name("pub")
+        .allow(Allowlist::any())
+        .discovery(config.clone())
+        .export::<Quote>();
+    let pub_addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    let bridge = Bridge::bind("[::1]:0")
+        .unwrap()
+        .name("sub")
+        .allow(Allowlist::any())
+        .discovery(config)
+        .discover::<Quote>();
+    let status = bridge.status();
+    let sub = subscriber(bridge);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && status.discovered().is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let found = status.discovered();
+    publisher.stop();
+    if let Ok(report) = publisher.join() {
+        println!("{report}");
+    }
+    sub.stop();
+    let report = sub.join().expect("subscriber stops cleanly");
+    println!(
+        "found {found:?}; announcements_in {}",
+        metric(&report, "sub", "discovery.announcements_in")
+    );
+    assert!(
+        found.iter().any(|d| d.publisher == pub_addr) || !status.errors().is_empty(),
+        "the IPv6 publisher {pub_addr} was not discovered, and nothing says why: {found:?}"
+    );
+}
