@@ -982,3 +982,60 @@ fn discovery_works_on_an_ipv6_group() {
         "the IPv6 publisher {pub_addr} was not discovered, and nothing says why: {found:?}"
     );
 }
+
+/// PROTOCOL.md: "an announcement for an address already followed (a restart: a new session)
+/// changes nothing but the session shown". Announcements naming the live publisher's address
+/// under made-up sessions (with its own, long period) leave the established import on the
+/// publisher's real session, feeding, and drop nothing.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_forged_new_session_at_a_followed_address_changes_no_import() {
+    let Some(group) = group(13) else { return };
+    let (publisher, pub_addr) = publisher(discovery(group, Duration::from_secs(1)));
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .discovery(discovery(group, Duration::from_secs(1)))
+        .discover::<Quote>();
+    let status = bridge.status();
+    let sub_addr = bridge.local_addr();
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut bus = Bus::builder();
+    let c = std::sync::Arc::clone(&counted);
+    bus.actor("count", move |_: &mut Setup<'_>| {
+        Count(std::sync::Arc::clone(&c))
+    })
+    .subscribes::<Quote>();
+    bus.add(bridge);
+    let sub = bus.start().expect("subscriber starts");
+    let established = || {
+        status
+            .discovered()
+            .iter()
+            .find(|d| d.publisher == pub_addr && d.established)
+            .map(|d| d.session)
+    };
+    wait_for("the publisher followed", 20, || established().is_some());
+    let real = established().unwrap_or(0);
+    let attacker = socket([127, 0, 0, 1]);
+    for session in 1..200u64 {
+        attacker
+            .send_to(&announce_quote(session, 1000, pub_addr.port()), sub_addr)
+            .unwrap();
+        if session % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let before = counted.load(std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = counted.load(std::sync::atomic::Ordering::Relaxed);
+    let now = established();
+    publisher.stop();
+    publisher.join().expect("publisher stops cleanly");
+    sub.stop();
+    let report = sub.join().expect("subscriber stops cleanly");
+    assert_eq!(now, Some(real), "the import's session after the forgeries");
+    assert!(after > before + 300, "quotes stopped: {before} -> {after}");
+    assert_eq!(metric(&report, "sub", "discovery.lost"), 0);
+    assert_eq!(metric(&report, "sub", "discovery.found"), 1);
+}
