@@ -11,7 +11,8 @@
 //! (backoff idle), which measured best on a 2-vCPU machine with a subscriber process beside it;
 //! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
 //! `--announce` the bridge announces the counter on the discovery group, for
-//! `subscriber --discover` and `llbus topics`.
+//! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to
+//! that group once for every subscriber that receives it (the others get unicast).
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
@@ -200,6 +201,10 @@ struct Args {
     #[arg(long, value_name = "GROUP:PORT", num_args = 0..=1,
           default_missing_value = "239.255.76.76:7476", conflicts_with = "compat")]
     announce: Option<SocketAddr>,
+    /// Also send the counter's data to multicast group GROUP:PORT: one datagram per batch for
+    /// every subscriber that receives the group, unicast to the others.
+    #[arg(long, value_name = "GROUP:PORT", conflicts_with_all = ["compat", "reliable"])]
+    multicast: Option<SocketAddr>,
 }
 
 /// `--allow`: comma-separated networks.
@@ -285,6 +290,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")
             .export_reliable::<Counter>()
+    } else if let Some(group) = args.multicast {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export_multicast::<Counter>(group)
     } else {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")
@@ -373,6 +382,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         args.announce
             .map(|g| format!(", announced on {g}"))
             .unwrap_or_default()
+            + &args
+                .multicast
+                .map(|g| format!(", data to multicast group {g}"))
+                .unwrap_or_default()
     );
     let running = bus.start()?;
 

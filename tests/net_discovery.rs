@@ -294,3 +294,81 @@ fn forged_announcements_from_raw_sockets_redirect_nothing_requires_root() {
     assert!(metric(&report, "sub", "discovery.given_up") > 0);
     assert!(status.errors().is_empty(), "{:?}", status.errors());
 }
+
+/// Multicast data between real bridges over loopback: a publisher exports to a group, two
+/// subscribers import it (by address) and are told the group; each batch leaves the publisher
+/// once, whatever the number of subscribers.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
+    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let data = group(2);
+    if let Err(e) = UdpEndpoint::bind_group(data, lo, &SocketConfig::default()) {
+        eprintln!("SKIPPED: this machine cannot join {data} on loopback ({e})");
+        return;
+    }
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("pub")
+        .export_multicast::<Quote>(data);
+    let addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        source: 1,
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    let subscriber = |name: &str| {
+        let by_source = Arc::new(Mutex::new([0u64; 3]));
+        let bridge = Bridge::bind("127.0.0.1:0")
+            .unwrap()
+            .name(name)
+            .import::<Quote>(addr);
+        let mut bus = Bus::builder();
+        let seen = Arc::clone(&by_source);
+        bus.actor("seen", move |_: &mut Setup<'_>| Seen {
+            by_source: Arc::clone(&seen),
+        })
+        .subscribes::<Quote>();
+        bus.add(bridge);
+        (bus.start().expect("subscriber starts"), by_source)
+    };
+    let (one, seen_one) = subscriber("sub-1");
+    let (two, seen_two) = subscriber("sub-2");
+    wait_for("both subscribers receive quotes", 20, || {
+        seen_one.lock().unwrap()[1] > 100 && seen_two.lock().unwrap()[1] > 100
+    });
+    // Once both say they receive the group, a second of quotes (about 500, in batches) costs
+    // the publisher about one datagram per batch, not two.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = (
+        metric(&publisher.report(), "pub", "datagrams_out"),
+        metric(&publisher.report(), "pub", "messages_out"),
+        seen_one.lock().unwrap()[1],
+        seen_two.lock().unwrap()[1],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let report = publisher.report();
+    let datagrams = metric(&report, "pub", "datagrams_out") - before.0;
+    let messages = metric(&report, "pub", "messages_out") - before.1;
+    let got = (
+        seen_one.lock().unwrap()[1] - before.2,
+        seen_two.lock().unwrap()[1] - before.3,
+    );
+    println!("multicast: {messages} messages, {datagrams} datagrams out, received {got:?}");
+    assert!(messages > 100, "{messages}");
+    // Heartbeats (10/s to each subscriber and to the group) and renewals' answers aside.
+    assert!(
+        datagrams <= messages + 40,
+        "{datagrams} datagrams for {messages} messages to two subscribers"
+    );
+    assert!(got.0 > 100 && got.1 > 100, "{got:?}");
+    for running in [one, two, publisher] {
+        running.stop();
+        running.join().expect("stops cleanly");
+    }
+}

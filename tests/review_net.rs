@@ -191,6 +191,7 @@ fn export(reliable: bool, late_join: usize) -> ExportSpec {
         allow: None,
         reliable,
         late_join,
+        group: None,
     }
 }
 

@@ -179,6 +179,7 @@ pub use protocol::limits::{
 pub use protocol::mac::{
     FrameMac, ReplayGuard, SealError, SealInfo, MAC_TAG_LEN, MAX_KEYS, REPLAY_WINDOW,
 };
+pub use protocol::multicast::{GroupOffer, GROUP_PAYLOAD_LEN};
 pub use protocol::reliable::{Nak, Unavailable, NAK_PAYLOAD_LEN, UNAVAILABLE_PAYLOAD_LEN};
 pub use protocol::seq::{JumpGuard, LatePolicy, LossCounts, SeqTracker, Verdict, MAX_JUMP, WINDOW};
 pub use protocol::subscribers::{
@@ -209,7 +210,7 @@ mod bridge;
 mod io;
 pub use bridge::{
     Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Discovered,
-    DiscoveryConfig, Missed, DEFAULT_DISCOVERY_GROUP,
+    DiscoveryConfig, Missed, MulticastConfig, DEFAULT_DISCOVERY_GROUP,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

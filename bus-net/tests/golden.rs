@@ -5,7 +5,7 @@
 use llbus_net::{
     decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
     split_fragments, Announce, AnnounceHead, BatchEncoder, CompatControl, Control, Cookie,
-    DataMeta, Flags, FrameMac, Header, Kind, Nak, Query, Reassembled, Reassembler,
+    DataMeta, Flags, FrameMac, GroupOffer, Header, Kind, Nak, Query, Reassembled, Reassembler,
     ReassemblyConfig, Refusal, RefuseReason, Unavailable, DEFAULT_MAX_DATAGRAM,
     DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
 };
@@ -150,6 +150,10 @@ fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("native-fragment-1", fragment(1)),
         ("native-nak", encode(|e| e.push_nak(&nak()).unwrap())),
         ("native-announce", encode(push_announce)),
+        (
+            "native-group-token",
+            encode_tokened(|e| e.push_group_offer(&group_offer()).unwrap()),
+        ),
         (
             "native-query",
             encode(|e| e.push_query(SUB_SESSION, TOPIC, 8).unwrap()),
@@ -569,6 +573,27 @@ fn push_announce(e: &mut BatchEncoder<'_>) {
     let topics = [(TOPIC, FP, true, "md.quote")];
     e.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
         .unwrap();
+}
+
+/// The example group offer: data of the quote topic also goes to `239.255.0.1:7600`, with
+/// group token `0x0f0e0d0c0b0a0908`.
+fn group_offer() -> GroupOffer {
+    GroupOffer {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session: SESSION,
+        group: "239.255.0.1:7600".parse().unwrap(),
+        token: 0x0f0e_0d0c_0b0a_0908,
+    }
+}
+
+#[test]
+fn native_group_offer_decodes_with_its_token() {
+    let bytes = doc_bytes("native-group-token");
+    let frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
+    assert_eq!(frames.token(), Some(TOKEN));
+    let frame = frames.into_iter().next().unwrap();
+    assert_eq!(GroupOffer::from_frame(&frame), Ok(group_offer()));
 }
 
 #[test]

@@ -22,12 +22,15 @@ use crate::endpoint::{
     DirectTopic, DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportSpec, ImportSpec, Sink,
 };
 use crate::{
-    random_secret, CompatControl, DropReason, RecvBatch, SendBatch, UdpEndpoint,
+    random_secret, CompatControl, DropReason, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM,
 };
 
 /// Messages taken from one ring per poll of an export.
 const BUDGET: usize = 256;
+
+/// Data groups a bridge joins at most (one per publisher's group, usually one).
+const MAX_DATA_GROUPS: usize = 16;
 
 /// Reads one of discovery's figures.
 type Figure = fn(&DiscoveryCounts) -> u64;
@@ -121,6 +124,14 @@ pub struct BridgeActor {
     socket: Socket,
     /// The discovery group's socket (receives only; announcements leave by `socket`).
     group: Option<Socket>,
+    /// The sockets of the data groups imports were told of (receive only), at most
+    /// [`MAX_DATA_GROUPS`].
+    data_groups: Vec<(SocketAddr, Socket)>,
+    /// Groups to join, from the endpoint's events.
+    to_join: Vec<SocketAddr>,
+    /// The interface groups are joined on.
+    multicast_interface: Option<std::net::IpAddr>,
+    receive_multicast: bool,
     /// The largest datagram accepted (see `Endpoint`).
     recv_max: usize,
     /// The receive batch, shared by every socket.
@@ -194,6 +205,7 @@ impl BridgeActor {
                     allow: decl.allow,
                     reliable: decl.reliable,
                     late_join: decl.late_join,
+                    group: decl.group,
                 });
                 port
             })
@@ -279,6 +291,7 @@ impl BridgeActor {
             Vec::new()
         };
         let recv_max = max_datagram.max(DEFAULT_MAX_DATAGRAM);
+        let socket_ip = socket.local_addr().ip();
         let now = Instant::now();
         BridgeActor {
             name: name.to_owned(),
@@ -286,6 +299,13 @@ impl BridgeActor {
             endpoint,
             socket: Socket::new(socket),
             group: group.map(Socket::new),
+            data_groups: Vec::new(),
+            to_join: Vec::new(),
+            multicast_interface: config.multicast.interface.or_else(|| {
+                let ip = socket_ip;
+                (!ip.is_unspecified()).then_some(ip)
+            }),
+            receive_multicast: config.multicast.receive,
             recv_max,
             recv: RecvBatch::new(config.batch, recv_max),
             send: SendBatch::new(config.batch),
@@ -346,10 +366,19 @@ impl BridgeActor {
             }
             work += n;
         }
+        for (_, socket) in &mut self.data_groups {
+            let n = socket.receive(&mut self.recv, &self.metrics);
+            for (bytes, src) in self.recv.iter().take(n) {
+                self.endpoint
+                    .handle_multicast(bytes, src, now_ns, &mut wire, &mut sink);
+            }
+            work += n;
+        }
         if !self.compat_exports.is_empty() || !self.compat_imports.is_empty() {
             work += self.receive_compat(now_ns, ctx);
         }
         self.on_events();
+        self.join_groups(ctx);
         work
     }
 
@@ -442,6 +471,14 @@ impl BridgeActor {
                     );
                     self.refresh_discovered();
                 }
+                Event::JoinGroup { group, .. } => {
+                    if self.receive_multicast
+                        && !self.to_join.contains(&group)
+                        && !self.data_groups.iter().any(|(g, _)| *g == group)
+                    {
+                        self.to_join.push(group);
+                    }
+                }
                 Event::Lost {
                     import, publisher, ..
                 } => {
@@ -449,6 +486,40 @@ impl BridgeActor {
                     log::info!("publisher {publisher} of topic '{topic}' is gone: unsubscribed");
                     self.refresh_discovered();
                 }
+            }
+        }
+    }
+
+    /// Joins the data groups the endpoint asked for (a socket each, woken on like the
+    /// others); one that cannot be joined is reported as a warning, and its imports are served
+    /// by unicast.
+    fn join_groups(&mut self, ctx: &mut Context<'_>) {
+        while let Some(group) = self.to_join.pop() {
+            if self.data_groups.len() >= MAX_DATA_GROUPS {
+                self.status.warn(format!(
+                    "bridge '{}': not joining multicast group {group}: {MAX_DATA_GROUPS} groups \
+                     joined already; its topics come by unicast",
+                    self.name
+                ));
+                continue;
+            }
+            match UdpEndpoint::bind_group(group, self.multicast_interface, &SocketConfig::default())
+            {
+                Ok(endpoint) => {
+                    #[cfg(unix)]
+                    if let Err(e) = ctx.wake_on_readable(endpoint.socket()) {
+                        log::warn!("group socket {group} cannot wake the bridge ({e})");
+                    }
+                    #[cfg(not(unix))]
+                    let _ = ctx;
+                    log::info!("bridge '{}': joined multicast group {group}", self.name);
+                    self.data_groups.push((group, Socket::new(endpoint)));
+                }
+                Err(e) => self.status.warn(format!(
+                    "bridge '{}': cannot join multicast group {group} ({e}); its topics come \
+                     by unicast",
+                    self.name
+                )),
             }
         }
     }
@@ -628,6 +699,7 @@ impl Actor for BridgeActor {
             self.compat_requests(CompatControl::Subscribe);
         }
         self.on_events();
+        self.join_groups(ctx);
         if now >= self.next_refresh {
             self.next_refresh = now + Duration::from_secs(1);
             self.refresh_metrics(ctx);

@@ -82,6 +82,33 @@ pub struct BridgeConfig {
     /// (`docs/PROTOCOL.md`, "Discovery"). Off (`None`) by default; `Bridge::announce` and
     /// `Bridge::discover` turn it on with [`DiscoveryConfig::default`].
     pub discovery: Option<DiscoveryConfig>,
+    /// Multicast data: the TTL and interface of exports' group datagrams
+    /// (`Bridge::export_multicast`), and whether imports receive groups at all.
+    pub multicast: MulticastConfig,
+}
+
+/// How a bridge sends and receives multicast data (`docs/PROTOCOL.md`, "Multicast data").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MulticastConfig {
+    /// The TTL (IPv6: hop limit) of group datagrams (default 1: the local network).
+    pub ttl: u32,
+    /// The interface groups are sent by and joined on, named by one of its IPv4 addresses
+    /// (IPv6: the system's choice). Default: the bridge's bound address if it names one,
+    /// else the system's choice.
+    pub interface: Option<IpAddr>,
+    /// Whether imports join the group a publisher tells them of (default yes). `false` asks
+    /// every publisher for unicast: the subscriber never says it receives a group.
+    pub receive: bool,
+}
+
+impl Default for MulticastConfig {
+    fn default() -> Self {
+        MulticastConfig {
+            ttl: 1,
+            interface: None,
+            receive: true,
+        }
+    }
 }
 
 /// The default discovery group: administratively scoped IPv4 multicast (RFC 2365), a port
@@ -166,6 +193,7 @@ impl Default for BridgeConfig {
             psk_accept: Vec::new(),
             mac_data: true,
             discovery: None,
+            multicast: MulticastConfig::default(),
         }
     }
 }

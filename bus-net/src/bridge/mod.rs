@@ -22,7 +22,7 @@ mod ports;
 mod wire;
 
 pub use actor::BridgeActor;
-pub use config::{BridgeConfig, DiscoveryConfig, DEFAULT_DISCOVERY_GROUP};
+pub use config::{BridgeConfig, DiscoveryConfig, MulticastConfig, DEFAULT_DISCOVERY_GROUP};
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
 
@@ -173,6 +173,8 @@ type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor
 struct ExportDecl {
     /// Who may subscribe to this export; `None` means the bridge's `allow`.
     allow: Option<Allowlist>,
+    /// The multicast group its data goes to (`export_multicast`).
+    group: Option<SocketAddr>,
     /// Kept in history and retransmitted on NAK (`export_reliable`).
     reliable: bool,
     /// Messages sent to a newly admitted subscriber (`export_reliable_last`).
@@ -367,6 +369,7 @@ impl Bridge {
     pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
         self.parts.exports.push(ExportDecl {
             allow: None,
+            group: None,
             reliable: false,
             late_join: 0,
             declare: |b| b.takes::<T>(),
@@ -414,6 +417,20 @@ impl Bridge {
         self = self.import::<T>(publisher);
         if let Some(decl) = self.parts.imports.last_mut() {
             decl.reliable = true;
+        }
+        self
+    }
+
+    /// Serves topic `T` like [`export`](Self::export), sending its data to multicast group
+    /// `group` (address and port): one datagram per batch for every subscriber that receives
+    /// the group, by unicast to the others. Subscribers subscribe, renew and are counted as
+    /// for any export (`docs/PROTOCOL.md`, "Multicast data"); one that stops receiving the
+    /// group is served by unicast again within a few heartbeats. The TTL and interface of
+    /// multicast sends are [`BridgeConfig::multicast`]'s.
+    pub fn export_multicast<T: Message + Serialize + Clone>(mut self, group: SocketAddr) -> Self {
+        self = self.export::<T>();
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.group = Some(group);
         }
         self
     }
@@ -628,13 +645,28 @@ impl Parts {
     /// bridge's bound address if it names one) and sets the native socket's multicast
     /// options, from which announcements leave.
     fn join_group(&mut self) -> Result<(), String> {
+        let local = self.endpoint.local_addr();
+        if let Some(group) = self.exports.iter().find_map(|e| e.group) {
+            let multicast = &self.config.multicast;
+            let interface = multicast
+                .interface
+                .or_else(|| (!local.ip().is_unspecified()).then(|| local.ip()));
+            if !group.ip().is_multicast() || !reachable(local, group) {
+                return Err(format!(
+                    "{group} cannot be an export's multicast group from {local}: give a \
+                     multicast address (224.0.0.0/4, ff00::/8) of the bridge's family"
+                ));
+            }
+            self.endpoint
+                .set_multicast(group.is_ipv4(), multicast.ttl, interface)
+                .map_err(|e| format!("cannot send to the multicast group {group}: {e}"))?;
+        }
         let Some(discovery) = &self.config.discovery else {
             return Ok(());
         };
         let Some(group) = discovery.group else {
             return Ok(());
         };
-        let local = self.endpoint.local_addr();
         let interface = discovery
             .interface
             .or_else(|| (!local.ip().is_unspecified()).then(|| local.ip()));

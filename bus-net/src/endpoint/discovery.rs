@@ -421,7 +421,7 @@ impl Endpoint {
                 .max(1),
             uptime_ms: now_ns.saturating_sub(start) / 1_000_000,
             data: d.local,
-            group: None,
+            group: self.exports.iter().find_map(|e| e.spec.group),
         }
     }
 

@@ -72,6 +72,10 @@ impl Sink for Got {
 }
 
 struct Node {
+    /// Multicast data groups it joined (`Event::JoinGroup`).
+    joined: Vec<SocketAddr>,
+    /// Its network drops multicast data (the discovery group aside).
+    deaf: bool,
     addr: SocketAddr,
     ep: Endpoint,
     got: Got,
@@ -81,12 +85,26 @@ struct Node {
     alive: bool,
 }
 
+fn node(addr: SocketAddr, ep: Endpoint, id: u64) -> Node {
+    Node {
+        joined: Vec::new(),
+        deaf: false,
+        addr,
+        ep,
+        got: Got::default(),
+        id,
+        published: 0,
+        alive: true,
+    }
+}
+
 fn publisher(host: u8, session: u64) -> Node {
     publisher_with(host, session, &BridgeConfig::default(), &discovery())
 }
 
-fn publisher_with(host: u8, session: u64, config: &BridgeConfig, d: &DiscoveryConfig) -> Node {
-    let ep = Endpoint::new(
+/// The endpoint of a publisher of the topic (to `group` too, if any).
+fn exporter(host: u8, session: u64, config: &BridgeConfig, group: Option<SocketAddr>) -> Endpoint {
+    Endpoint::new(
         config,
         MAX,
         session,
@@ -98,18 +116,15 @@ fn publisher_with(host: u8, session: u64, config: &BridgeConfig, d: &DiscoveryCo
             allow: None,
             reliable: false,
             late_join: 0,
+            group,
         }],
         Vec::new(),
     )
-    .with_discovery(d, addr(host), Vec::new());
-    Node {
-        addr: addr(host),
-        ep,
-        got: Got::default(),
-        id: session,
-        published: 0,
-        alive: true,
-    }
+}
+
+fn publisher_with(host: u8, session: u64, config: &BridgeConfig, d: &DiscoveryConfig) -> Node {
+    let ep = exporter(host, session, config, None).with_discovery(d, addr(host), Vec::new());
+    node(addr(host), ep, session)
 }
 
 fn subscriber() -> Node {
@@ -129,14 +144,7 @@ fn subscriber_with(config: &BridgeConfig, d: &DiscoveryConfig) -> Node {
                 port: 0,
             }],
         );
-    Node {
-        addr: sub_addr(),
-        ep,
-        got: Got::default(),
-        id: 0,
-        published: 0,
-        alive: true,
-    }
+    node(sub_addr(), ep, 0)
 }
 
 struct Net {
@@ -145,6 +153,8 @@ struct Net {
     flight: VecDeque<(SocketAddr, SocketAddr, Vec<u8>)>,
     /// Datagrams the subscriber sent to an address where no endpoint lives.
     to_nowhere: u64,
+    /// Datagrams node 1 (a publisher) sent to a data group.
+    to_group: u64,
     events: Vec<Event>,
 }
 
@@ -155,6 +165,7 @@ impl Net {
             nodes,
             flight: VecDeque::new(),
             to_nowhere: 0,
+            to_group: 0,
             events: Vec::new(),
         }
     }
@@ -185,11 +196,7 @@ impl Net {
                     batch.push(&value);
                 }
             }
-            while let Some(event) = node.ep.poll_event() {
-                if i == 0 {
-                    self.events.push(event);
-                }
-            }
+            Self::events(i, node, &mut self.events);
             let src = node.addr;
             self.send(src, sent);
         }
@@ -197,8 +204,18 @@ impl Net {
         while let Some((src, dst, bytes)) = self.flight.pop_front() {
             hops += 1;
             assert!(hops < 100_000, "a datagram storm");
+            let data_group = dst.ip().is_multicast() && dst != group();
+            if data_group && src == self.nodes.get(1).map_or(src, |n| n.addr) {
+                self.to_group += 1;
+            }
             let targets: Vec<usize> = (0..self.nodes.len())
-                .filter(|&i| self.nodes[i].alive && (dst == group() || self.nodes[i].addr == dst))
+                .filter(|&i| {
+                    let n = &self.nodes[i];
+                    n.alive
+                        && (dst == group()
+                            || n.addr == dst
+                            || (data_group && !n.deaf && n.joined.contains(&dst)))
+                })
                 .collect();
             if targets.is_empty() && src == sub_addr() {
                 self.to_nowhere += 1;
@@ -206,14 +223,29 @@ impl Net {
             for i in targets {
                 let node = &mut self.nodes[i];
                 let mut sent = Sent::default();
-                node.ep.handle(&bytes, src, now, &mut sent, &mut node.got);
-                while let Some(event) = node.ep.poll_event() {
-                    if i == 0 {
-                        self.events.push(event);
-                    }
+                if data_group {
+                    node.ep
+                        .handle_multicast(&bytes, src, now, &mut sent, &mut node.got);
+                } else {
+                    node.ep.handle(&bytes, src, now, &mut sent, &mut node.got);
                 }
+                Self::events(i, node, &mut self.events);
                 let from = node.addr;
                 self.send(from, sent);
+            }
+        }
+    }
+
+    /// Takes node `i`'s events: joins the groups it is told of, keeps the subscriber's.
+    fn events(i: usize, node: &mut Node, events: &mut Vec<Event>) {
+        while let Some(event) = node.ep.poll_event() {
+            if let Event::JoinGroup { group, .. } = event {
+                if !node.joined.contains(&group) {
+                    node.joined.push(group);
+                }
+            }
+            if i == 0 {
+                events.push(event);
             }
         }
     }
@@ -512,4 +544,148 @@ fn replayed_announcements_cannot_keep_a_publisher_that_left_followed() {
         "{} requests to the dead address",
         net.to_nowhere
     );
+}
+
+fn data_group() -> SocketAddr {
+    SocketAddr::from(([239, 1, 2, 3], 7600))
+}
+
+/// A publisher exporting the topic to `data_group()` too (no discovery).
+fn multicast_publisher(host: u8, session: u64) -> Node {
+    let ep = exporter(host, session, &BridgeConfig::default(), Some(data_group()));
+    node(addr(host), ep, session)
+}
+
+/// A subscriber at 127.0.0.`host`:7101 importing the topic from the publisher at `addr(1)`.
+fn importer(host: u8) -> Node {
+    let ep = Endpoint::new(
+        &BridgeConfig::default(),
+        MAX,
+        0x500 + u64::from(host),
+        [host; 32],
+        Vec::new(),
+        vec![super::ImportSpec {
+            topic: "sim.quote",
+            topic_id: TOPIC,
+            fingerprint: FP,
+            publisher: addr(1),
+            reliable: false,
+        }],
+    );
+    node(SocketAddr::from(([127, 0, 0, host], 7101)), ep, 0)
+}
+
+/// Node `i`'s messages from publisher `id` since index `from` of what it got.
+fn got_from(net: &Net, i: usize, id: u64, from: usize) -> usize {
+    net.nodes[i].got.0[from..]
+        .iter()
+        .filter(|(_, v)| v >> 32 == id)
+        .count()
+}
+
+fn marks(net: &Net) -> Vec<usize> {
+    net.nodes.iter().map(|n| n.got.0.len()).collect()
+}
+
+#[test]
+fn a_group_serves_its_members_with_one_datagram_and_the_deaf_by_unicast() {
+    // Subscribers 0 and 2 receive the group; 3 is on a network that drops multicast.
+    let mut net = Net::new(vec![
+        importer(9),
+        multicast_publisher(1, 0xa1),
+        importer(10),
+        importer(11),
+    ]);
+    net.nodes[3].deaf = true;
+    net.run(2000);
+    for i in [0, 2, 3] {
+        assert_eq!(net.nodes[i].joined, [data_group()], "node {i}");
+    }
+    let table = net.nodes[1].ep.publisher().subscribers();
+    let via: Vec<bool> = table.iter().map(|s| s.via_group).collect();
+    assert_eq!(via.iter().filter(|&&v| v).count(), 2, "{via:?}");
+    let (mark, to_group, out) = (
+        marks(&net),
+        net.to_group,
+        net.nodes[1].ep.metrics().datagrams_out.get(),
+    );
+    net.run(1000);
+    // Every subscriber got every message of the second (100), the deaf one included.
+    for i in [0, 2, 3] {
+        let n = got_from(&net, i, 0xa1, mark[i]);
+        assert!((99..=101).contains(&n), "node {i}: {n}");
+    }
+    // 100 data datagrams and 10 heartbeats to the group; by unicast, the deaf subscriber's
+    // 100 and every subscriber's heartbeats, acknowledgements and group frames.
+    let to_group = net.to_group - to_group;
+    let unicast = net.nodes[1].ep.metrics().datagrams_out.get() - out - to_group;
+    assert!((105..=115).contains(&to_group), "{to_group}");
+    assert!(unicast <= 100 + 3 * 10 + 3 * 3, "{unicast}");
+    // No duplicates: a member is not also sent the data by unicast.
+    assert_eq!(net.nodes[0].ep.loss().duplicates, 0);
+}
+
+#[test]
+fn a_member_whose_network_stops_multicast_falls_back_to_unicast() {
+    let mut net = Net::new(vec![importer(9), multicast_publisher(1, 0xa1)]);
+    net.run(2000);
+    assert!(net.nodes[1]
+        .ep
+        .publisher()
+        .subscribers()
+        .any_via_group(TOPIC));
+    net.nodes[0].deaf = true;
+    net.run(1000);
+    assert!(!net.nodes[1]
+        .ep
+        .publisher()
+        .subscribers()
+        .any_via_group(TOPIC));
+    let mark = marks(&net);
+    net.run(500);
+    let n = got_from(&net, 0, 0xa1, mark[0]);
+    assert!((49..=51).contains(&n), "{n}");
+    // And back to the group once it works again.
+    net.nodes[0].deaf = false;
+    net.run(1000);
+    assert!(net.nodes[1]
+        .ep
+        .publisher()
+        .subscribers()
+        .any_via_group(TOPIC));
+}
+
+#[test]
+fn an_off_path_forger_cannot_feed_a_group_without_its_token() {
+    let mut net = Net::new(vec![
+        importer(9),
+        multicast_publisher(1, 0xa1),
+        importer(10),
+    ]);
+    net.run(2000);
+    let mut rng = fastrand::Rng::with_seed(7);
+    for _ in 0..1000 {
+        // Under the publisher's address and session (both public), a guessed group token.
+        let mut buf = vec![0u8; MAX];
+        let mut enc = BatchEncoder::new(&mut buf).with_token(true);
+        let meta = DataMeta {
+            topic_id: TOPIC,
+            fingerprint: FP,
+            session: 0xa1,
+            seq: rng.u64(1..1 << 40),
+            timestamp_ns: 0,
+        };
+        enc.push_data(meta, &(0xbadu64 << 32)).unwrap();
+        let mut data = enc.as_bytes().to_vec();
+        data.extend_from_slice(&rng.u64(..).to_le_bytes());
+        net.flight.push_back((addr(1), data_group(), data));
+        net.step();
+    }
+    for i in [0, 2] {
+        assert!(
+            net.nodes[i].got.0.iter().all(|(_, v)| v >> 32 == 0xa1),
+            "node {i}"
+        );
+        assert_eq!(net.nodes[i].ep.loss().lost, 0, "node {i}");
+    }
 }

@@ -30,6 +30,9 @@ pub struct ExportSpec {
     pub reliable: bool,
     /// Messages sent to a newly admitted subscriber (reliable exports only).
     pub late_join: usize,
+    /// The multicast group its data also goes to (one datagram for every subscriber that
+    /// receives the group; the others are served by unicast), if any.
+    pub group: Option<SocketAddr>,
 }
 
 /// What the endpoint and a direct sender share about one topic: the last sequence number
@@ -68,16 +71,24 @@ pub(crate) struct ExportState {
     /// A message too large for one datagram is encoded here, then sent as fragments; grows to
     /// the largest such message (at most the maximum message size) and is reused.
     large: Vec<u8>,
+    /// What its group datagrams end with without a key (random per session; told to each
+    /// admitted subscriber in a `Group` frame).
+    pub(crate) group_token: u64,
 }
 
 impl ExportState {
-    pub(crate) fn new(spec: ExportSpec, reliable: Option<ReliableExport>) -> Self {
+    pub(crate) fn new(
+        spec: ExportSpec,
+        reliable: Option<ReliableExport>,
+        group_token: u64,
+    ) -> Self {
         ExportState {
             spec,
             seq: 0,
             logged: false,
             reliable,
             large: Vec::new(),
+            group_token,
         }
     }
 
@@ -129,12 +140,31 @@ impl ExportBatch<'_> {
             return;
         }
         let topic = self.export.spec.topic_id;
-        let (datagrams, bytes) = self.egress.send(
-            &mut *self.wire,
-            self.enc.as_bytes(),
-            true,
-            self.subscribers.destinations(topic),
-        );
+        let (datagrams, bytes) = match self.export.spec.group {
+            // One datagram for the group's members, one per subscriber for the others.
+            Some(group) if self.subscribers.any_via_group(topic) => {
+                let token = self.export.group_token;
+                let (d, b) = self.egress.send(
+                    &mut *self.wire,
+                    self.enc.as_bytes(),
+                    true,
+                    std::iter::once((group, token)),
+                );
+                let (d2, b2) = self.egress.send(
+                    &mut *self.wire,
+                    self.enc.as_bytes(),
+                    true,
+                    self.subscribers.unicast_destinations(topic),
+                );
+                (d + d2, b + b2)
+            }
+            _ => self.egress.send(
+                &mut *self.wire,
+                self.enc.as_bytes(),
+                true,
+                self.subscribers.destinations(topic),
+            ),
+        };
         self.metrics.sent(datagrams, bytes);
         self.enc.clear();
     }

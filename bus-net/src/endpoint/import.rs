@@ -62,6 +62,13 @@ pub(crate) struct ImportSlot {
     pub(crate) warned: bool,
     /// When its publisher last answered it (an acknowledgement, a heartbeat, ...).
     pub(crate) heard_ns: u64,
+    /// The multicast group its publisher sends the topic's data to, once told (`Group`).
+    pub(crate) group: Option<SocketAddr>,
+    /// When a datagram of its stream last arrived by the group.
+    pub(crate) group_seen_ns: u64,
+    /// Whether its requests say that it receives the group (so the publisher does not
+    /// unicast it the data).
+    pub(crate) via_group: bool,
     /// The reorder buffer and NAK state of a reliable import.
     pub(crate) reliable: Option<ReliableReceiver>,
     /// Messages arriving in fragments, put back together (bounded, buffers reused).
@@ -106,6 +113,9 @@ impl ImportSlot {
             session: machine,
             warned: false,
             heard_ns: 0,
+            group: None,
+            group_seen_ns: 0,
+            via_group: false,
             reliable: spec.reliable.then(|| ReliableReceiver::new(reliable)),
             reassembly: Reassembler::new(&config.reassembly),
             nonce: entropy.next_u64(),

@@ -30,6 +30,7 @@ mod egress;
 mod export;
 mod import;
 pub(crate) mod metrics;
+mod multicast;
 #[cfg(test)]
 mod sim;
 
@@ -117,6 +118,15 @@ pub enum Event {
         publisher: SocketAddr,
         /// The session it announced.
         session: u64,
+    },
+    /// A publisher told import `import` that its topic's data also goes to multicast group
+    /// `group`: the driver joins it (and hands what arrives there to
+    /// [`Endpoint::handle_multicast`]); until group datagrams arrive, data comes by unicast.
+    JoinGroup {
+        /// The import.
+        import: usize,
+        /// The group to join.
+        group: SocketAddr,
     },
     /// Discovery stopped following a publisher (it stopped announcing, refused, or did not
     /// answer in time): import `import` was removed.
@@ -207,6 +217,11 @@ pub struct Endpoint {
     next_compat_renew: u64,
     /// Announcements and the discovered imports (`discovery`); `None` when off.
     discovery: Option<Box<discovery::Discovery>>,
+    /// Subscribers of an export with a group admitted or renewed by the datagram being
+    /// handled, to be told the group (preallocated, bounded).
+    offers: Vec<(u64, SocketAddr)>,
+    /// Whether the datagram being handled arrived on a multicast group's socket.
+    by_group: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -302,7 +317,7 @@ impl Endpoint {
                     .with_late_join(spec.late_join)
                     .with_datagram_overhead(trailer)
                 });
-                ExportState::new(spec, history)
+                ExportState::new(spec, history, entropy.next_u64())
             })
             .collect();
         let imports = imports
@@ -353,6 +368,8 @@ impl Endpoint {
             next_reseed: u64::try_from(config.cookie_window.as_nanos()).unwrap_or(u64::MAX),
             next_compat_renew: 0,
             discovery: None,
+            offers: Vec::with_capacity(recv_max / HEADER_LEN + 1),
+            by_group: false,
             entropy,
             wall: crate::realtime_ns,
             config: config.clone(),
@@ -525,8 +542,15 @@ impl Endpoint {
                 Kind::Unavailable => self.on_unavailable(&frame, src, token, now_ns, sink),
                 Kind::Announce => self.on_announce(&frame, src, now_ns),
                 Kind::Query => self.on_query(&frame, src, &mut query_budget, now_ns, wire),
+                Kind::Group => self.on_group_offer(&frame, src, token, now_ns),
                 _ => match Control::from_frame(&frame) {
-                    Ok(control) => self.on_control(&control, src, token, now_ns),
+                    Ok(control) => {
+                        let result = self.on_control(&control, src, token, now_ns);
+                        if result.is_ok() {
+                            self.on_subscribe_group(&control, src, frame.header.flags.group());
+                        }
+                        result
+                    }
                     Err(reason) => Err(reason),
                 },
             };
@@ -539,6 +563,7 @@ impl Endpoint {
         }
         self.send_replies(wire, datagram.len());
         self.send_joins(wire, now_ns);
+        self.send_group_offers(wire);
     }
 
     /// Sends the answers to one datagram of `request_len` bytes, packed into as few datagrams
@@ -683,11 +708,13 @@ impl Endpoint {
             });
         };
         let h = &frame.header;
+        let by_group = self.by_group;
         let Some(ImportSlot {
             session,
             reliable,
             reassembly,
             port,
+            group_seen_ns,
             ..
         }) = self.imports.get_mut(index)
         else {
@@ -695,6 +722,9 @@ impl Endpoint {
         };
         if let Some(receiver) = reliable.as_mut() {
             if session.follows_reliable(h.fingerprint, h.session, token, now_ns)? {
+                if by_group {
+                    *group_seen_ns = now_ns;
+                }
                 let mut in_order = InOrder {
                     sink,
                     import: index,
@@ -709,7 +739,11 @@ impl Endpoint {
             }
             return Ok(());
         }
-        if session.on_data(h, token, now_ns)?.is_deliver() {
+        let verdict = session.on_data(h, token, now_ns)?;
+        if by_group {
+            *group_seen_ns = now_ns;
+        }
+        if verdict.is_deliver() {
             deliver_frame(
                 sink,
                 *port,
@@ -861,6 +895,9 @@ impl Endpoint {
                     .session
                     .on_control(control, token, now_ns, &mut self.replies)?;
                 im.heard_ns = now_ns;
+                if self.by_group {
+                    im.group_seen_ns = now_ns;
+                }
                 let following = match im.session.state() {
                     ImportState::Established { session, .. } => Some(session),
                     _ => None,
@@ -1041,8 +1078,12 @@ impl Endpoint {
                 continue;
             };
             let dest = import.spec.publisher;
+            let group = self.group_health(i, now_ns);
+            let Some(import) = self.imports.get_mut(i) else {
+                continue;
+            };
             if let Some(request) = import.session.poll(now_ns) {
-                self.send_control(wire, &request, dest);
+                self.send_request(wire, &request, dest, group);
             }
         }
         self.poll_reliable(now_ns, wire, sink);
@@ -1204,6 +1245,18 @@ impl Endpoint {
                 self.publisher.subscribers().destinations(topic_id),
             );
             self.metrics.sent(datagrams, bytes);
+            // And to the group, so that its members see it is working even when idle.
+            let group = self
+                .exports
+                .iter()
+                .find(|e| e.spec.topic_id == topic_id)
+                .and_then(|e| e.spec.group.map(|g| (g, e.group_token)));
+            if let Some(group) = group {
+                let (datagrams, bytes) =
+                    self.egress
+                        .send(wire, enc.as_bytes(), true, std::iter::once(group));
+                self.metrics.sent(datagrams, bytes);
+            }
         }
     }
 

@@ -252,6 +252,7 @@ impl World {
                 allow: None,
                 reliable: true,
                 late_join: 0,
+                group: None,
             }],
             Vec::new(),
         )

@@ -285,7 +285,8 @@ impl Control {
             | Kind::Nak
             | Kind::Unavailable
             | Kind::Announce
-            | Kind::Query => return Err(DropReason::BadControl),
+            | Kind::Query
+            | Kind::Group => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {

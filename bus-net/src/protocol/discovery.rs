@@ -118,7 +118,8 @@ fn le_u64(p: &[u8], at: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-fn write_addr(out: &mut [u8], addr: Option<SocketAddr>) {
+/// Writes `addr` (all zero for `None`) as 16 bytes of IPv6 (IPv4 mapped) and a port.
+pub(crate) fn write_addr(out: &mut [u8], addr: Option<SocketAddr>) {
     let Some(addr) = addr else {
         out.fill(0);
         return;
@@ -135,7 +136,8 @@ fn write_addr(out: &mut [u8], addr: Option<SocketAddr>) {
     }
 }
 
-fn read_addr(p: &[u8]) -> Option<SocketAddr> {
+/// Reads what [`write_addr`] wrote (IPv4-mapped addresses as IPv4).
+pub(crate) fn read_addr(p: &[u8]) -> Option<SocketAddr> {
     let ip: [u8; 16] = p.get(..16)?.try_into().ok()?;
     let port = u16::from_le_bytes(p.get(16..ADDR_LEN)?.try_into().ok()?);
     let ip = Ipv6Addr::from(ip);

@@ -78,6 +78,10 @@ pub enum Kind {
     /// Discovery channel to bridges: who exports this topic (0: every topic)? Padded: the
     /// answer is never larger.
     Query = 0x19,
+    /// Publisher to subscriber, by unicast with its token: the topic's data also goes to a
+    /// multicast group, with this group token (26-byte payload: group address and port,
+    /// token; see `multicast`).
+    Group = 0x1a,
 }
 
 impl Kind {
@@ -109,6 +113,7 @@ impl Kind {
             0x15 => Ok(Kind::Unavailable),
             0x18 => Ok(Kind::Announce),
             0x19 => Ok(Kind::Query),
+            0x1a => Ok(Kind::Group),
             0x21..=0x3f => Err(DropReason::ReservedKind),
             _ => Err(DropReason::UnknownKind),
         }
@@ -124,7 +129,7 @@ impl Kind {
     pub const fn is_downstream(self) -> bool {
         matches!(
             self,
-            Kind::Data | Kind::Fragment | Kind::Heartbeat | Kind::Unavailable
+            Kind::Data | Kind::Fragment | Kind::Heartbeat | Kind::Unavailable | Kind::Group
         )
     }
 
@@ -139,6 +144,7 @@ impl Kind {
             Kind::Heartbeat => Some(0),
             Kind::Nak => Some(super::reliable::NAK_PAYLOAD_LEN),
             Kind::Unavailable => Some(super::reliable::UNAVAILABLE_PAYLOAD_LEN),
+            Kind::Group => Some(super::multicast::GROUP_PAYLOAD_LEN),
         }
     }
 }
@@ -154,7 +160,9 @@ impl Kind {
 ///   subscriber it is sent to (see `decode`). Only on the kinds a publisher sends down a
 ///   subscription (data, fragment, heartbeat, unavailable), on every frame of the datagram,
 ///   and never with [`Flags::MAC`].
-/// - bits 3..7: reserved; a frame with any of them set is dropped as
+/// - bit 3, [`Flags::GROUP`]: on a `Subscribe` only, the subscriber receives the topic's
+///   multicast group (its data need not come by unicast).
+/// - bits 4..7: reserved; a frame with any of them set is dropped as
 ///   [`DropReason::UnsupportedFlags`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Flags(pub u8);
@@ -172,8 +180,11 @@ impl Flags {
     pub const RESERVED_COOKIE: u8 = Flags::COOKIE;
     /// Old name of [`Flags::MAC`].
     pub const RESERVED_MAC: u8 = Flags::MAC;
+    /// On a `Subscribe`: the subscriber receives the topic's multicast group, so its data
+    /// need not be sent to it by unicast.
+    pub const GROUP: u8 = 0x08;
     /// The flags this version understands.
-    pub const SUPPORTED: u8 = Flags::COOKIE | Flags::MAC | Flags::TOKEN;
+    pub const SUPPORTED: u8 = Flags::COOKIE | Flags::MAC | Flags::TOKEN | Flags::GROUP;
 
     /// Whether the cookie bit is set.
     pub const fn cookie(self) -> bool {
@@ -188,6 +199,11 @@ impl Flags {
     /// Whether the token bit is set.
     pub const fn token(self) -> bool {
         self.0 & Flags::TOKEN != 0
+    }
+
+    /// Whether the group bit is set.
+    pub const fn group(self) -> bool {
+        self.0 & Flags::GROUP != 0
     }
 }
 
@@ -245,6 +261,7 @@ impl Header {
         if flags & !Flags::SUPPORTED != 0
             || (flags & Flags::COOKIE != 0 && !matches!(kind, Kind::Subscribe | Kind::Unsubscribe))
             || (flags & Flags::TOKEN != 0 && (!kind.is_downstream() || flags & Flags::MAC != 0))
+            || (flags & Flags::GROUP != 0 && kind != Kind::Subscribe)
         {
             return Err(DropReason::UnsupportedFlags);
         }

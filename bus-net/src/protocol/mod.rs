@@ -18,6 +18,8 @@
 //!   (that range left history).
 //! - [`discovery`]: `Announce` (a bridge's exports and addresses) and `Query` (who exports
 //!   this topic?), the discovery frames.
+//! - [`multicast`]: the `Group` frame, which tells a subscriber the multicast group and group
+//!   token of a topic's data.
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
@@ -32,6 +34,7 @@ pub(crate) mod fragment;
 pub(crate) mod header;
 pub(crate) mod limits;
 pub(crate) mod mac;
+pub(crate) mod multicast;
 pub(crate) mod reliable;
 pub(crate) mod seq;
 pub(crate) mod subscribers;

@@ -56,6 +56,9 @@ pub struct Subscriber<A> {
     pub renewed_ns: u64,
     /// The subscription token: what every datagram of the topic sent to it ends with.
     pub token: u64,
+    /// It receives the topic's multicast group (said by its last `Subscribe`): its data is
+    /// not sent to it by unicast.
+    pub via_group: bool,
 }
 
 /// What [`SubscriberTable::renew`] did.
@@ -161,6 +164,7 @@ impl<A: Copy + PartialEq + Host> SubscriberTable<A> {
             session,
             renewed_ns: now_ns,
             token,
+            via_group: false,
         });
         Ok(Renewal::New)
     }
@@ -212,6 +216,37 @@ impl<A: Copy + PartialEq + Host> SubscriberTable<A> {
             .iter()
             .filter(move |e| e.topic_id == topic_id)
             .map(|e| (e.addr, e.token))
+    }
+
+    /// The subscribers of `topic_id` served by unicast (not via its group), with their tokens.
+    pub fn unicast_destinations(&self, topic_id: u64) -> impl Iterator<Item = (A, u64)> + '_ {
+        self.entries
+            .iter()
+            .filter(move |e| e.topic_id == topic_id && !e.via_group)
+            .map(|e| (e.addr, e.token))
+    }
+
+    /// Whether any subscriber of `topic_id` receives its group.
+    pub fn any_via_group(&self, topic_id: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.topic_id == topic_id && e.via_group)
+    }
+
+    /// Records whether the subscriber `addr` of `topic_id` receives the topic's group.
+    /// Returns whether it is subscribed.
+    pub fn set_via_group(&mut self, addr: A, topic_id: u64, via_group: bool) -> bool {
+        match self
+            .entries
+            .iter_mut()
+            .find(|e| e.topic_id == topic_id && e.addr == addr)
+        {
+            Some(e) => {
+                e.via_group = via_group;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The addresses subscribed to `topic_id`, for fan-out.

@@ -152,6 +152,11 @@ impl PublisherSession {
         &self.subscribers
     }
 
+    /// The subscriber table, to record what a subscriber said of the group it receives.
+    pub fn subscribers_mut(&mut self) -> &mut SubscriberTable<SocketAddr> {
+        &mut self.subscribers
+    }
+
     /// The counters.
     pub fn counts(&self) -> &PublisherCounts {
         &self.counts

@@ -138,6 +138,9 @@ pub struct SubscriberSession {
     token_required: bool,
     /// The subscription token of the session followed, from its `SubscribeAck`.
     token: Option<u64>,
+    /// The token of the topic's multicast group, from a `Group` frame of the session
+    /// followed: group datagrams end with it.
+    group_token: Option<u64>,
     counts: SubscriberCounts,
 }
 
@@ -171,6 +174,7 @@ impl SubscriberSession {
             last_resubscribe_ns: None,
             token_required: true,
             token: None,
+            group_token: None,
             counts: SubscriberCounts::default(),
         }
     }
@@ -188,10 +192,32 @@ impl SubscriberSession {
     /// # Errors
     /// [`DropReason::BadToken`] when the token is missing or not this subscription's.
     pub fn check_token(&self, token: Option<u64>) -> Result<(), DropReason> {
-        if !self.token_required || (token.is_some() && token == self.token) {
+        if !self.token_required
+            || (token.is_some() && (token == self.token || token == self.group_token))
+        {
             Ok(())
         } else {
             Err(DropReason::BadToken)
+        }
+    }
+
+    /// Also accepts downstream frames ending with `token`: the group token of the topic's
+    /// multicast group, from a `Group` frame that carried this subscription's own token.
+    pub fn set_group_token(&mut self, token: u64) {
+        self.group_token = Some(token);
+    }
+
+    /// The group token accepted, if any.
+    pub fn group_token(&self) -> Option<u64> {
+        self.group_token
+    }
+
+    /// Makes the next renewal of an established subscription due now: to say at once that
+    /// the group is now received, or no longer. Does nothing otherwise (a subscription being
+    /// made keeps its backoff).
+    pub fn renew_soon(&mut self, now_ns: u64) {
+        if matches!(self.state, ImportState::Established { .. }) {
+            self.next_request_ns = self.next_request_ns.min(now_ns);
         }
     }
 
