@@ -1213,3 +1213,107 @@ fn a_subscriber_asking_for_unicast_is_served_beside_a_group_member() {
     assert_eq!(metric(&m, "sub", "lost"), 0);
     assert_eq!(metric(&u, "sub", "lost"), 0);
 }
+
+/// A datagram of `n` Subscribes of `Quote` from session 0x5eed, with `cookie` if any.
+fn subscribes(n: u64, cookie: Option<llbus_net::Cookie>) -> Vec<u8> {
+    let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf);
+    for nonce in 1..=n {
+        enc.push_control(&Control::Subscribe {
+            topic_id: Quote::TOPIC_ID,
+            fingerprint: Quote::FINGERPRINT,
+            session: 0x5eed,
+            nonce,
+            cookie,
+        })
+        .unwrap();
+    }
+    enc.as_bytes().to_vec()
+}
+
+/// SECURITY.md ("Reflection and amplification"): "The handshake answers to one datagram are
+/// packed into one datagram: never more datagrams nor bytes than the request (a 20-frame
+/// request gets one datagram back, not 20)". A subscriber of a multicast export renewing with
+/// 20 Subscribe frames in one datagram must not draw 20 `Group` datagrams besides the answers.
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: each Subscribe frame to a multicast export queues a Group frame sent in a datagram of its own: 20 frames draw 21 datagrams, about twice the bytes"]
+fn a_renewal_of_twenty_frames_to_a_multicast_export_draws_one_datagram() {
+    let Some(data_group) = group(16) else { return };
+    let (publisher, pub_addr) = multicast_publisher(data_group);
+    let me = socket([127, 0, 0, 1]);
+    me.send_to(&subscribes(1, None), pub_addr).unwrap();
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let cookie = loop {
+        assert!(Instant::now() < deadline, "no challenge");
+        if let Ok((n, _)) = me.recv_from(&mut buf) {
+            if n >= 72 && buf[4] == 0x20 {
+                let mut c = [0u8; 16];
+                c.copy_from_slice(&buf[56..72]);
+                break llbus_net::Cookie(c);
+            }
+        }
+    };
+    me.send_to(&subscribes(1, Some(cookie)), pub_addr).unwrap();
+    // Admitted: let the first answers and data pass, then renew with 20 frames at once.
+    let _ = drain(&me, Duration::from_millis(300));
+    let request = subscribes(20, Some(cookie));
+    me.send_to(&request, pub_addr).unwrap();
+    let answers: Vec<(usize, u8)> = drain(&me, Duration::from_millis(300))
+        .into_iter()
+        .filter(|&(_, kind)| kind != 0x01 && kind != 0x02)
+        .collect();
+    publisher.stop();
+    publisher.join().expect("publisher stops cleanly");
+    let bytes: usize = answers.iter().map(|a| a.0).sum();
+    println!(
+        "a request of {} bytes drew {} datagrams ({bytes} bytes): {answers:?}",
+        request.len(),
+        answers.len()
+    );
+    assert!(!answers.is_empty(), "the premise: the renewal was answered");
+    assert!(answers.len() <= 1, "{} datagrams for one", answers.len());
+    assert!(
+        bytes <= request.len(),
+        "{bytes} bytes for {}",
+        request.len()
+    );
+}
+
+/// SECURITY.md ("Reflection and amplification"): "never more datagrams nor bytes than the
+/// request". The data group's socket of a subscriber is for the publisher's data; a Subscribe
+/// (or a Query) sent to the data group must not draw an answer from every subscriber on it.
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: the data group's socket handles every frame kind: a Subscribe sent to the group draws an answer from every subscriber that joined it"]
+fn a_subscribe_to_the_data_group_draws_no_more_bytes_than_it() {
+    let Some(data_group) = group(17) else { return };
+    let (publisher, pub_addr) = multicast_publisher(data_group);
+    let subs: Vec<_> = (0..3).map(|_| importer(pub_addr, false)).collect();
+    for (_, all, _) in &subs {
+        wait_for("quotes arriving", 20, || {
+            all.load(std::sync::atomic::Ordering::Relaxed) > 100
+        });
+    }
+    // Let them see the group and say so.
+    std::thread::sleep(Duration::from_millis(500));
+    let request = subscribes(1, None);
+    let got = ask_group(data_group, &request);
+    publisher.stop();
+    publisher.join().expect("publisher stops cleanly");
+    for (sub, _, _) in subs {
+        sub.stop();
+        sub.join().expect("subscriber stops cleanly");
+    }
+    let bytes: usize = got.iter().map(|g| g.0).sum();
+    println!(
+        "one Subscribe of {} bytes to the data group: {got:?} ({bytes} bytes)",
+        request.len()
+    );
+    assert!(
+        bytes <= request.len(),
+        "{bytes} bytes back for {}",
+        request.len()
+    );
+}
