@@ -1317,3 +1317,234 @@ fn a_subscribe_to_the_data_group_draws_no_more_bytes_than_it() {
         request.len()
     );
 }
+
+/// Exported topics with 64-byte names (the longest allowed), so that one bridge's 18
+/// announcement entries (82 bytes each, 16 to a datagram) need two parts.
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.01.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long1 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.02.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long2 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.03.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long3 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.04.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long4 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.05.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long5 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.06.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long6 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.07.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long7 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.08.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long8 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.09.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long9 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.10.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long10 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.11.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long11 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.12.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long12 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.13.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long13 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.14.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long14 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.15.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long15 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.16.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long16 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.17.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long17 {
+    n: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "rv24.long.18.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")]
+struct Long18 {
+    n: u64,
+}
+
+/// Takes `Long18`s and counts them.
+struct CountLong(Counter);
+
+impl Actor for CountLong {
+    type In = Long18;
+    fn on_message(&mut self, _m: Long18, _ctx: &mut Context<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Publishes nothing.
+struct Silent;
+
+impl Actor for Silent {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+}
+
+/// Publishes a `Long18` every tick.
+struct FeedLong(Out<Long18>);
+
+impl Actor for FeedLong {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        ctx.publish(self.0, Long18 { n: 1 });
+    }
+}
+
+/// PROTOCOL.md: "Exports that do not fit one datagram are split over several parts, each a
+/// datagram of its own". Eighteen exports of 64-byte names (sixteen fit a datagram): the
+/// subscriber discovers one in the second part and receives it, and `llbus topics` lists them.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn exports_split_over_parts_are_all_discovered_and_listed() {
+    let Some(group) = group(18) else { return };
+    let config = discovery(group, Duration::from_millis(200));
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("pub")
+        .discovery(config.clone())
+        .export::<Long1>()
+        .export::<Long2>()
+        .export::<Long3>()
+        .export::<Long4>()
+        .export::<Long5>()
+        .export::<Long6>()
+        .export::<Long7>()
+        .export::<Long8>()
+        .export::<Long9>()
+        .export::<Long10>()
+        .export::<Long11>()
+        .export::<Long12>()
+        .export::<Long13>()
+        .export::<Long14>()
+        .export::<Long15>()
+        .export::<Long16>()
+        .export::<Long17>()
+        .export::<Long18>();
+    let pub_addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| FeedLong(s.output()))
+        .tick_every(Duration::from_millis(2))
+        .publishes::<Long18>();
+    // The other seventeen topics are declared only (exported, announced, never published).
+    bus.actor("silent", |_: &mut Setup<'_>| Silent)
+        .publishes::<Long1>()
+        .publishes::<Long2>()
+        .publishes::<Long3>()
+        .publishes::<Long4>()
+        .publishes::<Long5>()
+        .publishes::<Long6>()
+        .publishes::<Long7>()
+        .publishes::<Long8>()
+        .publishes::<Long9>()
+        .publishes::<Long10>()
+        .publishes::<Long11>()
+        .publishes::<Long12>()
+        .publishes::<Long13>()
+        .publishes::<Long14>()
+        .publishes::<Long15>()
+        .publishes::<Long16>()
+        .publishes::<Long17>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    let sub_bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .discovery(config)
+        .discover::<Long18>();
+    let status = sub_bridge.status();
+    let got = Counter::default();
+    let mut bus = Bus::builder();
+    let g = Counter::clone(&got);
+    bus.actor("count", move |_: &mut Setup<'_>| {
+        CountLong(Counter::clone(&g))
+    })
+    .subscribes::<Long18>();
+    bus.add(sub_bridge);
+    let sub = bus.start().expect("subscriber starts");
+    wait_for("the eighth topic discovered and arriving", 20, || {
+        got.load(std::sync::atomic::Ordering::Relaxed) > 50
+    });
+    assert!(status.discovered().iter().any(|d| d.publisher == pub_addr));
+    let (json, ok, _) = topics_during(group, 1200, &["--json"], |_| {});
+    publisher.stop();
+    publisher.join().expect("publisher stops cleanly");
+    sub.stop();
+    sub.join().expect("subscriber stops cleanly");
+    assert!(ok, "{json}");
+    let listed: serde_json::Value = serde_json::from_str(json.trim()).expect("valid JSON");
+    let names: Vec<&str> = listed["topics"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["topic"].as_str()).collect())
+        .unwrap_or_default();
+    println!("listed {names:?}");
+    for topic in [Long1::TOPIC, Long16::TOPIC, Long17::TOPIC, Long18::TOPIC] {
+        assert!(names.contains(&topic), "{topic} not listed: {json}");
+    }
+}
