@@ -203,7 +203,7 @@ struct Args {
     announce: Option<SocketAddr>,
     /// Also send the counter's data to multicast group GROUP:PORT: one datagram per batch for
     /// every subscriber that receives the group, unicast to the others.
-    #[arg(long, value_name = "GROUP:PORT", conflicts_with_all = ["compat", "reliable"])]
+    #[arg(long, value_name = "GROUP:PORT", conflicts_with = "compat")]
     multicast: Option<SocketAddr>,
 }
 
@@ -286,6 +286,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Bridge::bind_with(SocketAddr::new(args.bind.ip(), 0), config)?
             .name("bridge")
             .export_compat::<Count>(args.bind)?
+    } else if let (true, Some(group)) = (args.reliable, args.multicast) {
+        Bridge::bind_with(args.bind, config)?
+            .name("bridge")
+            .export_reliable_multicast::<Counter>(group)
     } else if args.reliable {
         Bridge::bind_with(args.bind, config)?
             .name("bridge")

@@ -202,8 +202,8 @@ pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
 pub use endpoint::{
-    DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportBatch, ExportSpec, ImportSpec, Sink,
-    Wire, EVENT_QUEUE,
+    DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportBatch, ExportSpec, GroupRepairCounts,
+    ImportSpec, Sink, Wire, EVENT_QUEUE,
 };
 
 mod bridge;

@@ -435,6 +435,21 @@ impl Bridge {
         self
     }
 
+    /// Serves topic `T` like [`export_reliable`](Self::export_reliable), sending its data to
+    /// multicast group `group` as [`export_multicast`](Self::export_multicast) does; NAKs come
+    /// by unicast, and what members that receive the group lost is retransmitted to the group,
+    /// once for all of them (`docs/PROTOCOL.md`, "Multicast data").
+    pub fn export_reliable_multicast<T: Message + Serialize + Clone>(
+        mut self,
+        group: SocketAddr,
+    ) -> Self {
+        self = self.export_multicast::<T>(group);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
     /// Serves topic `T` like [`export`](Self::export), but only to the networks of `allow`
     /// (instead of the bridge's allowlist, [`BridgeConfig::allow`]).
     pub fn export_to<T: Message + Serialize + Clone>(mut self, allow: Allowlist) -> Self {

@@ -103,7 +103,13 @@ fn publisher(host: u8, session: u64) -> Node {
 }
 
 /// The endpoint of a publisher of the topic (to `group` too, if any).
-fn exporter(host: u8, session: u64, config: &BridgeConfig, group: Option<SocketAddr>) -> Endpoint {
+fn exporter(
+    host: u8,
+    session: u64,
+    config: &BridgeConfig,
+    group: Option<SocketAddr>,
+    reliable: bool,
+) -> Endpoint {
     Endpoint::new(
         config,
         MAX,
@@ -114,7 +120,7 @@ fn exporter(host: u8, session: u64, config: &BridgeConfig, group: Option<SocketA
             topic_id: TOPIC,
             fingerprint: FP,
             allow: None,
-            reliable: false,
+            reliable,
             late_join: 0,
             group,
         }],
@@ -123,7 +129,7 @@ fn exporter(host: u8, session: u64, config: &BridgeConfig, group: Option<SocketA
 }
 
 fn publisher_with(host: u8, session: u64, config: &BridgeConfig, d: &DiscoveryConfig) -> Node {
-    let ep = exporter(host, session, config, None).with_discovery(d, addr(host), Vec::new());
+    let ep = exporter(host, session, config, None, false).with_discovery(d, addr(host), Vec::new());
     node(addr(host), ep, session)
 }
 
@@ -155,6 +161,13 @@ struct Net {
     to_nowhere: u64,
     /// Datagrams node 1 (a publisher) sent to a data group.
     to_group: u64,
+    /// Loss of data-group datagrams (permille): at the sender (every member loses it) and
+    /// on each member's link.
+    uplink_loss: u64,
+    link_loss: u64,
+    /// Data messages members lost that way, in all.
+    lost_seen: u64,
+    rng: fastrand::Rng,
     events: Vec<Event>,
 }
 
@@ -166,6 +179,10 @@ impl Net {
             flight: VecDeque::new(),
             to_nowhere: 0,
             to_group: 0,
+            uplink_loss: 0,
+            link_loss: 0,
+            lost_seen: 0,
+            rng: fastrand::Rng::with_seed(5),
             events: Vec::new(),
         }
     }
@@ -208,7 +225,7 @@ impl Net {
             if data_group && src == self.nodes.get(1).map_or(src, |n| n.addr) {
                 self.to_group += 1;
             }
-            let targets: Vec<usize> = (0..self.nodes.len())
+            let mut targets: Vec<usize> = (0..self.nodes.len())
                 .filter(|&i| {
                     let n = &self.nodes[i];
                     n.alive
@@ -217,6 +234,19 @@ impl Net {
                             || (data_group && !n.deaf && n.joined.contains(&dst)))
                 })
                 .collect();
+            if data_group && (self.uplink_loss > 0 || self.link_loss > 0) {
+                let messages = crate::parse_datagram(&bytes, MAX)
+                    .map(|f| f.filter(|f| f.header.kind.is_data()).count() as u64)
+                    .unwrap_or(0);
+                if self.rng.u64(..1000) < self.uplink_loss {
+                    self.lost_seen += messages * targets.len() as u64;
+                    targets.clear();
+                }
+                let (rng, loss) = (&mut self.rng, self.link_loss);
+                let before = targets.len() as u64;
+                targets.retain(|_| rng.u64(..1000) >= loss);
+                self.lost_seen += messages * (before - targets.len() as u64);
+            }
             if targets.is_empty() && src == sub_addr() {
                 self.to_nowhere += 1;
             }
@@ -552,12 +582,22 @@ fn data_group() -> SocketAddr {
 
 /// A publisher exporting the topic to `data_group()` too (no discovery).
 fn multicast_publisher(host: u8, session: u64) -> Node {
-    let ep = exporter(host, session, &BridgeConfig::default(), Some(data_group()));
+    let ep = exporter(
+        host,
+        session,
+        &BridgeConfig::default(),
+        Some(data_group()),
+        false,
+    );
     node(addr(host), ep, session)
 }
 
 /// A subscriber at 127.0.0.`host`:7101 importing the topic from the publisher at `addr(1)`.
 fn importer(host: u8) -> Node {
+    importer_with(host, false)
+}
+
+fn importer_with(host: u8, reliable: bool) -> Node {
     let ep = Endpoint::new(
         &BridgeConfig::default(),
         MAX,
@@ -569,7 +609,7 @@ fn importer(host: u8) -> Node {
             topic_id: TOPIC,
             fingerprint: FP,
             publisher: addr(1),
-            reliable: false,
+            reliable,
         }],
     );
     node(SocketAddr::from(([127, 0, 0, host], 7101)), ep, 0)
@@ -688,4 +728,67 @@ fn an_off_path_forger_cannot_feed_a_group_without_its_token() {
         );
         assert_eq!(net.nodes[i].ep.loss().lost, 0, "node {i}");
     }
+}
+
+#[test]
+fn a_reliable_group_repairs_each_loss_once_for_every_member_that_saw_it() {
+    let publisher = {
+        let ep = exporter(1, 0xa1, &BridgeConfig::default(), Some(data_group()), true);
+        node(addr(1), ep, 0xa1)
+    };
+    let mut net = Net::new(vec![
+        importer_with(9, true),
+        publisher,
+        importer_with(10, true),
+        importer_with(11, true),
+        importer_with(12, true),
+    ]);
+    net.run(1000);
+    assert_eq!(
+        net.nodes[1]
+            .ep
+            .publisher()
+            .subscribers()
+            .iter()
+            .filter(|s| s.via_group)
+            .count(),
+        4
+    );
+    // About 5% loss per member: half at the sender (all lose it), half on each link.
+    (net.uplink_loss, net.link_loss) = (25, 25);
+    net.run(5000);
+    (net.uplink_loss, net.link_loss) = (0, 0);
+    net.run(1000);
+    let published = net.nodes[1].published;
+    for i in [0, 2, 3, 4] {
+        let values: Vec<u64> = net.nodes[i]
+            .got
+            .0
+            .iter()
+            .map(|(_, v)| v & 0xffff_ffff)
+            .collect();
+        let first = values[0];
+        assert!(
+            values.iter().copied().eq(first..=published),
+            "node {i}: not every message in order ({} of {})",
+            values.len(),
+            published - first + 1
+        );
+    }
+    assert!(!net
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Unrecovered { .. })));
+    let repairs = net.nodes[1].ep.group_repairs();
+    println!(
+        "losses seen {} by 4 members; retransmitted {} to the group, {} NAKs suppressed",
+        net.lost_seen, repairs.sent, repairs.suppressed
+    );
+    assert!(net.lost_seen > 50, "{}", net.lost_seen);
+    assert!(
+        repairs.sent < net.lost_seen,
+        "{repairs:?} for {}",
+        net.lost_seen
+    );
+    assert!(repairs.suppressed > 0, "{repairs:?}");
 }

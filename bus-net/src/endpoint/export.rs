@@ -74,7 +74,14 @@ pub(crate) struct ExportState {
     /// What its group datagrams end with without a key (random per session; told to each
     /// admitted subscriber in a `Group` frame).
     pub(crate) group_token: u64,
+    /// A reliable export with a group: `(due, seq)` of the retransmissions to send to the
+    /// group (at most [`REPAIRS`]), and `(seq, sent)` of the last ones sent.
+    pub(crate) repairs: Vec<(u64, u64)>,
+    pub(crate) repaired: std::collections::VecDeque<(u64, u64)>,
 }
+
+/// Group retransmissions an export holds at most, pending and recent each.
+pub(crate) const REPAIRS: usize = 1024;
 
 impl ExportState {
     pub(crate) fn new(
@@ -82,6 +89,7 @@ impl ExportState {
         reliable: Option<ReliableExport>,
         group_token: u64,
     ) -> Self {
+        let repairable = spec.group.is_some() && reliable.is_some();
         ExportState {
             spec,
             seq: 0,
@@ -89,6 +97,12 @@ impl ExportState {
             reliable,
             large: Vec::new(),
             group_token,
+            repairs: Vec::with_capacity(if repairable { REPAIRS } else { 0 }),
+            repaired: std::collections::VecDeque::with_capacity(if repairable {
+                REPAIRS
+            } else {
+                0
+            }),
         }
     }
 

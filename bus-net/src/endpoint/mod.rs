@@ -43,6 +43,7 @@ pub(crate) use egress::{mac_of, protect_and_send, Egress};
 pub(crate) use export::{DirectShared, DirectTopic};
 pub use export::{ExportBatch, ExportSpec};
 pub use import::{ImportSpec, Sink};
+pub use multicast::GroupRepairCounts;
 
 use self::compat::{CompatExport, CompatImport};
 use self::export::ExportState;
@@ -222,6 +223,7 @@ pub struct Endpoint {
     offers: Vec<(u64, SocketAddr)>,
     /// Whether the datagram being handled arrived on a multicast group's socket.
     by_group: bool,
+    group_repair_counts: multicast::GroupRepairCounts,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -370,6 +372,7 @@ impl Endpoint {
             discovery: None,
             offers: Vec::with_capacity(recv_max / HEADER_LEN + 1),
             by_group: false,
+            group_repair_counts: multicast::GroupRepairCounts::default(),
             entropy,
             wall: crate::realtime_ns,
             config: config.clone(),
@@ -779,11 +782,19 @@ impl Endpoint {
             return Err(DropReason::UnknownTopic);
         };
         self.publisher.admit_nak(&nak, src, now_ns)?;
+        let by_group = self.repairs_by_group(i, &nak, src);
+        if by_group && self.repair_pending(i, &nak, now_ns) {
+            return Ok(()); // Already being repaired on the group: suppressed.
+        }
         let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable.as_mut()) else {
             return Err(DropReason::UnknownTopic);
         };
         let budgets = self.publisher.budgets_mut();
         history.on_nak(&nak, src, now_ns, budgets, &mut self.retransmit);
+        if by_group {
+            self.queue_group_repair(i, now_ns);
+            self.retransmit.clear_seqs();
+        }
         self.send_retransmit(wire, i, src);
         Ok(())
     }
@@ -1087,6 +1098,7 @@ impl Endpoint {
             }
         }
         self.poll_reliable(now_ns, wire, sink);
+        self.poll_group_repairs(now_ns, wire);
         self.poll_discovery(now_ns, wire);
         if now_ns >= self.next_heartbeat {
             let every = u64::try_from(self.config.heartbeat_every.as_nanos()).unwrap_or(u64::MAX);

@@ -17,12 +17,33 @@
 
 use std::net::SocketAddr;
 
+use super::export::REPAIRS;
 use super::{push_event, Endpoint, Event, Sink, Wire};
-use crate::{BatchEncoder, Control, DropReason, Flags, Frame, GroupOffer};
+use crate::{BatchEncoder, Control, DropReason, Flags, Frame, GroupOffer, Nak};
 
 /// Heartbeat periods within which a group datagram must arrive for the group to count as
 /// received.
 const GROUP_HEALTH_PERIODS: u32 = 3;
+
+/// A reliable export with a group retransmits to the group after a random delay of up to
+/// this (ns), so that the NAKs of every subscriber that lost the same messages arrive
+/// meanwhile and are answered once, as PGM and Aeron do.
+const REPAIR_DELAY_NS: u64 = 2_000_000;
+
+/// For this long after a message was retransmitted to the group, a NAK for it is suppressed
+/// (it is on its way); shorter than the subscribers' NAK interval (5 ms by default), so one
+/// that still missed it is answered at its next round.
+const REPAIR_HOLD_NS: u64 = 4_000_000;
+
+/// What group retransmission did, counted since the endpoint was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupRepairCounts {
+    /// Messages retransmitted to a group.
+    pub sent: u64,
+    /// NAKs not answered because all they asked for was being, or had just been,
+    /// retransmitted to the group.
+    pub suppressed: u64,
+}
 
 impl Endpoint {
     /// Handles a datagram that arrived on a multicast group's socket, as
@@ -162,6 +183,126 @@ impl Endpoint {
             im.session.renew_soon(now_ns);
         }
         healthy
+    }
+
+    /// What group retransmission did.
+    pub fn group_repairs(&self) -> GroupRepairCounts {
+        self.group_repair_counts
+    }
+
+    /// Whether the answer to `nak` from `src` goes to export `i`'s group: the export has one
+    /// and `src` receives it.
+    pub(crate) fn repairs_by_group(&self, i: usize, nak: &Nak, src: SocketAddr) -> bool {
+        let has_group = self
+            .exports
+            .get(i)
+            .is_some_and(|e| e.spec.group.is_some() && e.reliable.is_some());
+        has_group
+            && self
+                .publisher
+                .subscribers()
+                .iter()
+                .any(|s| s.addr == src && s.topic_id == nak.topic_id && s.via_group)
+    }
+
+    /// Whether every message `nak` asks for is pending on export `i`'s group, or was sent
+    /// there within [`REPAIR_HOLD_NS`]: then the NAK is suppressed (counted).
+    pub(crate) fn repair_pending(&mut self, i: usize, nak: &Nak, now_ns: u64) -> bool {
+        let Some(export) = self.exports.get(i) else {
+            return false;
+        };
+        // A range longer than a NAK's answer is never wholly pending.
+        if nak.len() > REPAIRS as u64 {
+            return false;
+        }
+        let covered = (nak.first..=nak.last).all(|seq| {
+            export.repairs.iter().any(|&(_, s)| s == seq)
+                || export
+                    .repaired
+                    .iter()
+                    .any(|&(s, at)| s == seq && now_ns < at.saturating_add(REPAIR_HOLD_NS))
+        });
+        if covered {
+            self.group_repair_counts.suppressed += 1;
+        }
+        covered
+    }
+
+    /// Queues the messages `self.retransmit` planned for export `i` for the group, after a
+    /// random delay (those already queued are not queued twice).
+    pub(crate) fn queue_group_repair(&mut self, i: usize, now_ns: u64) {
+        let due = now_ns.saturating_add(self.entropy.next_u64() % (REPAIR_DELAY_NS + 1));
+        let Some(export) = self.exports.get_mut(i) else {
+            return;
+        };
+        for &seq in self.retransmit.seqs() {
+            if export.repairs.len() == REPAIRS {
+                break; // The rest is asked for again at the next NAK round.
+            }
+            if !export.repairs.iter().any(|&(_, s)| s == seq) {
+                export.repairs.push((due, seq));
+            }
+        }
+    }
+
+    /// Sends the group retransmissions that are due, packed into as few datagrams as they fit
+    /// in, to each export's group.
+    pub(crate) fn poll_group_repairs(&mut self, now_ns: u64, wire: &mut dyn Wire) {
+        let room = self.control_room();
+        for i in 0..self.exports.len() {
+            let Some(export) = self.exports.get_mut(i) else {
+                continue;
+            };
+            if !export.repairs.iter().any(|&(due, _)| due <= now_ns) {
+                continue;
+            }
+            let (Some(group), Some(history)) = (export.spec.group, export.reliable.as_ref()) else {
+                export.repairs.clear();
+                continue;
+            };
+            // In sequence order, so that a subscriber's reorder buffer drains as they come.
+            export
+                .repairs
+                .sort_unstable_by_key(|&(due, seq)| (due > now_ns, seq));
+            let dest = std::iter::once((group, export.group_token));
+            let (egress, metrics) = (&mut self.egress, &self.metrics);
+            let buf = &mut self.control_buf[..room];
+            let mut len = 0usize;
+            let mut sent = 0u64;
+            let mut taken = 0usize;
+            for &(due, seq) in &export.repairs {
+                if due > now_ns {
+                    break;
+                }
+                taken += 1;
+                let Some(frame) = history.frame(seq) else {
+                    continue;
+                };
+                if len + frame.len() > room {
+                    let (d, b) = egress.send(
+                        &mut *wire,
+                        buf.get(..len).unwrap_or_default(),
+                        true,
+                        dest.clone(),
+                    );
+                    metrics.sent(d, b);
+                    len = 0;
+                }
+                if let Some(dst) = buf.get_mut(len..len + frame.len()) {
+                    dst.copy_from_slice(frame);
+                    len += frame.len();
+                    sent += 1;
+                }
+                if export.repaired.len() == REPAIRS {
+                    export.repaired.pop_front();
+                }
+                export.repaired.push_back((seq, now_ns));
+            }
+            let (d, b) = egress.send(&mut *wire, buf.get(..len).unwrap_or_default(), true, dest);
+            metrics.sent(d, b);
+            export.repairs.drain(..taken);
+            self.group_repair_counts.sent += sent;
+        }
     }
 
     /// Sends a request of an import to its publisher, saying whether it receives the topic's

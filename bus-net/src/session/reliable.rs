@@ -315,6 +315,12 @@ impl Retransmit {
     pub fn unavailable(&self) -> Option<&Unavailable> {
         self.unavailable.as_ref()
     }
+
+    /// Forgets the planned messages (sent another way: to a multicast group), keeping the
+    /// `Unavailable`.
+    pub fn clear_seqs(&mut self) {
+        self.seqs.clear();
+    }
 }
 
 /// The counters of a reliable export.
