@@ -1548,3 +1548,169 @@ fn exports_split_over_parts_are_all_discovered_and_listed() {
         assert!(names.contains(&topic), "{topic} not listed: {json}");
     }
 }
+
+/// A subscription of `Quote` made by hand from a plain socket (an allowed host can do this):
+/// the handshake, saying it receives the group if `group`. Returns the socket and the cookie
+/// its NAKs carry.
+fn subscribe_by_hand(publisher: SocketAddr, group: bool) -> (UdpSocket, llbus_net::Cookie) {
+    let me = socket([127, 0, 0, 1]);
+    let mut cookie = None;
+    let mut buf = [0u8; 2048];
+    for want in [0x20u8, 0x11] {
+        let mut request = subscribes(1, cookie);
+        if group && cookie.is_some() {
+            request[5] |= 0x08;
+        }
+        me.send_to(&request, publisher).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            assert!(Instant::now() < deadline, "no answer of kind {want:#x}");
+            if let Ok((n, _)) = me.recv_from(&mut buf) {
+                if n >= 72 && buf[4] == want {
+                    let mut c = [0u8; 16];
+                    c.copy_from_slice(&buf[56..72]);
+                    cookie = Some(llbus_net::Cookie(c));
+                    break;
+                }
+            }
+        }
+    }
+    (me, cookie.unwrap_or(llbus_net::Cookie([0; 16])))
+}
+
+/// A datagram of 16 NAK frames of `Quote` from session 0x5eed, for `ranges`.
+fn naks(cookie: llbus_net::Cookie, ranges: impl Iterator<Item = (u64, u64)>) -> Vec<u8> {
+    let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf);
+    for (k, (first, last)) in ranges.enumerate() {
+        enc.push_nak(&llbus_net::Nak {
+            topic_id: Quote::TOPIC_ID,
+            fingerprint: Quote::FINGERPRINT,
+            session: 0x5eed,
+            cookie,
+            nonce: k as u64 + 1,
+            first,
+            last,
+        })
+        .unwrap();
+    }
+    enc.as_bytes().to_vec()
+}
+
+/// Quotes a reliable importer of `publisher` received in `window`, while `during` runs.
+fn rate_while(all: &Counter, window: Duration, during: &mut dyn FnMut(Instant)) -> u64 {
+    let before = all.load(std::sync::atomic::Ordering::Relaxed);
+    let until = Instant::now() + window;
+    during(until);
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    all.load(std::sync::atomic::Ordering::Relaxed) - before
+}
+
+/// One run: a reliable export (to `group` if any) fed every 1 ms, a genuine reliable
+/// subscriber, and an admitted subscriber that NAKs 1024 messages with 16 frames at once,
+/// then repeats the same NAKs as fast as it can. Returns the genuine subscriber's quotes in
+/// 1.5 s without, then with, the NAKs.
+fn nak_storm(group: Option<SocketAddr>) -> (u64, u64) {
+    let bridge = Bridge::bind("127.0.0.1:0").unwrap().name("pub");
+    let bridge = match group {
+        Some(g) => bridge.export_reliable_multicast::<Quote>(g),
+        None => bridge.export_reliable::<Quote>(),
+    };
+    let pub_addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(1))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    let genuine = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .import_reliable::<Quote>(pub_addr);
+    let all = Counter::default();
+    let mut bus = Bus::builder();
+    let a = Counter::clone(&all);
+    bus.actor("marks", move |_: &mut Setup<'_>| Marks {
+        all: Counter::clone(&a),
+        forged: Counter::default(),
+    })
+    .subscribes::<Quote>();
+    bus.add(genuine);
+    let sub = bus.start().expect("subscriber starts");
+    // History full (1024 messages) before measuring.
+    wait_for("history filled", 30, || {
+        all.load(std::sync::atomic::Ordering::Relaxed) > 1300
+    });
+    let (attacker, cookie) = subscribe_by_hand(pub_addr, group.is_some());
+    let quiet = rate_while(&all, Duration::from_millis(1500), &mut |_| {});
+    let mut sent = 0u64;
+    let stormy = rate_while(&all, Duration::from_millis(1500), &mut |until| {
+        let mut renewed = Instant::now();
+        while Instant::now() < until {
+            // Messages surely still in history: the genuine subscriber's count is the
+            // publisher's sequence number, near enough.
+            let top = all.load(std::sync::atomic::Ordering::Relaxed);
+            let base = top.saturating_sub(900).max(1);
+            let primer = naks(cookie, (0..16).map(|k| (base + 64 * k, base + 64 * k + 63)));
+            let _ = attacker.send_to(&primer, pub_addr);
+            let same = naks(cookie, (0..16).map(|_| (base, base + 1023)));
+            for _ in 0..64 {
+                let _ = attacker.send_to(&same, pub_addr);
+                sent += 1;
+            }
+            if renewed.elapsed() > Duration::from_millis(500) {
+                let mut renewal = subscribes(1, Some(cookie));
+                if group.is_some() {
+                    renewal[5] |= 0x08;
+                }
+                let _ = attacker.send_to(&renewal, pub_addr);
+                renewed = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    publisher.stop();
+    let report = publisher.join().expect("publisher stops cleanly");
+    sub.stop();
+    sub.join().expect("subscriber stops cleanly");
+    println!(
+        "group {group:?}: {quiet} quotes in 1.5 s quiet, {stormy} under {sent} NAK datagrams; \
+         publisher retransmitted {}",
+        metric(&report, "pub", "retransmitted")
+    );
+    (quiet, stormy)
+}
+
+/// SECURITY.md: an admitted subscriber's NAKs are bounded by its host's budget; the brief:
+/// NAK suppression must not be usable against the other subscribers. A NAK that is suppressed
+/// (its messages were just repaired on the group) is charged nothing, so an admitted subscriber
+/// repeating one NAK of 1024 messages makes the publisher compare every one against its
+/// pending and recent repairs (up to 1024 each), unbudgeted: the genuine subscriber must still
+/// be served at least half as fast as without the NAKs, as it is for a unicast reliable
+/// export under the same NAKs.
+/// Timing on a shared machine is noisy: three runs measured the genuine subscriber's rate
+/// under the NAKs at 0.24, 0.02 and 0.44 of its quiet rate with a group, against 0.43, 0.30
+/// and 1.39 for the unicast export in the same runs (a debug build of the library).
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding (timed, noisy): an admitted subscriber repeating a suppressed 1024-message NAK starves a genuine subscriber (suppression checks are unbudgeted, quadratic)"]
+fn suppressed_naks_cannot_starve_the_publisher() {
+    let Some(data_group) = group(19) else { return };
+    let (quiet_u, stormy_u) = nak_storm(None);
+    let (quiet_m, stormy_m) = nak_storm(Some(data_group));
+    println!(
+        "unicast: {stormy_u}/{quiet_u} = {:.2}; multicast: {stormy_m}/{quiet_m} = {:.2}",
+        stormy_u as f64 / quiet_u.max(1) as f64,
+        stormy_m as f64 / quiet_m.max(1) as f64
+    );
+    assert!(quiet_m > 0 && quiet_u > 0);
+    assert!(
+        stormy_m * 2 >= quiet_m,
+        "the genuine subscriber got {stormy_m} quotes under the NAKs, {quiet_m} without"
+    );
+}
