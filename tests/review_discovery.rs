@@ -1714,3 +1714,61 @@ fn suppressed_naks_cannot_starve_the_publisher() {
         "the genuine subscriber got {stormy_m} quotes under the NAKs, {quiet_m} without"
     );
 }
+
+/// SECURITY.md: "With a key, announcements and queries are sealed". Bridges sharing a key
+/// discover each other; a bridge with another key is not followed (its sealed announcements
+/// do not open), and `llbus topics` (no key) lists neither, saying sealed announcements were
+/// heard.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn with_a_key_only_bridges_holding_it_are_followed() {
+    let Some(group) = group(20) else { return };
+    let config = discovery(group, Duration::from_millis(200));
+    let start_publisher = |key: [u8; 32]| {
+        let bridge = Bridge::bind("127.0.0.1:0")
+            .unwrap()
+            .name("pub")
+            .psk(key, true)
+            .discovery(config.clone())
+            .export::<Quote>();
+        let addr = bridge.local_addr();
+        let mut bus = Bus::builder();
+        bus.actor("feed", |s: &mut Setup<'_>| Feed {
+            out: s.output(),
+            n: 0,
+        })
+        .tick_every(Duration::from_millis(2))
+        .publishes::<Quote>();
+        bus.add(bridge);
+        (bus.start().expect("publisher starts"), addr)
+    };
+    let (same, same_addr) = start_publisher([1; 32]);
+    let (other, other_addr) = start_publisher([2; 32]);
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .psk([1; 32], true)
+        .discovery(config.clone())
+        .discover::<Quote>();
+    let status = bridge.status();
+    let sub = subscriber(bridge);
+    wait_for("the publisher with the key followed", 20, || {
+        status
+            .discovered()
+            .iter()
+            .any(|d| d.publisher == same_addr && d.established)
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    let found = status.discovered();
+    let (text, ok, _) = topics_during(group, 800, &[], |_| {});
+    same.stop();
+    same.join().expect("publisher stops cleanly");
+    other.stop();
+    other.join().expect("publisher stops cleanly");
+    sub.stop();
+    sub.join().expect("subscriber stops cleanly");
+    assert!(found.iter().all(|d| d.publisher != other_addr), "{found:?}");
+    assert!(ok, "{text}");
+    assert!(text.contains("sealed announcements not read"), "{text}");
+    assert!(!text.contains(&same_addr.to_string()), "{text}");
+}
