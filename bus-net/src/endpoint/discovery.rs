@@ -142,6 +142,18 @@ fn entries<'a>(
         .filter(|e| e.3.len() <= MAX_ANNOUNCED_NAME)
 }
 
+/// Whether `data` is this endpoint's own data address `local` (bound to an unspecified IP:
+/// the same port on a loopback address). A Subscribe carrying this endpoint's own session is
+/// refused too, for the addresses of its other interfaces.
+fn is_own(local: SocketAddr, data: SocketAddr) -> bool {
+    let (local, data) = (
+        crate::session::canonical(local),
+        crate::session::canonical(data),
+    );
+    data.port() == local.port()
+        && (data.ip() == local.ip() || (local.ip().is_unspecified() && data.ip().is_loopback()))
+}
+
 impl Endpoint {
     /// Turns discovery on: announces the exports (data address `local`; an unspecified IP
     /// means the announcements' source) as `config` says, and imports each topic of `wants`
@@ -255,7 +267,8 @@ impl Endpoint {
             return Err(DropReason::NotAllowed);
         }
         let data = announce.data_from(src).ok_or(DropReason::BadSource)?;
-        if !is_answerable(data) {
+        if !is_answerable(data) || is_own(d.local, data) {
+            // Following ourselves would feed our bus a second copy of what it publishes.
             return Err(DropReason::BadSource);
         }
         d.counts.announcements_in += 1;

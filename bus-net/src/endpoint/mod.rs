@@ -860,6 +860,11 @@ impl Endpoint {
         now_ns: u64,
     ) -> Result<(), DropReason> {
         match control {
+            // Our own Subscribe, sent to ourselves (an announcement naming one of our
+            // addresses): answering would loop our own messages back into our bus.
+            Control::Subscribe { session, .. } if *session == self.session => {
+                Err(DropReason::Replayed)
+            }
             Control::Subscribe { .. } | Control::Unsubscribe { .. } => {
                 let (exports, directs) = (&self.exports, &self.directs);
                 let last_seq =
