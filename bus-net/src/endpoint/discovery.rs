@@ -88,6 +88,9 @@ struct Found {
     import: usize,
     /// When it is forgotten unless it announces again.
     expires: u64,
+    /// How long (ns) an announcement keeps it followed: three of the period it was first
+    /// followed with, which a later announcement (forged, perhaps) cannot shorten.
+    keep: u64,
     /// When the subscription was tried, or last stopped being established.
     tried: u64,
     /// Whether the subscription is established.
@@ -273,7 +276,8 @@ impl Endpoint {
         }
         d.counts.announcements_in += 1;
         let period = u64::from(announce.period_ms).clamp(PERIOD_MS.0, PERIOD_MS.1);
-        let expires = now_ns.saturating_add(MISSED * period * 1_000_000);
+        let keep = MISSED * period * 1_000_000;
+        let expires = now_ns.saturating_add(keep);
         for topic in announce.topics() {
             for want in 0..d.wants.len() {
                 let Some(spec) = d.wants.get(want).filter(|w| w.topic_id == topic.topic_id) else {
@@ -285,8 +289,10 @@ impl Endpoint {
                     .find(|f| f.want == want && f.data == data)
                 {
                     // Known: still there (a new session is a restart, which the import's
-                    // machine follows by itself).
-                    f.expires = expires;
+                    // machine follows by itself). Its expiry only ever moves later, by the
+                    // period it was first followed with: an announcement claiming a shorter
+                    // period cannot make it expire early.
+                    f.expires = f.expires.max(now_ns.saturating_add(f.keep));
                     f.session = announce.session;
                     continue;
                 }
@@ -324,6 +330,7 @@ impl Endpoint {
                     session: announce.session,
                     import,
                     expires,
+                    keep,
                     tried: now_ns,
                     established: false,
                 });
