@@ -34,6 +34,9 @@ use crate::{
 const COOLDOWN: usize = 64;
 /// Missed announcement periods after which a publisher is forgotten.
 const MISSED: u64 = 3;
+/// The shortest time between two announcements brought forward by queries heard on the
+/// discovery group (ns).
+const EARLY_GAP: u64 = 1_000_000_000;
 /// The shortest and longest announcement periods believed (ms): a sender cannot make its
 /// entry last forever, nor expire at once.
 const PERIOD_MS: (u64, u64) = (100, 3_600_000);
@@ -112,6 +115,10 @@ pub(crate) struct Discovery {
     seq: u64,
     start: Option<u64>,
     next_announce: u64,
+    /// When an announcement brought forward by a query on the group is due (`u64::MAX`:
+    /// none), and when the last one was.
+    early: u64,
+    last_early: u64,
     /// Where each part of an announcement starts, in entries (reused).
     parts: Vec<usize>,
     /// An announcement's payload being built.
@@ -178,6 +185,8 @@ impl Endpoint {
             seq: 0,
             start: None,
             next_announce: 0,
+            early: u64::MAX,
+            last_early: 0,
             parts: Vec::new(),
             scratch: vec![0; self.max_datagram],
             counts: DiscoveryCounts::default(),
@@ -204,7 +213,9 @@ impl Endpoint {
         if session == Some(self.session) {
             return;
         }
+        self.by_discovery_group = true;
         self.handle(datagram, src, now_ns, wire, sink);
+        self.by_discovery_group = false;
     }
 
     /// What discovery did; `None` if it is off.
@@ -230,11 +241,12 @@ impl Endpoint {
     /// When discovery next has something to do.
     pub(crate) fn discovery_deadline(&self) -> u64 {
         self.discovery.as_ref().map_or(u64::MAX, |d| {
+            let next = d.next_announce.min(d.early);
             if d.found.is_empty() {
-                d.next_announce
+                next
             } else {
                 // Tries and expiries are checked at the housekeeping rate at least.
-                d.next_announce.min(self.next_housekeeping)
+                next.min(self.next_housekeeping)
             }
         })
     }
@@ -350,8 +362,10 @@ impl Endpoint {
     }
 
     /// A query from `src`: answered, to `src` alone, with one announcement of the topics it
-    /// asks for that fit in `budget` bytes (the query datagram's length; spent, so that one
-    /// datagram is answered once), at most as often as the per-source limit allows.
+    /// asks for that fit in `budget` bytes (the query datagram's length if the query is alone
+    /// in it, else 0; spent, so that one datagram is answered once), at most as often as the
+    /// per-source limit allows. A query heard on the discovery group is not answered: it
+    /// brings the next announcement to the group forward.
     pub(crate) fn on_query(
         &mut self,
         frame: &Frame<'_>,
@@ -373,8 +387,17 @@ impl Endpoint {
         if !self.config.allow.contains(src.ip()) {
             return Err(DropReason::NotAllowed);
         }
+        if self.by_discovery_group {
+            // Every member of the group hears a query sent to it: answering would send its
+            // source one answer per member. The group is served by an announcement to the
+            // group instead, brought forward (at most once per `EARLY_GAP`).
+            if now_ns >= d.last_early.saturating_add(EARLY_GAP) || d.last_early == 0 {
+                d.early = d.early.min(now_ns);
+            }
+            return Ok(());
+        }
         if room == 0 {
-            return Ok(()); // The datagram's first query was answered already.
+            return Ok(()); // Not alone in its datagram.
         }
         if !d.limiter.allow(src.ip(), now_ns) {
             return Err(DropReason::RateLimited);
@@ -455,9 +478,17 @@ impl Endpoint {
         self.tend(&mut d, now_ns, wire);
         if now_ns >= d.next_announce {
             d.next_announce = now_ns.saturating_add(nanos(d.config.announce_every));
+            d.early = u64::MAX;
             self.discovery = Some(d);
             self.announce(now_ns, wire);
             self.query(now_ns, wire);
+            return;
+        }
+        if now_ns >= d.early {
+            d.early = u64::MAX;
+            d.last_early = now_ns;
+            self.discovery = Some(d);
+            self.announce(now_ns, wire);
             return;
         }
         self.discovery = Some(d);

@@ -223,6 +223,8 @@ pub struct Endpoint {
     offers: Vec<(u64, SocketAddr)>,
     /// Whether the datagram being handled arrived on a multicast group's socket.
     by_group: bool,
+    /// Whether the datagram being handled arrived on the discovery group's socket.
+    by_discovery_group: bool,
     group_repair_counts: multicast::GroupRepairCounts,
 }
 
@@ -372,6 +374,7 @@ impl Endpoint {
             discovery: None,
             offers: Vec::with_capacity(recv_max / HEADER_LEN + 1),
             by_group: false,
+            by_discovery_group: false,
             group_repair_counts: multicast::GroupRepairCounts::default(),
             entropy,
             wall: crate::realtime_ns,
@@ -537,8 +540,18 @@ impl Endpoint {
         let token = frames.token();
         // A datagram is counted under one drop reason at most: its first.
         let mut dropped = None;
-        let mut query_budget = datagram.len();
+        // A query is answered only alone in its datagram: beside other frames, its answer
+        // and theirs would be two datagrams for one.
+        let mut query_budget = if frames.remaining() == 1 {
+            datagram.len()
+        } else {
+            0
+        };
         for frame in frames {
+            if !self.takes(frame.header.kind) {
+                dropped.get_or_insert(DropReason::UnknownSender);
+                continue;
+            }
             let result = match frame.header.kind {
                 Kind::Data | Kind::Fragment => self.on_data(&frame, src, token, now_ns, sink),
                 Kind::Nak => self.on_nak(&frame, src, now_ns, wire),
@@ -567,6 +580,23 @@ impl Endpoint {
         self.send_replies(wire, datagram.len());
         self.send_joins(wire, now_ns);
         self.send_group_offers(wire);
+    }
+
+    /// Whether a frame of `kind` is taken from the socket the datagram being handled came by.
+    /// A group's socket takes only what is sent to that group (announcements and queries on
+    /// the discovery group, a publisher's stream on a data group), so that nothing sent to a
+    /// group draws an answer from every member.
+    fn takes(&self, kind: Kind) -> bool {
+        if self.by_discovery_group {
+            matches!(kind, Kind::Announce | Kind::Query)
+        } else if self.by_group {
+            matches!(
+                kind,
+                Kind::Data | Kind::Fragment | Kind::Heartbeat | Kind::Unavailable
+            )
+        } else {
+            true
+        }
     }
 
     /// Sends the answers to one datagram of `request_len` bytes, packed into as few datagrams
