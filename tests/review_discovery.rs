@@ -216,7 +216,6 @@ fn a_forged_short_period_announcement_cannot_drop_a_live_publisher() {
 /// often than that: within 4 s (less than one try timeout) one try at most.
 #[test]
 #[cfg_attr(miri, ignore)]
-#[ignore = "finding: announcements with a 100 ms period expire a try before try_timeout, with no cooldown, so a third party is tried again every few hundred ms"]
 fn short_period_announcements_do_not_retry_a_third_party_before_the_try_timeout() {
     let Some(group) = group(1) else { return };
     let bridge = Bridge::bind("127.0.0.1:0")

@@ -68,9 +68,10 @@ pub struct DiscoveryCounts {
     pub queries_answered: u64,
     /// Publishers followed (imports added).
     pub found: u64,
-    /// Publishers forgotten after missed announcements (imports removed).
+    /// Established publishers forgotten after missed announcements (imports removed).
     pub lost: u64,
-    /// Tries given up: refused, or not established in time.
+    /// Tries given up: refused, not established in time, or forgotten (missed
+    /// announcements) before they were established.
     pub given_up: u64,
     /// Publishers announced and not tried: over a cap, or given up on recently.
     pub ignored: u64,
@@ -522,7 +523,9 @@ impl Endpoint {
             let f = d.found.swap_remove(i);
             self.remove_import(f.import, wire);
             let topic_id = d.wants.get(f.want).map_or(0, |w| w.topic_id);
-            if refused || late {
+            // A try that expires before it is established is given up like a late one: a
+            // sender claiming a short period must not get its address tried again sooner.
+            if refused || late || !f.established {
                 d.counts.given_up += 1;
                 if d.cooldown.len() == COOLDOWN {
                     d.cooldown.remove(0);
