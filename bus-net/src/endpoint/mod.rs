@@ -914,6 +914,9 @@ impl Endpoint {
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
                     push_event(&mut self.events, Event::SubscribersChanged { topic_id });
+                    if matches!(control, Control::Subscribe { .. }) {
+                        self.offer_group(topic_id, src);
+                    }
                     let late_join = self.exports.iter().any(|e| {
                         e.spec.topic_id == topic_id
                             && e.reliable.as_ref().is_some_and(|r| r.late_join() > 0)
