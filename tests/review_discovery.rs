@@ -1067,12 +1067,24 @@ type Counter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 /// A bridge importing `Quote` from `publisher` (receiving its group unless `unicast`), with
 /// counters of all the quotes it takes and of the forged ones.
 fn importer(publisher: SocketAddr, unicast: bool) -> (RunningBus, Counter, Counter) {
+    importer_keyed(publisher, unicast, None)
+}
+
+/// As [`importer`], with pre-shared key `key` (sealing data too) if any.
+fn importer_keyed(
+    publisher: SocketAddr,
+    unicast: bool,
+    key: Option<[u8; 32]>,
+) -> (RunningBus, Counter, Counter) {
     let mut config = llbus_net::BridgeConfig::default();
     config.multicast.receive = !unicast;
-    let bridge = Bridge::bind_with(SocketAddr::from(([127, 0, 0, 1], 0)), config)
+    let mut bridge = Bridge::bind_with(SocketAddr::from(([127, 0, 0, 1], 0)), config)
         .unwrap()
-        .name("sub")
-        .import::<Quote>(publisher);
+        .name("sub");
+    if let Some(key) = key {
+        bridge = bridge.psk(key, true);
+    }
+    let bridge = bridge.import::<Quote>(publisher);
     let all = Counter::default();
     let forged = Counter::default();
     let mut bus = Bus::builder();
@@ -1089,10 +1101,19 @@ fn importer(publisher: SocketAddr, unicast: bool) -> (RunningBus, Counter, Count
 /// A bridge exporting `Quote` to multicast group `group` (and by unicast to subscribers that
 /// do not receive it), fed every 2 ms.
 fn multicast_publisher(group: SocketAddr) -> (RunningBus, SocketAddr) {
-    let bridge = Bridge::bind("127.0.0.1:0")
-        .unwrap()
-        .name("pub")
-        .export_multicast::<Quote>(group);
+    multicast_publisher_keyed(group, None)
+}
+
+/// As [`multicast_publisher`], with pre-shared key `key` (sealing data too) if any.
+fn multicast_publisher_keyed(
+    group: SocketAddr,
+    key: Option<[u8; 32]>,
+) -> (RunningBus, SocketAddr) {
+    let mut bridge = Bridge::bind("127.0.0.1:0").unwrap().name("pub");
+    if let Some(key) = key {
+        bridge = bridge.psk(key, true);
+    }
+    let bridge = bridge.export_multicast::<Quote>(group);
     let addr = bridge.local_addr();
     let mut bus = Bus::builder();
     bus.actor("feed", |s: &mut Setup<'_>| Feed {
@@ -1128,14 +1149,14 @@ fn le(bytes: &[u8], at: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// SECURITY.md ("Forged multicast data"): without a key, "every group datagram ends with the
-/// export's group token ... told only to admitted subscribers ...; a group datagram without it
-/// is dropped"; the brief: an off-path forger sending to the group with the publisher's source
-/// address cannot inject. A host that merely joins the group (no subscription, no allowlist:
-/// joining a group takes no permission) must not be able to inject quotes into a subscriber.
+/// SECURITY.md ("Forged multicast data"): without a key, multicast data is as open as the
+/// group (its group token travels in clear, so a host that joins the group can read it and
+/// inject); with a key, group datagrams are sealed. The brief: an off-path forger sending to
+/// the group with the publisher's source address cannot inject. A host that merely joins the
+/// group of a keyed export (no subscription, no key) must not be able to inject quotes into a
+/// subscriber by replaying what it overhears with its own payload.
 #[test]
 #[cfg_attr(miri, ignore)]
-#[ignore = "finding: every group datagram carries the group token in clear: any host that joins the group reads it and injects data under the publisher's address"]
 fn a_host_that_only_joins_the_group_cannot_inject_requires_root() {
     let Some(mut raw) = tests::spoof::RawSender::for_test("a_host_that_only_joins_the_group")
     else {
@@ -1143,8 +1164,9 @@ fn a_host_that_only_joins_the_group_cannot_inject_requires_root() {
     };
     raw.multicast_via(Ipv4Addr::LOCALHOST).unwrap();
     let Some(data_group) = group(14) else { return };
-    let (publisher, pub_addr) = multicast_publisher(data_group);
-    let (sub, all, forged) = importer(pub_addr, false);
+    let key = Some([0x4b; 32]);
+    let (publisher, pub_addr) = multicast_publisher_keyed(data_group, key);
+    let (sub, all, forged) = importer_keyed(pub_addr, false, key);
     wait_for("quotes arriving", 20, || {
         all.load(std::sync::atomic::Ordering::Relaxed) > 100
     });
@@ -1180,8 +1202,12 @@ fn a_host_that_only_joins_the_group_cannot_inject_requires_root() {
     let report = sub.join().expect("subscriber stops cleanly");
     println!(
         "overheard token {token:#018x} (session {session:#x}, seq {seq}); {injected} of 50 \
-         forged quotes delivered; bad_token {}",
-        metric(&report, "sub", "bad_token")
+         forged quotes delivered; drop.bad_mac {}",
+        metric(&report, "sub", "drop.bad_mac")
+    );
+    assert!(
+        metric(&report, "sub", "drop.bad_mac") > 0,
+        "the premise: the forged datagrams arrived"
     );
     assert_eq!(injected, 0, "a group listener injected {injected} quotes");
 }
