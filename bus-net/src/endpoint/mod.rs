@@ -814,7 +814,14 @@ impl Endpoint {
         self.publisher.admit_nak(&nak, src, now_ns)?;
         let by_group = self.repairs_by_group(i, &nak, src);
         if by_group && self.repair_pending(i, &nak, now_ns) {
-            return Ok(()); // Already being repaired on the group: suppressed.
+            // Already being repaired on the group: suppressed, but charged to the NAKer's
+            // host as a header per message, so that repeating it is not free.
+            let cost = nak.len().saturating_mul(HEADER_LEN as u64);
+            let budgets = self.publisher.budgets_mut();
+            if !budgets.take(src.ip(), cost, now_ns) {
+                return Err(DropReason::RateLimited);
+            }
+            return Ok(());
         }
         let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable.as_mut()) else {
             return Err(DropReason::UnknownTopic);

@@ -224,13 +224,23 @@ impl Endpoint {
         if nak.len() > REPAIRS as u64 {
             return false;
         }
-        let covered = (nak.first..=nak.last).all(|seq| {
-            export.repairs.iter().any(|&(_, s)| s == seq)
-                || export
-                    .repaired
-                    .iter()
-                    .any(|&(s, at)| s == seq && now_ns < at.saturating_add(REPAIR_HOLD_NS))
-        });
+        // One pass over the pending and recent repairs, marking the range's messages in a
+        // bitmap: linear, so that a NAK repeated as fast as it can be sent costs little.
+        let mut marked = [0u64; REPAIRS.div_ceil(64)];
+        let recent = export
+            .repaired
+            .iter()
+            .filter(|&&(_, at)| now_ns < at.saturating_add(REPAIR_HOLD_NS))
+            .map(|&(s, _)| s);
+        for seq in export.repairs.iter().map(|&(_, s)| s).chain(recent) {
+            if let Some(bit) = seq.checked_sub(nak.first).filter(|&b| seq <= nak.last) {
+                if let Some(word) = marked.get_mut((bit / 64) as usize) {
+                    *word |= 1 << (bit % 64);
+                }
+            }
+        }
+        let count: u64 = marked.iter().map(|w| u64::from(w.count_ones())).sum();
+        let covered = count == nak.len();
         if covered {
             self.group_repair_counts.suppressed += 1;
         }
