@@ -714,8 +714,14 @@ fn a_query_to_the_group_draws_no_more_bytes_than_it() {
          {announced} announcements to the group",
         query.len()
     );
-    assert!(got.is_empty(), "a query to the group answered to its source");
-    assert!(announced >= 1, "the query to the group brought no announcement");
+    assert!(
+        got.is_empty(),
+        "a query to the group answered to its source"
+    );
+    assert!(
+        announced >= 1,
+        "the query to the group brought no announcement"
+    );
 }
 
 /// SECURITY.md ("Reflection and amplification"): every answer to a Subscribe is as long as
@@ -1103,10 +1109,7 @@ fn multicast_publisher(group: SocketAddr) -> (RunningBus, SocketAddr) {
 }
 
 /// As [`multicast_publisher`], with pre-shared key `key` (sealing data too) if any.
-fn multicast_publisher_keyed(
-    group: SocketAddr,
-    key: Option<[u8; 32]>,
-) -> (RunningBus, SocketAddr) {
+fn multicast_publisher_keyed(group: SocketAddr, key: Option<[u8; 32]>) -> (RunningBus, SocketAddr) {
     let mut bridge = Bridge::bind("127.0.0.1:0").unwrap().name("pub");
     if let Some(key) = key {
         bridge = bridge.psk(key, true);
@@ -1715,10 +1718,8 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64) {
 /// against the other subscribers. An admitted subscriber repeating one NAK of 1024 messages
 /// as fast as it can must leave the genuine subscriber served at least half as fast as
 /// without the NAKs, as it is for a unicast reliable export under the same NAKs.
-/// Timing on a shared machine is noisy: before the fix, three runs measured the genuine
-/// subscriber's rate under the NAKs at 0.24, 0.02 and 0.44 of its quiet rate with a group,
-/// against 0.43, 0.30 and 1.39 for the unicast export in the same runs (a debug build of the
-/// library); after it, 0.69 and 0.57 with a group against 0.83 and 0.68 for unicast.
+/// Timing on a shared machine is noisy, hence the loose bound (half the quiet rate); a
+/// suppression check that is unbudgeted and quadratic falls far below it.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn suppressed_naks_cannot_starve_the_publisher() {

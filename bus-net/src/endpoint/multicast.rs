@@ -233,7 +233,7 @@ impl Endpoint {
             .filter(|&&(_, at)| now_ns < at.saturating_add(REPAIR_HOLD_NS))
             .map(|&(s, _)| s);
         for seq in export.repairs.iter().map(|&(_, s)| s).chain(recent) {
-            if let Some(bit) = seq.checked_sub(nak.first).filter(|&b| seq <= nak.last) {
+            if let Some(bit) = seq.checked_sub(nak.first).filter(|_| seq <= nak.last) {
                 if let Some(word) = marked.get_mut((bit / 64) as usize) {
                     *word |= 1 << (bit % 64);
                 }
