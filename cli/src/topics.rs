@@ -6,8 +6,8 @@
 //! would be refused.
 //!
 //! Everything printed comes from the network, so names are escaped (`text`), and what the
-//! listener keeps is bounded (at most [`MAX_PUBLISHERS`] publishers, of at most what one
-//! datagram holds each).
+//! listener keeps is bounded (at most [`MAX_PUBLISHERS`] publishers, each with what one
+//! announcement cycle names, a datagram per part, and at most [`MAX_TOPICS`] topics in all).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -22,6 +22,8 @@ use crate::text;
 
 /// Publishers remembered at most (the rest are counted, not listed).
 const MAX_PUBLISHERS: usize = 1024;
+/// Topics remembered at most, all publishers together (the rest are counted, not listed).
+const MAX_TOPICS: usize = 65_536;
 
 /// Where to listen and ask.
 #[derive(Debug, clap::Args)]
@@ -60,8 +62,19 @@ struct Publisher {
     session: u64,
     uptime_ms: u64,
     group: Option<SocketAddr>,
-    /// `(topic id, fingerprint, reliable, name)` of every part heard.
-    topics: Vec<(u64, u64, bool, String)>,
+    /// `(topic id, fingerprint, reliable, name)` of each part of its announcement, as last
+    /// heard: a part replaces what that part named before, so what is kept is one
+    /// announcement cycle, however many parts are sent.
+    parts: Vec<Vec<Entry>>,
+}
+
+/// A topic as announced: `(topic id, fingerprint, reliable, name)`.
+type Entry = (u64, u64, bool, String);
+
+impl Publisher {
+    fn topics(&self) -> impl Iterator<Item = &Entry> + '_ {
+        self.parts.iter().flatten()
+    }
 }
 
 /// What was heard, by data address.
@@ -71,6 +84,10 @@ struct Heard {
     malformed: u64,
     sealed: u64,
     over: u64,
+    /// Topics kept, all publishers together (at most [`MAX_TOPICS`]).
+    kept: usize,
+    /// Topics not kept: over [`MAX_TOPICS`].
+    topics_over: u64,
 }
 
 impl Heard {
@@ -106,21 +123,39 @@ impl Heard {
                 session: a.session,
                 uptime_ms: a.uptime_ms,
                 group: a.group,
-                topics: Vec::new(),
+                parts: Vec::new(),
             });
             if p.session != a.session {
                 // Restarted: what the old session announced is gone.
-                p.topics.clear();
+                self.kept -= p.topics().count();
+                p.parts.clear();
             }
             p.session = a.session;
             p.uptime_ms = a.uptime_ms;
             p.group = a.group;
+            // As many parts as this announcement says (the parts beyond are forgotten); this
+            // part's topics replace what it named before.
+            for gone in p.parts.drain(usize::from(a.parts).min(p.parts.len())..) {
+                self.kept -= gone.len();
+            }
+            p.parts.resize_with(usize::from(a.parts), Vec::new);
+            let Some(part) = p.parts.get_mut(usize::from(a.part)) else {
+                continue; // Cannot happen: a part is below its count (checked at decode).
+            };
+            self.kept -= part.len();
+            part.clear();
             for t in a.topics() {
                 let name = String::from_utf8_lossy(t.name).into_owned();
                 let entry = (t.topic_id, t.fingerprint, t.reliable, name);
-                if !p.topics.contains(&entry) {
-                    p.topics.push(entry);
+                if part.contains(&entry) {
+                    continue;
                 }
+                if self.kept >= MAX_TOPICS {
+                    self.topics_over += 1;
+                    continue;
+                }
+                part.push(entry);
+                self.kept += 1;
             }
         }
     }
@@ -252,7 +287,7 @@ impl Topic<'_> {
 fn by_topic(heard: &Heard) -> Vec<Topic<'_>> {
     let mut topics: BTreeMap<(&str, u64), Topic<'_>> = BTreeMap::new();
     for (&addr, p) in &heard.publishers {
-        for (topic_id, fingerprint, reliable, name) in &p.topics {
+        for (topic_id, fingerprint, reliable, name) in p.topics() {
             topics
                 .entry((name.as_str(), *topic_id))
                 .or_insert_with(|| Topic {
@@ -295,6 +330,7 @@ fn render(heard: &Heard, json: bool) -> String {
             "malformed": heard.malformed,
             "sealed": heard.sealed,
             "not_listed": heard.over,
+            "topics_not_listed": heard.topics_over,
         });
         return text::json(&value) + "\n";
     }
@@ -346,6 +382,12 @@ fn render(heard: &Heard, json: bool) -> String {
         out.push_str(&format!(
             "({} malformed datagrams, {} publishers not listed)\n",
             heard.malformed, heard.over
+        ));
+    }
+    if heard.topics_over > 0 {
+        out.push_str(&format!(
+            "({} topics not listed: over {MAX_TOPICS})\n",
+            heard.topics_over
         ));
     }
     out

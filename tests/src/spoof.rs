@@ -57,6 +57,31 @@ impl RawSender {
         }
     }
 
+    /// Makes datagrams to a multicast group leave by the interface of `ip` (`127.0.0.1`: the
+    /// loopback interface, where this host's members of the group hear them).
+    ///
+    /// # Errors
+    /// What `setsockopt(2)` returns.
+    pub fn multicast_via(&self, ip: std::net::Ipv4Addr) -> io::Result<()> {
+        let addr = libc::in_addr {
+            s_addr: u32::from_ne_bytes(ip.octets()),
+        };
+        // SAFETY: `addr` is a live `in_addr` of the size given; the kernel only reads it.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_IF,
+                std::ptr::from_ref(&addr).cast(),
+                std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Sends `payload` as one UDP datagram from `src` to `dst` (any source, port 0 included).
     ///
     /// # Errors

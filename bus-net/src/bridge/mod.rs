@@ -27,7 +27,7 @@ use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
 pub use wire::SocketWire;
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -702,6 +702,7 @@ impl Parts {
             self.endpoint
                 .set_multicast(group.is_ipv4(), multicast.ttl, interface)
                 .map_err(|e| format!("cannot send to the multicast group {group}: {e}"))?;
+            self.check_v6_multicast(group, interface, "multicast data");
         }
         let Some(discovery) = &self.config.discovery else {
             return Ok(());
@@ -730,6 +731,23 @@ impl Parts {
             )
             })?;
         self.group = Some(socket);
+        self.check_v6_multicast(group, interface, "discovery");
         Ok(())
+    }
+
+    /// Reports (in the status: the bridge still starts, and its unicast peers still work)
+    /// an IPv6 `group` whose datagrams would go nowhere, silently: its interface (the one
+    /// with address `interface`) carries no multicast, as Linux's `lo` by default.
+    fn check_v6_multicast(&self, group: SocketAddr, interface: Option<IpAddr>, what: &str) {
+        let Some(IpAddr::V6(address)) = interface.filter(|_| group.is_ipv6()) else {
+            return;
+        };
+        if let Some((_, false)) = crate::io::v6_interface(address) {
+            self.status.report(format!(
+                "{what} on the IPv6 group {group} cannot work from {address}: its interface \
+                 carries no multicast (Linux's loopback interface does not); bind the bridge \
+                 to another interface's address or to [::], or name unicast peers"
+            ));
+        }
     }
 }

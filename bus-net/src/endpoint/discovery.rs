@@ -34,6 +34,9 @@ use crate::{
 const COOLDOWN: usize = 64;
 /// Missed announcement periods after which a publisher is forgotten.
 const MISSED: u64 = 3;
+/// The shortest time between two announcements brought forward by queries heard on the
+/// discovery group (ns).
+const EARLY_GAP: u64 = 1_000_000_000;
 /// The shortest and longest announcement periods believed (ms): a sender cannot make its
 /// entry last forever, nor expire at once.
 const PERIOD_MS: (u64, u64) = (100, 3_600_000);
@@ -65,9 +68,10 @@ pub struct DiscoveryCounts {
     pub queries_answered: u64,
     /// Publishers followed (imports added).
     pub found: u64,
-    /// Publishers forgotten after missed announcements (imports removed).
+    /// Established publishers forgotten after missed announcements (imports removed).
     pub lost: u64,
-    /// Tries given up: refused, or not established in time.
+    /// Tries given up: refused, not established in time, or forgotten (missed
+    /// announcements) before they were established.
     pub given_up: u64,
     /// Publishers announced and not tried: over a cap, or given up on recently.
     pub ignored: u64,
@@ -88,6 +92,9 @@ struct Found {
     import: usize,
     /// When it is forgotten unless it announces again.
     expires: u64,
+    /// How long (ns) an announcement keeps it followed: three of the period it was first
+    /// followed with, which a later announcement (forged, perhaps) cannot shorten.
+    keep: u64,
     /// When the subscription was tried, or last stopped being established.
     tried: u64,
     /// Whether the subscription is established.
@@ -109,6 +116,10 @@ pub(crate) struct Discovery {
     seq: u64,
     start: Option<u64>,
     next_announce: u64,
+    /// When an announcement brought forward by a query on the group is due (`u64::MAX`:
+    /// none), and when the last one was.
+    early: u64,
+    last_early: u64,
     /// Where each part of an announcement starts, in entries (reused).
     parts: Vec<usize>,
     /// An announcement's payload being built.
@@ -142,6 +153,18 @@ fn entries<'a>(
         .filter(|e| e.3.len() <= MAX_ANNOUNCED_NAME)
 }
 
+/// Whether `data` is this endpoint's own data address `local` (bound to an unspecified IP:
+/// the same port on a loopback address). A Subscribe carrying this endpoint's own session is
+/// refused too, for the addresses of its other interfaces.
+fn is_own(local: SocketAddr, data: SocketAddr) -> bool {
+    let (local, data) = (
+        crate::session::canonical(local),
+        crate::session::canonical(data),
+    );
+    data.port() == local.port()
+        && (data.ip() == local.ip() || (local.ip().is_unspecified() && data.ip().is_loopback()))
+}
+
 impl Endpoint {
     /// Turns discovery on: announces the exports (data address `local`; an unspecified IP
     /// means the announcements' source) as `config` says, and imports each topic of `wants`
@@ -163,6 +186,8 @@ impl Endpoint {
             seq: 0,
             start: None,
             next_announce: 0,
+            early: u64::MAX,
+            last_early: 0,
             parts: Vec::new(),
             scratch: vec![0; self.max_datagram],
             counts: DiscoveryCounts::default(),
@@ -189,7 +214,9 @@ impl Endpoint {
         if session == Some(self.session) {
             return;
         }
+        self.by_discovery_group = true;
         self.handle(datagram, src, now_ns, wire, sink);
+        self.by_discovery_group = false;
     }
 
     /// What discovery did; `None` if it is off.
@@ -215,11 +242,12 @@ impl Endpoint {
     /// When discovery next has something to do.
     pub(crate) fn discovery_deadline(&self) -> u64 {
         self.discovery.as_ref().map_or(u64::MAX, |d| {
+            let next = d.next_announce.min(d.early);
             if d.found.is_empty() {
-                d.next_announce
+                next
             } else {
                 // Tries and expiries are checked at the housekeeping rate at least.
-                d.next_announce.min(self.next_housekeeping)
+                next.min(self.next_housekeeping)
             }
         })
     }
@@ -255,12 +283,14 @@ impl Endpoint {
             return Err(DropReason::NotAllowed);
         }
         let data = announce.data_from(src).ok_or(DropReason::BadSource)?;
-        if !is_answerable(data) {
+        if !is_answerable(data) || is_own(d.local, data) {
+            // Following ourselves would feed our bus a second copy of what it publishes.
             return Err(DropReason::BadSource);
         }
         d.counts.announcements_in += 1;
         let period = u64::from(announce.period_ms).clamp(PERIOD_MS.0, PERIOD_MS.1);
-        let expires = now_ns.saturating_add(MISSED * period * 1_000_000);
+        let keep = MISSED * period * 1_000_000;
+        let expires = now_ns.saturating_add(keep);
         for topic in announce.topics() {
             for want in 0..d.wants.len() {
                 let Some(spec) = d.wants.get(want).filter(|w| w.topic_id == topic.topic_id) else {
@@ -272,8 +302,10 @@ impl Endpoint {
                     .find(|f| f.want == want && f.data == data)
                 {
                     // Known: still there (a new session is a restart, which the import's
-                    // machine follows by itself).
-                    f.expires = expires;
+                    // machine follows by itself). Its expiry only ever moves later, by the
+                    // period it was first followed with: an announcement claiming a shorter
+                    // period cannot make it expire early.
+                    f.expires = f.expires.max(now_ns.saturating_add(f.keep));
                     f.session = announce.session;
                     continue;
                 }
@@ -311,6 +343,7 @@ impl Endpoint {
                     session: announce.session,
                     import,
                     expires,
+                    keep,
                     tried: now_ns,
                     established: false,
                 });
@@ -330,8 +363,10 @@ impl Endpoint {
     }
 
     /// A query from `src`: answered, to `src` alone, with one announcement of the topics it
-    /// asks for that fit in `budget` bytes (the query datagram's length; spent, so that one
-    /// datagram is answered once), at most as often as the per-source limit allows.
+    /// asks for that fit in `budget` bytes (the query datagram's length if the query is alone
+    /// in it, else 0; spent, so that one datagram is answered once), at most as often as the
+    /// per-source limit allows. A query heard on the discovery group is not answered: it
+    /// brings the next announcement to the group forward.
     pub(crate) fn on_query(
         &mut self,
         frame: &Frame<'_>,
@@ -353,8 +388,17 @@ impl Endpoint {
         if !self.config.allow.contains(src.ip()) {
             return Err(DropReason::NotAllowed);
         }
+        if self.by_discovery_group {
+            // Every member of the group hears a query sent to it: answering would send its
+            // source one answer per member. The group is served by an announcement to the
+            // group instead, brought forward (at most once per `EARLY_GAP`).
+            if now_ns >= d.last_early.saturating_add(EARLY_GAP) || d.last_early == 0 {
+                d.early = d.early.min(now_ns);
+            }
+            return Ok(());
+        }
         if room == 0 {
-            return Ok(()); // The datagram's first query was answered already.
+            return Ok(()); // Not alone in its datagram.
         }
         if !d.limiter.allow(src.ip(), now_ns) {
             return Err(DropReason::RateLimited);
@@ -435,9 +479,17 @@ impl Endpoint {
         self.tend(&mut d, now_ns, wire);
         if now_ns >= d.next_announce {
             d.next_announce = now_ns.saturating_add(nanos(d.config.announce_every));
+            d.early = u64::MAX;
             self.discovery = Some(d);
             self.announce(now_ns, wire);
             self.query(now_ns, wire);
+            return;
+        }
+        if now_ns >= d.early {
+            d.early = u64::MAX;
+            d.last_early = now_ns;
+            self.discovery = Some(d);
+            self.announce(now_ns, wire);
             return;
         }
         self.discovery = Some(d);
@@ -471,7 +523,9 @@ impl Endpoint {
             let f = d.found.swap_remove(i);
             self.remove_import(f.import, wire);
             let topic_id = d.wants.get(f.want).map_or(0, |w| w.topic_id);
-            if refused || late {
+            // A try that expires before it is established is given up like a late one: a
+            // sender claiming a short period must not get its address tried again sooner.
+            if refused || late || !f.established {
                 d.counts.given_up += 1;
                 if d.cooldown.len() == COOLDOWN {
                     d.cooldown.remove(0);

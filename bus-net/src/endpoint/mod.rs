@@ -252,6 +252,8 @@ pub struct Endpoint {
     offers: Vec<(u64, SocketAddr)>,
     /// Whether the datagram being handled arrived on a multicast group's socket.
     by_group: bool,
+    /// Whether the datagram being handled arrived on the discovery group's socket.
+    by_discovery_group: bool,
     group_repair_counts: multicast::GroupRepairCounts,
 }
 
@@ -402,6 +404,7 @@ impl Endpoint {
             discovery: None,
             offers: Vec::with_capacity(recv_max / HEADER_LEN + 1),
             by_group: false,
+            by_discovery_group: false,
             group_repair_counts: multicast::GroupRepairCounts::default(),
             entropy,
             wall: crate::realtime_ns,
@@ -570,8 +573,18 @@ impl Endpoint {
         let lone = (frames.len() == 1).then_some(datagram.len());
         // A datagram is counted under one drop reason at most: its first.
         let mut dropped = None;
-        let mut query_budget = datagram.len();
+        // A query is answered only alone in its datagram: beside other frames, its answer
+        // and theirs would be two datagrams for one.
+        let mut query_budget = if frames.remaining() == 1 {
+            datagram.len()
+        } else {
+            0
+        };
         for frame in frames {
+            if !self.takes(frame.header.kind) {
+                dropped.get_or_insert(DropReason::UnknownSender);
+                continue;
+            }
             let result = match frame.header.kind {
                 Kind::Data | Kind::Fragment => self.on_data(&frame, src, token, now_ns, sink),
                 Kind::Nak => self.on_nak(&frame, src, now_ns, wire),
@@ -602,6 +615,23 @@ impl Endpoint {
         self.send_replies(wire, datagram.len());
         self.send_joins(wire, now_ns);
         self.send_group_offers(wire);
+    }
+
+    /// Whether a frame of `kind` is taken from the socket the datagram being handled came by.
+    /// A group's socket takes only what is sent to that group (announcements and queries on
+    /// the discovery group, a publisher's stream on a data group), so that nothing sent to a
+    /// group draws an answer from every member.
+    fn takes(&self, kind: Kind) -> bool {
+        if self.by_discovery_group {
+            matches!(kind, Kind::Announce | Kind::Query)
+        } else if self.by_group {
+            matches!(
+                kind,
+                Kind::Data | Kind::Fragment | Kind::Heartbeat | Kind::Unavailable
+            )
+        } else {
+            true
+        }
     }
 
     /// Sends the answers to one datagram of `request_len` bytes, packed into as few datagrams
@@ -822,7 +852,14 @@ impl Endpoint {
         self.publisher.admit_nak(&nak, src, now_ns)?;
         let by_group = self.repairs_by_group(i, &nak, src);
         if by_group && self.repair_pending(i, &nak, now_ns) {
-            return Ok(()); // Already being repaired on the group: suppressed.
+            // Already being repaired on the group: suppressed, but charged to the NAKer's
+            // host as a header per message, so that repeating it is not free.
+            let cost = nak.len().saturating_mul(HEADER_LEN as u64);
+            let budgets = self.publisher.budgets_mut();
+            if !budgets.take(src.ip(), cost, now_ns) {
+                return Err(DropReason::RateLimited);
+            }
+            return Ok(());
         }
         let Some(history) = self.exports.get_mut(i).and_then(|e| e.reliable.as_mut()) else {
             return Err(DropReason::UnknownTopic);
@@ -898,6 +935,11 @@ impl Endpoint {
         now_ns: u64,
     ) -> Result<(), DropReason> {
         match control {
+            // Our own Subscribe, sent to ourselves (an announcement naming one of our
+            // addresses): answering would loop our own messages back into our bus.
+            Control::Subscribe { session, .. } if *session == self.session => {
+                Err(DropReason::Replayed)
+            }
             Control::Subscribe { .. } | Control::Unsubscribe { .. } => {
                 let (exports, directs) = (&self.exports, &self.directs);
                 let last_seq =
@@ -917,6 +959,9 @@ impl Endpoint {
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
                     push_event(&mut self.events, Event::SubscribersChanged { topic_id });
+                    if matches!(control, Control::Subscribe { .. }) {
+                        self.offer_group(topic_id, src);
+                    }
                     let late_join = self.exports.iter().any(|e| {
                         e.spec.topic_id == topic_id
                             && e.reliable.as_ref().is_some_and(|r| r.late_join() > 0)

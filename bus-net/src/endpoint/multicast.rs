@@ -102,8 +102,7 @@ impl Endpoint {
     }
 
     /// After a `Subscribe` was handled: records whether the subscriber receives the topic's
-    /// group, and if it is subscribed to an export with a group, queues the `Group` frame
-    /// that tells it the group.
+    /// group.
     pub(crate) fn on_subscribe_group(&mut self, control: &Control, src: SocketAddr, group: bool) {
         let Control::Subscribe { topic_id, .. } = *control else {
             return;
@@ -115,11 +114,21 @@ impl Endpoint {
         if !has_group {
             return;
         }
-        let subscribed = self
-            .publisher
+        self.publisher
             .subscribers_mut()
             .set_via_group(src, topic_id, group);
-        if subscribed && self.offers.len() < self.offers.capacity() {
+    }
+
+    /// A subscriber of `topic_id` at `src` was admitted (new, or restarted): if the topic's
+    /// export has a group, queues the `Group` frame that tells it the group, once per
+    /// datagram. Renewals draw none: a renewal's answers fill all the room its request allows.
+    pub(crate) fn offer_group(&mut self, topic_id: u64, src: SocketAddr) {
+        let has_group = self
+            .exports
+            .iter()
+            .any(|e| e.spec.topic_id == topic_id && e.spec.group.is_some());
+        let queued = self.offers.contains(&(topic_id, src));
+        if has_group && !queued && self.offers.len() < self.offers.capacity() {
             self.offers.push((topic_id, src));
         }
     }
@@ -215,13 +224,23 @@ impl Endpoint {
         if nak.len() > REPAIRS as u64 {
             return false;
         }
-        let covered = (nak.first..=nak.last).all(|seq| {
-            export.repairs.iter().any(|&(_, s)| s == seq)
-                || export
-                    .repaired
-                    .iter()
-                    .any(|&(s, at)| s == seq && now_ns < at.saturating_add(REPAIR_HOLD_NS))
-        });
+        // One pass over the pending and recent repairs, marking the range's messages in a
+        // bitmap: linear, so that a NAK repeated as fast as it can be sent costs little.
+        let mut marked = [0u64; REPAIRS.div_ceil(64)];
+        let recent = export
+            .repaired
+            .iter()
+            .filter(|&&(_, at)| now_ns < at.saturating_add(REPAIR_HOLD_NS))
+            .map(|&(s, _)| s);
+        for seq in export.repairs.iter().map(|&(_, s)| s).chain(recent) {
+            if let Some(bit) = seq.checked_sub(nak.first).filter(|_| seq <= nak.last) {
+                if let Some(word) = marked.get_mut((bit / 64) as usize) {
+                    *word |= 1 << (bit % 64);
+                }
+            }
+        }
+        let count: u64 = marked.iter().map(|w| u64::from(w.count_ones())).sum();
+        let covered = count == nak.len();
         if covered {
             self.group_repair_counts.suppressed += 1;
         }

@@ -8,7 +8,8 @@
 //! which the endpoint recognises by their session and ignores). An IPv4 group is joined on the
 //! interface named by one of its addresses (`127.0.0.1` for the loopback interface, which
 //! works even where `lo` has no multicast flag), or the system's choice; an IPv6 group on the
-//! system's choice.
+//! interface that has the IPv6 address given (which must carry multicast: Linux's `lo` does
+//! not by default, so `::1` cannot reach an IPv6 group), or the system's choice.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -20,8 +21,7 @@ use super::socket::{SocketConfig, UdpEndpoint};
 impl UdpEndpoint {
     /// A non-blocking socket that receives what is sent to `group`: bound to the group's
     /// address and port (shared with other sockets of the host), and a member of the group on
-    /// `interface` (IPv4: one of the interface's addresses; `None`, or an
-    /// IPv6 group: the system's choice).
+    /// `interface` (one of the interface's addresses; `None`: the system's choice).
     ///
     /// # Errors
     /// `group` is not a multicast address, or creating, binding or joining failed (no route
@@ -66,14 +66,14 @@ impl UdpEndpoint {
         }
         match group.ip() {
             IpAddr::V4(g) => socket.join_multicast_v4(&g, &v4_interface(interface))?,
-            IpAddr::V6(g) => socket.join_multicast_v6(&g, 0)?,
+            IpAddr::V6(g) => socket.join_multicast_v6(&g, v6_index(interface))?,
         }
         UdpEndpoint::from_bound(socket)
     }
 
     /// Makes this socket's datagrams to a multicast group of `family`'s leave with `ttl` (IPv6:
-    /// hop limit) by `interface` (IPv4: one of its addresses; `None`: the system's choice),
-    /// and loop back to this host's members.
+    /// hop limit) by `interface` (one of its addresses; `None`: the system's choice), and
+    /// loop back to this host's members.
     ///
     /// # Errors
     /// The socket refused an option.
@@ -93,9 +93,66 @@ impl UdpEndpoint {
         } else {
             socket.set_multicast_hops_v6(ttl)?;
             socket.set_multicast_loop_v6(true)?;
+            let index = v6_index(interface);
+            if index != 0 {
+                socket.set_multicast_if_v6(index)?;
+            }
         }
         Ok(())
     }
+}
+
+/// The index of the interface with IPv6 address `interface` (0: the system's choice).
+fn v6_index(interface: Option<IpAddr>) -> u32 {
+    match interface {
+        Some(IpAddr::V6(a)) => v6_interface(a).map_or(0, |(index, _)| index),
+        _ => 0,
+    }
+}
+
+/// The index of the interface that has IPv6 address `ip`, and whether it carries multicast
+/// (`IFF_MULTICAST`); `None` if no interface has it, or the list cannot be read.
+#[cfg(target_os = "linux")]
+pub(crate) fn v6_interface(ip: Ipv6Addr) -> Option<(u32, bool)> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `getifaddrs` writes the head of a list it allocates (freed below) into `list`.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut node = list;
+    while !node.is_null() {
+        // SAFETY: `node` is a node of the list `getifaddrs` returned, not freed yet.
+        let ifa = unsafe { &*node };
+        node = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null `ifa_addr` points to a socket address of the family it names.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) != libc::AF_INET6 {
+            continue;
+        }
+        // SAFETY: an `AF_INET6` socket address is a `sockaddr_in6`.
+        let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+        if Ipv6Addr::from(sin6.sin6_addr.s6_addr) != ip {
+            continue;
+        }
+        // SAFETY: `ifa_name` is the NUL-terminated name of this node's interface.
+        let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+        #[allow(clippy::cast_sign_loss)] // A flag bit: positive.
+        let multicast = ifa.ifa_flags & (libc::IFF_MULTICAST as u32) != 0;
+        found = (index != 0).then_some((index, multicast));
+        break;
+    }
+    // SAFETY: `list` came from `getifaddrs` and is freed once, after its last use.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// Elsewhere the system's choice is left alone.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn v6_interface(_ip: Ipv6Addr) -> Option<(u32, bool)> {
+    None
 }
 
 /// The IPv4 interface address of `interface` (unspecified: the system's choice).

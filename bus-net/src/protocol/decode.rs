@@ -45,7 +45,8 @@ pub enum DropReason {
     /// A frame whose schema fingerprint differs from the local type's.
     FingerprintMismatch,
     /// A frame from an address this side has no business with (data from a host it did not
-    /// subscribe to, an acknowledgement it did not ask for).
+    /// subscribe to, an acknowledgement it did not ask for), or on a group's socket a frame
+    /// that is not sent to that group.
     UnknownSender,
     /// A subscribe that would exceed the subscriber table's capacity.
     TableFull,
@@ -68,7 +69,8 @@ pub enum DropReason {
     /// side sent: forged by someone who did not see the request.
     BadNonce,
     /// With a pre-shared key: a sealed datagram whose packet number was seen before or is
-    /// older than the replay window, or that claims the receiver's own session (reflected).
+    /// older than the replay window, or that claims the receiver's own session (reflected);
+    /// with or without a key, a `Subscribe` carrying the receiver's own session.
     Replayed,
     /// A fragment whose fields disagree (index out of range, count or piece length
     /// inconsistent with the total and chunk, or with the other fragments of its message).

@@ -260,7 +260,7 @@ impl HostBudgets {
     }
 
     /// Takes `bytes` from `host`'s budget if it has them; `false` (and nothing taken) if not.
-    fn take(&mut self, host: IpAddr, bytes: u64, now_ns: u64) -> bool {
+    pub(crate) fn take(&mut self, host: IpAddr, bytes: u64, now_ns: u64) -> bool {
         let b = self.refill(host, now_ns);
         if bytes <= b.tokens {
             b.tokens -= bytes;
