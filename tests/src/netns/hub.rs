@@ -32,6 +32,9 @@ pub struct WireCounts {
     pub unicast_in: u64,
     /// Packets leaving it that the shaping dropped.
     pub lost_out: u64,
+    /// Packets on their way to it that the shaping dropped: a multicast packet lost on the
+    /// way out of its sender counts once for every namespace that would have received it.
+    pub lost_in: u64,
 }
 
 #[derive(Default)]
@@ -40,6 +43,7 @@ struct Counters {
     multicast_refused: AtomicU64,
     unicast_in: AtomicU64,
     lost_out: AtomicU64,
+    lost_in: AtomicU64,
 }
 
 /// Per namespace: its shaping and whether it drops multicast.
@@ -183,6 +187,7 @@ impl Hosts {
             multicast_refused: c.multicast_refused.load(Ordering::Relaxed),
             unicast_in: c.unicast_in.load(Ordering::Relaxed),
             lost_out: c.lost_out.load(Ordering::Relaxed),
+            lost_in: c.lost_in.load(Ordering::Relaxed),
         }
     }
 
@@ -269,6 +274,9 @@ fn hub_loop(
                 let shape = current[from].shape;
                 if chance(&mut rng, shape.loss_pct) {
                     counters[from].lost_out.fetch_add(1, Ordering::Relaxed);
+                    for to in receivers(dst, from, addrs, &current) {
+                        counters[to].lost_in.fetch_add(1, Ordering::Relaxed);
+                    }
                     continue;
                 }
                 let copies = if chance(&mut rng, shape.duplicate_pct) {
@@ -279,26 +287,43 @@ fn hub_loop(
                 for _ in 0..copies {
                     if dst.is_multicast() {
                         for (to, port) in current.iter().enumerate() {
-                            if to == from {
-                                continue;
-                            }
-                            if port.no_multicast {
+                            if to != from && port.no_multicast {
                                 counters[to]
                                     .multicast_refused
                                     .fetch_add(1, Ordering::Relaxed);
-                            } else {
-                                write_packet(&fds[to], packet);
-                                counters[to].multicast_in.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                    } else if let Some(to) = addrs.iter().position(|a| *a == dst) {
+                    }
+                    for to in receivers(dst, from, addrs, &current) {
                         write_packet(&fds[to], packet);
-                        counters[to].unicast_in.fetch_add(1, Ordering::Relaxed);
+                        let delivered = if dst.is_multicast() {
+                            &counters[to].multicast_in
+                        } else {
+                            &counters[to].unicast_in
+                        };
+                        delivered.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
         }
     }
+}
+
+/// The namespaces a packet from `from` to `dst` goes to: for multicast every other one that
+/// does not drop it, for unicast the one with that address (if any).
+fn receivers<'a>(
+    dst: Ipv4Addr,
+    from: usize,
+    addrs: &'a [Ipv4Addr],
+    ports: &'a [Port],
+) -> impl Iterator<Item = usize> + 'a {
+    (0..addrs.len()).filter(move |&to| {
+        if dst.is_multicast() {
+            to != from && !ports[to].no_multicast
+        } else {
+            addrs[to] == dst
+        }
+    })
 }
 
 #[cfg(test)]
