@@ -147,7 +147,7 @@ struct Args {
     compat: Option<Compat>,
     /// The networks that may subscribe, comma-separated, e.g. 10.0.0.0/8
     /// [default: loopback only, 127.0.0.0/8,::1/128].
-    #[arg(long, value_name = "CIDRS", value_parser = parse_allow)]
+    #[arg(long, value_name = "CIDRS", value_parser = cli::parse_allow)]
     allow: Option<llbus_net::Allowlist>,
     /// Start counting only once the first subscriber is admitted (nothing is published into
     /// the void).
@@ -205,12 +205,6 @@ struct Args {
     /// every subscriber that receives the group, unicast to the others.
     #[arg(long, value_name = "GROUP:PORT", conflicts_with = "compat")]
     multicast: Option<SocketAddr>,
-}
-
-/// `--allow`: comma-separated networks.
-fn parse_allow(text: &str) -> Result<llbus_net::Allowlist, String> {
-    text.parse::<llbus_net::Allowlist>()
-        .map_err(|e| e.to_string())
 }
 
 /// The thread the example's actors share unless `--split`.

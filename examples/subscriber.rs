@@ -250,6 +250,10 @@ struct Args {
     #[arg(long, value_name = "GROUP:PORT", num_args = 0..=1,
           default_missing_value = "239.255.76.76:7476", conflicts_with_all = ["compat", "publisher"])]
     discover: Option<SocketAddr>,
+    /// Which networks' announcements `--discover` believes, comma-separated CIDRs [default:
+    /// loopback only]; name the publishers' networks to discover them on other hosts.
+    #[arg(long, value_name = "CIDRS", value_parser = cli::parse_allow)]
+    allow: Option<llbus_net::Allowlist>,
 }
 
 /// The thread the example's actors share unless `--split`.
@@ -342,6 +346,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 group: Some(group),
                 ..llbus_net::DiscoveryConfig::default()
             }),
+            allow: args
+                .allow
+                .clone()
+                .unwrap_or_else(llbus_net::Allowlist::loopback),
             ..llbus_net::BridgeConfig::default()
         };
         let bridge = Bridge::bind_with(args.bind, config)?.name("bridge");

@@ -1,5 +1,6 @@
 //! Command-line pieces shared by the network examples: the idle strategy as a flag, the
-//! pre-shared key, seconds as a duration, and an error report that names what failed in words.
+//! allowlist, the pre-shared key, seconds as a duration, and an error report that names what
+//! failed in words.
 
 use std::time::Duration;
 
@@ -41,6 +42,12 @@ pub enum Compat {
     /// The ll-udp-pubsub v0.1 format: a bincode `i64` counter, 16-byte datagrams.
     #[value(name = "ll-udp")]
     LlUdp,
+}
+
+/// `--allow`: comma-separated networks.
+pub fn parse_allow(text: &str) -> Result<llbus_net::Allowlist, String> {
+    text.parse::<llbus_net::Allowlist>()
+        .map_err(|e| e.to_string())
 }
 
 /// `--psk`: a 32-byte key from 64 hex digits.

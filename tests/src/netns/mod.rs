@@ -21,12 +21,15 @@
 //! - `error`: what can go wrong, each error saying how to fix it.
 //! - `process`: running `ip`/`tc` and test processes with time limits, killing them on drop.
 //! - `tun`: TUN devices made inside a namespace (the ioctl).
+//! - `hub`: three or more namespaces on one tun wire that forwards multicast ([`Hosts`]), with
+//!   a per-namespace switch that drops it.
 //! - `netem`: the shaping ([`Netem`]) and the userspace netem that applies it on the tun wire.
 //!
 //! Shaping applies to packets *leaving* a side, like a root netem qdisc on that side's device:
 //! `shape(Side::A, ..)` impairs traffic from A to B.
 
 mod error;
+mod hub;
 mod netem;
 mod process;
 mod tun;
@@ -40,6 +43,7 @@ use std::time::Duration;
 
 use error::io_err;
 pub use error::NetnsError;
+pub use hub::{Hosts, WireCounts};
 pub use netem::Netem;
 use netem::Wire;
 use process::cmd_line;
@@ -384,26 +388,13 @@ impl TwoHosts {
     /// A command that runs `program` inside `side`'s namespace (`ip netns exec NS program`).
     /// Add arguments, environment and stdio to it as to any `Command`.
     pub fn command(&self, side: Side, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", self.ns_name(side)]).arg(program);
-        cmd
+        command_in(self.ns_name(side), program)
     }
 
     /// `cmd` (its program, arguments, environment changes and working directory), run inside
     /// `side`'s namespace. Stdio settings are not copied (`Command` does not expose them).
     pub fn wrap(&self, side: Side, cmd: &Command) -> Command {
-        let mut w = self.command(side, cmd.get_program());
-        w.args(cmd.get_args());
-        for (k, v) in cmd.get_envs() {
-            match v {
-                Some(v) => w.env(k, v),
-                None => w.env_remove(k),
-            };
-        }
-        if let Some(dir) = cmd.get_current_dir() {
-            w.current_dir(dir);
-        }
-        w
+        wrap_in(self.ns_name(side), cmd)
     }
 
     /// Runs `cmd` inside `side`'s namespace to completion, capturing its output; kills it and
@@ -417,14 +408,43 @@ impl TwoHosts {
     /// [`lines`]) and stderr inherited. Finish it with [`wait_with_timeout`] or
     /// [`KillOnDrop`], so that a failing test does not leave it running.
     pub fn spawn(&self, side: Side, cmd: &Command) -> Result<Child, NetnsError> {
-        let mut w = self.wrap(side, cmd);
-        let line = cmd_line(&w);
-        w.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(io_err(format!("cannot start `{line}`")))
+        spawn_in(self.ns_name(side), cmd)
     }
+}
+
+/// A command that runs `program` inside namespace `ns` (`ip netns exec NS program`).
+fn command_in(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns]).arg(program);
+    cmd
+}
+
+/// `cmd` (its program, arguments, environment changes and working directory), run inside
+/// namespace `ns`.
+fn wrap_in(ns: &str, cmd: &Command) -> Command {
+    let mut w = command_in(ns, cmd.get_program());
+    w.args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => w.env(k, v),
+            None => w.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        w.current_dir(dir);
+    }
+    w
+}
+
+/// Starts `cmd` inside namespace `ns` with stdout piped and stderr inherited.
+fn spawn_in(ns: &str, cmd: &Command) -> Result<Child, NetnsError> {
+    let mut w = wrap_in(ns, cmd);
+    let line = cmd_line(&w);
+    w.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(io_err(format!("cannot start `{line}`")))
 }
 
 impl Drop for TwoHosts {

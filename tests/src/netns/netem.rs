@@ -159,7 +159,7 @@ impl Drop for Wire {
 }
 
 /// True with probability `pct` percent.
-fn chance(rng: &mut fastrand::Rng, pct: f64) -> bool {
+pub(super) fn chance(rng: &mut fastrand::Rng, pct: f64) -> bool {
     pct > 0.0 && rng.f64() * 100.0 < pct
 }
 
