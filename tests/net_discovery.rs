@@ -3,14 +3,13 @@
 //! and forgets one that stops; and forged announcements from raw sockets (root) redirect
 //! nothing and feed nothing.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::{
-    AnnounceHead, BatchEncoder, Bridge, DataMeta, DiscoveryConfig, SocketConfig, UdpEndpoint,
-    DEFAULT_MAX_DATAGRAM,
+    AnnounceHead, BatchEncoder, Bridge, DataMeta, DiscoveryConfig, DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
 use tests::spoof::RawSender;
@@ -95,14 +94,8 @@ fn publisher(test: u8, source: u64) -> (RunningBus, SocketAddr) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
-    // Multicast on loopback needs no route but the loopback interface itself; say so loudly
-    // where even that is missing.
-    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    if let Err(e) = UdpEndpoint::bind_group(group(0), lo, &SocketConfig::default()) {
-        eprintln!(
-            "SKIPPED: this machine cannot join {} on loopback ({e})",
-            group(0)
-        );
+    // Multicast on loopback needs no route but the loopback interface itself.
+    if !tests::loopback_group_or_skip(group(0)) {
         return;
     }
     let by_source = Arc::new(Mutex::new([0u64; 3]));
@@ -194,12 +187,7 @@ fn forged_announcements_from_raw_sockets_redirect_nothing_requires_root() {
     let Some(mut raw) = RawSender::for_test("forged_announcements_from_raw_sockets") else {
         return;
     };
-    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    if let Err(e) = UdpEndpoint::bind_group(group(1), lo, &SocketConfig::default()) {
-        eprintln!(
-            "SKIPPED: this machine cannot join {} on loopback ({e})",
-            group(1)
-        );
+    if !tests::loopback_group_or_skip(group(1)) {
         return;
     }
     let by_source = Arc::new(Mutex::new([0u64; 3]));
@@ -301,10 +289,8 @@ fn forged_announcements_from_raw_sockets_redirect_nothing_requires_root() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
-    let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let data = group(2);
-    if let Err(e) = UdpEndpoint::bind_group(data, lo, &SocketConfig::default()) {
-        eprintln!("SKIPPED: this machine cannot join {data} on loopback ({e})");
+    if !tests::loopback_group_or_skip(data) {
         return;
     }
     let bridge = Bridge::bind("127.0.0.1:0")

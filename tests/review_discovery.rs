@@ -55,13 +55,7 @@ const LO: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
 fn group(test: u8) -> Option<SocketAddr> {
     let port = 20_000 + (std::process::id() % 20_000) as u16;
     let group = SocketAddr::from(([239, 255, 77, 100 + test], port));
-    match UdpEndpoint::bind_group(group, LO, &SocketConfig::default()) {
-        Ok(_) => Some(group),
-        Err(e) => {
-            eprintln!("SKIPPED: this machine cannot join {group} on loopback ({e})");
-            None
-        }
-    }
+    tests::loopback_group_or_skip(group).then_some(group)
 }
 
 fn discovery(group: SocketAddr, every: Duration) -> DiscoveryConfig {

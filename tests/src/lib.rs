@@ -210,3 +210,25 @@ pub fn assert_balanced(report: &llbus::Report) {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// Whether this machine lets a socket join multicast group `group` on the IPv4 loopback
+/// interface, which the tests of discovery and multicast need. Where it cannot, the test is
+/// skipped loudly (`SKIPPED` on stderr), except under CI (`$CI` set), whose machine can: there
+/// it fails, so a skip never hides a failure.
+///
+/// # Panics
+/// Under CI, if the group cannot be joined.
+pub fn loopback_group_or_skip(group: std::net::SocketAddr) -> bool {
+    let lo = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+    match llbus_net::UdpEndpoint::bind_group(group, lo, &llbus_net::SocketConfig::default()) {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cannot join {group} on loopback in CI ({e})"
+            );
+            eprintln!("SKIPPED: this machine cannot join {group} on loopback ({e})");
+            false
+        }
+    }
+}
