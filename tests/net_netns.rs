@@ -17,14 +17,13 @@
 //! netem, else the harness's userspace tun wire; each report line names it. Run it with
 //! `sudo -E cargo test -p tests --test net_netns -- --nocapture`.
 
-use std::env;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
-use tests::netns::{Netem, NetnsError, Side, TwoHosts};
+use tests::netns::{Netem, Side, TwoHosts};
 
 /// Writes straight to the process's stderr, past libtest's capture (as `netns_harness` does),
 /// so the SKIPPED banner and the reports always reach the log.
@@ -35,30 +34,8 @@ macro_rules! loud {
     }};
 }
 
-fn in_ci() -> bool {
-    env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// Whether to run: fails under CI when the harness cannot run, prints a SKIPPED banner and
-/// skips without root otherwise, fails on any other missing prerequisite.
 fn prerequisites() -> bool {
-    match TwoHosts::available() {
-        Ok(()) => true,
-        Err(e) if in_ci() => panic!(
-            "\n\n*** net_netns cannot run in CI: {e} ***\n\
-             (CI must run these tests as root with iproute2: see tests/netns/ci-prereqs.sh)\n"
-        ),
-        Err(NetnsError::NotRoot) => {
-            loud!(
-                "\n{bar}\n!!! SKIPPED: net_netns needs root (network namespaces, veth/tun, tc).\n\
-                 !!! Nothing was tested. Run: sudo -E cargo test -p tests --test net_netns -- --nocapture\n\
-                 !!! (Under CI, with CI set, this is a failure instead.)\n{bar}\n",
-                bar = "!".repeat(96)
-            );
-            false
-        }
-        Err(e) => panic!("\n\n*** net_netns prerequisites missing: {e} ***\n"),
-    }
+    tests::netns::prerequisites("net_netns", TwoHosts::available())
 }
 
 /// One case at a time: the cases share two cores with the link (the tun wire is a thread of

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-use tests::netns::{self, KillOnDrop, Netem, NetnsError, Side, TwoHosts};
+use tests::netns::{self, KillOnDrop, Netem, Side, TwoHosts};
 
 const ROLE: &str = "LLBUS_NETNS_ROLE";
 const BIND: &str = "LLBUS_NETNS_BIND";
@@ -230,30 +230,8 @@ macro_rules! loud {
     }};
 }
 
-fn in_ci() -> bool {
-    env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// Whether to run; fails loudly when the harness cannot run and this is CI (or we are root,
-/// where a failure is a real problem rather than a missing privilege).
 fn prerequisites() -> bool {
-    match TwoHosts::available() {
-        Ok(()) => true,
-        Err(e) if in_ci() => panic!(
-            "\n\n*** netns harness cannot run in CI: {e} ***\n\
-             (CI must run these tests as root with iproute2: see tests/netns/ci-prereqs.sh)\n"
-        ),
-        Err(NetnsError::NotRoot) => {
-            loud!(
-                "\n{bar}\n!!! SKIPPED: netns_harness needs root (network namespaces, veth/tun, tc).\n\
-                 !!! Nothing was tested. Run: sudo -E cargo test -p tests --test netns_harness -- --nocapture\n\
-                 !!! (Under CI, with CI set, this is a failure instead.)\n{bar}\n",
-                bar = "!".repeat(96)
-            );
-            false
-        }
-        Err(e) => panic!("\n\n*** netns harness prerequisites missing: {e} ***\n"),
-    }
+    tests::netns::prerequisites("netns_harness", TwoHosts::available())
 }
 
 /// The child command: this test binary, running only `netns_child_role`.

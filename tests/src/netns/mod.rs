@@ -466,6 +466,37 @@ impl Drop for TwoHosts {
     }
 }
 
+/// Whether a namespace test binary `test` (its name, as `cargo test --test` takes it) may run,
+/// given what its harness says (`TwoHosts::available()` or `Hosts::available()`): under CI
+/// (`$CI` set, not empty, `0` or `false`) a harness that cannot run fails the test; without
+/// root it is skipped with a banner written straight to stderr (past libtest's capture);
+/// any other missing prerequisite fails.
+///
+/// # Panics
+/// As said: under CI when the harness cannot run, and anywhere for anything but missing root.
+pub fn prerequisites(test: &str, available: Result<(), NetnsError>) -> bool {
+    use std::io::Write as _;
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    match available {
+        Ok(()) => true,
+        Err(e) if in_ci => panic!(
+            "\n\n*** {test} cannot run in CI: {e} ***\n\
+             (CI must run these tests as root with iproute2: see tests/netns/ci-prereqs.sh)\n"
+        ),
+        Err(NetnsError::NotRoot) => {
+            let bar = "!".repeat(96);
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "\n{bar}\n!!! SKIPPED: {test} needs root (network namespaces, veth/tun, tc).\n\
+                 !!! Nothing was tested. Run: sudo -E cargo test -p tests --test {test} -- --nocapture\n\
+                 !!! (Under CI, with CI set, this is a failure instead.)\n{bar}\n"
+            );
+            false
+        }
+        Err(e) => panic!("\n\n*** {test} prerequisites missing: {e} ***\n"),
+    }
+}
+
 #[cfg(test)]
 mod unit {
     use super::*;
