@@ -757,7 +757,21 @@ fn a_reliable_group_repairs_each_loss_once_for_every_member_that_saw_it() {
     );
     // About 5% loss per member: half at the sender (all lose it), half on each link.
     (net.uplink_loss, net.link_loss) = (25, 25);
-    net.run(5000);
+    // A driver that sleeps until `next_deadline` must wake for a queued group repair.
+    let mut queued = 0;
+    for _ in 0..5000 {
+        net.step();
+        let ep = &net.nodes[1].ep;
+        let due = ep.group_repair_deadline();
+        if due != u64::MAX {
+            queued += 1;
+            assert!(
+                ep.next_deadline() <= due,
+                "a repair due at {due} is not a deadline"
+            );
+        }
+    }
+    assert!(queued > 0, "no repair was ever queued");
     (net.uplink_loss, net.link_loss) = (0, 0);
     net.run(1000);
     let published = net.nodes[1].published;

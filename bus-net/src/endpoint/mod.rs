@@ -497,6 +497,7 @@ impl Endpoint {
             .min(self.next_reseed)
             .min(self.schema_deadline())
             .min(self.discovery_deadline())
+            .min(self.group_repair_deadline())
     }
 
     /// The room for frames in a downstream datagram: what the MAC trailer (with a key) or the

@@ -264,6 +264,15 @@ impl Endpoint {
         }
     }
 
+    /// When the first queued group retransmission falls due (`u64::MAX`: none queued).
+    pub(crate) fn group_repair_deadline(&self) -> u64 {
+        self.exports
+            .iter()
+            .flat_map(|e| e.repairs.iter().map(|&(due, _)| due))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// Sends the group retransmissions that are due, packed into as few datagrams as they fit
     /// in, to each export's group.
     pub(crate) fn poll_group_repairs(&mut self, now_ns: u64, wire: &mut dyn Wire) {
