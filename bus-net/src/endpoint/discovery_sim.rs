@@ -168,6 +168,8 @@ struct Net {
     link_loss: u64,
     /// Data messages members lost that way, in all.
     lost_seen: u64,
+    /// `Group` frames to this address are dropped until this time (ns).
+    drop_group_frames: Option<(SocketAddr, u64)>,
     rng: fastrand::Rng,
     events: Vec<Event>,
 }
@@ -183,6 +185,7 @@ impl Net {
             uplink_loss: 0,
             link_loss: 0,
             lost_seen: 0,
+            drop_group_frames: None,
             rng: fastrand::Rng::with_seed(5),
             events: Vec::new(),
         }
@@ -222,6 +225,13 @@ impl Net {
         while let Some((src, dst, bytes)) = self.flight.pop_front() {
             hops += 1;
             assert!(hops < 100_000, "a datagram storm");
+            if let Some((to, until)) = self.drop_group_frames {
+                let is_group_frame = crate::parse_datagram(&bytes, MAX)
+                    .is_ok_and(|mut f| f.any(|f| f.header.kind == crate::Kind::Group));
+                if dst == to && now < until && is_group_frame {
+                    continue;
+                }
+            }
             let data_group = dst.ip().is_multicast() && dst != group();
             if data_group && src == self.nodes.get(1).map_or(src, |n| n.addr) {
                 self.to_group += 1;
@@ -694,6 +704,96 @@ fn a_member_whose_network_stops_multicast_falls_back_to_unicast() {
         .publisher()
         .subscribers()
         .any_via_group(TOPIC));
+}
+
+#[test]
+fn a_member_that_lost_the_group_frame_learns_the_group_at_its_next_renewal() {
+    let mut net = Net::new(vec![importer(9), multicast_publisher(1, 0xa1)]);
+    let member = net.nodes[0].addr;
+    net.drop_group_frames = Some((member, 1500 * MS));
+    net.run(1400);
+    // Subscribed and served, by unicast: it was never told the group.
+    assert!(net.nodes[0].joined.is_empty());
+    let table = net.nodes[1].ep.publisher().subscribers();
+    assert_eq!(table.iter().count(), 1);
+    assert!(!table.any_via_group(TOPIC));
+    // Its renewals (every second) draw the frame again once it gets through.
+    net.run(1600);
+    assert_eq!(net.nodes[0].joined, [data_group()]);
+    assert!(net.nodes[1]
+        .ep
+        .publisher()
+        .subscribers()
+        .any_via_group(TOPIC));
+}
+
+/// A `Subscribe` of the simulated topic as an off-path host forges it under `session`, without
+/// the cookie that proves its source address, with flag GROUP when `group`.
+fn forged_subscribe(session: u64, group: bool) -> Vec<u8> {
+    let mut buf = vec![0u8; MAX];
+    let mut enc = BatchEncoder::new(&mut buf);
+    let subscribe = crate::Control::Subscribe {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session,
+        nonce: 1,
+        cookie: None,
+    };
+    enc.push_control(&subscribe).unwrap();
+    let mut bytes = enc.as_bytes().to_vec();
+    if group {
+        bytes[5] |= crate::Flags::GROUP;
+    }
+    bytes
+}
+
+#[test]
+fn forged_subscribes_cannot_move_a_subscriber_onto_or_off_the_group() {
+    // Node 0 receives the group; node 2 is on a network that drops multicast.
+    let mut net = Net::new(vec![
+        importer(9),
+        multicast_publisher(1, 0xa1),
+        importer(10),
+    ]);
+    net.nodes[2].deaf = true;
+    net.run(2000);
+    let via = |net: &Net, i: usize| {
+        let addr = net.nodes[i].addr;
+        net.nodes[1]
+            .ep
+            .publisher()
+            .subscribers()
+            .iter()
+            .find(|s| s.addr == addr)
+            .map(|s| s.via_group)
+    };
+    assert_eq!((via(&net, 0), via(&net, 2)), (Some(true), Some(false)));
+    let mark = marks(&net);
+    let duplicates = net.nodes[0].ep.loss().duplicates;
+    // For a second, five times a second (inside the sources' rate limit), an off-path host
+    // claims under each subscriber's address the opposite of what it says: the deaf one
+    // "receives the group" (its data would stop), the member "does not" (it would be sent
+    // every message twice).
+    for ms in 0..1000 {
+        if ms % 200 == 0 {
+            let (member, deaf) = (net.nodes[0].addr, net.nodes[2].addr);
+            let publisher = net.nodes[1].addr;
+            let claims = [
+                (deaf, forged_subscribe(0x5ab, true)),
+                (member, forged_subscribe(0x5ac, false)),
+            ];
+            for (src, bytes) in claims {
+                net.flight.push_back((src, publisher, bytes));
+            }
+        }
+        net.step();
+        assert_eq!((via(&net, 0), via(&net, 2)), (Some(true), Some(false)));
+    }
+    for i in [0, 2] {
+        let n = got_from(&net, i, 0xa1, mark[i]);
+        assert!((99..=101).contains(&n), "node {i}: {n}");
+    }
+    assert_eq!(net.nodes[0].ep.loss().duplicates, duplicates);
 }
 
 #[test]

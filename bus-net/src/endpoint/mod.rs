@@ -597,11 +597,8 @@ impl Endpoint {
                 Kind::Group => self.on_group_offer(&frame, src, token, now_ns),
                 _ => match Control::from_frame(&frame) {
                     Ok(control) => {
-                        let result = self.on_control(&control, src, token, now_ns);
-                        if result.is_ok() {
-                            self.on_subscribe_group(&control, src, frame.header.flags.group());
-                        }
-                        result
+                        let group = frame.header.flags.group();
+                        self.on_control(&control, src, token, group, now_ns)
                     }
                     Err(reason) => Err(reason),
                 },
@@ -928,11 +925,13 @@ impl Endpoint {
             .map_or(0, DirectTopic::last_seq)
     }
 
+    /// Handles a control frame; `group` is a `Subscribe`'s GROUP flag.
     fn on_control(
         &mut self,
         control: &Control,
         src: SocketAddr,
         token: Option<u64>,
+        group: bool,
         now_ns: u64,
     ) -> Result<(), DropReason> {
         match control {
@@ -955,8 +954,15 @@ impl Endpoint {
                 let event =
                     self.publisher
                         .on_control(control, src, now_ns, last_seq, &mut self.replies);
-                if let Some(Control::Refuse(_)) = self.replies.frames().get(queued) {
-                    self.metrics.refused.add(1);
+                match self.replies.frames().get(queued) {
+                    Some(Control::Refuse(_)) => self.metrics.refused.add(1),
+                    // Only a Subscribe that proved its address and was admitted or renewed
+                    // says anything about its subscriber's group: an unproven one is answered
+                    // by a challenge and changes nothing.
+                    Some(&Control::SubscribeAck { topic_id, .. }) => {
+                        self.on_subscribe_group(topic_id, src, group);
+                    }
+                    _ => {}
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
                     push_event(&mut self.events, Event::SubscribersChanged { topic_id });

@@ -101,12 +101,12 @@ impl Endpoint {
         Ok(())
     }
 
-    /// After a `Subscribe` was handled: records whether the subscriber receives the topic's
-    /// group.
-    pub(crate) fn on_subscribe_group(&mut self, control: &Control, src: SocketAddr, group: bool) {
-        let Control::Subscribe { topic_id, .. } = *control else {
-            return;
-        };
+    /// After a `Subscribe` from `src` was acknowledged (its address proven, the subscriber
+    /// admitted or renewed): records whether the subscriber receives the topic's group, and
+    /// when it does not, tells it the group (again). A subscriber that lost the `Group` frame
+    /// of its admission so learns the group at its next renewal; one that knows the group and
+    /// does not receive it (or asked for unicast) ignores the repeat.
+    pub(crate) fn on_subscribe_group(&mut self, topic_id: u64, src: SocketAddr, group: bool) {
         let has_group = self
             .exports
             .iter()
@@ -114,14 +114,18 @@ impl Endpoint {
         if !has_group {
             return;
         }
-        self.publisher
+        let known = self
+            .publisher
             .subscribers_mut()
             .set_via_group(src, topic_id, group);
+        if known && !group {
+            self.offer_group(topic_id, src);
+        }
     }
 
-    /// A subscriber of `topic_id` at `src` was admitted (new, or restarted): if the topic's
-    /// export has a group, queues the `Group` frame that tells it the group, once per
-    /// datagram. Renewals draw none: a renewal's answers fill all the room its request allows.
+    /// Queues the `Group` frame that tells subscriber `src` of `topic_id` the topic's group,
+    /// if the topic's export has one: once per datagram handled, sent by
+    /// [`send_group_offers`](Self::send_group_offers) to a subscriber of the topic only.
     pub(crate) fn offer_group(&mut self, topic_id: u64, src: SocketAddr) {
         let has_group = self
             .exports
