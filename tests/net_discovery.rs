@@ -358,3 +358,88 @@ fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
         running.join().expect("stops cleanly");
     }
 }
+
+/// The sockets of this network namespace joined to IPv4 `group` on loopback, as
+/// `/proc/net/igmp` lists them (`None` where the kernel has no such file).
+fn loopback_members(group: SocketAddr) -> Option<u32> {
+    let std::net::IpAddr::V4(want) = group.ip() else {
+        return None;
+    };
+    let table = std::fs::read_to_string("/proc/net/igmp").ok()?;
+    let mut on_lo = false;
+    for line in table.lines() {
+        if !line.starts_with('\t') {
+            on_lo = line.split_whitespace().nth(1) == Some("lo");
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(hex), Some(users)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // The address as the kernel's `%08X` of a network-order u32 read natively.
+        let joined = u32::from_str_radix(hex, 16).ok().map(u32::to_ne_bytes);
+        if on_lo && joined == Some(want.octets()) {
+            return users.parse().ok();
+        }
+    }
+    Some(0)
+}
+
+/// A discovering subscriber joins the data group of a multicast publisher it follows, and
+/// leaves it when that publisher is gone: publishers that come and go do not make a bridge
+/// hold groups (and their sockets) forever.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_bridge_leaves_a_data_group_once_no_import_uses_it() {
+    let data = group(4);
+    if !tests::loopback_group_or_skip(data) || loopback_members(data).is_none() {
+        return;
+    }
+    let subscriber = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("sub")
+        .discovery(discovery(3))
+        .discover::<Quote>();
+    let status = subscriber.status();
+    let by_source = Arc::new(Mutex::new([0u64; 3]));
+    let mut bus = Bus::builder();
+    let seen = Arc::clone(&by_source);
+    bus.actor("seen", move |_: &mut Setup<'_>| Seen {
+        by_source: Arc::clone(&seen),
+    })
+    .subscribes::<Quote>();
+    bus.add(subscriber);
+    let sub = bus.start().expect("subscriber starts");
+
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("pub")
+        .discovery(discovery(3))
+        .export_multicast::<Quote>(data);
+    let mut bus = Bus::builder();
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        source: 1,
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    wait_for(
+        "the subscriber joins the publisher's data group",
+        20,
+        || loopback_members(data) == Some(1) && by_source.lock().unwrap()[1] > 50,
+    );
+    publisher.stop();
+    publisher.join().expect("the publisher stops cleanly");
+    wait_for("the publisher forgotten", 20, || {
+        status.discovered().is_empty()
+    });
+    wait_for("the data group left", 10, || {
+        loopback_members(data) == Some(0)
+    });
+    sub.stop();
+    let report = sub.join().expect("the subscriber stops cleanly");
+    assert_eq!(metric(&report, "sub", "discovery.lost"), 1);
+}

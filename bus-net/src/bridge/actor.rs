@@ -129,6 +129,8 @@ pub struct BridgeActor {
     data_groups: Vec<(SocketAddr, Socket)>,
     /// Groups to join, from the endpoint's events.
     to_join: Vec<SocketAddr>,
+    /// An import was told a group or removed since the joined groups were last checked.
+    groups_changed: bool,
     /// The interface groups are joined on.
     multicast_interface: Option<std::net::IpAddr>,
     receive_multicast: bool,
@@ -303,6 +305,7 @@ impl BridgeActor {
             group: group.map(Socket::new),
             data_groups: Vec::new(),
             to_join: Vec::new(),
+            groups_changed: false,
             multicast_interface: config.multicast.interface.or_else(|| {
                 let ip = socket_ip;
                 (!ip.is_unspecified()).then_some(ip)
@@ -476,6 +479,7 @@ impl BridgeActor {
                     self.refresh_discovered();
                 }
                 Event::JoinGroup { group, .. } => {
+                    self.groups_changed = true;
                     if self.receive_multicast
                         && !self.to_join.contains(&group)
                         && !self.data_groups.iter().any(|(g, _)| *g == group)
@@ -486,6 +490,7 @@ impl BridgeActor {
                 Event::Lost {
                     import, publisher, ..
                 } => {
+                    self.groups_changed = true;
                     let (topic, _) = self.import_names(import);
                     log::info!("publisher {publisher} of topic '{topic}' is gone: unsubscribed");
                     self.refresh_discovered();
@@ -498,6 +503,19 @@ impl BridgeActor {
     /// others); one that cannot be joined is reported as a warning, and its imports are served
     /// by unicast.
     fn join_groups(&mut self, ctx: &mut Context<'_>) {
+        if std::mem::take(&mut self.groups_changed) {
+            // Leave the groups no live import is told of any more (closing the socket leaves
+            // the group and the thread's wake set), so that publishers that come and go, or
+            // move their topic to another group, cannot make the bridge hold groups forever.
+            let (endpoint, name) = (&self.endpoint, &self.name);
+            self.data_groups.retain(|(group, _)| {
+                let kept = endpoint.import_groups().any(|g| g == *group);
+                if !kept {
+                    log::info!("bridge '{name}': left multicast group {group} (no import uses it)");
+                }
+                kept
+            });
+        }
         while let Some(group) = self.to_join.pop() {
             if self.data_groups.len() >= MAX_DATA_GROUPS {
                 self.status.warn(format!(

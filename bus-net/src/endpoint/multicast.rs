@@ -198,6 +198,15 @@ impl Endpoint {
         healthy
     }
 
+    /// The data groups the live imports were told of: a driver keeps these joined and
+    /// leaves any other (an import removed, or told another group by its publisher).
+    pub fn import_groups(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.imports
+            .iter()
+            .filter(|im| !im.retired)
+            .filter_map(|im| im.group)
+    }
+
     /// What group retransmission did.
     pub fn group_repairs(&self) -> GroupRepairCounts {
         self.group_repair_counts
