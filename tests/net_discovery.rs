@@ -443,3 +443,44 @@ fn a_bridge_leaves_a_data_group_once_no_import_uses_it() {
     let report = sub.join().expect("the subscriber stops cleanly");
     assert_eq!(metric(&report, "sub", "discovery.lost"), 1);
 }
+
+/// Every announcement goes to every unicast peer, so their list is bounded as a topic's
+/// subscribers are: a longer one fails the start, naming the cap.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn more_discovery_peers_than_the_subscriber_cap_fail_the_start() {
+    let config = llbus_net::BridgeConfig {
+        subscribers_per_topic: 2,
+        ..llbus_net::BridgeConfig::default()
+    };
+    let peers: Vec<SocketAddr> = (1..=3)
+        .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
+        .collect();
+    let bridge = Bridge::bind_with("127.0.0.1:0", config)
+        .unwrap()
+        .name("peers")
+        .discovery(DiscoveryConfig {
+            group: None,
+            peers,
+            ..DiscoveryConfig::default()
+        })
+        .export::<Quote>();
+    let mut bus = Bus::builder();
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        source: 1,
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let error = match bus.start() {
+        Ok(running) => {
+            running.stop();
+            let _ = running.join();
+            panic!("a bridge with 3 discovery peers and a cap of 2 started");
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(error.contains("3 discovery peers: at most 2"), "{error}");
+}

@@ -36,7 +36,7 @@ const MAX_DATA_GROUPS: usize = 16;
 type Figure = fn(&DiscoveryCounts) -> u64;
 
 /// Discovery's figures, as metrics `discovery.NAME` of a bridge with discovery on.
-const DISCOVERY_METRICS: [(&str, Figure); 8] = [
+const DISCOVERY_METRICS: [(&str, Figure); 9] = [
     ("announcements_sent", |c| c.announcements_sent),
     ("announcements_in", |c| c.announcements_in),
     ("queries_answered", |c| c.queries_answered),
@@ -45,6 +45,7 @@ const DISCOVERY_METRICS: [(&str, Figure); 8] = [
     ("given_up", |c| c.given_up),
     ("ignored", |c| c.ignored),
     ("mismatched", |c| c.mismatched),
+    ("unannounced", |c| c.unannounced),
 ];
 
 /// A socket of the bridge and its health.

@@ -126,7 +126,8 @@ pub struct DiscoveryConfig {
     /// group's port is shared (`SO_REUSEADDR`/`SO_REUSEPORT`) by the bridges of one host.
     pub group: Option<SocketAddr>,
     /// Bridges announced to (and queried) by unicast, for networks multicast does not reach:
-    /// their bound addresses (default none; at most the topic subscriber cap).
+    /// their bound addresses (default none; at most `subscribers_per_topic`, checked at
+    /// start).
     pub peers: Vec<SocketAddr>,
     /// How often the exports are announced (default 1 s). A publisher is forgotten after three
     /// of its own periods without an announcement.

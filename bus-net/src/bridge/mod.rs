@@ -707,6 +707,16 @@ impl Parts {
         let Some(discovery) = &self.config.discovery else {
             return Ok(());
         };
+        // Every announcement goes to every peer: the list is bounded as a topic's
+        // subscribers are.
+        let cap = self.config.subscribers_per_topic;
+        if discovery.peers.len() > cap {
+            return Err(format!(
+                "{} discovery peers: at most {cap} (`subscribers_per_topic`); use a \
+                 discovery group, or raise the cap",
+                discovery.peers.len()
+            ));
+        }
         let Some(group) = discovery.group else {
             return Ok(());
         };

@@ -77,6 +77,10 @@ pub struct DiscoveryCounts {
     pub ignored: u64,
     /// Publishers announcing a discovered topic with another fingerprint (not tried).
     pub mismatched: u64,
+    /// Exports the latest announcement left out: a name longer than an announcement carries,
+    /// or past the 255 parts one announcement can have. Such topics are still served to
+    /// subscribers that name the publisher.
+    pub unannounced: u64,
 }
 
 /// A publisher being followed.
@@ -574,6 +578,9 @@ impl Endpoint {
         }
         let total = entries(&self.exports, &self.directs).count();
         let parts = u8::try_from(d.parts.len()).unwrap_or(u8::MAX);
+        let carried = d.parts.get(usize::from(u8::MAX)).copied().unwrap_or(total);
+        let exported = self.exports.len() + self.directs.len();
+        d.counts.unannounced = (exported - carried) as u64;
         self.discovery = Some(d);
         for part in 0..parts {
             let head = self.announce_head(now_ns);

@@ -907,3 +907,66 @@ fn a_reliable_group_repairs_each_loss_once_for_every_member_that_saw_it() {
     );
     assert!(repairs.suppressed > 0, "{repairs:?}");
 }
+
+/// A publisher of `names` (topic ids from 1), announcing on the group.
+fn announcer(names: &[&'static str]) -> Endpoint {
+    let exports = names
+        .iter()
+        .zip(1u64..)
+        .map(|(&topic, id)| ExportSpec {
+            topic,
+            topic_id: id,
+            fingerprint: FP,
+            allow: None,
+            reliable: false,
+            late_join: 0,
+            group: None,
+            shape: None,
+        })
+        .collect();
+    Endpoint::new(
+        &BridgeConfig::default(),
+        MAX,
+        0xa1,
+        [1; 32],
+        exports,
+        Vec::new(),
+    )
+    .with_discovery(&discovery(), addr(1), Vec::new())
+}
+
+/// The topics announced in what `ep` sends at its first timer.
+fn announced(ep: &mut Endpoint) -> (usize, Vec<u64>) {
+    let mut sent = Sent::default();
+    ep.on_timer(MS, &mut sent, &mut Got::default());
+    let mut topics = Vec::new();
+    for (_, bytes) in &sent.0 {
+        for frame in crate::parse_datagram(bytes, MAX).unwrap() {
+            let announce = crate::Announce::from_frame(&frame).unwrap();
+            topics.extend(announce.topics().map(|t| t.topic_id));
+        }
+    }
+    (sent.0.len(), topics)
+}
+
+#[test]
+fn what_an_announcement_cannot_carry_is_counted_not_hidden() {
+    // A name longer than an announcement carries.
+    let long: &'static str = Box::leak("n".repeat(crate::MAX_ANNOUNCED_NAME + 1).into_boxed_str());
+    let mut ep = announcer(&["a.one", long, "a.two"]);
+    let (_, topics) = announced(&mut ep);
+    assert_eq!(topics, [1, 3]);
+    assert_eq!(ep.discovery_counts().unwrap().unannounced, 1);
+    // More exports than 255 parts hold: the first 255 parts go out, the rest are counted.
+    let names: Vec<&'static str> = (0..2000)
+        .map(|i| &*Box::leak(format!("{i:0>200}").into_boxed_str()))
+        .collect();
+    let mut ep = announcer(&names);
+    let (datagrams, topics) = announced(&mut ep);
+    assert_eq!(datagrams, 255);
+    let want: Vec<u64> = (1..=topics.len() as u64).collect();
+    assert_eq!(topics, want);
+    let unannounced = ep.discovery_counts().unwrap().unannounced;
+    assert!(unannounced > 0);
+    assert_eq!(topics.len() as u64 + unannounced, 2000);
+}
