@@ -10,6 +10,8 @@
 //!   arrives in order, and the publisher retransmits fewer messages than the subscribers lost
 //!   in total (one repair to the group answers every subscriber that lost the same message).
 //!
+//! - The same over IPv6: announcements and data on IPv6 groups.
+//!
 //! Needs root. Without root it prints a SKIPPED banner and passes, except under CI (`CI` set),
 //! where it fails, like `net_netns`. Run it with
 //! `sudo -E cargo test -p tests --test net_multicast_ns -- --nocapture`.
@@ -55,19 +57,33 @@ fn addr(hosts: &Hosts, i: usize, port: u16) -> SocketAddr {
 
 /// The publisher example in host `i`, at `rate` messages a second for `count`, with `extra`.
 fn publisher(hosts: &Hosts, i: usize, rate: u64, count: u64, extra: &[&str]) -> Running {
+    // The subscribers are on the other namespaces' addresses, outside the loopback default.
+    let bind = addr(hosts, i, PUB_PORT);
+    publisher_at(hosts, i, bind, "10.214.0.0/16", rate, count, extra)
+}
+
+/// The publisher example in host `i`, bound to `bind`, serving subscribers in `allow`.
+fn publisher_at(
+    hosts: &Hosts,
+    i: usize,
+    bind: SocketAddr,
+    allow: &str,
+    rate: u64,
+    count: u64,
+    extra: &[&str],
+) -> Running {
     let mut cmd = Command::new(example("publisher"));
     cmd.args([
         "--bind",
-        &addr(hosts, i, PUB_PORT).to_string(),
+        &bind.to_string(),
         "--rate",
         &rate.to_string(),
         "--count",
         &count.to_string(),
         "--idle",
         "park",
-        // The subscribers are on the other namespaces' addresses, outside the loopback default.
         "--allow",
-        "10.214.0.0/16",
+        allow,
     ])
     .args(extra);
     let mut p = Running::spawn(&format!("publisher@{i}"), hosts.wrap(i, &cmd));
@@ -82,10 +98,15 @@ fn publisher(hosts: &Hosts, i: usize, rate: u64, count: u64, extra: &[&str]) -> 
 
 /// The subscriber example in host `i`, exiting after `count` messages, with `extra`.
 fn subscriber(hosts: &Hosts, i: usize, count: u64, extra: &[&str]) -> Running {
+    subscriber_at(hosts, i, addr(hosts, i, SUB_PORT), count, extra)
+}
+
+/// The subscriber example in host `i`, bound to `bind`, exiting after `count` messages.
+fn subscriber_at(hosts: &Hosts, i: usize, bind: SocketAddr, count: u64, extra: &[&str]) -> Running {
     let mut cmd = Command::new(example("subscriber"));
     cmd.args([
         "--bind",
-        &addr(hosts, i, SUB_PORT).to_string(),
+        &bind.to_string(),
         "--count",
         &count.to_string(),
         "--timeout-s",
@@ -178,6 +199,61 @@ fn a_multicast_export_reaches_three_namespaces_and_the_one_without_the_group_by_
     );
     assert!(
         datagrams * 10 < messages * 25,
+        "{datagrams} datagrams for {messages} messages"
+    );
+}
+
+/// IPv6 end to end: a subscriber in each of two namespaces finds the publisher by its
+/// announcements on an IPv6 discovery group and receives its data by an IPv6 data group (the
+/// wire's counts show the data came by multicast, and the publisher sent about one datagram a
+/// message for both).
+#[test]
+fn ipv6_groups_carry_the_announcements_and_the_data() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    const COUNT: u64 = 6_000;
+    const RATE: u64 = 1_000;
+    const WANT: u64 = COUNT * 6 / 10;
+    const DISCOVERY6: &str = "[ff15::7476]:7476";
+    const DATA6: &str = "[ff15::77:1]:7100";
+    let hosts = hosts(3);
+    let at = |i: usize, port: u16| SocketAddr::from((hosts.addr6(i), port));
+    let allow = "fd6c::/16";
+    let discover = ["--discover", DISCOVERY6, "--allow", allow];
+    let subs: Vec<Running> = (1..3)
+        .map(|i| subscriber_at(&hosts, i, at(i, SUB_PORT), WANT, &discover))
+        .collect();
+    let extra = ["--announce", DISCOVERY6, "--multicast", DATA6];
+    let publ = publisher_at(&hosts, 0, at(0, PUB_PORT), allow, RATE, COUNT, &extra);
+    let before: Vec<_> = (0..3).map(|i| hosts.counts(i)).collect();
+    let results: Vec<Fields> = subs.into_iter().map(|s| result(s, "RESULT ")).collect();
+    let published = result(publ, "PUBLISHED ");
+    let counts: Vec<_> = (0..3).map(|i| hosts.counts(i)).collect();
+    loud!("net_multicast_ns: IPv6 publisher: {published}");
+    for (i, r) in results.iter().enumerate() {
+        let host = i + 1;
+        loud!(
+            "net_multicast_ns: IPv6 subscriber in host {host}: {r}\n  wire: {:?}",
+            counts[host]
+        );
+        assert!(r.u64("received") >= WANT, "host {host}: {r}");
+        assert_eq!(r.u64("lost"), 0, "host {host}: {r}");
+        assert_eq!(r.u64("errors"), 0, "host {host}: {r}");
+        // The data came by the group: several times the multicast datagrams of unicast ones
+        // (the unicast ones are the handshake, renewals and heartbeats).
+        let multicast = counts[host].multicast_in - before[host].multicast_in;
+        let unicast = counts[host].unicast_in - before[host].unicast_in;
+        assert!(multicast > 3 * unicast, "host {host}: {:?}", counts[host]);
+    }
+    // About one datagram a message for both subscribers, where unicast would be two.
+    let (datagrams, messages) = (
+        published.u64("datagrams_out"),
+        published.u64("messages_out"),
+    );
+    assert!(
+        datagrams * 10 < messages * 15,
         "{datagrams} datagrams for {messages} messages"
     );
 }

@@ -1,7 +1,7 @@
 //! Three or more "hosts" on one wire ([`Hosts`]): a namespace each, a TUN device `IFNAME` in
-//! each, and a thread of the test process that forwards IPv4 packets between them like a
-//! switch: unicast to the namespace that owns the destination address, multicast
-//! (`224.0.0.0/4`) to every other namespace, except those told to drop multicast
+//! each, and a thread of the test process that forwards IPv4 and IPv6 packets between them
+//! like a switch: unicast to the namespace that owns the destination address, multicast
+//! (`224.0.0.0/4`, `ff00::/8`) to every other namespace, except those told to drop multicast
 //! ([`Hosts::drop_multicast`], a network where the group does not reach).
 //!
 //! Shaping applies to packets leaving a namespace, as a netem qdisc on its device would: one
@@ -9,7 +9,7 @@
 //! one duplicated is duplicated for all. The wire shapes loss and duplication only (no delay).
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -59,6 +59,7 @@ static NEXT_WIRE: AtomicU32 = AtomicU32::new(0);
 pub struct Hosts {
     ns: Vec<String>,
     addrs: Vec<Ipv4Addr>,
+    addrs6: Vec<Ipv6Addr>,
     ports: Arc<Mutex<Vec<Port>>>,
     counters: Arc<Vec<Counters>>,
     stop: Arc<AtomicBool>,
@@ -80,8 +81,9 @@ impl Hosts {
         TwoHosts::available()
     }
 
-    /// Makes `n` namespaces on one wire, host `i` at `10.214.<k>.<i + 1>/24`, each with `lo` and
-    /// `IFNAME` up, the MULTICAST flag on `IFNAME` and a route for `224.0.0.0/4` through it.
+    /// Makes `n` namespaces on one wire, host `i` at `10.214.<k>.<i + 1>/24` and
+    /// `fd6c:0:0:<k>::<i + 1>/64`, each with `lo` and `IFNAME` up, the MULTICAST flag on
+    /// `IFNAME` and routes for `224.0.0.0/4` and `ff00::/8` through it.
     pub fn create(n: usize) -> Result<Hosts, NetnsError> {
         if !(2..=250).contains(&n) {
             return Err(NetnsError::BadShape(format!("{n} hosts: 2..=250 please")));
@@ -94,6 +96,9 @@ impl Hosts {
             ns: Vec::new(),
             addrs: (0..n)
                 .map(|i| Ipv4Addr::new(10, 214, (k % 250) as u8, i as u8 + 1))
+                .collect(),
+            addrs6: (0..n)
+                .map(|i| Ipv6Addr::new(0xfd6c, 0, 0, (k % 250) as u16, 0, 0, 0, i as u16 + 1))
                 .collect(),
             ports: Arc::new(Mutex::new(vec![Port::default(); n])),
             counters: Arc::new((0..n).map(|_| Counters::default()).collect()),
@@ -119,24 +124,31 @@ impl Hosts {
             source: io::Error::other("panic"),
         })??;
         let cidrs: Vec<String> = hosts.addrs.iter().map(|a| format!("{a}/24")).collect();
-        for (ns, cidr) in hosts.ns.iter().zip(&cidrs) {
+        let cidrs6: Vec<String> = hosts.addrs6.iter().map(|a| format!("{a}/64")).collect();
+        for ((ns, cidr), cidr6) in hosts.ns.iter().zip(&cidrs).zip(&cidrs6) {
             // A deep queue, so that a briefly descheduled wire thread does not add loss.
             ip(&["-n", ns, "link", "set", IFNAME, "txqueuelen", "10000"])?;
             ip(&["-n", ns, "link", "set", IFNAME, "multicast", "on"])?;
             ip(&["-n", ns, "addr", "add", cidr, "dev", IFNAME])?;
+            // No duplicate address detection: the address is usable at once.
+            ip(&["-n", ns, "-6", "addr", "add", cidr6, "dev", IFNAME, "nodad"])?;
             ip(&["-n", ns, "link", "set", IFNAME, "up"])?;
             ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", IFNAME])?;
+            // The kernel adds `ff00::/8` to the local table for a multicast device; the main
+            // table's route makes it the choice of a socket that names no interface.
+            ip(&["-n", ns, "-6", "route", "add", "ff00::/8", "dev", IFNAME])?;
         }
         let (ports, counters, stop) = (
             Arc::clone(&hosts.ports),
             Arc::clone(&hosts.counters),
             Arc::clone(&hosts.stop),
         );
-        let addrs = hosts.addrs.clone();
+        let addrs: Vec<IpAddr> = hosts.addrs.iter().map(|&a| IpAddr::V4(a)).collect();
+        let addrs6: Vec<IpAddr> = hosts.addrs6.iter().map(|&a| IpAddr::V6(a)).collect();
         hosts.thread = Some(
             thread::Builder::new()
                 .name("llbus-netns-hub".into())
-                .spawn(move || hub_loop(&fds, &addrs, &ports, &counters, &stop))
+                .spawn(move || hub_loop(&fds, [&addrs, &addrs6], &ports, &counters, &stop))
                 .map_err(io_err("cannot start the wire thread"))?,
         );
         Ok(hosts)
@@ -155,6 +167,11 @@ impl Hosts {
     /// Host `i`'s address.
     pub fn addr(&self, i: usize) -> Ipv4Addr {
         self.addrs[i]
+    }
+
+    /// Host `i`'s IPv6 address.
+    pub fn addr6(&self, i: usize) -> Ipv6Addr {
+        self.addrs6[i]
     }
 
     /// Host `i`'s namespace name, as `ip netns` knows it.
@@ -217,19 +234,23 @@ impl Drop for Hosts {
     }
 }
 
-/// An IPv4 packet's destination, if it is one.
-fn ipv4_destination(packet: &[u8]) -> Option<Ipv4Addr> {
-    if packet.len() < 20 || packet[0] >> 4 != 4 {
-        return None;
+/// An IP packet's destination, if it is one (IPv4 or IPv6).
+fn destination(packet: &[u8]) -> Option<IpAddr> {
+    match packet.first()? >> 4 {
+        4 if packet.len() >= 20 => Some(IpAddr::from([
+            packet[16], packet[17], packet[18], packet[19],
+        ])),
+        6 if packet.len() >= 40 => {
+            let bytes: [u8; 16] = packet[24..40].try_into().ok()?;
+            Some(IpAddr::from(bytes))
+        }
+        _ => None,
     }
-    Some(Ipv4Addr::new(
-        packet[16], packet[17], packet[18], packet[19],
-    ))
 }
 
 fn hub_loop(
     fds: &[OwnedFd],
-    addrs: &[Ipv4Addr],
+    addrs: [&[IpAddr]; 2],
     ports: &Mutex<Vec<Port>>,
     counters: &[Counters],
     stop: &AtomicBool,
@@ -268,8 +289,8 @@ fn hub_loop(
                     break;
                 }
                 let packet = &buf[..n as usize];
-                let Some(dst) = ipv4_destination(packet) else {
-                    continue; // IPv6 (router solicitations and the like): not carried
+                let Some(dst) = destination(packet) else {
+                    continue;
                 };
                 let shape = current[from].shape;
                 if chance(&mut rng, shape.loss_pct) {
@@ -312,16 +333,16 @@ fn hub_loop(
 /// The namespaces a packet from `from` to `dst` goes to: for multicast every other one that
 /// does not drop it, for unicast the one with that address (if any).
 fn receivers<'a>(
-    dst: Ipv4Addr,
+    dst: IpAddr,
     from: usize,
-    addrs: &'a [Ipv4Addr],
+    addrs: [&'a [IpAddr]; 2],
     ports: &'a [Port],
 ) -> impl Iterator<Item = usize> + 'a {
-    (0..addrs.len()).filter(move |&to| {
+    (0..ports.len()).filter(move |&to| {
         if dst.is_multicast() {
             to != from && !ports[to].no_multicast
         } else {
-            addrs[to] == dst
+            addrs.iter().any(|a| a.get(to) == Some(&dst))
         }
     })
 }
@@ -331,13 +352,18 @@ mod unit {
     use super::*;
 
     #[test]
-    fn only_ipv4_packets_have_a_destination() {
-        let mut p = [0u8; 20];
+    fn ipv4_and_ipv6_packets_have_a_destination() {
+        let mut p = [0u8; 40];
         p[0] = 0x45;
         p[16..20].copy_from_slice(&[239, 255, 1, 2]);
-        assert_eq!(ipv4_destination(&p), Some(Ipv4Addr::new(239, 255, 1, 2)));
+        assert_eq!(destination(&p), Some(IpAddr::from([239, 255, 1, 2])));
+        assert_eq!(destination(&p[..19]), None);
         p[0] = 0x60;
-        assert_eq!(ipv4_destination(&p), None);
-        assert_eq!(ipv4_destination(&p[..19]), None);
+        let group: Ipv6Addr = "ff15::77:1".parse().unwrap();
+        p[24..40].copy_from_slice(&group.octets());
+        assert_eq!(destination(&p), Some(IpAddr::V6(group)));
+        assert_eq!(destination(&p[..39]), None);
+        p[0] = 0x50;
+        assert_eq!(destination(&p), None);
     }
 }
