@@ -247,9 +247,6 @@ pub struct Endpoint {
     next_compat_renew: u64,
     /// Announcements and the discovered imports (`discovery`); `None` when off.
     discovery: Option<Box<discovery::Discovery>>,
-    /// Subscribers of an export with a group admitted or renewed by the datagram being
-    /// handled, to be told the group (preallocated, bounded).
-    offers: Vec<(u64, SocketAddr)>,
     /// Whether the datagram being handled arrived on a multicast group's socket.
     by_group: bool,
     /// Whether the datagram being handled arrived on the discovery group's socket.
@@ -402,7 +399,6 @@ impl Endpoint {
             next_reseed: u64::try_from(config.cookie_window.as_nanos()).unwrap_or(u64::MAX),
             next_compat_renew: 0,
             discovery: None,
-            offers: Vec::with_capacity(recv_max / HEADER_LEN + 1),
             by_group: false,
             by_discovery_group: false,
             group_repair_counts: multicast::GroupRepairCounts::default(),
@@ -612,7 +608,6 @@ impl Endpoint {
         }
         self.send_replies(wire, datagram.len());
         self.send_joins(wire, now_ns);
-        self.send_group_offers(wire);
     }
 
     /// Whether a frame of `kind` is taken from the socket the datagram being handled came by.
@@ -966,9 +961,6 @@ impl Endpoint {
                 }
                 if let Ok(PublisherEvent::SubscribersChanged(topic_id)) = event {
                     push_event(&mut self.events, Event::SubscribersChanged { topic_id });
-                    if matches!(control, Control::Subscribe { .. }) {
-                        self.offer_group(topic_id, src);
-                    }
                     let late_join = self.exports.iter().any(|e| {
                         e.spec.topic_id == topic_id
                             && e.reliable.as_ref().is_some_and(|r| r.late_join() > 0)
@@ -1337,29 +1329,43 @@ impl Endpoint {
             last_seq: self.last_seq(topic_id),
             timestamp_ns,
         };
+        let offer = self.group_offer(topic_id);
         let room = self.control_room();
         let mut enc =
             BatchEncoder::new(&mut self.control_buf[..room]).with_token(self.egress.mac.is_none());
-        if enc.push_control(&control).is_ok() {
+        if enc.push_control(&control).is_err() {
+            return;
+        }
+        let subscribers = self.publisher.subscribers();
+        let Some(offer) = offer else {
             let (datagrams, bytes) = self.egress.send(
                 wire,
                 enc.as_bytes(),
                 true,
-                self.publisher.subscribers().destinations(topic_id),
+                subscribers.destinations(topic_id),
             );
             self.metrics.sent(datagrams, bytes);
-            // And to the group, so that its members see it is working even when idle.
-            let group = self
-                .exports
-                .iter()
-                .find(|e| e.spec.topic_id == topic_id)
-                .and_then(|e| e.spec.group.map(|g| (g, e.group_token)));
-            if let Some(group) = group {
-                let (datagrams, bytes) =
-                    self.egress
-                        .send(wire, enc.as_bytes(), true, std::iter::once(group));
-                self.metrics.sent(datagrams, bytes);
-            }
+            return;
+        };
+        // The heartbeat alone to the group, so that its members see it is working even when
+        // idle, and to the subscribers that receive the group.
+        let via_group = subscribers.group_destinations(topic_id);
+        let (datagrams, bytes) = self.egress.send(wire, enc.as_bytes(), true, via_group);
+        self.metrics.sent(datagrams, bytes);
+        let group = (offer.group, offer.token);
+        let (datagrams, bytes) =
+            self.egress
+                .send(wire, enc.as_bytes(), true, std::iter::once(group));
+        self.metrics.sent(datagrams, bytes);
+        // With the group told to the others.
+        if enc.push_group_offer(&offer).is_ok() {
+            let (datagrams, bytes) = self.egress.send(
+                wire,
+                enc.as_bytes(),
+                true,
+                subscribers.unicast_destinations(topic_id),
+            );
+            self.metrics.sent(datagrams, bytes);
         }
     }
 

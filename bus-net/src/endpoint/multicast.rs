@@ -5,8 +5,9 @@
 //! subscriber that says it receives the group ([`Flags::GROUP`](crate::Flags::GROUP) on its
 //! `Subscribe`), and by unicast to the others, as before. Subscribers still subscribe and
 //! renew by unicast, so the publisher knows and counts them; each admitted or renewed one is
-//! told the group and the group token in a `Group` frame (to it alone, with its own token).
-//! Heartbeats go to every subscriber and to the group.
+//! told the group and the group token in a `Group` frame in its unicast heartbeats (with its
+//! own token) until it says it receives the group. Heartbeats go to every subscriber and to the
+//! group.
 //!
 //! Subscriber: told a group, an import asks its driver to join it ([`Event::JoinGroup`]) and
 //! accepts the group token beside its own. It says it receives the group only while datagrams
@@ -102,78 +103,36 @@ impl Endpoint {
     }
 
     /// After a `Subscribe` from `src` was acknowledged (its address proven, the subscriber
-    /// admitted or renewed): records whether the subscriber receives the topic's group, and
-    /// when it does not, tells it the group (again). A subscriber that lost the `Group` frame
-    /// of its admission so learns the group at its next renewal; one that knows the group and
-    /// does not receive it (or asked for unicast) ignores the repeat.
+    /// admitted or renewed): records whether the subscriber receives the topic's group. One
+    /// that does not is told the group by the `Group` frame in each heartbeat it gets
+    /// ([`group_offer`](Self::group_offer)), never in answer to its `Subscribe`.
     pub(crate) fn on_subscribe_group(&mut self, topic_id: u64, src: SocketAddr, group: bool) {
         let has_group = self
             .exports
             .iter()
             .any(|e| e.spec.topic_id == topic_id && e.spec.group.is_some());
-        if !has_group {
-            return;
-        }
-        let known = self
-            .publisher
-            .subscribers_mut()
-            .set_via_group(src, topic_id, group);
-        if known && !group {
-            self.offer_group(topic_id, src);
+        if has_group {
+            self.publisher
+                .subscribers_mut()
+                .set_via_group(src, topic_id, group);
         }
     }
 
-    /// Queues the `Group` frame that tells subscriber `src` of `topic_id` the topic's group,
-    /// if the topic's export has one: once per datagram handled, sent by
-    /// [`send_group_offers`](Self::send_group_offers) to a subscriber of the topic only.
-    pub(crate) fn offer_group(&mut self, topic_id: u64, src: SocketAddr) {
-        let has_group = self
-            .exports
-            .iter()
-            .any(|e| e.spec.topic_id == topic_id && e.spec.group.is_some());
-        let queued = self.offers.contains(&(topic_id, src));
-        if has_group && !queued && self.offers.len() < self.offers.capacity() {
-            self.offers.push((topic_id, src));
-        }
-    }
-
-    /// Sends each queued `Group` frame to its subscriber alone, protected as any downstream
-    /// datagram (with its token, or sealed).
-    pub(crate) fn send_group_offers(&mut self, wire: &mut dyn Wire) {
-        let room = self.control_room();
-        while let Some((topic_id, dest)) = self.offers.pop() {
-            let Some(export) = self.exports.iter().find(|e| e.spec.topic_id == topic_id) else {
-                continue;
-            };
-            let Some(group) = export.spec.group else {
-                continue;
-            };
-            let offer = GroupOffer {
-                topic_id,
-                fingerprint: export.spec.fingerprint,
-                session: self.session,
-                group,
-                token: export.group_token,
-            };
-            let Some(token) = self
-                .publisher
-                .subscribers()
-                .destinations(topic_id)
-                .find(|&(addr, _)| addr == dest)
-                .map(|(_, t)| t)
-            else {
-                continue;
-            };
-            let tokened = self.egress.mac.is_none();
-            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]).with_token(tokened);
-            if enc.push_group_offer(&offer).is_err() {
-                continue;
-            }
-            let (datagrams, bytes) =
-                self.egress
-                    .send(wire, enc.as_bytes(), true, std::iter::once((dest, token)));
-            self.metrics.sent(datagrams, bytes);
-        }
+    /// The `Group` frame that tells a subscriber of `topic_id` the topic's group, if its
+    /// export has one: it rides in the unicast heartbeats to each subscriber that does not
+    /// say it receives the group (protected as they are: its own token, or sealed). So a new
+    /// subscriber learns the group within a heartbeat period, one that lost the frame at the
+    /// next heartbeat, and one that knows the group and does not receive it (or asked for
+    /// unicast) ignores the repeat; a flood of `Subscribe`s draws no more of them.
+    pub(crate) fn group_offer(&self, topic_id: u64) -> Option<GroupOffer> {
+        let export = self.exports.iter().find(|e| e.spec.topic_id == topic_id)?;
+        Some(GroupOffer {
+            topic_id,
+            fingerprint: export.spec.fingerprint,
+            session: self.session,
+            group: export.spec.group?,
+            token: export.group_token,
+        })
     }
 
     /// Whether import `i` receives its group now (a datagram of its stream arrived by the

@@ -226,6 +226,14 @@ impl<A: Copy + PartialEq + Host> SubscriberTable<A> {
             .map(|e| (e.addr, e.token))
     }
 
+    /// The subscribers of `topic_id` that receive its group, with their tokens.
+    pub fn group_destinations(&self, topic_id: u64) -> impl Iterator<Item = (A, u64)> + '_ {
+        self.entries
+            .iter()
+            .filter(move |e| e.topic_id == topic_id && e.via_group)
+            .map(|e| (e.addr, e.token))
+    }
+
     /// Whether any subscriber of `topic_id` receives its group.
     pub fn any_via_group(&self, topic_id: u64) -> bool {
         self.entries
