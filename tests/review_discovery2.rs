@@ -657,6 +657,101 @@ fn topics_lists_the_group_of_each_export_not_of_the_first() {
     );
 }
 
+/// SECURITY.md ("Forged multicast data"): "only an acknowledged Subscribe (its address
+/// proven) counts: one forged under a subscriber's address neither silences it nor doubles
+/// its data"; ("Replay", without a key): a replayed Subscribe "from the same address within a
+/// cookie's life only renews a subscription that address already proved". The threat model
+/// lets an attacker replay datagrams it has seen. A member of the group that an eavesdropper
+/// saw subscribe (its handshake Subscribe, which did not claim the group yet) must not be
+/// moved off the group by that datagram replayed under its address: beside another member,
+/// the publisher would send it every batch twice (by the group and by unicast) for as long as
+/// the replays go on.
+#[test]
+#[cfg_attr(miri, ignore)]
+#[ignore = "finding: a replayed (captured) Subscribe without GROUP moves a group member back to unicast: its data is sent twice while the replays last"]
+fn a_replayed_subscribe_does_not_double_a_members_data_requires_root() {
+    let Some(mut raw) = tests::spoof::RawSender::for_test("a_replayed_subscribe") else {
+        return;
+    };
+    let Ok(sniffer) = tests::spoof::Sniffer::open() else {
+        return;
+    };
+    let Some(data) = group(10) else { return };
+    let (publisher, pub_addr) = publisher_at(SocketAddr::from(([127, 0, 0, 1], 0)), Some(data));
+    let SocketAddr::V4(pub_v4) = pub_addr else {
+        unreachable!("an IPv4 address")
+    };
+    let (sub, sub_addr, all, seen) = std::thread::scope(|scope| {
+        let eavesdropper =
+            scope.spawn(|| sniffer.capture(Duration::from_secs(2), |_, dst| dst == pub_v4));
+        let (sub, sub_addr, all, _) = importer(pub_addr);
+        let seen = eavesdropper.join().unwrap_or_default();
+        (sub, sub_addr, all, seen)
+    });
+    // The handshake's second Subscribe: with the publisher's cookie, before the subscriber
+    // knew of the group (flag GROUP, 0x08, clear).
+    let captured = seen
+        .iter()
+        .find(|c| {
+            SocketAddr::V4(c.src) == sub_addr
+                && c.payload.len() == 72
+                && c.payload.get(4) == Some(&0x10)
+                && c.payload.get(5).is_some_and(|f| f & 0x08 == 0)
+                && c.payload
+                    .get(56..72)
+                    .is_some_and(|k| k.iter().any(|&b| b != 0))
+        })
+        .map(|c| c.payload.clone())
+        .expect("the eavesdropper saw the handshake's Subscribe");
+    // A second member, so that the group keeps being sent to.
+    let (other, _, other_all, _) = importer(pub_addr);
+    grows("quotes at the second member", &other_all, 200);
+    grows("quotes at the member", &all, 200);
+    let figures = |what: &str| {
+        let report = publisher.snapshot();
+        (
+            tests::metric(&report, "pub", "datagrams_out"),
+            tests::metric(&report, "pub", "messages_out"),
+            tests::metric(&sub.snapshot(), "sub", what),
+        )
+    };
+    // A second without replays, then a second of replays (one every 50 ms).
+    let a = figures("duplicates");
+    std::thread::sleep(Duration::from_secs(1));
+    let b = figures("duplicates");
+    let SocketAddr::V4(src) = sub_addr else {
+        unreachable!("an IPv4 address")
+    };
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        raw.send(src, pub_v4, &captured).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let c = figures("duplicates");
+    stop(publisher);
+    stop(sub);
+    stop(other);
+    let per_message =
+        |x: (u64, u64, u64), y: (u64, u64, u64)| (y.0 - x.0) as f64 / (y.1 - x.1).max(1) as f64;
+    let (quiet, replayed) = (per_message(a, b), per_message(b, c));
+    println!(
+        "publisher datagrams per message: {quiet:.2} without replays, {replayed:.2} while a \
+         captured Subscribe was replayed; the member's duplicates: {} then {}",
+        b.2 - a.2,
+        c.2 - b.2
+    );
+    assert!(
+        quiet < 1.3,
+        "the premise: the member is served by the group alone"
+    );
+    assert!(
+        c.2 - b.2 < 50 && replayed < 1.3,
+        "the replays doubled the member's data: {replayed:.2} datagrams a message, {} \
+         duplicates",
+        c.2 - b.2
+    );
+}
+
 /// The examples in network namespaces joined by the harness's multi-host wire, which can stop
 /// and resume multicast to one namespace while the examples run.
 mod namespaces {
