@@ -752,6 +752,83 @@ fn a_replayed_subscribe_does_not_double_a_members_data_requires_root() {
     );
 }
 
+/// Publishes a quote every 400 ms: a slow topic (reference data, a status).
+struct SlowFeed {
+    out: Out<Quote>,
+    n: u64,
+}
+
+impl Actor for SlowFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        self.n += 1;
+        ctx.publish(self.out, Quote { n: self.n });
+    }
+}
+
+/// The Subscribes a default subscriber sends in 4 s to a publisher of a slow topic on a group
+/// whose bridge heartbeats every `heartbeat`, once it is established.
+fn subscribes_to_a_slow_group(group: SocketAddr, heartbeat: Duration) -> u64 {
+    let config = BridgeConfig {
+        heartbeat_every: heartbeat,
+        ..BridgeConfig::default()
+    };
+    let bridge = Bridge::bind_with(SocketAddr::from(([127, 0, 0, 1], 0)), config)
+        .unwrap()
+        .name("pub")
+        .export_multicast::<Quote>(group);
+    let addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| SlowFeed {
+        out: s.output(),
+        n: 0,
+    })
+    .tick_every(Duration::from_millis(400))
+    .publishes::<Quote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+    let (sub, _, all, _) = importer(addr);
+    grows("quotes at the subscriber", &all, 3);
+    let out = |r: &llbus::Report| tests::metric(r, "sub", "datagrams_out");
+    let before = out(&sub.snapshot());
+    std::thread::sleep(Duration::from_secs(4));
+    let sent = out(&sub.snapshot()) - before;
+    stop(publisher);
+    stop(sub);
+    sent
+}
+
+/// PROTOCOL.md ("Multicast data", subscriber): an import claims the group "only while
+/// datagrams of its stream arrive by the group (the group's heartbeats at least: within three
+/// heartbeat periods, 300 ms by default)". The heartbeats are the publisher's, at the
+/// publisher's period; the window is the subscriber's. With a publisher heartbeating every
+/// second (a configuration `BridgeConfig::heartbeat_every` allows) and a slow topic, a member
+/// whose group works must not switch between the group and unicast at every heartbeat,
+/// renewing at once each time: it should renew about once a second, as beside a publisher
+/// with the default period.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_member_of_a_working_group_does_not_flap_with_a_slower_heartbeat() {
+    let (Some(one), Some(two)) = (group(11), group(12)) else {
+        return;
+    };
+    let matched = subscribes_to_a_slow_group(one, Duration::from_millis(100));
+    let slower = subscribes_to_a_slow_group(two, Duration::from_secs(1));
+    println!(
+        "Subscribes in 4 s beside a slow topic's publisher heartbeating every 100 ms: \
+         {matched}; every 1 s: {slower}"
+    );
+    assert!(
+        matched <= 6,
+        "the premise: about one renewal a second ({matched})"
+    );
+    assert!(
+        slower <= 2 * matched.max(4),
+        "{slower} Subscribes in 4 s (the member flapped between the group and unicast)"
+    );
+}
+
 /// The examples in network namespaces joined by the harness's multi-host wire, which can stop
 /// and resume multicast to one namespace while the examples run.
 mod namespaces {
