@@ -560,6 +560,7 @@ fn what_a_departed_publishers_import_counted_stays_counted() {
     let publisher = announcer_at(first, disc);
     grows("quotes from the restarted publisher", &all, 300);
     let restarts = |r: &llbus::Report| tests::metric(r, "sub", "publisher_restarts");
+    wait_for("the restart counted", 10, || restarts(&sub.snapshot()) >= 1);
     let before = restarts(&sub.snapshot());
     // It leaves for good and is forgotten; another publisher comes.
     stop(publisher);
@@ -569,6 +570,8 @@ fn what_a_departed_publishers_import_counted_stays_counted() {
     let between = restarts(&sub.snapshot());
     let publisher = announcer_at(free_addr(), disc);
     grows("quotes from the next publisher", &all, 300);
+    // The figures are refreshed as the bridge runs: give them time to be.
+    std::thread::sleep(Duration::from_millis(500));
     let after = restarts(&sub.snapshot());
     stop(publisher);
     let report = stop(sub);
