@@ -61,15 +61,15 @@ pub(crate) struct Options {
 struct Publisher {
     session: u64,
     uptime_ms: u64,
-    group: Option<SocketAddr>,
-    /// `(topic id, fingerprint, reliable, name)` of each part of its announcement, as last
+    /// `(topic id, fingerprint, reliable, name, group)` of each part of its announcement, as last
     /// heard: a part replaces what that part named before, so what is kept is one
     /// announcement cycle, however many parts are sent.
     parts: Vec<Vec<Entry>>,
 }
 
-/// A topic as announced: `(topic id, fingerprint, reliable, name)`.
-type Entry = (u64, u64, bool, String);
+/// A topic as announced: `(topic id, fingerprint, reliable, name, the multicast group its data
+/// goes to)` (a part's group is its topics').
+type Entry = (u64, u64, bool, String, Option<SocketAddr>);
 
 impl Publisher {
     fn topics(&self) -> impl Iterator<Item = &Entry> + '_ {
@@ -122,7 +122,6 @@ impl Heard {
             let p = self.publishers.entry(data).or_insert_with(|| Publisher {
                 session: a.session,
                 uptime_ms: a.uptime_ms,
-                group: a.group,
                 parts: Vec::new(),
             });
             if p.session != a.session {
@@ -132,7 +131,6 @@ impl Heard {
             }
             p.session = a.session;
             p.uptime_ms = a.uptime_ms;
-            p.group = a.group;
             // As many parts as this announcement says (the parts beyond are forgotten); this
             // part's topics replace what it named before.
             for gone in p.parts.drain(usize::from(a.parts).min(p.parts.len())..) {
@@ -146,7 +144,7 @@ impl Heard {
             part.clear();
             for t in a.topics() {
                 let name = String::from_utf8_lossy(t.name).into_owned();
-                let entry = (t.topic_id, t.fingerprint, t.reliable, name);
+                let entry = (t.topic_id, t.fingerprint, t.reliable, name, a.group);
                 if part.contains(&entry) {
                     continue;
                 }
@@ -271,8 +269,8 @@ pub(crate) fn run(o: &Options) -> Result<(), String> {
 struct Topic<'a> {
     name: &'a str,
     topic_id: u64,
-    /// `(address, publisher, fingerprint, reliable)`.
-    publishers: Vec<(SocketAddr, &'a Publisher, u64, bool)>,
+    /// `(address, publisher, fingerprint, reliable, group)`.
+    publishers: Vec<(SocketAddr, &'a Publisher, u64, bool, Option<SocketAddr>)>,
 }
 
 impl Topic<'_> {
@@ -287,7 +285,7 @@ impl Topic<'_> {
 fn by_topic(heard: &Heard) -> Vec<Topic<'_>> {
     let mut topics: BTreeMap<(&str, u64), Topic<'_>> = BTreeMap::new();
     for (&addr, p) in &heard.publishers {
-        for (topic_id, fingerprint, reliable, name) in p.topics() {
+        for (topic_id, fingerprint, reliable, name, group) in p.topics() {
             topics
                 .entry((name.as_str(), *topic_id))
                 .or_insert_with(|| Topic {
@@ -296,7 +294,7 @@ fn by_topic(heard: &Heard) -> Vec<Topic<'_>> {
                     publishers: Vec::new(),
                 })
                 .publishers
-                .push((addr, p, *fingerprint, *reliable));
+                .push((addr, p, *fingerprint, *reliable, *group));
         }
     }
     topics.into_values().collect()
@@ -314,13 +312,13 @@ fn render(heard: &Heard, json: bool) -> String {
                     "topic_id": format!("{:#018x}", t.topic_id),
                     "fingerprints": fingerprints.iter().map(|f| format!("{f:#018x}")).collect::<Vec<_>>(),
                     "fingerprint_mismatch": fingerprints.len() > 1,
-                    "publishers": t.publishers.iter().map(|(addr, p, fp, reliable)| serde_json::json!({
+                    "publishers": t.publishers.iter().map(|(addr, p, fp, reliable, group)| serde_json::json!({
                         "address": addr.to_string(),
                         "session": format!("{:#018x}", p.session),
                         "uptime_ms": p.uptime_ms,
                         "fingerprint": format!("{fp:#018x}"),
                         "reliable": reliable,
-                        "group": p.group.map(|g| g.to_string()),
+                        "group": group.map(|g| g.to_string()),
                     })).collect::<Vec<_>>(),
                 })
             })
@@ -357,13 +355,13 @@ fn render(heard: &Heard, json: bool) -> String {
                 .collect::<Vec<_>>()
                 .join(" / ")
         ));
-        for (addr, p, fp, reliable) in &t.publishers {
+        for (addr, p, fp, reliable, group) in &t.publishers {
             out.push_str(&format!(
                 "  {addr:<24} session {:#018x}  up {:>9.1} s  {}{}{}\n",
                 p.session,
                 p.uptime_ms as f64 / 1000.0,
                 if *reliable { "reliable" } else { "best-effort" },
-                p.group.map(|g| format!("  group {g}")).unwrap_or_default(),
+                group.map(|g| format!("  group {g}")).unwrap_or_default(),
                 if fingerprints.len() > 1 {
                     format!("  fingerprint {fp:#018x}")
                 } else {

@@ -428,6 +428,8 @@ impl BridgeActor {
                     session,
                     changed,
                 } => {
+                    // A restarted publisher's old group is no longer this import's.
+                    self.groups_changed |= changed;
                     let (topic, publisher) = self.import_names(import);
                     log::info!(
                         "import of topic '{topic}' from {publisher}: following publisher \

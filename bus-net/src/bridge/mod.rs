@@ -688,17 +688,21 @@ impl Parts {
     /// options, from which announcements leave.
     fn join_group(&mut self) -> Result<(), String> {
         let local = self.endpoint.local_addr();
-        if let Some(group) = self.exports.iter().find_map(|e| e.group) {
-            let multicast = &self.config.multicast;
-            let interface = multicast
-                .interface
-                .or_else(|| (!local.ip().is_unspecified()).then(|| local.ip()));
+        let multicast = &self.config.multicast;
+        let interface = multicast
+            .interface
+            .or_else(|| (!local.ip().is_unspecified()).then(|| local.ip()));
+        // Every export's group, not only the first: a second one that is not a multicast
+        // address would have its data and heartbeats sent to a host that never asked.
+        for group in self.exports.iter().filter_map(|e| e.group) {
             if !group.ip().is_multicast() || !reachable(local, group) {
                 return Err(format!(
                     "{group} cannot be an export's multicast group from {local}: give a \
                      multicast address (224.0.0.0/4, ff00::/8) of the bridge's family"
                 ));
             }
+        }
+        if let Some(group) = self.exports.iter().find_map(|e| e.group) {
             self.endpoint
                 .set_multicast(group.is_ipv4(), multicast.ttl, interface)
                 .map_err(|e| format!("cannot send to the multicast group {group}: {e}"))?;

@@ -124,8 +124,9 @@ pub(crate) struct Discovery {
     /// none), and when the last one was.
     early: u64,
     last_early: u64,
-    /// Where each part of an announcement starts, in entries (reused).
-    parts: Vec<usize>,
+    /// Each part of an announcement: its group, and where it starts and ends in that group's
+    /// entries (reused).
+    parts: Vec<(Option<SocketAddr>, usize, usize)>,
     /// An announcement's payload being built.
     scratch: Vec<u8>,
     counts: DiscoveryCounts,
@@ -141,20 +142,51 @@ fn entries<'a>(
     exports: &'a [super::export::ExportState],
     directs: &'a [super::DirectTopic],
 ) -> impl Iterator<Item = (u64, u64, bool, &'static str)> + Clone + 'a {
-    let exports = exports.iter().map(|e| {
-        (
-            e.spec.topic_id,
-            e.spec.fingerprint,
-            e.spec.reliable,
-            e.spec.topic,
-        )
-    });
+    entries_in(exports, directs, None).chain(
+        groups(exports)
+            .skip(1)
+            .flat_map(move |g| entries_in(exports, directs, g)),
+    )
+}
+
+/// The entries whose data goes to `group` (`None`: unicast only, the direct topics too).
+fn entries_in<'a>(
+    exports: &'a [super::export::ExportState],
+    directs: &'a [super::DirectTopic],
+    group: Option<SocketAddr>,
+) -> impl Iterator<Item = (u64, u64, bool, &'static str)> + Clone + 'a {
+    let exports = exports
+        .iter()
+        .filter(move |e| e.spec.group == group)
+        .map(|e| {
+            (
+                e.spec.topic_id,
+                e.spec.fingerprint,
+                e.spec.reliable,
+                e.spec.topic,
+            )
+        });
     let directs = directs
         .iter()
+        .filter(move |_| group.is_none())
         .map(|d| (d.topic_id, d.fingerprint, false, d.topic));
     exports
         .chain(directs)
         .filter(|e| e.3.len() <= MAX_ANNOUNCED_NAME)
+}
+
+/// The groups the exports' data goes to, in the order announced: `None` (unicast only) first,
+/// then each multicast group once, in the order of the first export sending to it. An
+/// announcement part carries the topics of one of them, since its head names one group.
+fn groups(
+    exports: &[super::export::ExportState],
+) -> impl Iterator<Item = Option<SocketAddr>> + Clone + '_ {
+    let distinct = exports.iter().enumerate().filter_map(move |(i, e)| {
+        let g = e.spec.group?;
+        let seen = exports.get(..i)?.iter().any(|p| p.spec.group == Some(g));
+        (!seen).then_some(Some(g))
+    });
+    std::iter::once(None).chain(distinct)
 }
 
 /// Whether `data` is this endpoint's own data address `local` (bound to an unspecified IP:
@@ -411,7 +443,14 @@ impl Endpoint {
         let mut fit = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
         let wanted =
             move |e: &(u64, u64, bool, &'static str)| query.topic_id == 0 || e.0 == query.topic_id;
-        let n = entries(&self.exports, &self.directs)
+        // One part: the topics asked for of one group (the first that has any), since its
+        // head names one group.
+        let Some(group) = groups(&self.exports)
+            .find(|&g| entries_in(&self.exports, &self.directs, g).any(|e| wanted(&e)))
+        else {
+            return Ok(());
+        };
+        let n = entries_in(&self.exports, &self.directs, group)
             .filter(wanted)
             .take_while(|e| match fit.checked_sub(entry_len(e.3)) {
                 Some(left) => {
@@ -424,8 +463,10 @@ impl Endpoint {
         if n == 0 || room < HEADER_LEN + ANNOUNCE_FIXED_LEN {
             return Ok(());
         }
-        let head = self.announce_head(now_ns);
-        let asked = entries(&self.exports, &self.directs).filter(wanted).take(n);
+        let head = self.announce_head(now_ns, group);
+        let asked = entries_in(&self.exports, &self.directs, group)
+            .filter(wanted)
+            .take(n);
         let Some(d) = self.discovery.as_mut() else {
             return Ok(());
         };
@@ -444,8 +485,9 @@ impl Endpoint {
         Ok(())
     }
 
-    /// The fixed fields of this endpoint's next announcement.
-    fn announce_head(&mut self, now_ns: u64) -> AnnounceHead {
+    /// The fixed fields of this endpoint's next announcement (part), whose topics' data goes to
+    /// `group` (`None`: by unicast only).
+    fn announce_head(&mut self, now_ns: u64, group: Option<SocketAddr>) -> AnnounceHead {
         let timestamp_ns = (self.wall)();
         let Some(d) = self.discovery.as_mut() else {
             return AnnounceHead {
@@ -469,7 +511,7 @@ impl Endpoint {
                 .max(1),
             uptime_ms: now_ns.saturating_sub(start) / 1_000_000,
             data: d.local,
-            group: self.exports.iter().find_map(|e| e.spec.group),
+            group,
         }
     }
 
@@ -567,29 +609,46 @@ impl Endpoint {
             return;
         };
         d.parts.clear();
-        let mut used = per_part;
-        for (n, entry) in entries(&self.exports, &self.directs).enumerate() {
-            let len = entry_len(entry.3);
-            if used + len > per_part {
-                d.parts.push(n);
-                used = 0;
+        for group in groups(&self.exports) {
+            let (mut first, mut used) = (0, 0);
+            let mut n = 0;
+            for entry in entries_in(&self.exports, &self.directs, group) {
+                let len = entry_len(entry.3);
+                if used + len > per_part && n > first {
+                    d.parts.push((group, first, n));
+                    (first, used) = (n, 0);
+                }
+                used += len;
+                n += 1;
             }
-            used += len;
+            if n > first {
+                d.parts.push((group, first, n));
+            }
         }
         let total = entries(&self.exports, &self.directs).count();
         let parts = u8::try_from(d.parts.len()).unwrap_or(u8::MAX);
-        let carried = d.parts.get(usize::from(u8::MAX)).copied().unwrap_or(total);
+        let carried: usize = d
+            .parts
+            .iter()
+            .take(usize::from(parts))
+            .map(|&(_, first, end)| end - first)
+            .sum();
         let exported = self.exports.len() + self.directs.len();
-        d.counts.unannounced = (exported - carried) as u64;
+        d.counts.unannounced = (exported - carried.min(total)) as u64;
         self.discovery = Some(d);
         for part in 0..parts {
-            let head = self.announce_head(now_ns);
+            let Some(&(group, first, end)) = self
+                .discovery
+                .as_ref()
+                .and_then(|d| d.parts.get(usize::from(part)))
+            else {
+                return;
+            };
+            let head = self.announce_head(now_ns, group);
             let Some(d) = self.discovery.as_mut() else {
                 return;
             };
-            let first = d.parts.get(usize::from(part)).copied().unwrap_or(total);
-            let end = d.parts.get(usize::from(part) + 1).copied().unwrap_or(total);
-            let topics = entries(&self.exports, &self.directs)
+            let topics = entries_in(&self.exports, &self.directs, group)
                 .skip(first)
                 .take(end - first);
             let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);

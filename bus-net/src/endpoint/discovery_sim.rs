@@ -170,6 +170,9 @@ struct Net {
     lost_seen: u64,
     /// `Group` frames to this address are dropped until this time (ns).
     drop_group_frames: Option<(SocketAddr, u64)>,
+    /// Every datagram delivered to this address, as an eavesdropper on its path records it.
+    capture: Option<SocketAddr>,
+    captured: Vec<(SocketAddr, Vec<u8>)>,
     rng: fastrand::Rng,
     events: Vec<Event>,
 }
@@ -186,6 +189,8 @@ impl Net {
             link_loss: 0,
             lost_seen: 0,
             drop_group_frames: None,
+            capture: None,
+            captured: Vec::new(),
             rng: fastrand::Rng::with_seed(5),
             events: Vec::new(),
         }
@@ -231,6 +236,9 @@ impl Net {
                 if dst == to && now < until && is_group_frame {
                     continue;
                 }
+            }
+            if self.capture == Some(dst) {
+                self.captured.push((src, bytes.clone()));
             }
             let data_group = dst.ip().is_multicast() && dst != group();
             if data_group && src == self.nodes.get(1).map_or(src, |n| n.addr) {
@@ -609,8 +617,12 @@ fn importer(host: u8) -> Node {
 }
 
 fn importer_with(host: u8, reliable: bool) -> Node {
+    importer_configured(host, reliable, &BridgeConfig::default())
+}
+
+fn importer_configured(host: u8, reliable: bool, config: &BridgeConfig) -> Node {
     let ep = Endpoint::new(
-        &BridgeConfig::default(),
+        config,
         MAX,
         0x500 + u64::from(host),
         [host; 32],
@@ -726,6 +738,83 @@ fn a_member_that_lost_the_group_frame_learns_the_group_at_the_next_heartbeat() {
         .publisher()
         .subscribers()
         .any_via_group(TOPIC));
+}
+
+/// With a key, a Subscribe an eavesdropper captured and replays under its subscriber's address
+/// (from the same source, with its valid cookie) is dropped as a replay: it moves no member off
+/// the group (which would double its data) and no member that fell back onto it (which would
+/// silence it). Without a key it is accepted (see `SECURITY.md`, "Forged multicast data").
+#[test]
+fn with_a_key_replayed_subscribes_cannot_move_a_subscriber_onto_or_off_the_group() {
+    let config = BridgeConfig {
+        psk: Some([5; 32]),
+        ..BridgeConfig::default()
+    };
+    let publisher = exporter(1, 0xa1, &config, Some(data_group()), false);
+    let mut net = Net::new(vec![
+        importer_configured(9, false, &config),
+        node(addr(1), publisher, 0xa1),
+        importer_configured(10, false, &config),
+    ]);
+    net.capture = Some(addr(1));
+    net.run(2000);
+    let via = |net: &Net, i: usize| {
+        let addr = net.nodes[i].addr;
+        net.nodes[1]
+            .ep
+            .publisher()
+            .subscribers()
+            .iter()
+            .find(|s| s.addr == addr)
+            .map(|s| s.via_group)
+    };
+    assert_eq!((via(&net, 0), via(&net, 2)), (Some(true), Some(true)));
+    // What member 0 sent its publisher: Subscribes with its cookie (72 bytes of frame), with
+    // and without flag GROUP (the header is authenticated, not hidden).
+    let member = net.nodes[0].addr;
+    let subscribes = |group: bool| {
+        net.captured
+            .iter()
+            .rev()
+            .filter(|(src, b)| *src == member && b.get(4) == Some(&0x10))
+            .filter(|(_, b)| {
+                b.get(5)
+                    .is_some_and(|f| (f & crate::Flags::GROUP != 0) == group)
+            })
+            .map(|(_, b)| b.clone())
+            .next()
+    };
+    let (unicast_claim, group_claim) = (subscribes(false), subscribes(true));
+    let (Some(unicast_claim), Some(group_claim)) = (unicast_claim, group_claim) else {
+        panic!("the premise: member 0 said both");
+    };
+    let replay = |net: &mut Net, bytes: &[u8], publisher: SocketAddr| {
+        for ms in 0..1000 {
+            if ms % 50 == 0 {
+                net.flight.push_back((member, publisher, bytes.to_vec()));
+            }
+            net.step();
+        }
+    };
+    // Replays of its handshake Subscribe (no GROUP) while it receives the group.
+    let (mark, duplicates) = (marks(&net), net.nodes[0].ep.loss().duplicates);
+    let to_group = net.to_group;
+    replay(&mut net, &unicast_claim, addr(1));
+    assert_eq!(via(&net, 0), Some(true));
+    assert_eq!(net.nodes[0].ep.loss().duplicates, duplicates);
+    assert!(net.to_group > to_group);
+    let n = got_from(&net, 0, 0xa1, mark[0]);
+    assert!((99..=101).contains(&n), "{n}");
+    // Its network stops carrying the group: it falls back to unicast, and replays of a
+    // Subscribe that claimed the group do not silence it.
+    net.nodes[0].deaf = true;
+    net.run(1000);
+    assert_eq!(via(&net, 0), Some(false));
+    let mark = marks(&net);
+    replay(&mut net, &group_claim, addr(1));
+    assert_eq!(via(&net, 0), Some(false));
+    let n = got_from(&net, 0, 0xa1, mark[0]);
+    assert!((99..=101).contains(&n), "{n}");
 }
 
 /// A `Subscribe` of the simulated topic as an off-path host forges it under `session`, without

@@ -7,8 +7,8 @@ use super::metrics::NetMetrics;
 use super::{Endpoint, Entropy, Event, Wire};
 use crate::session::canonical;
 use crate::{
-    BridgeConfig, Delivery, DropReason, Kind, Reassembled, Reassembler, ReliableConfig,
-    ReliableReceiver, SubscriberSession,
+    BridgeConfig, Delivery, DropReason, Kind, LossCounts, Reassembled, Reassembler, ReliableConfig,
+    ReliableReceiver, SubscriberCounts, SubscriberSession,
 };
 
 /// A topic an endpoint subscribes to.
@@ -73,6 +73,40 @@ pub trait Sink {
     fn deliver_compat(&mut self, import: usize, datagram: &[u8]) -> Result<(), DropReason> {
         let _ = (import, datagram);
         Err(DropReason::UnknownTopic)
+    }
+}
+
+/// The figures of removed imports whose slots were reused by new ones: they stay counted.
+#[derive(Default)]
+pub(crate) struct RetiredFigures {
+    /// A best-effort import's tracker; a reliable one's `unconfirmed`.
+    pub(crate) loss: LossCounts,
+    pub(crate) naks_sent: u64,
+    pub(crate) unrecovered: u64,
+    pub(crate) incomplete: u64,
+    pub(crate) sessions: SubscriberCounts,
+}
+
+impl RetiredFigures {
+    /// Adds the figures of `slot`, about to be reused.
+    fn absorb(&mut self, slot: &ImportSlot) {
+        match &slot.reliable {
+            None => super::metrics::add_loss(&mut self.loss, slot.session.loss()),
+            Some(r) => {
+                let c = r.counts();
+                self.loss.unconfirmed = self.loss.unconfirmed.saturating_add(c.unconfirmed);
+                self.naks_sent = self.naks_sent.saturating_add(c.naks_sent);
+                self.unrecovered = self.unrecovered.saturating_add(c.unrecovered);
+            }
+        }
+        let incomplete = slot.reassembly.counts().incomplete;
+        self.incomplete = self.incomplete.saturating_add(incomplete);
+        let (a, b) = (&mut self.sessions, slot.session.counts());
+        a.control_duplicates = a.control_duplicates.saturating_add(b.control_duplicates);
+        a.control_stale = a.control_stale.saturating_add(b.control_stale);
+        a.unknown_session = a.unknown_session.saturating_add(b.unknown_session);
+        a.resubscribes = a.resubscribes.saturating_add(b.resubscribes);
+        a.refused = a.refused.saturating_add(b.refused);
     }
 }
 
@@ -260,6 +294,7 @@ impl Endpoint {
         match self.imports.iter().position(|i| i.retired) {
             Some(i) => {
                 if let Some(old) = self.imports.get_mut(i) {
+                    self.retired.absorb(old);
                     *old = slot;
                 }
                 i

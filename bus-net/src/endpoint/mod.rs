@@ -229,6 +229,8 @@ pub struct Endpoint {
     exports: Vec<ExportState>,
     directs: Vec<DirectTopic>,
     imports: Vec<ImportSlot>,
+    /// The figures of removed imports whose slots were reused.
+    retired: import::RetiredFigures,
     compat_exports: Vec<CompatExport>,
     compat_imports: Vec<CompatImport>,
     /// Destinations of a compat datagram (capacity: a topic's subscribers).
@@ -385,6 +387,7 @@ impl Endpoint {
             exports,
             directs,
             imports,
+            retired: import::RetiredFigures::default(),
             compat_exports: Vec::new(),
             compat_imports: Vec::new(),
             compat_dests: Vec::with_capacity(config.subscribers_per_topic.max(1)),
@@ -1027,6 +1030,12 @@ impl Endpoint {
             SubscriberEvent::None => {}
             SubscriberEvent::Established { session, changed } => {
                 import.warned = false;
+                if changed {
+                    // Told again by the new session if it has a group (its `Group` frame);
+                    // until then its data comes by unicast.
+                    import.group = None;
+                    import.group_seen_ns = 0;
+                }
                 push_event(
                     &mut self.events,
                     Event::Established {
@@ -1396,7 +1405,7 @@ impl Endpoint {
     /// The loss figures summed over every import: a best-effort import's tracker, a reliable
     /// one's `unconfirmed` (what it could not recover is `unrecovered`).
     pub fn loss(&self) -> LossCounts {
-        let mut loss = LossCounts::default();
+        let mut loss = self.retired.loss;
         for import in self.imports.iter().filter(|i| i.reliable.is_none()) {
             add_loss(&mut loss, import.session.loss());
         }
@@ -1411,7 +1420,7 @@ impl Endpoint {
     pub(crate) fn refresh_metrics(&self) {
         let m = &self.metrics;
         m.set_loss(&self.loss());
-        let (mut nak_sent, mut unrecovered) = (0u64, 0u64);
+        let (mut nak_sent, mut unrecovered) = (self.retired.naks_sent, self.retired.unrecovered);
         for r in self.imports.iter().filter_map(|i| i.reliable.as_ref()) {
             nak_sent = nak_sent.saturating_add(r.counts().naks_sent);
             unrecovered = unrecovered.saturating_add(r.counts().unrecovered);
@@ -1423,7 +1432,7 @@ impl Endpoint {
             missing += r.missed().count() as u64;
         }
         m.missed_subscribers.set(missing);
-        let incomplete = self.imports.iter().fold(0u64, |a, i| {
+        let incomplete = self.imports.iter().fold(self.retired.incomplete, |a, i| {
             a.saturating_add(i.reassembly.counts().incomplete)
         });
         m.set_drop(DropReason::Incomplete, incomplete);
@@ -1433,7 +1442,10 @@ impl Endpoint {
         m.unavailable.set(unavailable);
         m.set_sessions(
             self.publisher.counts(),
-            self.imports.iter().map(|i| i.session.counts()),
+            self.imports
+                .iter()
+                .map(|i| i.session.counts())
+                .chain(std::iter::once(&self.retired.sessions)),
         );
     }
 

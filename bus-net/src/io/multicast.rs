@@ -51,7 +51,7 @@ impl UdpEndpoint {
         // socket takes only this group's datagrams and not those of another group on the same
         // port; elsewhere to every address.
         let local = if cfg!(unix) {
-            group
+            scoped(group, interface)?
         } else {
             match group {
                 SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, group.port())),
@@ -66,7 +66,13 @@ impl UdpEndpoint {
         }
         match group.ip() {
             IpAddr::V4(g) => socket.join_multicast_v4(&g, &v4_interface(interface))?,
-            IpAddr::V6(g) => socket.join_multicast_v6(&g, v6_index(interface))?,
+            IpAddr::V6(g) => {
+                let index = match local {
+                    SocketAddr::V6(l) if l.scope_id() != 0 => l.scope_id(),
+                    _ => v6_index(interface),
+                };
+                socket.join_multicast_v6(&g, index)?;
+            }
         }
         UdpEndpoint::from_bound(socket)
     }
@@ -99,6 +105,37 @@ impl UdpEndpoint {
             }
         }
         Ok(())
+    }
+}
+
+/// `group` as a socket can be bound to it: an IPv6 group of interface- or link-local scope
+/// (`ff01::/16`, `ff02::/16`) exists once per link, so the kernel binds it only with the
+/// index of its interface (`EINVAL` otherwise): the group's own scope id, or that of the
+/// interface with address `interface`.
+///
+/// # Errors
+/// Such a group with neither: the link is not named.
+fn scoped(group: SocketAddr, interface: Option<IpAddr>) -> io::Result<SocketAddr> {
+    let SocketAddr::V6(mut v6) = group else {
+        return Ok(group);
+    };
+    let link_scoped = v6.ip().segments()[0] & 0xff0f <= 0xff02;
+    if !link_scoped || v6.scope_id() != 0 {
+        return Ok(group);
+    }
+    match v6_index(interface) {
+        0 => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{group} is a link-local group: name its link (bind the bridge to an IPv6 \
+                 address of the interface, or set the multicast interface), or use a group of \
+                 wider scope (ff05::/16, ff08::/16, ff0e::/16)"
+            ),
+        )),
+        index => {
+            v6.set_scope_id(index);
+            Ok(SocketAddr::V6(v6))
+        }
     }
 }
 

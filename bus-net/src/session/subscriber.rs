@@ -384,6 +384,9 @@ impl SubscriberSession {
                     }
                     ImportState::Established { session: old, by } if number > by => {
                         self.token = Some(acked);
+                        // The old session's group token opens nothing of the new one: the
+                        // new session tells its own group, if any.
+                        self.group_token = None;
                         self.previous = Some(old);
                         self.state = ImportState::Established {
                             session,
