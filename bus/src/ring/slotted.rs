@@ -167,10 +167,27 @@ impl<T> Blocks<T> {
         unsafe { &*self.header_ptr(b) }
     }
 
-    /// Slot `i` of block `b`.
+    /// Slots `first..first + n` of block `b`, unchecked: the hot paths' way in.
+    ///
+    /// # Safety
+    /// `b < self.count` and `first + n <= Geometry::<T>::SLOTS`: the halves keep their `Place`
+    /// inside the ring and their runs inside a block.
     #[inline(always)]
-    fn cell(&self, b: usize, i: usize) -> &Cell<T> {
-        &self.run(b, i, 1)[0]
+    unsafe fn run_unchecked(&self, b: usize, first: usize, n: usize) -> &[Cell<T>] {
+        debug_assert!(b < self.count && first + n <= Geometry::<T>::SLOTS);
+        // SAFETY: in bounds (the caller's contract): a block's cells follow each other at the
+        // cell type's stride, as in an array, and were initialised in `new`.
+        unsafe { std::slice::from_raw_parts(self.cell_ptr(b, first), n) }
+    }
+
+    /// Block `b`'s header, unchecked.
+    ///
+    /// # Safety
+    /// `b < self.count`.
+    #[inline(always)]
+    unsafe fn header_unchecked(&self, b: usize) -> &AtomicUsize {
+        // SAFETY: in bounds (the caller's contract), initialised in `new`.
+        unsafe { &*self.header_ptr(b) }
     }
 
     /// Slots `first..first + n` of block `b`: contiguous, so a batch walks them with no
@@ -299,7 +316,7 @@ impl<T> Drop for Shared<T> {
                         slot: slot + 1,
                     }
                 };
-                let cell = self.shared.blocks.cell(block, slot);
+                let cell = &self.shared.blocks.run(block, slot, 1)[0];
                 // SAFETY: the position is one of the `left` counted ready from `head`: it holds
                 // an initialised value nobody took, visited once because `place` moves first.
                 cell.with_mut(|v| unsafe { (*v).assume_init_drop() });
@@ -457,12 +474,20 @@ fn step(place: &mut Place, n: usize, slots: usize, blocks: usize) {
     }
 }
 
-/// A batch being written: publishes what was written into the current block when the block
-/// fills, and everything on drop (the batch's end, or a panic in user code), then rings the
-/// doorbell once.
+/// A batch being written, with the producer's state in locals: publishes what was written
+/// into the current block when the block fills, and everything on drop (the batch's end, or a
+/// panic in user code), then writes the state back and rings the doorbell once.
 struct Writer<'a, T> {
-    producer: &'a mut SlotProducer<T>,
-    /// Values written at `producer.place` onwards and not yet published.
+    blocks: &'a Blocks<T>,
+    slots: usize,
+    /// The producer's `tail` and `place`, written back on drop.
+    tail_out: &'a mut usize,
+    place_out: &'a mut Place,
+    notify: &'a Option<std::sync::Arc<dyn Notify>>,
+    /// The first position not yet published, at `place`.
+    tail: usize,
+    place: Place,
+    /// Values written at `place` onwards, not yet published (`place.slot + pending <= slots`).
     pending: usize,
     /// Values published by this batch.
     done: usize,
@@ -472,18 +497,21 @@ impl<T> Writer<'_, T> {
     /// Writes `value` at the next position, which must be free.
     #[inline(always)]
     fn put(&mut self, value: T) {
-        let p = &*self.producer;
-        let cell = p
-            .shared
-            .blocks
-            .cell(p.place.block, p.place.slot + self.pending);
+        debug_assert!(self.place.slot + self.pending < self.slots);
+        // SAFETY: `place` is inside the ring and `slot + pending < slots` (flushed at the
+        // block's end), so the cell is in bounds.
+        let cell = unsafe {
+            &self
+                .blocks
+                .run_unchecked(self.place.block, self.place.slot + self.pending, 1)[0]
+        };
         // SAFETY: the caller checked the position is below `head + capacity` (against a `head`
         // read with Acquire after the consumer's Release store that moved past the previous
         // value here), so the consumer does not read this cell until the block's header says
         // so, which `flush` stores after this write. Only this producer writes cells.
         cell.with_mut(|v| unsafe { (*v).write(value) });
         self.pending += 1;
-        if p.place.slot + self.pending == self.producer.slots {
+        if self.place.slot + self.pending == self.slots {
             self.flush();
         }
     }
@@ -491,13 +519,11 @@ impl<T> Writer<'_, T> {
     /// Publishes the pending values with one Release store of their block's header.
     #[inline(always)]
     fn flush(&mut self) {
-        let p = &mut *self.producer;
-        p.tail = p.tail.wrapping_add(self.pending);
-        p.shared
-            .blocks
-            .header(p.place.block)
-            .store(p.tail, Ordering::Release);
-        step(&mut p.place, self.pending, p.slots, p.shared.blocks.count);
+        self.tail = self.tail.wrapping_add(self.pending);
+        // SAFETY: `place` is inside the ring.
+        let header = unsafe { self.blocks.header_unchecked(self.place.block) };
+        header.store(self.tail, Ordering::Release);
+        step(&mut self.place, self.pending, self.slots, self.blocks.count);
         self.done += self.pending;
         self.pending = 0;
     }
@@ -509,8 +535,10 @@ impl<T> Drop for Writer<'_, T> {
         if self.pending > 0 {
             self.flush();
         }
+        *self.tail_out = self.tail;
+        *self.place_out = self.place;
         if self.done > 0 {
-            if let Some(notify) = &self.producer.notify {
+            if let Some(notify) = self.notify {
                 notify.notify();
             }
         }
@@ -529,8 +557,23 @@ impl<T> SlotProducer<T> {
         if self.free_slots(1) == 0 {
             return Err(TryPushError::Full(value));
         }
-        let mut w = self.writer();
-        w.put(value);
+        let blocks = &self.shared.blocks;
+        let Place { block, slot } = self.place;
+        // SAFETY: `place` is inside the ring (`step` keeps it there).
+        let (cell, header) = unsafe {
+            (
+                &blocks.run_unchecked(block, slot, 1)[0],
+                blocks.header_unchecked(block),
+            )
+        };
+        // SAFETY: as in `Writer::put`: the position is free, and unpublished until the store.
+        cell.with_mut(|v| unsafe { (*v).write(value) });
+        self.tail = self.tail.wrapping_add(1);
+        header.store(self.tail, Ordering::Release);
+        step(&mut self.place, 1, self.slots, blocks.count);
+        if let Some(notify) = &self.notify {
+            notify.notify();
+        }
         Ok(())
     }
 
@@ -560,26 +603,29 @@ impl<T> SlotProducer<T> {
         let mut w = self.writer();
         let mut items = &items[..n];
         while !items.is_empty() {
-            // NB: the items of one block are written as a run (no per-item check of the
-            // block's end), one header store each: per item this is `Ring::push_slice`'s loop.
-            let p = &*w.producer;
-            let (block, first) = (p.place.block, p.place.slot + w.pending);
-            let k = items.len().min(p.slots - first);
+            let first = w.place.slot + w.pending;
+            let k = items.len().min(w.slots - first);
             let (now, rest) = items.split_at(k);
             items = rest;
-            for (cell, item) in w
-                .producer
-                .shared
-                .blocks
-                .run(block, first, k)
-                .iter()
-                .zip(now)
-            {
-                // SAFETY: as in `Writer::put`: the position is free and not yet published.
-                cell.with_mut(|v| unsafe { (*v).write(item.clone()) });
-                w.pending += 1;
+            // SAFETY: `place` is inside the ring and `first + k <= slots`.
+            let run = unsafe { w.blocks.run_unchecked(w.place.block, first, k) };
+            if k == Geometry::<T>::SLOTS {
+                // NB: a whole block as a loop of a constant count, so that `Copy` items compile
+                // to a few vector moves instead of a call to `memcpy` per block; the one-thread
+                // program `benches/examples/one_thread_ring.rs` measures it.
+                for i in 0..Geometry::<T>::SLOTS {
+                    // SAFETY: as in `Writer::put`: the position is free and not yet published.
+                    run[i].with_mut(|v| unsafe { (*v).write(now[i].clone()) });
+                    w.pending += 1;
+                }
+            } else {
+                for (cell, item) in run.iter().zip(now) {
+                    // SAFETY: as in `Writer::put`.
+                    cell.with_mut(|v| unsafe { (*v).write(item.clone()) });
+                    w.pending += 1;
+                }
             }
-            if w.producer.place.slot + w.pending == w.producer.slots {
+            if w.place.slot + w.pending == w.slots {
                 w.flush();
             }
         }
@@ -644,31 +690,70 @@ impl<T> SlotProducer<T> {
     #[inline(always)]
     fn writer(&mut self) -> Writer<'_, T> {
         Writer {
-            producer: self,
+            blocks: &self.shared.blocks,
+            slots: self.slots,
+            tail: self.tail,
+            place: self.place,
+            tail_out: &mut self.tail,
+            place_out: &mut self.place,
+            notify: &self.notify,
             pending: 0,
             done: 0,
         }
     }
 }
 
-/// Ends a batch pop, normally or by a panic in the caller's closure: moves `head` past what was
-/// handed out and frees it when due.
+/// A batch pop, with the consumer's state in locals: on drop (the batch's end, or a panic in
+/// the caller's closure) moves `head` past what was handed out, writes the state back and frees
+/// the slots when due.
 struct Reader<'a, T> {
-    consumer: &'a mut SlotConsumer<T>,
-    /// Values handed out at `consumer.place` onwards, not yet moved past.
-    taken: usize,
+    shared: &'a Shared<T>,
+    slots: usize,
+    /// The consumer's fields, written back on drop.
+    out: ReaderOut<'a>,
+    /// Moves past each value as it is handed out.
+    head: usize,
+    /// Where `run_head` lies.
+    place: Place,
+    /// `head` when the current run began.
+    run_head: usize,
+    ready_end: usize,
     /// The batch found the next position not yet written.
     drained: bool,
 }
 
+/// Where a [`Reader`] writes the consumer's state back.
+struct ReaderOut<'a> {
+    head: &'a mut usize,
+    place: &'a mut Place,
+    ready_end: &'a mut usize,
+    published: &'a mut usize,
+    release_every: usize,
+    notify: &'a Option<std::sync::Arc<dyn Notify>>,
+}
+
+/// Frees every position before `head` (one Release store) and rings the doorbell, if any.
+#[inline(always)]
+fn free<T>(
+    shared: &Shared<T>,
+    head: usize,
+    published: &mut usize,
+    notify: &Option<std::sync::Arc<dyn Notify>>,
+) {
+    *published = head;
+    shared.head.store(head, Ordering::Release);
+    if let Some(notify) = notify {
+        notify.notify();
+    }
+}
+
 impl<T> Reader<'_, T> {
-    /// Moves `head` past the values taken in its block.
+    /// Moves `place` past the values of the current run.
     #[inline(always)]
     fn settle(&mut self) {
-        let c = &mut *self.consumer;
-        c.head = c.head.wrapping_add(self.taken);
-        step(&mut c.place, self.taken, c.slots, c.shared.blocks.count);
-        self.taken = 0;
+        let taken = self.head.wrapping_sub(self.run_head);
+        step(&mut self.place, taken, self.slots, self.shared.blocks.count);
+        self.run_head = self.head;
     }
 }
 
@@ -676,12 +761,15 @@ impl<T> Drop for Reader<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
         self.settle();
-        let c = &mut *self.consumer;
+        let out = &mut self.out;
+        *out.head = self.head;
+        *out.place = self.place;
+        *out.ready_end = self.ready_end;
         // Drained: the producer may be about to wait for room, so free at once.
-        if (self.drained && c.head != c.published)
-            || c.head.wrapping_sub(c.published) >= c.release_every
+        if (self.drained && self.head != *out.published)
+            || self.head.wrapping_sub(*out.published) >= out.release_every
         {
-            c.release();
+            free(self.shared, self.head, out.published, out.notify);
         }
     }
 }
@@ -690,9 +778,31 @@ impl<T> SlotConsumer<T> {
     /// Pops the oldest value, or returns `None` when the ring is empty. Wait-free.
     #[inline]
     pub fn try_pop(&mut self) -> Option<T> {
-        let mut got = None;
-        self.pop_batch(1, |v| got = Some(v));
-        got
+        let blocks = &self.shared.blocks;
+        let Place { block, slot } = self.place;
+        if self.ready_end == self.head {
+            // SAFETY: `place` is inside the ring (`step` keeps it there).
+            let h = unsafe { blocks.header_unchecked(block) }.load(Ordering::Acquire);
+            let n = ready(h, self.head, self.slots - slot);
+            if n == 0 {
+                // Drained: the producer may be about to wait for room, so free at once.
+                self.release();
+                return None;
+            }
+            self.ready_end = self.head.wrapping_add(n);
+        }
+        // SAFETY: `place` is inside the ring.
+        let cell = unsafe { &blocks.run_unchecked(block, slot, 1)[0] };
+        // SAFETY: `head < ready_end`: the block's header, read with Acquire after the producer's
+        // Release store, said the position is written; `head` moves past it at once, so it is
+        // moved out once.
+        let value = cell.with(|v| unsafe { (*v).assume_init_read() });
+        self.head = self.head.wrapping_add(1);
+        step(&mut self.place, 1, self.slots, blocks.count);
+        if self.head.wrapping_sub(self.published) >= self.release_every {
+            self.release();
+        }
+        Some(value)
     }
 
     /// Pops up to `max` values, handing each to `f` in order; returns how many. Reads one
@@ -702,48 +812,51 @@ impl<T> SlotConsumer<T> {
     /// as popped; the rest stay in the ring.
     pub fn pop_batch<F: FnMut(T)>(&mut self, max: usize, mut f: F) -> usize {
         let mut r = Reader {
-            consumer: self,
-            taken: 0,
+            shared: &self.shared,
+            slots: self.slots,
+            head: self.head,
+            place: self.place,
+            run_head: self.head,
+            ready_end: self.ready_end,
+            out: ReaderOut {
+                head: &mut self.head,
+                place: &mut self.place,
+                ready_end: &mut self.ready_end,
+                published: &mut self.published,
+                release_every: self.release_every,
+                notify: &self.notify,
+            },
             drained: false,
         };
-        let mut count = 0;
-        while count < max {
-            let n = r.consumer.known(max - count);
-            if n == 0 {
-                r.drained = true;
-                break;
+        let slots = r.slots;
+        let blocks = &r.shared.blocks;
+        let start = r.head;
+        while r.head.wrapping_sub(start) < max {
+            if r.ready_end == r.head {
+                // SAFETY: `place` is inside the ring.
+                let header = unsafe { blocks.header_unchecked(r.place.block) };
+                let n = ready(header.load(Ordering::Acquire), r.head, slots - r.place.slot);
+                if n == 0 {
+                    r.drained = true;
+                    break;
+                }
+                r.ready_end = r.head.wrapping_add(n);
             }
-            let c = &*r.consumer;
-            let (block, first) = (c.place.block, c.place.slot);
-            for cell in r.consumer.shared.blocks.run(block, first, n) {
+            let n = (r.ready_end.wrapping_sub(r.head)).min(max - r.head.wrapping_sub(start));
+            // SAFETY: `place` is inside the ring and `[head, ready_end)` inside its block.
+            let run = unsafe { blocks.run_unchecked(r.place.block, r.place.slot, n) };
+            for cell in run {
                 // SAFETY: the position is in `[head, ready_end)`: the block's header, read with
-                // Acquire after the producer's Release store, said it is written. `r` counts it
-                // before `f` runs, so `head` moves past it even if `f` panics: each value is
-                // moved out once.
+                // Acquire after the producer's Release store, said it is written. `r` moves
+                // past it before `f` runs, so `head` moves past it even if `f` panics: each
+                // value is moved out once.
                 let value = cell.with(|v| unsafe { (*v).assume_init_read() });
-                r.taken += 1;
+                r.head = r.head.wrapping_add(1);
                 f(value);
             }
             r.settle();
-            count += n;
         }
-        count
-    }
-
-    /// How many values from `head` are known written in `head`'s block, at most `max`,
-    /// loading the block's header only when none are known.
-    #[inline(always)]
-    fn known(&mut self, max: usize) -> usize {
-        if self.ready_end == self.head {
-            let h = self
-                .shared
-                .blocks
-                .header(self.place.block)
-                .load(Ordering::Acquire);
-            let n = ready(h, self.head, self.slots - self.place.slot);
-            self.ready_end = self.head.wrapping_add(n);
-        }
-        self.ready_end.wrapping_sub(self.head).min(max)
+        r.head.wrapping_sub(start)
     }
 
     /// The ring's capacity in values (see [`SlotProducer::capacity`]).
@@ -794,11 +907,7 @@ impl<T> SlotConsumer<T> {
     #[inline]
     pub fn release(&mut self) {
         if self.published != self.head {
-            self.published = self.head;
-            self.shared.head.store(self.head, Ordering::Release);
-            if let Some(notify) = &self.notify {
-                notify.notify();
-            }
+            free(&self.shared, self.head, &mut self.published, &self.notify);
         }
     }
 

@@ -883,7 +883,7 @@ fn slotted_blocks_fit_a_line_and_capacity_rounds_up_to_whole_blocks() {
 fn slotted_zero_sized_and_over_aligned_values() {
     let (mut tx, mut rx) = SlotRing::<()>::new(20);
     assert_eq!(
-        tx.push_iter(&mut std::iter::repeat(()).take(30)),
+        tx.push_iter(&mut std::iter::repeat_n((), 30)),
         tx.capacity()
     );
     assert_eq!(rx.pop_batch(100, drop), tx.capacity());
