@@ -732,6 +732,16 @@ struct ReaderOut<'a> {
     notify: &'a Option<std::sync::Arc<dyn Notify>>,
 }
 
+/// Moves the value out of `cell`.
+///
+/// # Safety
+/// `cell` holds an initialised value that no one else reads or moves out, now or later.
+#[inline(always)]
+unsafe fn take<T>(cell: &Cell<T>) -> T {
+    // SAFETY: the caller's contract.
+    cell.with(|v| unsafe { (*v).assume_init_read() })
+}
+
 /// Frees every position before `head` (one Release store) and rings the doorbell, if any.
 #[inline(always)]
 fn free<T>(
@@ -845,14 +855,28 @@ impl<T> SlotConsumer<T> {
             let n = (r.ready_end.wrapping_sub(r.head)).min(max - r.head.wrapping_sub(start));
             // SAFETY: `place` is inside the ring and `[head, ready_end)` inside its block.
             let run = unsafe { blocks.run_unchecked(r.place.block, r.place.slot, n) };
-            for cell in run {
-                // SAFETY: the position is in `[head, ready_end)`: the block's header, read with
-                // Acquire after the producer's Release store, said it is written. `r` moves
-                // past it before `f` runs, so `head` moves past it even if `f` panics: each
-                // value is moved out once.
-                let value = cell.with(|v| unsafe { (*v).assume_init_read() });
-                r.head = r.head.wrapping_add(1);
-                f(value);
+            // Both loops: the position is in `[head, ready_end)`: the block's header,
+            // read with Acquire after the producer's Release store, said it is written. `r`
+            // moves past it before `f` runs, so `head` moves past it even if `f` panics: each
+            // value is moved out once.
+            if n == Geometry::<T>::SLOTS {
+                // NB: a whole block as a loop of a constant count (unrolled: no loop exit to
+                // predict per block), as `push_slice` writes one;
+                // `benches/examples/one_thread_ring.rs` measures it.
+                #[allow(clippy::needless_range_loop, reason = "a constant trip count")]
+                for i in 0..Geometry::<T>::SLOTS {
+                    // SAFETY: as said above the two loops.
+                    let value = unsafe { take(&run[i]) };
+                    r.head = r.head.wrapping_add(1);
+                    f(value);
+                }
+            } else {
+                for cell in run {
+                    // SAFETY: as said above the two loops.
+                    let value = unsafe { take(cell) };
+                    r.head = r.head.wrapping_add(1);
+                    f(value);
+                }
             }
             r.settle();
         }
