@@ -19,7 +19,7 @@
 //! - `llbus`: the llbus ring (`llbus::Ring`) with its defaults (the consumer frees a quarter
 //!   ring at a time, or all it took once it has taken everything it knew of), spinning on
 //!   `try_push`/`try_pop`;
-//! - `llbus-slotted`: `llbus::SlotRing`, the ring whose slots carry their own sequence (a hop
+//! - `llbus-slotted`: `llbus::SlotRing`, the ring whose cache lines carry their own header (a hop
 //!   moves one cache line), with the same defaults and the same calls;
 //! - `rtrb`: `rtrb::RingBuffer`, spinning on `push`/`pop`; batches with its chunk API as its
 //!   docs show it (`push_partial_slice`, and `read_chunk` of what its cached index says is
@@ -337,7 +337,7 @@ impl Contender for Llbus {
     }
 }
 
-/// The llbus ring with a sequence in each slot (`llbus::SlotRing`).
+/// The llbus ring with a header in each cache line of slots (`llbus::SlotRing`).
 #[derive(Debug)]
 struct Slotted;
 

@@ -3,8 +3,8 @@
 //!
 //! - [`spsc`]: the bounded ring queue every bus edge uses (Lamport's buffer with cached indices).
 //! - [`latest`]: a triple buffer that keeps only the newest value (the `Latest` policy).
-//! - [`slotted`]: the bounded ring with a sequence in each slot, whose hop moves one cache line
-//!   (an option beside `spsc`; see its docs and docs/PERFORMANCE.md).
+//! - [`slotted`]: the bounded ring with a header in each cache line of slots, whose hop moves
+//!   one line (an option beside `spsc`; see its docs and docs/PERFORMANCE.md).
 
 pub(crate) mod latest;
 pub(crate) mod slotted;

@@ -757,11 +757,16 @@ proptest! {
     /// batch pops (single-threaded) yields the same values, and the same room.
     #[test]
     fn slotted_ring_behaves_as_a_bounded_deque(
-        cap in 1usize..9,
+        cap in 1usize..20,
+        per_block in 0usize..8,
         every in 1usize..9,
-        ops in prop::collection::vec((0u8..4, 0usize..6), 0..200),
+        ops in prop::collection::vec((0u8..5, 0usize..10), 0..200),
     ) {
-        let (mut tx, mut rx) = SlotRing::new(cap);
+        // Blocks of every size a `u64` ring can have (0: the size `new` chooses).
+        let (mut tx, mut rx) = match per_block {
+            0 => SlotRing::new(cap),
+            n => SlotRing::with_slots_per_block(cap, n),
+        };
         rx.set_release_every(every);
         let cap = tx.capacity();
         let mut model = VecDeque::new();
@@ -780,9 +785,13 @@ proptest! {
                         next += 1;
                     }
                 }
-                1 => {
+                1 | 4 => {
                     let items: Vec<u64> = (next..next + n as u64).collect();
-                    let k = tx.push_slice(&items);
+                    let k = if op == 1 {
+                        tx.push_slice(&items)
+                    } else {
+                        tx.push_iter(&mut items.iter().copied())
+                    };
                     prop_assert!(model.len() + k <= cap);
                     if all_freed {
                         prop_assert_eq!(k, n.min(cap - model.len()));
@@ -806,8 +815,171 @@ proptest! {
                 }
             }
             prop_assert_eq!(rx.len(), model.len());
+            prop_assert_eq!(rx.is_empty(), model.is_empty());
+            prop_assert!(rx.cached_len() <= model.len());
+            prop_assert!(tx.len() >= model.len());
         }
     }
+
+    /// Values of other sizes (16 bytes: three to a block), and ones left in the ring at the
+    /// end: every value arrives once, in order, and the ones left are dropped once.
+    #[test]
+    fn slotted_ring_of_counted_values_drops_each_once(
+        cap in 1usize..12,
+        ops in prop::collection::vec((0u8..3, 0usize..8), 0..100),
+    ) {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (mut tx, mut rx) = SlotRing::new(cap);
+        let mut model = VecDeque::new();
+        let mut next = 0u64;
+        // Values made: the originals of a `push_slice` and their clones pushed, and the values
+        // `push_iter` took from its iterator.
+        let mut created = 0;
+        for (op, n) in ops {
+            match op {
+                0 => {
+                    let items: Vec<Counted> = (next..next + n as u64).map(|v| counted(v, &drops)).collect();
+                    let k = tx.push_slice(&items);
+                    model.extend(next..next + k as u64);
+                    next += k as u64;
+                    created += n + k;
+                }
+                1 => {
+                    let mut items = (next..next + n as u64).map(|v| counted(v, &drops));
+                    let k = tx.push_iter(&mut items);
+                    model.extend(next..next + k as u64);
+                    next += k as u64;
+                    created += k;
+                }
+                _ => {
+                    let mut got = Vec::new();
+                    rx.pop_batch(n, |c| got.push(c.value));
+                    let want: Vec<u64> = (0..got.len()).filter_map(|_| model.pop_front()).collect();
+                    prop_assert_eq!(got, want);
+                }
+            }
+        }
+        prop_assert_eq!(drops.load(Ordering::Relaxed) + model.len(), created);
+        drop(tx);
+        drop(rx);
+        prop_assert_eq!(drops.load(Ordering::Relaxed), created);
+    }
+}
+
+#[test]
+fn slotted_blocks_fit_a_line_and_capacity_rounds_up_to_whole_blocks() {
+    // Seven 8-byte values beside the header; three 16-byte ones; one 32-byte one.
+    assert_eq!(SlotRing::<u64>::new(7).0.capacity(), 7);
+    assert_eq!(SlotRing::<u64>::new(8).0.capacity(), 14);
+    assert_eq!(SlotRing::<u64>::new(1024).0.capacity(), 1029);
+    assert_eq!(SlotRing::<[u64; 2]>::new(4).0.capacity(), 6);
+    assert_eq!(SlotRing::<[u64; 4]>::new(3).0.capacity(), 3);
+    // Small rings are one block of exactly the size asked for.
+    assert_eq!(SlotRing::<u64>::new(3).0.capacity(), 3);
+}
+
+/// Zero-sized and over-aligned values go through as any other.
+#[test]
+fn slotted_zero_sized_and_over_aligned_values() {
+    let (mut tx, mut rx) = SlotRing::<()>::new(20);
+    assert_eq!(
+        tx.push_iter(&mut std::iter::repeat_n((), 30)),
+        tx.capacity()
+    );
+    assert_eq!(rx.pop_batch(100, drop), tx.capacity());
+
+    #[derive(Clone, Debug, PartialEq)]
+    #[repr(align(128))]
+    struct Wide(u64);
+    let (mut tx, mut rx) = SlotRing::new(5);
+    for round in 0..4 {
+        let items: Vec<Wide> = (0..5).map(|i| Wide(round * 10 + i)).collect();
+        assert_eq!(tx.push_slice(&items), 5);
+        let mut got = Vec::new();
+        rx.pop_batch(10, |w| {
+            assert_eq!(&w as *const Wide as usize % 128, 0);
+            got.push(w);
+        });
+        assert_eq!(got, items);
+    }
+}
+
+/// A consumer still taking the last values of a block's lap while the producer has begun the
+/// block's next lap (its header already says the new lap) takes exactly the old values first.
+#[test]
+fn slotted_a_block_a_lap_ahead_hands_out_the_old_values_first() {
+    let (mut tx, mut rx) = SlotRing::with_slots_per_block(4, 2); // two blocks of two
+    rx.set_release_every(1);
+    tx.try_push(0).unwrap();
+    assert_eq!(rx.try_pop(), Some(0)); // knows of position 0 only
+    assert_eq!(tx.push_slice(&[1, 2, 3]), 3);
+    // Position 4 is block 0's next lap: its header now reads 5 while position 1 is unread.
+    tx.try_push(4).unwrap();
+    let mut got = Vec::new();
+    rx.pop_batch(10, |v| got.push(v));
+    assert_eq!(got, [1, 2, 3, 4]);
+}
+
+/// A `Clone` that panics in the middle of a block: the clones made before it are pushed (and
+/// published), nothing is dropped twice, and the ring goes on.
+#[test]
+fn slotted_a_clone_that_panics_mid_batch_keeps_the_clones_made() {
+    #[derive(Debug)]
+    struct Fragile(u64, Arc<AtomicUsize>);
+    impl Clone for Fragile {
+        fn clone(&self) -> Self {
+            assert_ne!(self.0, 4, "the fifth clone");
+            Fragile(self.0, Arc::clone(&self.1))
+        }
+    }
+    impl Drop for Fragile {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = SlotRing::new(16); // three to a block: the panic is in block 1
+    let items: Vec<Fragile> = (0..8).map(|i| Fragile(i, Arc::clone(&drops))).collect();
+    let unwound = catch_unwind(AssertUnwindSafe(|| tx.push_slice(&items)));
+    assert!(unwound.is_err());
+    let mut got = Vec::new();
+    rx.pop_batch(16, |f| got.push(f.0));
+    assert_eq!(got, [0, 1, 2, 3]);
+    assert_eq!(drops.load(Ordering::Relaxed), 4);
+    assert_eq!(tx.push_slice(&items[5..]), 3);
+    drop((tx, rx, items));
+    assert_eq!(drops.load(Ordering::Relaxed), 4 + 3 + 8);
+}
+
+/// The doorbells: the producer's rings after each push and batch, the consumer's after each
+/// store of `head`, and each half's when it goes.
+#[test]
+fn slotted_doorbells_ring_on_publish_free_and_drop() {
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl super::Notify for Count {
+        fn notify(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let (mut tx, mut rx) = SlotRing::new(16);
+    let (pushed, freed) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    tx.notify_on_push(Some(pushed.clone()));
+    rx.notify_on_pop(Some(freed.clone()));
+    rx.set_release_every(1);
+    tx.try_push(1u64).unwrap();
+    assert_eq!(tx.push_slice(&[2, 3, 4, 5, 6, 7, 8, 9]), 8); // two blocks, one ring
+    assert_eq!(tx.push_slice(&[]), 0); // nothing published: no ring
+    assert_eq!(pushed.0.load(Ordering::Relaxed), 2);
+    assert_eq!(rx.pop_batch(4, drop), 4);
+    assert_eq!(freed.0.load(Ordering::Relaxed), 1);
+    assert_eq!(rx.try_pop(), Some(5));
+    assert_eq!(freed.0.load(Ordering::Relaxed), 2);
+    drop(tx);
+    assert_eq!(pushed.0.load(Ordering::Relaxed), 3);
+    assert!(rx.is_abandoned());
+    drop(rx);
+    assert_eq!(freed.0.load(Ordering::Relaxed), 3);
 }
 
 #[test]
