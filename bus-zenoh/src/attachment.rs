@@ -101,7 +101,10 @@ mod tests {
     fn any_other_length_is_refused() {
         let bytes = [0u8; ATTACHMENT_LEN + 1];
         for n in 0..bytes.len() {
-            assert_eq!(Attachment::decode(&bytes[..n]).is_some(), n == ATTACHMENT_LEN);
+            assert_eq!(
+                Attachment::decode(&bytes[..n]).is_some(),
+                n == ATTACHMENT_LEN
+            );
         }
     }
 }

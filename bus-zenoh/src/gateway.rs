@@ -279,6 +279,39 @@ impl Gateway {
         self.errors.lock().clone()
     }
 
+    /// Waits until every export's key has a matching zenoh subscriber (through any route), or
+    /// `timeout` passes; true if they all have. Zenoh sends a put to the subscribers it knows
+    /// of when it is made, so a publisher that must not start before its readers (a test, a
+    /// benchmark) waits here first.
+    pub fn wait_matched(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut probes = Vec::new();
+        for e in &self.exports {
+            match self.session.declare_publisher(e.key.clone()).wait() {
+                Ok(p) => probes.push(p),
+                Err(e) => {
+                    log::warn!("cannot probe zenoh for subscribers: {e}");
+                    return false;
+                }
+            }
+        }
+        loop {
+            let matched = probes.iter().all(|p| {
+                p.matching_status()
+                    .wait()
+                    .map(|s| s.matching())
+                    .unwrap_or(false)
+            });
+            if matched {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The zenoh session, to declare more of zenoh's own (a liveliness token, a queryable).
     pub fn session(&self) -> &Session {
         &self.session
@@ -406,6 +439,7 @@ struct PendingImport<T> {
 }
 
 struct RunningExport {
+    key: String,
     metrics: ExportMetrics,
     thread: Option<JoinHandle<()>>,
 }
@@ -523,6 +557,7 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
             .spawn(move || run.run())
             .map_err(GatewayError::Spawn)?;
         gateway.exports.push(RunningExport {
+            key,
             metrics,
             thread: Some(thread),
         });
