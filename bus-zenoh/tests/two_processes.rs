@@ -475,11 +475,18 @@ fn a_router_that_goes_away_and_comes_back_messages_flow_again_and_losses_are_cou
             .expect("the router session opens")
     };
     let router = open_router();
-    let client = config("client", &[], &[endpoint(port)]);
+    // Clients retry their router every 100-500 ms instead of zenoh's 1-4 s, and the importer
+    // waits 10 s without a message before it gives up: the router's return is seen in time
+    // even on a loaded machine.
+    let client = config("client", &[], &[endpoint(port)]).replacen(
+        "connect: {",
+        "connect: { retry: { period_init_ms: 100, period_max_ms: 500, period_increase_factor: 2 },",
+        1,
+    );
     let mut importer = ChildProc::spawn(
         "import",
         &client,
-        &[("LLBUS_ZENOH_IDLE_MS", "3000".to_owned())],
+        &[("LLBUS_ZENOH_IDLE_MS", "10000".to_owned())],
     );
     importer.expect_line("READY", Duration::from_secs(20));
     let mut exporter = ChildProc::spawn(
