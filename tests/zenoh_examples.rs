@@ -2,61 +2,16 @@
 //! `zenoh`), as a user runs them in two processes: peers on loopback with scouting off deliver
 //! every message in order, with the same `RESULT` line as over UDP, in bincode and in JSON.
 //!
-//! The examples are built here in the debug profile, in which `cargo test --workspace` has
-//! built zenoh already: a release build would build zenoh a second time (minutes of CI).
+//! The examples are built in the debug profile, in which `cargo test --workspace` has built
+//! zenoh already: a release build would build zenoh a second time (minutes of CI).
 //! Children are killed if a test fails; every wait is bounded.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use tests::example_bins::{free_udp_port, Fields, Running};
-use tests::netns::output_with_timeout;
-
-/// How long building the examples with zenoh may take (on two busy cores).
-const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+use tests::example_bins::{free_udp_port, zenoh_examples_dir, Fields, Running};
 
 const COUNT: u64 = 2000;
-
-/// `<target>/debug/examples`, after building the publisher and subscriber with zenoh once.
-fn examples_dir() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let root = tests.parent().map(PathBuf::from).unwrap_or(tests);
-        let args = [
-            "build",
-            "-p",
-            "examples",
-            "--features",
-            "zenoh",
-            "--example",
-            "publisher",
-            "--example",
-            "subscriber",
-        ];
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(&root).args(args);
-        let out = output_with_timeout(&mut cmd, BUILD_TIMEOUT).map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "`cargo {}` failed ({}):\n{}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        Ok(target.join("debug").join("examples"))
-    });
-    match built {
-        Ok(dir) => dir.clone(),
-        Err(e) => panic!("cannot build the zenoh examples: {e}"),
-    }
-}
 
 /// A loopback TCP port that was free a moment ago, for zenoh to listen on.
 fn free_tcp_port() -> u16 {
@@ -80,7 +35,7 @@ fn finished(run: Running, timeout: Duration) -> String {
 /// Runs the pair through zenoh in `encoding` and checks the subscriber's RESULT and the
 /// publisher's ZENOH line.
 fn pair_delivers_everything(encoding: &str) {
-    let dir = examples_dir();
+    let dir = zenoh_examples_dir();
     let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
     let mut publ = Command::new(dir.join("publisher"));
     publ.args([
