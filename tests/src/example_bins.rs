@@ -40,9 +40,10 @@ pub fn examples_dir() -> PathBuf {
     )
 }
 
-/// `<target>/debug/examples`, after building `publisher` and `subscriber` with the examples'
-/// feature `zenoh` once: in the debug profile, where `cargo test --workspace` has built zenoh
-/// already (a release build would build it a second time).
+/// `<target>/debug/examples`, after building the examples with their feature `zenoh` once: in
+/// the debug profile and with the workspace's feature resolution, so that the zenoh that
+/// `cargo test --workspace` has built is reused (a release build, or a `-p examples` one with
+/// other features for zenoh's dependencies, would build it a second time).
 ///
 /// # Panics
 /// As [`examples_dir`].
@@ -52,14 +53,10 @@ pub fn zenoh_examples_dir() -> PathBuf {
         &BUILT,
         &[
             "build",
-            "-p",
-            "examples",
+            "--workspace",
+            "--examples",
             "--features",
-            "zenoh",
-            "--example",
-            "publisher",
-            "--example",
-            "subscriber",
+            "examples/zenoh",
         ],
         "debug",
     )
