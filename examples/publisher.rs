@@ -16,6 +16,14 @@
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
+//!
+//! With `--transport zenoh` (a build with `--features zenoh`) the counter goes out through the
+//! llbus-zenoh gateway on key `llbus/demo.counter` instead of the bridge:
+//!
+//! ```text
+//! cargo run --release --features zenoh --example publisher -- --transport zenoh \
+//!     --zenoh-listen tcp/127.0.0.1:7447 --count 10000 --wait-subscriber [--zenoh-encoding json]
+//! ```
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -27,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use cli::{Compat, IdleArg, Transport};
+use cli::{Compat, IdleArg, Transport, ZenohArgs};
 use llbus::{Actor, ActorBuilder, Backpressure, Bus, Context, Idle, Message, Out, Setup};
 use llbus_net::{realtime_ns, Bridge, BridgeConfig};
 use serde::{Deserialize, Serialize};
@@ -205,6 +213,8 @@ struct Args {
     /// every subscriber that receives the group, unicast to the others.
     #[arg(long, value_name = "GROUP:PORT", conflicts_with = "compat")]
     multicast: Option<SocketAddr>,
+    #[command(flatten)]
+    zenoh: ZenohArgs,
 }
 
 /// The thread the example's actors share unless `--split`.
@@ -232,12 +242,22 @@ fn main() -> std::process::ExitCode {
         eprintln!("publisher: error: --reliable needs the native format (not --compat)");
         return std::process::ExitCode::from(2);
     }
+    if args.transport == Transport::Zenoh && (args.compat.is_some() || args.reliable) {
+        eprintln!("publisher: error: --transport zenoh carries the native counter only (no --compat, no --reliable: zenoh's own reliability applies)");
+        return std::process::ExitCode::from(2);
+    }
+    #[cfg(not(feature = "zenoh"))]
+    if args.transport == Transport::Zenoh {
+        eprintln!("publisher: error: {}", cli::NO_ZENOH);
+        return std::process::ExitCode::from(2);
+    }
     cli::report_errors("publisher", || run(&args))
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let compat = args.compat.is_some();
     let shm_transport = args.transport == Transport::Shm;
+    let zenoh_transport = args.transport == Transport::Zenoh;
     catch_signals();
 
     let shared = Arc::new(Shared::default());
@@ -313,6 +333,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 .capacity::<Counter>(RING);
         }
         Some(status)
+    } else if zenoh_transport {
+        None
     } else {
         let bridge = place(bus.add(bridge), args);
         match (args.split, compat) {
@@ -385,7 +407,44 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 .map(|g| format!(", data to multicast group {g}"))
                 .unwrap_or_default()
     );
-    let running = bus.start()?;
+    #[cfg(feature = "zenoh")]
+    let gateway_builder = zenoh_transport.then(|| {
+        let mut gateway = llbus_zenoh::Gateway::builder();
+        gateway.export::<Counter>(
+            &mut bus,
+            llbus_zenoh::Export::new()
+                .encoding(args.zenoh.payload_encoding())
+                .capacity(RING),
+        );
+        gateway
+    });
+    #[cfg_attr(not(feature = "zenoh"), allow(unused_mut))]
+    let mut running = bus.start()?;
+    #[cfg(feature = "zenoh")]
+    let gateway = match gateway_builder {
+        Some(g) => Some(g.start(&mut running, args.zenoh.zenoh_config()?)?),
+        None => None,
+    };
+    #[cfg(feature = "zenoh")]
+    if gateway.is_some() {
+        println!(
+            "publisher: through zenoh on key llbus/{} ({:?}), listening on {:?}, connecting to {:?}",
+            Counter::TOPIC,
+            args.zenoh.encoding,
+            args.zenoh.listen,
+            args.zenoh.connect
+        );
+    }
+    // A zenoh put reaches the subscribers zenoh knows of when it is made: with
+    // --wait-subscriber, counting starts once the gateway's key has one.
+    #[cfg(feature = "zenoh")]
+    let zenoh_matched = |wait: Duration| gateway.as_ref().is_some_and(|g| g.wait_matched(wait));
+    #[cfg(not(feature = "zenoh"))]
+    let zenoh_matched = |_: Duration| false;
+    #[cfg(feature = "zenoh")]
+    let zenoh_put = || gateway.as_ref().map_or(0, |g| g.counts().put);
+    #[cfg(not(feature = "zenoh"))]
+    let zenoh_put = || 0;
 
     let subscribers = format!("subscribers.{}", Counter::TOPIC);
     let mut next_line = Instant::now() + Duration::from_secs(1);
@@ -400,6 +459,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let r = running.report();
         let subscribed = if let Some(shm) = &shm {
             shm.is_connected()
+        } else if zenoh_transport {
+            !shared.go.load(Ordering::Relaxed) && zenoh_matched(Duration::ZERO)
         } else if compat {
             metric(&r, "datagrams_in") > 0
         } else {
@@ -415,7 +476,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             let published = shared.published.load(Ordering::Relaxed);
             // The compat format has no subscriber gauge: its subscribers only ever send
             // `Subscribe` datagrams, so count those instead.
-            let who = if compat {
+            let who = if zenoh_transport {
+                format!("put on zenoh {}", zenoh_put())
+            } else if compat {
                 format!("subscribe datagrams {}", metric(&r, "datagrams_in"))
             } else {
                 format!("subscribers {}", metric(&r, &subscribers))
@@ -437,6 +500,24 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     running.stop();
     let report = running.join()?;
+    // Once the bus has exited, the gateway puts what its ring still held, then closes.
+    #[cfg(feature = "zenoh")]
+    if let Some(g) = gateway {
+        // Zenoh sends in the background: let the last puts leave before the session closes.
+        std::thread::sleep(Duration::from_millis(200));
+        let c = g.close();
+        let ring_dropped = report
+            .edge(
+                Counter::TOPIC,
+                "feed",
+                &format!("zenoh-export:{}", Counter::TOPIC),
+            )
+            .map_or(0, |e| e.dropped);
+        println!(
+            "ZENOH put={} put_failed={} ring_dropped={ring_dropped}",
+            c.put, c.put_failed
+        );
+    }
     println!("\n{report}");
     println!(
         "PUBLISHED published={} messages_out={} datagrams_out={} no_subscriber={} too_large={} \

@@ -1,6 +1,6 @@
-//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|ipc|record|all]`.
+//! The llbus comparison harness: `cargo run --release -p benches -- [ring|bus|udp|ipc|record|zenoh|all]`.
 //!
-//! Each suite is one module (`ring`, `bus`, `udp`, `ipc`, `record`) built on the shared pieces in
+//! Each suite is one module (`ring`, `bus`, `udp`, `ipc`, `record`, `zenoh`) built on the shared pieces in
 //! `harness` (arguments, pinning, rounds, statistics, output), `drive` (the round-trip and
 //! throughput loops) and `onbus` (running a bus with deadlines); `plot` draws a suite's
 //! pictures (`--plot DIR`). See `--help` for the options, and each module's docs for what it
@@ -16,6 +16,7 @@ mod plot;
 mod record;
 mod ring;
 mod udp;
+mod zenoh;
 
 use harness::{human, machine, seed, Args, Pinning, Suite};
 
@@ -47,6 +48,9 @@ fn main() {
     }
     if args.suite.includes(Suite::Record) {
         collected.push(record::run(&args, &pinning, seed));
+    }
+    if args.suite.includes(Suite::Zenoh) {
+        collected.push(zenoh::run(&args, seed));
     }
     if let Some(dir) = &args.plot {
         for out in &collected {

@@ -11,9 +11,13 @@
 //! without the Rust type decodes bincode bytes with it ([`decode`] into a [`Value`]), checks it
 //! against a fingerprint ([`Shape::fingerprint`]), and ships it ([`Shape::to_bytes`]).
 
+#[cfg(feature = "json")]
+mod json;
 mod shape;
 mod value;
 
+#[cfg(feature = "json")]
+pub use json::json_schema;
 pub use shape::{Fields, Primitive, Shape, ShapeError, Variant, MAX_DEPTH, MAX_ENCODED_LEN};
 pub use value::{decode, DecodeError, Value, SPARE_VALUES, VALUES_PER_BYTE};
 

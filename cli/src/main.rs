@@ -22,7 +22,6 @@
 #![deny(missing_docs)]
 
 mod echo;
-mod jsonschema;
 mod play;
 mod record;
 mod remote;

@@ -102,7 +102,9 @@ fn channels(
                     Some(ChannelSchema {
                         name,
                         encoding: "jsonschema".to_owned(),
-                        data: crate::jsonschema::of(&t.shape).to_string().into_bytes(),
+                        data: llbus::schema::json_schema(&t.shape)
+                            .to_string()
+                            .into_bytes(),
                     }),
                 ),
             };

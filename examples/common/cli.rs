@@ -1,6 +1,6 @@
 //! Command-line pieces shared by the network examples: the idle strategy as a flag, the
-//! allowlist, the pre-shared key, seconds as a duration, and an error report that names what
-//! failed in words.
+//! allowlist, the pre-shared key, seconds as a duration, the zenoh flags, and an error report
+//! that names what failed in words.
 
 use std::time::Duration;
 
@@ -34,6 +34,86 @@ pub enum Transport {
     Udp,
     /// Through shared memory to a process on this host (llbus-ipc).
     Shm,
+    /// Through zenoh, by the llbus-zenoh gateway (build with `--features zenoh`).
+    Zenoh,
+}
+
+/// The zenoh flags (`--transport zenoh`). Zenoh's own JSON5 file (`--zenoh-config`) says
+/// everything zenoh can be told; the endpoint flags add to it, and without a file the session
+/// is a peer with scouting off (it reaches only the endpoints given).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ZenohArgs {
+    /// Listen on this zenoh endpoint, e.g. tcp/127.0.0.1:7447 (repeatable).
+    #[arg(long = "zenoh-listen", value_name = "ENDPOINT")]
+    pub listen: Vec<String>,
+    /// Connect to this zenoh endpoint, e.g. tcp/127.0.0.1:7447 (repeatable).
+    #[arg(long = "zenoh-connect", value_name = "ENDPOINT")]
+    pub connect: Vec<String>,
+    /// A zenoh configuration file (JSON5: mode, endpoints, scouting, TLS, access control).
+    #[arg(long = "zenoh-config", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// The payload encoding: bincode between llbus processes, json for any zenoh client (the
+    /// JSON Schema is then served on `llbus/<topic>/@schema`). An import reads either.
+    #[arg(long = "zenoh-encoding", value_enum, default_value_t = ZenohEncoding::Bincode)]
+    pub encoding: ZenohEncoding,
+}
+
+/// `--zenoh-encoding`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ZenohEncoding {
+    /// llbus's bincode.
+    #[default]
+    Bincode,
+    /// JSON.
+    Json,
+}
+
+/// Why `--transport zenoh` cannot run in a build without the gateway.
+#[cfg(not(feature = "zenoh"))]
+pub const NO_ZENOH: &str = "--transport zenoh needs the zenoh gateway, which this build left \
+     out: run the example with `cargo run --release --features zenoh --example ...`";
+
+#[cfg(feature = "zenoh")]
+impl ZenohArgs {
+    /// The zenoh configuration: the file, or a peer with scouting off; then the endpoints.
+    pub fn zenoh_config(&self) -> Result<llbus_zenoh::zenoh::Config, Box<dyn std::error::Error>> {
+        let mut config = match &self.config {
+            Some(path) => llbus_zenoh::zenoh::Config::from_file(path)
+                .map_err(|e| format!("cannot read zenoh config {}: {e}", path.display()))?,
+            None => llbus_zenoh::zenoh::Config::from_json5(
+                r#"{ mode: "peer", scouting: { multicast: { enabled: false }, gossip: { enabled: false } } }"#,
+            )
+            .map_err(|e| e.to_string())?,
+        };
+        let list = |v: &[String]| serde_json_list(v);
+        if !self.listen.is_empty() {
+            config
+                .insert_json5("listen/endpoints", &list(&self.listen))
+                .map_err(|e| format!("--zenoh-listen: {e}"))?;
+        }
+        if !self.connect.is_empty() {
+            config
+                .insert_json5("connect/endpoints", &list(&self.connect))
+                .map_err(|e| format!("--zenoh-connect: {e}"))?;
+        }
+        Ok(config)
+    }
+
+    /// The gateway's payload encoding.
+    #[allow(dead_code)] // the subscriber's import reads either encoding
+    pub fn payload_encoding(&self) -> llbus_zenoh::PayloadEncoding {
+        match self.encoding {
+            ZenohEncoding::Bincode => llbus_zenoh::PayloadEncoding::Bincode,
+            ZenohEncoding::Json => llbus_zenoh::PayloadEncoding::Json,
+        }
+    }
+}
+
+/// A JSON5 list of strings.
+#[cfg(feature = "zenoh")]
+fn serde_json_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(", "))
 }
 
 /// `--compat`: a foreign wire format.

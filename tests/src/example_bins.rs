@@ -33,15 +33,51 @@ fn workspace_root() -> PathBuf {
 /// If the build fails or does not finish within its time limit, with cargo's output.
 pub fn examples_dir() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
+    built_examples(
+        &BUILT,
+        &["build", "--release", "-p", "examples", "--examples"],
+        "release",
+    )
+}
+
+/// `<target>/debug/examples`, after building the examples with their feature `zenoh` once: in
+/// the debug profile and with the workspace's feature resolution, so that the zenoh that
+/// `cargo test --workspace` has built is reused (a release build, or a `-p examples` one with
+/// other features for zenoh's dependencies, would build it a second time).
+///
+/// # Panics
+/// As [`examples_dir`].
+pub fn zenoh_examples_dir() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    built_examples(
+        &BUILT,
+        &[
+            "build",
+            "--workspace",
+            "--examples",
+            "--features",
+            "examples/zenoh",
+        ],
+        "debug",
+    )
+}
+
+/// Runs `cargo ARGS` once per test process (bounded in time), and returns
+/// `<target>/PROFILE/examples`.
+fn built_examples(
+    built: &OnceLock<Result<PathBuf, String>>,
+    args: &[&str],
+    profile: &str,
+) -> PathBuf {
+    let built = built.get_or_init(|| {
         let root = workspace_root();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(&root)
-            .args(["build", "--release", "-p", "examples", "--examples"]);
+        cmd.current_dir(&root).args(args);
         let out = output_with_timeout(&mut cmd, BUILD_TIMEOUT).map_err(|e| e.to_string())?;
         if !out.status.success() {
             return Err(format!(
-                "`cargo build --release -p examples --examples` failed ({}):\n{}",
+                "`cargo {}` failed ({}):\n{}",
+                args.join(" "),
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             ));
@@ -49,7 +85,7 @@ pub fn examples_dir() -> PathBuf {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target"));
-        Ok(target.join("release").join("examples"))
+        Ok(target.join(profile).join("examples"))
     });
     match built {
         Ok(dir) => dir.clone(),

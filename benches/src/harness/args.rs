@@ -54,6 +54,12 @@ SUITES:
             trip without (rtt-plain) and with (rtt-recorded) a recorder of
             both topics. Targets: recorded >= 1 M msgs/s; rtt p50 recorded /
             plain <= 1.10
+    zenoh   llbus through two llbus-zenoh gateways (llbus-zenoh: llbus ->
+            gateway -> zenoh -> gateway -> llbus) against plain zenoh
+            (zenoh: a zenoh publisher to a zenoh subscriber), two peer
+            sessions on loopback TCP: one-way latency at 5000 msgs/s
+            (oneway_p50, oneway_p99) and messages/s taken flat out
+            (throughput). Target: oneway p50 llbus-zenoh / zenoh <= 1.20
     all     every suite above, in turn (the default)
 
 Run on an otherwise idle machine with at least two cores: threads spin.";
@@ -72,6 +78,8 @@ pub enum Suite {
     /// The in-process MCAP recorder (llbus-record) against a plain file, and its cost to a
     /// publisher's round trip.
     Record,
+    /// The zenoh gateway (llbus-zenoh) against plain zenoh.
+    Zenoh,
     /// Every suite.
     All,
 }

@@ -27,9 +27,9 @@ use super::control::Control;
 #[cfg(feature = "tokio")]
 use super::control::EXIT;
 use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
-use super::metrics::ActorCounters;
 #[cfg(feature = "tokio")]
 use super::metrics::EdgeCounters;
+use super::metrics::{ActorCounters, Metric};
 use super::running::RunningBus;
 
 use crate::message::Message;
@@ -89,7 +89,7 @@ pub(super) fn make_publisher<T: Message + Clone>(mut parts: HandleParts) -> Box<
         output,
         idle: parts.idle,
         control: parts.control,
-        _counters: parts.counters,
+        counters: parts.counters,
     })
 }
 
@@ -168,8 +168,8 @@ pub struct Publisher<T> {
     output: Output<T>,
     idle: Box<dyn IdleStrategy>,
     control: Arc<Control>,
-    /// Keeps the handle's report row alive with it.
-    _counters: Arc<ActorCounters>,
+    /// The handle's report row, kept alive with it.
+    counters: Arc<ActorCounters>,
 }
 
 impl<T> std::fmt::Debug for Publisher<T> {
@@ -241,6 +241,13 @@ impl<T: Message + Clone> Publisher<T> {
     /// The name it was declared with.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A named metric of this handle's own (what a gateway at the bus's edge refused or lost),
+    /// shown under the handle's name in the bus's report and live counters, as an actor's
+    /// `Setup::metric`. Registering locks a mutex; updating the metric does not.
+    pub fn metric(&self, name: &str) -> Metric {
+        self.counters.metric(name)
     }
 
     /// Publishes a message that was accepted before a stop was requested (into the tokio
@@ -404,6 +411,11 @@ impl<T: Send + 'static> Subscription<T> {
     /// The name it was declared with.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A named metric of this handle's own: see [`Publisher::metric`].
+    pub fn metric(&self, name: &str) -> Metric {
+        self.counters.metric(name)
     }
 
     /// Closed once every publisher is gone, or the bus's threads have left, and everything

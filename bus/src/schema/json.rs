@@ -1,17 +1,24 @@
-//! A JSON Schema (draft 2020-12) of the JSON that `llbus::schema::Value` serializes to, made
-//! from a topic's shape: what `llbus record --encoding json` puts in each Schema record, so
-//! that Foxglove and other MCAP viewers show the fields.
+//! A JSON Schema (draft 2020-12) of the JSON that [`Value`](super::Value) serializes to, made
+//! from a topic's shape (feature `json`): what `llbus record --encoding json` puts in each
+//! Schema record, so that Foxglove and other MCAP viewers show the fields, and what the zenoh
+//! gateway serves beside a JSON export, so that clients in any language read them.
 //!
 //! The mapping follows `Value`'s serialization: structs are objects (their fields required),
 //! newtype structs their inner value, unit structs and `()` null, tuples and tuple structs
 //! arrays of fixed items, enums externally tagged (`"V"` or `{"V": ...}`), `Option` the value
 //! or null, maps objects (JSON keys are strings), 128-bit integers and floats numbers.
 
-use llbus::schema::{Fields, Primitive, Shape};
+use super::{Fields, Primitive, Shape};
 use serde_json::{json, Map, Value};
 
-/// The schema of `shape`'s JSON, with `$schema` and the type's name as `title`.
-pub(crate) fn of(shape: &Shape) -> Value {
+/// The JSON Schema of `shape`'s JSON, with `$schema` and the type's name as `title`.
+///
+/// ```
+/// use llbus::schema::{json_schema, Fields, Primitive, Shape};
+/// let px = Shape::structure("Px", Fields::named([("v", Shape::Primitive(Primitive::U16))]));
+/// assert_eq!(json_schema(&px)["properties"]["v"]["type"], "integer");
+/// ```
+pub fn json_schema(shape: &Shape) -> Value {
     let mut schema = node(shape);
     if let Value::Object(map) = &mut schema {
         map.insert(
@@ -113,8 +120,8 @@ mod tests {
         let side = Shape::enumeration(
             "Side",
             [
-                llbus::schema::Variant::new("Buy", Fields::Unit),
-                llbus::schema::Variant::new(
+                crate::schema::Variant::new("Buy", Fields::Unit),
+                crate::schema::Variant::new(
                     "Sell",
                     Fields::named([("by", Shape::Primitive(Primitive::U32))]),
                 ),
@@ -151,6 +158,6 @@ mod tests {
             "required": ["n", "side", "note", "id"],
             "additionalProperties": false
         });
-        assert_eq!(of(&fill), expected);
+        assert_eq!(json_schema(&fill), expected);
     }
 }

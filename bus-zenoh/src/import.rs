@@ -1,0 +1,199 @@
+//! An import's checks on each sample, as plain code (no zenoh, no threads): is it of this
+//! topic and type, and did samples go missing before it?
+//!
+//! Inputs: the sample's attachment bytes. Outputs: a [`Verdict`]. Per stream (an export's run,
+//! named by the attachment's random stream id) it keeps the next expected sequence number: a
+//! larger one counts the difference lost, a smaller one is late (delivered, counted). The
+//! stream table is bounded ([`MAX_STREAMS`]): past it the oldest-seen stream is forgotten,
+//! which at worst misses a gap of that stream.
+
+use std::collections::HashMap;
+
+use crate::attachment::Attachment;
+
+/// The most export streams one import tracks at once.
+pub const MAX_STREAMS: usize = 1024;
+
+/// What to do with one sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Of this topic and type: decode and publish it. `lost` samples of its stream went
+    /// missing just before it; `late` if it came after a later one of its stream.
+    Accept {
+        /// Samples of the stream skipped before this one.
+        lost: u64,
+        /// It is older than one already seen.
+        late: bool,
+    },
+    /// Of another topic or fingerprint. `error` is the message to report, the first time for
+    /// its stream (later ones are only counted).
+    Refused {
+        /// The error naming the topic and both fingerprints, once per stream.
+        error: Option<String>,
+    },
+    /// Not a sample of the gateway's: no attachment, or not one of [`Attachment`]'s layout.
+    Malformed,
+}
+
+/// One import's checks: the topic and type it takes, and each stream's next sequence number.
+#[derive(Debug)]
+pub struct Verdicts {
+    topic: &'static str,
+    topic_id: u64,
+    fingerprint: u64,
+    key: String,
+    /// Stream id -> (next expected sequence number, when it was last seen in `clock` ticks).
+    streams: HashMap<u64, Stream>,
+    /// Stream ids refused already (reported once), bounded like `streams`.
+    refused: HashMap<u64, u64>,
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct Stream {
+    next: u64,
+    seen: u64,
+}
+
+impl Verdicts {
+    /// The checks of an import of `topic` (id `topic_id`, type fingerprint `fingerprint`) on
+    /// zenoh key `key` (named in errors).
+    pub fn new(topic: &'static str, topic_id: u64, fingerprint: u64, key: &str) -> Self {
+        Verdicts {
+            topic,
+            topic_id,
+            fingerprint,
+            key: key.to_owned(),
+            streams: HashMap::new(),
+            refused: HashMap::new(),
+            clock: 0,
+        }
+    }
+
+    /// The verdict on a sample whose attachment is `attachment`.
+    pub fn check(&mut self, attachment: Option<&[u8]>) -> Verdict {
+        let Some(a) = attachment.and_then(Attachment::decode) else {
+            return Verdict::Malformed;
+        };
+        self.clock += 1;
+        if a.topic_id != self.topic_id || a.fingerprint != self.fingerprint {
+            let clock = self.clock;
+            let first = self.refused.insert(a.stream, clock).is_none();
+            if first {
+                forget_oldest(&mut self.refused, |&seen| seen);
+            }
+            return Verdict::Refused {
+                error: first.then(|| self.refusal(&a)),
+            };
+        }
+        let clock = self.clock;
+        if !self.streams.contains_key(&a.stream) && self.streams.len() >= MAX_STREAMS {
+            forget_oldest(&mut self.streams, |s| s.seen);
+        }
+        let stream = self.streams.entry(a.stream).or_insert(Stream {
+            next: a.sequence,
+            seen: clock,
+        });
+        stream.seen = clock;
+        if a.sequence >= stream.next {
+            let lost = a.sequence - stream.next;
+            stream.next = a.sequence.saturating_add(1);
+            Verdict::Accept { lost, late: false }
+        } else {
+            Verdict::Accept {
+                lost: 0,
+                late: true,
+            }
+        }
+    }
+
+    /// The error for a sample of another topic or type, in the words of the UDP bridge's.
+    fn refusal(&self, a: &Attachment) -> String {
+        if a.topic_id != self.topic_id {
+            format!(
+                "zenoh gateway refused a sample on key '{}' for topic '{}': it carries topic id \
+                 {:#018x}, not this topic's {:#018x}; import each key as the topic it carries",
+                self.key, self.topic, a.topic_id, self.topic_id
+            )
+        } else {
+            format!(
+                "zenoh gateway refused topic '{}' on key '{}': schema fingerprint mismatch (ours \
+                 {:#018x}, theirs {:#018x}); build both sides with the same message type",
+                self.topic, self.key, self.fingerprint, a.fingerprint
+            )
+        }
+    }
+}
+
+/// Removes the entry least recently seen once `map` is over [`MAX_STREAMS`].
+fn forget_oldest<V>(map: &mut HashMap<u64, V>, seen: impl Fn(&V) -> u64) {
+    if map.len() < MAX_STREAMS {
+        return;
+    }
+    if let Some(oldest) = map.iter().min_by_key(|(_, v)| seen(v)).map(|(k, _)| *k) {
+        map.remove(&oldest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(fingerprint: u64, stream: u64, sequence: u64) -> [u8; 40] {
+        Attachment {
+            topic_id: llbus::topic_id("t"),
+            fingerprint,
+            stream,
+            sequence,
+            sent_ns: 0,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn gaps_count_lost_per_stream_and_a_new_stream_starts_anywhere() {
+        let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
+        let accept = |lost, late| Verdict::Accept { lost, late };
+        assert_eq!(v.check(Some(&sample(7, 1, 10))), accept(0, false));
+        assert_eq!(v.check(Some(&sample(7, 1, 11))), accept(0, false));
+        assert_eq!(v.check(Some(&sample(7, 1, 15))), accept(3, false));
+        assert_eq!(v.check(Some(&sample(7, 1, 12))), accept(0, true));
+        assert_eq!(v.check(Some(&sample(7, 2, 0))), accept(0, false));
+        assert_eq!(v.check(Some(&sample(7, 1, 16))), accept(0, false));
+    }
+
+    #[test]
+    fn a_mismatched_fingerprint_is_reported_once_per_stream_naming_both() {
+        let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
+        let Verdict::Refused { error: Some(e) } = v.check(Some(&sample(9, 1, 0))) else {
+            panic!("the first refusal of a stream carries its error");
+        };
+        assert!(e.contains("'t'") && e.contains("0x0000000000000007"), "{e}");
+        assert!(e.contains("0x0000000000000009"), "{e}");
+        assert_eq!(
+            v.check(Some(&sample(9, 1, 1))),
+            Verdict::Refused { error: None }
+        );
+        assert!(matches!(
+            v.check(Some(&sample(9, 2, 0))),
+            Verdict::Refused { error: Some(_) }
+        ));
+    }
+
+    #[test]
+    fn missing_or_short_attachments_are_malformed() {
+        let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
+        assert_eq!(v.check(None), Verdict::Malformed);
+        assert_eq!(v.check(Some(&[1, 2, 3])), Verdict::Malformed);
+    }
+
+    #[test]
+    fn the_stream_table_stays_bounded() {
+        let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
+        for s in 0..(MAX_STREAMS as u64 * 2) {
+            v.check(Some(&sample(7, s, 0)));
+            v.check(Some(&sample(8, s, 0)));
+        }
+        assert!(v.streams.len() <= MAX_STREAMS && v.refused.len() <= MAX_STREAMS);
+    }
+}

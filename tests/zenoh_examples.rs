@@ -1,0 +1,100 @@
+//! The publisher and subscriber examples with `--transport zenoh` (the examples' feature
+//! `zenoh`), as a user runs them in two processes: peers on loopback with scouting off deliver
+//! every message in order, with the same `RESULT` line as over UDP, in bincode and in JSON.
+//!
+//! The examples are built in the debug profile, in which `cargo test --workspace` has built
+//! zenoh already: a release build would build zenoh a second time (minutes of CI).
+//! Children are killed if a test fails; every wait is bounded.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tests::example_bins::{free_udp_port, zenoh_examples_dir, Fields, Running};
+
+const COUNT: u64 = 2000;
+
+/// A loopback TCP port that was free a moment ago, for zenoh to listen on.
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// Waits for `run` to exit 0 within `timeout` and returns its stdout.
+fn finished(run: Running, timeout: Duration) -> String {
+    let name = run.name().to_owned();
+    let (status, out, err) = run.finish(timeout);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{name} failed ({status:?}):\n{out}\n{err}"
+    );
+    out
+}
+
+/// Runs the pair through zenoh in `encoding` and checks the subscriber's RESULT and the
+/// publisher's ZENOH line.
+fn pair_delivers_everything(encoding: &str) {
+    let dir = zenoh_examples_dir();
+    let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
+    let mut publ = Command::new(dir.join("publisher"));
+    publ.args([
+        "--transport",
+        "zenoh",
+        "--zenoh-listen",
+        &endpoint,
+        "--zenoh-encoding",
+        encoding,
+        "--bind",
+        &format!("127.0.0.1:{}", free_udp_port()),
+        "--count",
+        &COUNT.to_string(),
+        "--rate",
+        "5000",
+        "--wait-subscriber",
+        "--idle",
+        "park",
+    ]);
+    let publ = Running::spawn("publisher", publ);
+    let mut sub = Command::new(dir.join("subscriber"));
+    sub.args([
+        "--transport",
+        "zenoh",
+        "--zenoh-connect",
+        &endpoint,
+        "--bind",
+        &format!("127.0.0.1:{}", free_udp_port()),
+        "--count",
+        &COUNT.to_string(),
+        "--timeout-s",
+        "40",
+        "--idle",
+        "park",
+    ]);
+    let out = finished(Running::spawn("subscriber", sub), Duration::from_secs(50));
+    let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
+    assert_eq!(r.u64("received"), COUNT, "{r}");
+    assert_eq!(r.u64("datagrams_in"), COUNT, "every sample arrived: {r}");
+    assert_eq!((r.u64("first"), r.u64("highest")), (0, COUNT - 1), "{r}");
+    assert_eq!(
+        r.u64("lost") + r.u64("duplicates") + r.u64("reordered") + r.u64("invalid"),
+        0,
+        "{r}"
+    );
+    assert_eq!(r.u64("errors") + r.u64("ring_dropped"), 0, "{r}");
+    let out = finished(publ, Duration::from_secs(20));
+    assert!(
+        out.contains(&format!("ZENOH put={COUNT} put_failed=0 ring_dropped=0")),
+        "{out}"
+    );
+}
+
+#[test]
+fn publisher_and_subscriber_over_zenoh_deliver_everything_in_bincode() {
+    pair_delivers_everything("bincode");
+}
+
+#[test]
+fn publisher_and_subscriber_over_zenoh_deliver_everything_in_json() {
+    pair_delivers_everything("json");
+}
