@@ -167,7 +167,8 @@ impl Context<'_> {
     pub fn publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
         let control = self.control;
         let (output, idle) = self.output(out);
-        output.publish(msg, Some(&mut Wait { idle, control }));
+        // The runner commits after the hook: the hook's publishes go out as one run.
+        output.publish_uncommitted(msg, Some(&mut Wait { idle, control }));
     }
 
     /// Publishes `msg` like [`publish`](Self::publish), but never waits: a subscriber whose
@@ -179,7 +180,7 @@ impl Context<'_> {
     /// If `out` is not one of this actor's outputs.
     #[inline]
     pub fn try_publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
-        self.output(out).0.publish(msg, None);
+        self.output(out).0.publish_uncommitted(msg, None);
     }
 
     /// Publishes clones of `msgs`, in order, on `out` to every subscriber of its topic: what
