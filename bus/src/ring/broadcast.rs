@@ -167,7 +167,7 @@ impl<T> Broadcast<T> {
             written: 0,
             committed: 0,
             head_cache: 0,
-            live: vec![true; readers].into_boxed_slice(),
+            live: (0..readers).map(|_| CachePadded::new(true)).collect(),
             live_count: readers,
             closed_seen: 0,
             notify: Vec::new(),
@@ -187,6 +187,9 @@ impl<T> Broadcast<T> {
 }
 
 /// The writing half of a [`Broadcast`] ring. `Send`, not `Clone`.
+// NB: aligned to a line pair so that whatever holds it puts nothing another thread writes
+// beside the fields every write reads.
+#[repr(align(128))]
 pub struct BroadcastProducer<T> {
     shared: Arc<Shared<T>>,
     mask: usize,
@@ -198,7 +201,8 @@ pub struct BroadcastProducer<T> {
     /// reader's `head`.
     head_cache: usize,
     /// The readers not settled.
-    live: Box<[bool]>,
+    /// Padded: read on every write, it must not share a line with what a reader writes.
+    live: Box<[CachePadded<bool>]>,
     live_count: usize,
     /// Closed readers this side has settled (compared with `Shared::closed`).
     closed_seen: usize,
@@ -223,10 +227,10 @@ impl<T> BroadcastProducer<T> {
         }
         let position = self.written;
         let shared: &Shared<T> = &self.shared;
-        let Some(last) = self.live.iter().rposition(|&l| l) else {
+        let Some(last) = self.live.iter().rposition(|l| **l) else {
             return Ok(());
         };
-        for (r, _) in self.live[..last].iter().enumerate().filter(|(_, &l)| l) {
+        for (r, _) in self.live[..last].iter().enumerate().filter(|(_, l)| ***l) {
             let copy = value.clone();
             // SAFETY: `free_for` found `position` below every live reader's `head + capacity`
             // and it is at or past `tail`, so reader `r`'s slot is outside its `[head, tail)`:
@@ -278,7 +282,7 @@ impl<T> BroadcastProducer<T> {
         self.refresh_readers();
         let mut min = self.written;
         for (r, index) in self.shared.readers.iter().enumerate() {
-            if self.live[r] {
+            if *self.live[r] {
                 let head = index.head.load(Ordering::Acquire);
                 if self.written.wrapping_sub(head) > self.written.wrapping_sub(min) {
                     min = head;
@@ -307,11 +311,11 @@ impl<T> BroadcastProducer<T> {
         }
         self.closed_seen = closed;
         for r in 0..self.live.len() {
-            if !self.live[r] || !self.shared.readers[r].closed.load(Ordering::Acquire) {
+            if !*self.live[r] || !self.shared.readers[r].closed.load(Ordering::Acquire) {
                 continue;
             }
             let head = self.shared.readers[r].head.load(Ordering::Acquire);
-            self.live[r] = false;
+            *self.live[r] = false;
             self.live_count -= 1;
             // SAFETY: reader `r` is closed (Acquire: its last store of `head` and its last
             // read came before), so its slots of `[head, written)` hold what this side wrote
@@ -324,7 +328,7 @@ impl<T> BroadcastProducer<T> {
     /// True if reader `reader` is still there, as of the last settling.
     #[inline(always)]
     pub fn is_live(&self, reader: usize) -> bool {
-        self.live.get(reader).copied().unwrap_or(false)
+        self.live.get(reader).is_some_and(|l| **l)
     }
 
     /// True once every reader is gone (as of the last settling).
@@ -361,6 +365,9 @@ impl<T> Drop for BroadcastProducer<T> {
 }
 
 /// One reading half of a [`Broadcast`] ring. `Send`, not `Clone`.
+// NB: aligned to a line pair so that the `head` and `tail_cache` every batch writes share no
+// line with what the producer reads.
+#[repr(align(128))]
 pub struct BroadcastReader<T> {
     shared: Arc<Shared<T>>,
     index: usize,

@@ -184,13 +184,19 @@ where
     }
 
     /// Publishes what the last hook wrote into the outputs' broadcast rings (one index store
-    /// per ring). Runs after every hook, whether it returned or panicked, so nothing a hook
-    /// published waits past it: not for a wait, a stop step, a park or the thread's exit.
+    /// per ring), given the hook's `Context::published`. Runs after every hook, whether it
+    /// returned or panicked, so nothing a hook published waits past it: not for a wait, a
+    /// stop step, a park or the thread's exit.
     #[inline]
-    fn commit(&mut self) {
+    fn commit(&mut self, published: u64) {
+        if published == 0 {
+            return;
+        }
         for &(i, commit) in &self.committers {
-            if let Some(output) = self.outputs.get_mut(i) {
-                commit(&mut **output);
+            if published & (1 << i.min(63)) != 0 {
+                if let Some(output) = self.outputs.get_mut(i) {
+                    commit(&mut **output);
+                }
             }
         }
     }
@@ -334,7 +340,8 @@ where
         self.stopped = false;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         let started = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx)));
-        self.commit();
+        let published = ctx.published;
+        self.commit(published);
         if let Err(payload) = started {
             self.failed(panic_message(&*payload), env.control);
         }
@@ -391,7 +398,8 @@ where
             }
             work
         }));
-        self.commit();
+        let published = ctx.published;
+        self.commit(published);
         if handled > 0 {
             self.counters.handled.add(handled);
         }
@@ -429,7 +437,8 @@ where
         self.stopped = true;
         let mut ctx = context(&self.name, &mut self.outputs, env);
         let stopped = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx)));
-        self.commit();
+        let published = ctx.published;
+        self.commit(published);
         if let Err(payload) = stopped {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);
@@ -467,6 +476,7 @@ fn context<'a>(
         idle: &mut *env.idle,
         now: &env.now,
         control: env.control,
+        published: 0,
     }
 }
 

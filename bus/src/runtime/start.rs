@@ -132,11 +132,17 @@ fn make_idles(decls: &[ActorDecl], plan: &Plan, handle_thread: &[bool]) -> Vec<I
         .collect()
 }
 
+/// How many `Block` subscribers of one output it takes to share a broadcast ring.
+// NB: a lone subscriber keeps a `Ring` of its own: with a broadcast ring of one reader (its
+// index stored once per hook) the bus's round trip was about 7% slower and its bursts slower,
+// with no gain above noise one item at a time (docs/PERFORMANCE.md, "Broadcast edges").
+const BROADCAST_MIN: usize = 2;
+
 /// Every ring of the plan, its publisher's end added to the publisher's output and its
 /// subscriber's end to the subscriber's wiring; with each edge's report row. The `Block` edges
 /// of one output whose publisher may wait, into actors of the bus, with one capacity, share one
-/// broadcast ring (written once per run, the slowest subscriber gating the publisher); every
-/// other edge gets a ring of its own.
+/// broadcast ring when there are at least [`BROADCAST_MIN`] of them (written once per hook, the
+/// slowest subscriber gating the publisher); every other edge gets a ring of its own.
 fn make_rings(
     decls: &[ActorDecl],
     plan: &Plan,
@@ -157,13 +163,18 @@ fn make_rings(
     // (publisher, output, capacity) -> the plan's edges that share its broadcast ring.
     let mut broadcasts: Vec<((usize, usize, usize), Vec<usize>)> = Vec::new();
     for (i, e) in plan.edges.iter().enumerate() {
-        let out = &decls[e.publisher].outputs[e.output];
         if e.can_wait && !to_handle(e.subscriber) {
             let key = (e.publisher, e.output, e.capacity);
             match broadcasts.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, members)) => members.push(i),
                 None => broadcasts.push((key, vec![i])),
             }
+        }
+    }
+    broadcasts.retain(|(_, members)| members.len() >= BROADCAST_MIN);
+    for (i, e) in plan.edges.iter().enumerate() {
+        let out = &decls[e.publisher].outputs[e.output];
+        if broadcasts.iter().any(|(_, members)| members.contains(&i)) {
             continue;
         }
         let wake_pub = match e.policy {
