@@ -137,6 +137,7 @@ impl<T> Broadcast<T> {
     ///
     /// # Panics
     /// If `capacity * readers` slots overflow `usize`.
+    #[allow(clippy::new_ret_no_self)]
     pub fn new(capacity: usize, readers: usize) -> (BroadcastProducer<T>, Vec<BroadcastReader<T>>) {
         let capacity = capacity.max(1).next_power_of_two();
         let readers = readers.max(1);

@@ -998,11 +998,14 @@ pub(crate) fn make_edge<M: Message>(
     }
 }
 
+/// One subscriber of a broadcast edge being made: its counters and its thread's doorbell.
+pub(crate) type BroadcastSubscriber = (Arc<EdgeCounters>, Option<Arc<dyn Notify>>);
+
 /// Makes one broadcast edge of a topic: its publisher's end and one subscriber's end per
 /// subscriber (each with its counters and its thread's doorbell), type-erased.
 pub(crate) type BroadcastMaker = fn(
     usize,
-    Vec<(Arc<EdgeCounters>, Option<Arc<dyn Notify>>)>,
+    Vec<BroadcastSubscriber>,
     Option<Arc<dyn Notify>>,
 ) -> (Box<dyn Any + Send>, Vec<Box<dyn Any + Send>>);
 
@@ -1011,7 +1014,7 @@ pub(crate) type BroadcastMaker = fn(
 /// `wake_publisher`.
 pub(crate) fn broadcast_maker<M: Message + Clone>(
     capacity: usize,
-    subscribers: Vec<(Arc<EdgeCounters>, Option<Arc<dyn Notify>>)>,
+    subscribers: Vec<BroadcastSubscriber>,
     wake_publisher: Option<Arc<dyn Notify>>,
 ) -> (Box<dyn Any + Send>, Vec<Box<dyn Any + Send>>) {
     let (tx, rx) = make_broadcast::<M>(capacity, subscribers, wake_publisher);
@@ -1025,7 +1028,7 @@ pub(crate) fn broadcast_maker<M: Message + Clone>(
 /// The ends of one broadcast edge of topic `M` (see [`broadcast_maker`]).
 pub(crate) fn make_broadcast<M: Message + Clone>(
     capacity: usize,
-    subscribers: Vec<(Arc<EdgeCounters>, Option<Arc<dyn Notify>>)>,
+    subscribers: Vec<BroadcastSubscriber>,
     wake_publisher: Option<Arc<dyn Notify>>,
 ) -> (OutEdge<M>, Vec<InEdge<M>>) {
     let (mut tx, readers) = Broadcast::new(capacity, subscribers.len());
