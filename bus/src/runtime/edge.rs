@@ -68,10 +68,10 @@ pub(crate) enum OutEdge<M> {
         tx: LatestWriter<M>,
         counters: Arc<EdgeCounters>,
     },
-    /// Several `Block` subscribers (of a publisher that may wait) behind one broadcast ring:
-    /// each message is written once per subscriber into one ring whose index is stored once
-    /// per run ([`Output::commit`]), and the slowest subscriber gates the publisher. Each
-    /// subscriber keeps its own edge and counters.
+    /// Two or more `Block` subscribers (of a publisher that may wait) behind one broadcast
+    /// ring: each message goes into every subscriber's slot of its position (a clone each),
+    /// the ring's index is stored once per run ([`Output::commit`], after each hook), and the
+    /// slowest subscriber gates the publisher. Each subscriber keeps its own counters.
     Broadcast {
         tx: BroadcastProducer<M>,
         /// One per reader of the ring, in the ring's reader order.
