@@ -314,3 +314,105 @@ fn an_actor_can_take_rings_in_its_factory_and_report_named_metrics() {
     let e = report.edge("test.seq", "source", "poller").expect("edge");
     assert_eq!((e.published, e.handled, e.lost), (10_000, 10_000, 0));
 }
+
+/// Publishes `count` sequence numbers in one hook: all of them in `on_start` and then asks
+/// for the stop, or all of them in `on_stop`.
+struct HookBurst {
+    count: u64,
+    in_on_stop: bool,
+    out: Out<Seq>,
+}
+
+impl HookBurst {
+    fn publish_all(&self, ctx: &mut Context<'_>) {
+        for n in 0..self.count {
+            ctx.publish(self.out, Seq { source: 1, n });
+        }
+    }
+}
+
+impl Actor for HookBurst {
+    type In = ();
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        if !self.in_on_stop {
+            self.publish_all(ctx);
+            ctx.request_stop();
+        }
+    }
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_stop(&mut self, ctx: &mut Context<'_>) {
+        if self.in_on_stop {
+            self.publish_all(ctx);
+        }
+    }
+}
+
+/// Runs a `HookBurst` of `count` into two `Block` subscribers of `capacity` on a thread of
+/// their own (so they share one ring), stopped from here when it publishes in `on_stop`, and
+/// checks that each subscriber handled every message, in order, with nothing lost and the stop
+/// drained.
+fn hook_burst_reaches_every_subscriber(count: u64, capacity: usize, in_on_stop: bool) {
+    let mut bus = Bus::builder();
+    bus.stop_timeout(Duration::from_secs(5));
+    bus.actor("burst", move |s: &mut Setup<'_>| HookBurst {
+        count,
+        in_on_stop,
+        out: s.output(),
+    })
+    .publishes::<Seq>();
+    let tallies: Vec<Arc<Mutex<Tally>>> = (0..2).map(|_| Arc::default()).collect();
+    for (i, tally) in tallies.iter().enumerate() {
+        let tally = Arc::clone(tally);
+        bus.actor(&format!("burst-sink-{i}"), move |_: &mut Setup<'_>| Sink {
+            tally: Arc::clone(&tally),
+        })
+        .group("burst-sinks")
+        .subscribes::<Seq>()
+        .capacity::<Seq>(capacity);
+    }
+    let running = bus.start().expect("valid");
+    // `on_start` asks for the stop itself once it has published; a publisher stuck in it
+    // would never get there, so the stop comes from here too after a while (a second request
+    // changes nothing).
+    let deadline = Instant::now() + Duration::from_secs(if in_on_stop { 0 } else { 30 });
+    while Instant::now() < deadline && !running.report().edges.iter().all(|e| e.handled == count) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    running.stop();
+    let report = running.join().expect("no failure");
+    assert!(
+        report.stop.as_ref().is_some_and(|s| s.drained),
+        "{:?}",
+        report.stop
+    );
+    for tally in &tallies {
+        let t = tally.lock().unwrap();
+        assert_eq!((t.total, t.next.get(&1)), (count, Some(&count)));
+    }
+    assert_eq!(report.edges.len(), 2);
+    for e in &report.edges {
+        assert_eq!(
+            (e.published, e.handled, e.lost, e.dropped),
+            (count, count, 0, 0),
+            "{e:?}"
+        );
+    }
+}
+
+/// A hook's publishes reach the subscribers when the hook returns at the latest; one that
+/// publishes more than the ring holds lets them read what it wrote so far while it waits (or
+/// it would wait for good, and the stop would give the rest up).
+#[test]
+fn a_hook_that_publishes_more_than_the_ring_holds_delivers_it_all() {
+    hook_burst_reaches_every_subscriber(1000, 8, false);
+}
+
+#[test]
+fn what_on_start_publishes_just_before_it_requests_the_stop_is_handled_by_every_subscriber() {
+    hook_burst_reaches_every_subscriber(5, 64, false);
+}
+
+#[test]
+fn what_on_stop_publishes_is_handled_by_every_subscriber() {
+    hook_burst_reaches_every_subscriber(100, 16, true);
+}

@@ -140,8 +140,9 @@ pub use message::{topic_id, Inbox, Message, TopicSpec};
 #[doc(hidden)]
 pub use payload::{decode_bounded, PayloadError};
 pub use ring::{
-    Consumer, Latest, LatestReader, LatestWriter, Notify, PopError, Producer, PushError, Ring,
-    SlotConsumer, SlotProducer, SlotRing, TryPushError,
+    Broadcast, BroadcastProducer, BroadcastReader, Consumer, Latest, LatestReader, LatestWriter,
+    Notify, PopError, Producer, PushError, Ring, SlotConsumer, SlotProducer, SlotRing,
+    TryPushError,
 };
 #[cfg(feature = "tokio")]
 pub use runtime::AsyncSubscription;

@@ -136,6 +136,9 @@ pub struct Context<'a> {
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) now: &'a std::cell::Cell<Option<Instant>>,
     pub(crate) control: &'a Control,
+    /// The outputs published on in this hook, a bit per output index (the last bit standing
+    /// for it and every later one): the runner commits their broadcast rings after the hook.
+    pub(crate) published: u64,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -161,13 +164,19 @@ impl Context<'_> {
     /// actor declared `never_waits` never waits: its publishes to a full ring are dropped and
     /// counted, as with [`try_publish`](Self::try_publish).
     ///
+    /// `Block` subscribers that are actors of this bus see what a hook publishes when the hook
+    /// returns, or sooner when a publish waits for their room: the hook's publishes reach
+    /// their ring as one run, with one store of its index (an implicit burst). The counts are
+    /// made as each message is published.
+    ///
     /// # Panics
     /// If `out` is not one of this actor's outputs (a handle taken by another actor).
     #[inline]
     pub fn publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
         let control = self.control;
         let (output, idle) = self.output(out);
-        output.publish(msg, Some(&mut Wait { idle, control }));
+        // The runner commits after the hook: the hook's publishes go out as one run.
+        output.publish_uncommitted(msg, Some(&mut Wait { idle, control }));
     }
 
     /// Publishes `msg` like [`publish`](Self::publish), but never waits: a subscriber whose
@@ -179,7 +188,7 @@ impl Context<'_> {
     /// If `out` is not one of this actor's outputs.
     #[inline]
     pub fn try_publish<M: Message + Clone>(&mut self, out: Out<M>, msg: M) {
-        self.output(out).0.publish(msg, None);
+        self.output(out).0.publish_uncommitted(msg, None);
     }
 
     /// Publishes clones of `msgs`, in order, on `out` to every subscriber of its topic: what
@@ -239,6 +248,7 @@ impl Context<'_> {
         &mut self,
         out: Out<M>,
     ) -> (&mut Output<M>, &mut (dyn IdleStrategy + 'static)) {
+        self.published |= 1 << out.index.min(63);
         let output = self
             .outputs
             .get_mut(out.index)

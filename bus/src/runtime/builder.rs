@@ -15,7 +15,6 @@ use super::actor::{Actor, Setup};
 use super::decl::{
     ActorDecl, GroupDecl, HandleDecl, OutputDecl, SlotMaker, SlotParts, SubscriptionDecl,
 };
-use super::edge::{edge_maker, Output};
 use super::error::StartError;
 use super::handle::{
     make_publisher, make_subscription, HandleParts, PublisherKey, SubscriptionKey,
@@ -141,11 +140,7 @@ impl BusBuilder {
         let index = self.declare_handle(name, make_publisher::<T>);
         let decl = self.actors.last_mut();
         if let Some(decl) = decl {
-            decl.outputs.push(OutputDecl {
-                spec: TopicSpec::of::<T>(),
-                new_output: Output::<T>::new_erased,
-                make_edge: edge_maker::<T>,
-            });
+            decl.outputs.push(OutputDecl::of::<T>());
         }
         PublisherKey {
             serial: self.serial,
@@ -403,11 +398,7 @@ impl<A: Actor> ActorBuilder<'_, A> {
                 decl.name, spec.type_name
             ));
         } else {
-            decl.outputs.push(OutputDecl {
-                spec,
-                new_output: Output::<M>::new_erased,
-                make_edge: edge_maker::<M>,
-            });
+            decl.outputs.push(OutputDecl::of::<M>());
         }
         self
     }

@@ -7,18 +7,33 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::edge::{AnyOutput, EdgeMaker, Wiring};
+use super::edge::{
+    broadcast_maker, edge_maker, AnyOutput, BroadcastMaker, EdgeMaker, Output, Wiring,
+};
 use super::handle::HandleParts;
 use super::metrics::ActorCounters;
 use super::runner::Slot;
 use super::{Backpressure, Idle, Supervision};
-use crate::message::TopicSpec;
+use crate::message::{Message, TopicSpec};
 
 /// One declared output.
 pub(super) struct OutputDecl {
     pub(super) spec: TopicSpec,
     pub(super) new_output: fn() -> Box<dyn AnyOutput>,
     pub(super) make_edge: EdgeMaker,
+    pub(super) make_broadcast: BroadcastMaker,
+}
+
+impl OutputDecl {
+    /// The declaration of an output of topic `M`.
+    pub(super) fn of<M: Message + Clone>() -> Self {
+        OutputDecl {
+            spec: TopicSpec::of::<M>(),
+            new_output: Output::<M>::new_erased,
+            make_edge: edge_maker::<M>,
+            make_broadcast: broadcast_maker::<M>,
+        }
+    }
 }
 
 /// Turns an actor declaration into a runnable slot once its rings exist.

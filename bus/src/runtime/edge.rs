@@ -10,11 +10,16 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 use super::control::Control;
 use super::metrics::EdgeCounters;
 use super::Backpressure;
 use crate::message::Message;
-use crate::ring::{Consumer, LatestReader, LatestWriter, Notify, Producer};
+use crate::ring::{
+    Broadcast, BroadcastProducer, BroadcastReader, Consumer, LatestReader, LatestWriter, Notify,
+    Producer,
+};
 use crate::wait::IdleStrategy;
 
 /// A typed handle to one of an actor's declared outputs, from `Setup::output`. `Copy`.
@@ -63,12 +68,87 @@ pub(crate) enum OutEdge<M> {
         tx: LatestWriter<M>,
         counters: Arc<EdgeCounters>,
     },
+    /// Two or more `Block` subscribers (of a publisher that may wait) behind one broadcast
+    /// ring: each message goes into every subscriber's slot of its position (a clone each),
+    /// the ring's index is stored once per run ([`Output::commit`], after each hook), and the
+    /// slowest subscriber gates the publisher. Each subscriber keeps its own counters.
+    Broadcast {
+        tx: BroadcastProducer<M>,
+        /// One per reader of the ring, in the ring's reader order.
+        edges: Vec<CachePadded<BroadcastEdge>>,
+    },
+}
+
+/// One subscriber of a broadcast ring, as its publisher sees it.
+pub(crate) struct BroadcastEdge {
+    counters: Arc<EdgeCounters>,
+    /// The subscriber is gone (its reader settled): what is published is counted lost.
+    gone: bool,
+}
+
+/// The reading end of a ring edge: a ring of its own, or one reader of a broadcast ring.
+pub(crate) enum ReadEnd<M> {
+    Spsc(Consumer<M>),
+    Broadcast(BroadcastReader<M>),
+}
+
+/// [`BroadcastReader::pop_batch`], out of line so that the subscriber's poll loop keeps the
+/// size it has for `Ring` edges.
+#[inline(never)]
+fn pop_broadcast<M, F: FnMut(M)>(rx: &mut BroadcastReader<M>, max: usize, f: F) -> usize {
+    rx.pop_batch(max, f)
+}
+
+impl<M> ReadEnd<M> {
+    #[inline(always)]
+    fn pop_batch<F: FnMut(M)>(&mut self, max: usize, f: F) -> usize {
+        match self {
+            ReadEnd::Spsc(rx) => rx.pop_batch(max, f),
+            ReadEnd::Broadcast(rx) => pop_broadcast(rx, max, f),
+        }
+    }
+
+    #[inline(always)]
+    fn cached_len(&self) -> usize {
+        match self {
+            ReadEnd::Spsc(rx) => rx.cached_len(),
+            ReadEnd::Broadcast(rx) => rx.cached_len(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ReadEnd::Spsc(rx) => rx.len(),
+            ReadEnd::Broadcast(rx) => rx.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            ReadEnd::Spsc(rx) => rx.is_empty(),
+            ReadEnd::Broadcast(rx) => rx.is_empty(),
+        }
+    }
+
+    fn is_abandoned(&self) -> bool {
+        match self {
+            ReadEnd::Spsc(rx) => rx.is_abandoned(),
+            ReadEnd::Broadcast(rx) => rx.is_abandoned(),
+        }
+    }
+
+    fn notify_on_pop(&mut self, notify: Option<Arc<dyn Notify>>) {
+        match self {
+            ReadEnd::Spsc(rx) => rx.notify_on_pop(notify),
+            ReadEnd::Broadcast(rx) => rx.notify_on_pop(notify),
+        }
+    }
 }
 
 /// The subscriber's end of one edge.
 pub(crate) enum InEdge<M> {
     Ring {
-        rx: Consumer<M>,
+        rx: ReadEnd<M>,
         counters: Arc<EdgeCounters>,
     },
     Latest {
@@ -96,6 +176,20 @@ pub(crate) trait AnyOutput: Send {
     /// The output as `Any` for good, once wired: a publish then finds it with one dynamic
     /// call (`Any::type_id`) instead of two.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// What publishes the runs an actor's hooks wrote into this output's broadcast rings
+    /// (called by the runner after every hook), or `None` when it has none.
+    fn committer(&self) -> Option<Committer>;
+}
+
+/// Commits an output's broadcast rings, given the output as `Any` (see
+/// [`AnyOutput::committer`]).
+pub(crate) type Committer = fn(&mut (dyn Any + Send));
+
+/// A [`Committer`] for outputs of topic `M`.
+fn commit_output<M: 'static>(output: &mut (dyn Any + Send)) {
+    if let Some(output) = output.downcast_mut::<Output<M>>() {
+        output.commit();
+    }
 }
 
 impl<M: Message> AnyOutput for Output<M> {
@@ -112,6 +206,14 @@ impl<M: Message> AnyOutput for Output<M> {
             Ok(edge) => self.edges.push(*edge),
             Err(_) => debug_assert!(false, "wiring paired an edge with the wrong output type"),
         }
+    }
+
+    fn committer(&self) -> Option<Committer> {
+        let broadcasts = self
+            .edges
+            .iter()
+            .any(|e| matches!(e, OutEdge::Broadcast { .. }));
+        broadcasts.then_some(commit_output::<M> as Committer)
     }
 }
 
@@ -130,7 +232,18 @@ impl<M> Output<M> {
     pub(crate) fn lose(&mut self, msg: M) {
         drop(msg);
         for edge in &self.edges {
-            edge.counters().publisher.lost.add(1);
+            edge.for_each_counters(|c| c.publisher.lost.add(1));
+        }
+    }
+
+    /// Publishes what was written into this output's broadcast rings: one store of each
+    /// ring's index.
+    #[inline]
+    pub(crate) fn commit(&mut self) {
+        for edge in &mut self.edges {
+            if let OutEdge::Broadcast { tx, .. } = edge {
+                tx.commit();
+            }
         }
     }
 }
@@ -145,7 +258,16 @@ impl<M: Message + Clone> Output<M> {
     /// the stop protocol has not called waits off (otherwise such a message is dropped and
     /// counted, as `DropNewest` would, or counted lost once waits are off).
     #[inline]
-    pub(crate) fn publish(&mut self, msg: M, mut wait: Option<&mut Wait<'_>>) {
+    pub(crate) fn publish(&mut self, msg: M, wait: Option<&mut Wait<'_>>) {
+        self.publish_uncommitted(msg, wait);
+        self.commit();
+    }
+
+    /// Publishes `msg` as [`publish`](Self::publish) does, counted at once, but leaves it in
+    /// its broadcast rings unpublished until [`commit`](Self::commit): the runner commits
+    /// after each hook, so a hook's publishes reach each broadcast ring as one run.
+    #[inline]
+    pub(crate) fn publish_uncommitted(&mut self, msg: M, mut wait: Option<&mut Wait<'_>>) {
         let Some((last, rest)) = self.edges.split_last_mut() else {
             return;
         };
@@ -166,16 +288,21 @@ impl<M: Message + Clone> Output<M> {
         for edge in &mut self.edges {
             edge.send_slice(msgs, wait.as_deref_mut());
         }
+        self.commit();
     }
 }
 
 impl<M> OutEdge<M> {
-    fn counters(&self) -> &EdgeCounters {
+    /// Calls `f` with the counters of every subscriber behind this edge.
+    fn for_each_counters(&self, mut f: impl FnMut(&EdgeCounters)) {
         match self {
-            OutEdge::Ring { counters, .. } | OutEdge::Latest { counters, .. } => counters,
+            OutEdge::Ring { counters, .. } | OutEdge::Latest { counters, .. } => f(counters),
+            OutEdge::Broadcast { edges, .. } => edges.iter().for_each(|e| f(&e.counters)),
         }
     }
+}
 
+impl<M: Clone> OutEdge<M> {
     /// Offers `msg` to this edge; it is counted exactly once: sent, dropped or lost.
     // NB: inlined whole into `publish`, with the full ring and the `Latest` slot out of line.
     // A feed and a sink sharing one thread (no cross-core traffic, so only the instructions
@@ -205,7 +332,150 @@ impl<M> OutEdge<M> {
                 }
             }
             OutEdge::Latest { tx, counters } => send_latest(tx, msg, counters),
+            OutEdge::Broadcast { tx, edges } => send_broadcast(tx, edges, msg, wait),
         }
+    }
+}
+
+/// Writes `msg` for every subscriber of a broadcast ring, counted sent on each edge before
+/// the write (so before the commit that makes it visible), lost on edges whose subscriber is
+/// gone; waits for room as `wait_and_push` does when the ring is full.
+// NB: out of line, so that `send`, inlined into every publish, stays the size it was for the
+// other edges (whose publishes measured up to 8% slower on one thread with it inlined, within
+// that program's noise under load).
+#[inline(never)]
+fn send_broadcast<M: Clone>(
+    tx: &mut BroadcastProducer<M>,
+    edges: &mut [CachePadded<BroadcastEdge>],
+    msg: M,
+    wait: Option<&mut Wait<'_>>,
+) {
+    if tx.readers_changed() {
+        settle_gone(tx, edges, false);
+    }
+    count_sent(edges, 1);
+    if let Err(msg) = tx.write(msg) {
+        broadcast_full(tx, edges, msg, wait);
+    }
+}
+
+/// Writes clones of as many of `msgs` as the broadcast ring has room for, and counts them
+/// sent on every edge with one update each (lost where the subscriber is gone); returns those
+/// that did not fit. They are counted before the commit that makes them visible, also when a
+/// `Clone` unwinds (then only the ones written).
+#[inline]
+fn write_counted<'m, M: Clone>(
+    tx: &mut BroadcastProducer<M>,
+    edges: &mut [CachePadded<BroadcastEdge>],
+    msgs: &'m [M],
+) -> &'m [M] {
+    /// Counts what was written, when the run ends or a `Clone` unwinds.
+    struct Written<'a> {
+        edges: &'a [CachePadded<BroadcastEdge>],
+        n: u64,
+    }
+    impl Drop for Written<'_> {
+        fn drop(&mut self) {
+            count_sent(self.edges, self.n);
+        }
+    }
+    if tx.readers_changed() {
+        settle_gone(tx, edges, false);
+    }
+    let fit = tx.slots().min(msgs.len());
+    let mut written = Written { edges, n: 0 };
+    for m in &msgs[..fit] {
+        if tx.write(m.clone()).is_err() {
+            debug_assert!(false, "the room counted was there");
+            return &msgs[written.n as usize..];
+        }
+        written.n += 1;
+    }
+    &msgs[fit..]
+}
+
+/// Counts `n` messages sent on every edge whose subscriber is still there, and lost on the
+/// others.
+#[inline(always)]
+fn count_sent(edges: &[CachePadded<BroadcastEdge>], n: u64) {
+    for e in edges {
+        if e.gone {
+            for _ in 0..n {
+                abandoned(&e.counters);
+            }
+        } else {
+            e.counters.publisher.sent.add(n);
+        }
+    }
+}
+
+/// Settles the subscribers of a broadcast ring that went: their edges count what is published
+/// next as lost, and what a racing publish left for them is settled as `abandoned` does. With
+/// `waiting`, a message counted sent on every live edge is waiting for room: on the edges that
+/// went, it is counted lost instead.
+#[cold]
+fn settle_gone<M>(
+    tx: &mut BroadcastProducer<M>,
+    edges: &mut [CachePadded<BroadcastEdge>],
+    waiting: bool,
+) {
+    tx.refresh_readers();
+    for (r, e) in edges.iter_mut().enumerate() {
+        if !e.gone && !tx.is_live(r) {
+            e.gone = true;
+            if waiting {
+                e.counters.publisher.sent.sub(1);
+                e.counters.publisher.lost.add(1);
+            }
+            settle_in_flight(&e.counters);
+        }
+    }
+}
+
+/// A broadcast ring with no room for `msg` (already counted sent on the live edges): commits
+/// what was written, so that the subscribers can make room, then waits for room if the caller
+/// allows (giving up as `wait_and_push` does, counting it lost), else counts it dropped.
+#[cold]
+#[inline(never)]
+fn broadcast_full<M: Clone>(
+    tx: &mut BroadcastProducer<M>,
+    edges: &mut [CachePadded<BroadcastEdge>],
+    mut msg: M,
+    wait: Option<&mut Wait<'_>>,
+) {
+    tx.commit();
+    let Some(wait) = wait else {
+        for e in edges.iter().filter(|e| !e.gone) {
+            e.counters.publisher.sent.sub(1);
+            e.counters.publisher.dropped.add(1);
+        }
+        return;
+    };
+    for e in edges.iter().filter(|e| !e.gone) {
+        e.counters.publisher.waited.add(1);
+    }
+    loop {
+        // As in `wait_and_push`: these checks run between arming and sleeping.
+        if tx.readers_changed() {
+            settle_gone(tx, edges, true);
+        }
+        if tx.is_abandoned() || wait.control.waits_over() {
+            for e in edges.iter().filter(|e| !e.gone) {
+                e.counters.publisher.sent.sub(1);
+                e.counters.publisher.lost.add(1);
+            }
+            wait.idle.reset();
+            return;
+        }
+        match tx.write(msg) {
+            Ok(()) => {
+                tx.commit();
+                wait.idle.reset();
+                return;
+            }
+            Err(m) => msg = m,
+        }
+        wait.idle.idle(0);
     }
 }
 
@@ -248,7 +518,7 @@ impl<M: Clone> OutEdge<M> {
     /// Offers clones of `msgs` to this edge, in order; each is counted exactly once: sent,
     /// dropped or lost (or conflated, on a `Latest` edge, as one `send` each would).
     #[inline]
-    fn send_slice(&mut self, msgs: &[M], wait: Option<&mut Wait<'_>>) {
+    fn send_slice(&mut self, msgs: &[M], mut wait: Option<&mut Wait<'_>>) {
         let OutEdge::Ring {
             tx,
             wait: may_wait,
@@ -256,8 +526,15 @@ impl<M: Clone> OutEdge<M> {
             counters,
         } = self
         else {
+            if let OutEdge::Broadcast { tx, edges } = self {
+                let rest = write_counted(tx, edges, msgs);
+                for m in rest {
+                    send_broadcast(tx, edges, m.clone(), wait.as_deref_mut());
+                }
+                return;
+            }
             for m in msgs {
-                self.send(m.clone(), None);
+                self.send(m.clone(), wait.as_deref_mut());
             }
             return;
         };
@@ -370,6 +647,12 @@ fn wait_and_push_slice<M: Clone>(
 #[cold]
 fn abandoned(counters: &EdgeCounters) {
     counters.publisher.lost.add(1);
+    settle_in_flight(counters);
+}
+
+/// Counts lost what is still in flight on an edge whose subscriber is gone (see `abandoned`).
+#[cold]
+fn settle_in_flight(counters: &EdgeCounters) {
     let left = counters.snapshot().in_flight();
     if left > 0 {
         counters.subscriber.lost.add_shared(left as u64);
@@ -419,7 +702,9 @@ fn wait_and_push<M>(
 
 impl<M> Drop for OutEdge<M> {
     fn drop(&mut self) {
-        self.counters().end_dropped();
+        // A broadcast ring's producer commits what it wrote as it drops, after this body: its
+        // values are counted sent already, and stay readable as a ring's do.
+        self.for_each_counters(EdgeCounters::end_dropped);
     }
 }
 
@@ -704,10 +989,73 @@ pub(crate) fn make_edge<M: Message>(
                     to_handle,
                     counters: Arc::clone(&counters),
                 },
-                InEdge::Ring { rx, counters },
+                InEdge::Ring {
+                    rx: ReadEnd::Spsc(rx),
+                    counters,
+                },
             )
         }
     }
+}
+
+/// One subscriber of a broadcast edge being made: its counters and its thread's doorbell.
+pub(crate) type BroadcastSubscriber = (Arc<EdgeCounters>, Option<Arc<dyn Notify>>);
+
+/// Makes one broadcast edge of a topic: its publisher's end and one subscriber's end per
+/// subscriber (each with its counters and its thread's doorbell), type-erased.
+pub(crate) type BroadcastMaker = fn(
+    usize,
+    Vec<BroadcastSubscriber>,
+    Option<Arc<dyn Notify>>,
+) -> (Box<dyn Any + Send>, Vec<Box<dyn Any + Send>>);
+
+/// A [`BroadcastMaker`] for topic `M`: one ring of `capacity` for every subscriber in
+/// `subscribers`, whose doorbells are rung after each commit (each once), and whose pops ring
+/// `wake_publisher`.
+pub(crate) fn broadcast_maker<M: Message + Clone>(
+    capacity: usize,
+    subscribers: Vec<BroadcastSubscriber>,
+    wake_publisher: Option<Arc<dyn Notify>>,
+) -> (Box<dyn Any + Send>, Vec<Box<dyn Any + Send>>) {
+    let (tx, rx) = make_broadcast::<M>(capacity, subscribers, wake_publisher);
+    let rx = rx
+        .into_iter()
+        .map(|e| Box::new(e) as Box<dyn Any + Send>)
+        .collect();
+    (Box::new(tx), rx)
+}
+
+/// The ends of one broadcast edge of topic `M` (see [`broadcast_maker`]).
+pub(crate) fn make_broadcast<M: Message + Clone>(
+    capacity: usize,
+    subscribers: Vec<BroadcastSubscriber>,
+    wake_publisher: Option<Arc<dyn Notify>>,
+) -> (OutEdge<M>, Vec<InEdge<M>>) {
+    let (mut tx, readers) = Broadcast::new(capacity, subscribers.len());
+    let mut bells: Vec<Arc<dyn Notify>> = Vec::new();
+    let mut edges = Vec::new();
+    let mut ins = Vec::new();
+    for ((counters, bell), mut rx) in subscribers.into_iter().zip(readers) {
+        if let Some(bell) = bell {
+            if !bells
+                .iter()
+                .any(|b| std::ptr::addr_eq(Arc::as_ptr(b), Arc::as_ptr(&bell)))
+            {
+                bells.push(bell);
+            }
+        }
+        rx.notify_on_pop(wake_publisher.clone());
+        edges.push(CachePadded::new(BroadcastEdge {
+            counters: Arc::clone(&counters),
+            gone: false,
+        }));
+        ins.push(InEdge::Ring {
+            rx: ReadEnd::Broadcast(rx),
+            counters,
+        });
+    }
+    tx.notify_on_commit(bells);
+    (OutEdge::Broadcast { tx, edges }, ins)
 }
 
 impl<M> OutEdge<M> {
@@ -716,6 +1064,9 @@ impl<M> OutEdge<M> {
         match self {
             OutEdge::Ring { tx, .. } => tx.notify_on_push(Some(notify)),
             OutEdge::Latest { tx, .. } => tx.notify_on_write(Some(notify)),
+            OutEdge::Broadcast { .. } => {
+                debug_assert!(false, "a broadcast edge gets its doorbells when it is made");
+            }
         }
     }
 }

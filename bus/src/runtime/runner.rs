@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::actor::{Actor, Context, Setup};
 use super::control::{Control, EXIT, GO_ABORT, GO_RUN, GO_WAIT, RUNNING, STOPPING};
 use super::decl::SlotParts;
-use super::edge::{AnyOutput, Wiring};
+use super::edge::{AnyOutput, Committer, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
 use super::{RestartLimit, Supervision};
@@ -132,6 +132,9 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     taken: Wiring,
     /// The actor's outputs (`Output<M>`s), wired, as `Any`.
     outputs: Vec<Box<dyn Any + Send>>,
+    /// The outputs with broadcast rings, by index, and what commits each: run after every
+    /// hook, so that what a hook published reaches each broadcast ring as one run.
+    committers: Vec<(usize, Committer)>,
     output_types: Vec<TypeId>,
     output_topics: Vec<&'static str>,
     counters: Arc<ActorCounters>,
@@ -154,7 +157,11 @@ where
     /// the factory.
     pub(crate) fn new(name: String, factory: F, mut parts: SlotParts) -> Self {
         let rx = <A::In as Inbox>::receivers(&mut parts.wiring);
+        let committers = (parts.outputs.iter().enumerate())
+            .filter_map(|(i, o)| o.committer().map(|c| (i, c)))
+            .collect();
         ActorSlot {
+            committers,
             name,
             factory,
             actor: None,
@@ -173,6 +180,24 @@ where
             state: State::Restarting { at: Instant::now() },
             restarts: RestartWindow::default(),
             stopped: false,
+        }
+    }
+
+    /// Publishes what the last hook wrote into the outputs' broadcast rings (one index store
+    /// per ring), given the hook's `Context::published`. Runs after every hook, whether it
+    /// returned or panicked, so nothing a hook published waits past it: not for a wait, a
+    /// stop step, a park or the thread's exit.
+    #[inline]
+    fn commit(&mut self, published: u64) {
+        if published == 0 {
+            return;
+        }
+        for &(i, commit) in &self.committers {
+            if published & (1 << i.min(63)) != 0 {
+                if let Some(output) = self.outputs.get_mut(i) {
+                    commit(&mut **output);
+                }
+            }
         }
     }
 
@@ -314,7 +339,10 @@ where
         self.state = State::Alive;
         self.stopped = false;
         let mut ctx = context(&self.name, &mut self.outputs, env);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx))) {
+        let started = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx)));
+        let published = ctx.published;
+        self.commit(published);
+        if let Err(payload) = started {
             self.failed(panic_message(&*payload), env.control);
         }
     }
@@ -370,6 +398,8 @@ where
             }
             work
         }));
+        let published = ctx.published;
+        self.commit(published);
         if handled > 0 {
             self.counters.handled.add(handled);
         }
@@ -406,7 +436,10 @@ where
         };
         self.stopped = true;
         let mut ctx = context(&self.name, &mut self.outputs, env);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx))) {
+        let stopped = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx)));
+        let published = ctx.published;
+        self.commit(published);
+        if let Err(payload) = stopped {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);
             log::error!("actor '{}' panicked in on_stop: {message}", self.name);
@@ -443,6 +476,7 @@ fn context<'a>(
         idle: &mut *env.idle,
         now: &env.now,
         control: env.control,
+        published: 0,
     }
 }
 

@@ -132,8 +132,17 @@ fn make_idles(decls: &[ActorDecl], plan: &Plan, handle_thread: &[bool]) -> Vec<I
         .collect()
 }
 
+/// How many `Block` subscribers of one output it takes to share a broadcast ring.
+// NB: a lone subscriber keeps a `Ring` of its own: with a broadcast ring of one reader (its
+// index stored once per hook) the bus's round trip was about 7% slower and its bursts slower,
+// with no gain above noise one item at a time (docs/PERFORMANCE.md, "Broadcast edges").
+const BROADCAST_MIN: usize = 2;
+
 /// Every ring of the plan, its publisher's end added to the publisher's output and its
-/// subscriber's end to the subscriber's wiring; with each edge's report row.
+/// subscriber's end to the subscriber's wiring; with each edge's report row. The `Block` edges
+/// of one output whose publisher may wait, into actors of the bus, with one capacity, share one
+/// broadcast ring when there are at least [`BROADCAST_MIN`] of them (written once per hook, the
+/// slowest subscriber gating the publisher); every other edge gets a ring of its own.
 fn make_rings(
     decls: &[ActorDecl],
     plan: &Plan,
@@ -144,27 +153,41 @@ fn make_rings(
         .map(|a| a.outputs.iter().map(|o| (o.new_output)()).collect())
         .collect();
     let mut wirings: Vec<Wiring> = decls.iter().map(|_| Wiring::default()).collect();
-    let mut edges = Vec::new();
-    for e in &plan.edges {
-        let counters = Arc::new(EdgeCounters::default());
-        let out = &decls[e.publisher].outputs[e.output];
-        let wake_sub = bells[plan.thread_of[e.subscriber]]
+    let counters: Vec<Arc<EdgeCounters>> = plan.edges.iter().map(|_| Arc::default()).collect();
+    let bell = |actor: usize| {
+        bells[plan.thread_of[actor]]
             .clone()
-            .map(|b| b as Arc<dyn Notify>);
+            .map(|b| b as Arc<dyn Notify>)
+    };
+    let to_handle = |actor: usize| decls[actor].handle.is_some();
+    // (publisher, output, capacity) -> the plan's edges that share its broadcast ring.
+    let mut broadcasts: Vec<((usize, usize, usize), Vec<usize>)> = Vec::new();
+    for (i, e) in plan.edges.iter().enumerate() {
+        if e.can_wait && !to_handle(e.subscriber) {
+            let key = (e.publisher, e.output, e.capacity);
+            match broadcasts.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(i),
+                None => broadcasts.push((key, vec![i])),
+            }
+        }
+    }
+    broadcasts.retain(|(_, members)| members.len() >= BROADCAST_MIN);
+    for (i, e) in plan.edges.iter().enumerate() {
+        let out = &decls[e.publisher].outputs[e.output];
+        if broadcasts.iter().any(|(_, members)| members.contains(&i)) {
+            continue;
+        }
         let wake_pub = match e.policy {
-            Backpressure::Block => bells[plan.thread_of[e.publisher]]
-                .clone()
-                .map(|b| b as Arc<dyn Notify>),
+            Backpressure::Block => bell(e.publisher),
             _ => None,
         };
-        let to_handle = decls[e.subscriber].handle.is_some();
         let (tx, rx) = (out.make_edge)(
             e.policy,
             e.capacity,
             e.can_wait,
-            to_handle,
-            Arc::clone(&counters),
-            wake_sub,
+            to_handle(e.subscriber),
+            Arc::clone(&counters[i]),
+            bell(e.subscriber),
             wake_pub,
         );
         outputs[e.publisher][e.output].add_edge(tx);
@@ -173,15 +196,36 @@ fn make_rings(
             .entry(out.spec.type_id)
             .or_default()
             .push(rx);
-        edges.push(EdgeInfo {
-            topic: out.spec.name,
+    }
+    for ((publisher, output, capacity), members) in broadcasts {
+        let out = &decls[publisher].outputs[output];
+        let subscribers = members
+            .iter()
+            .map(|&i| (Arc::clone(&counters[i]), bell(plan.edges[i].subscriber)))
+            .collect();
+        let (tx, rxs) = (out.make_broadcast)(capacity, subscribers, bell(publisher));
+        outputs[publisher][output].add_edge(tx);
+        for (&i, rx) in members.iter().zip(rxs) {
+            wirings[plan.edges[i].subscriber]
+                .inputs
+                .entry(out.spec.type_id)
+                .or_default()
+                .push(rx);
+        }
+    }
+    let edges = plan
+        .edges
+        .iter()
+        .zip(counters)
+        .map(|(e, counters)| EdgeInfo {
+            topic: decls[e.publisher].outputs[e.output].spec.name,
             publisher: decls[e.publisher].name.clone(),
             subscriber: decls[e.subscriber].name.clone(),
             policy: e.policy,
             counters,
-            to_handle,
-        });
-    }
+            to_handle: to_handle(e.subscriber),
+        })
+        .collect();
     (outputs, wirings, edges)
 }
 
