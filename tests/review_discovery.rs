@@ -16,7 +16,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 use tests::cli::llbus_bin;
-use tests::{metric, wait_for};
+use tests::{le, metric, overhear_data, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "rv24.quote")]
@@ -1119,29 +1119,6 @@ fn multicast_publisher_keyed(group: SocketAddr, key: Option<[u8; 32]>) -> (Runni
     .publishes::<Quote>();
     bus.add(bridge);
     (bus.start().expect("publisher starts"), addr)
-}
-
-/// Listens on `group` (as any host of the network may, admitted or not) for up to 5 s and
-/// returns the first data datagram heard.
-fn overhear_data(group: SocketAddr) -> Option<Vec<u8>> {
-    let mut member = UdpEndpoint::bind_group(group, LO, &SocketConfig::default()).ok()?;
-    let mut batch = llbus_net::RecvBatch::new(16, DEFAULT_MAX_DATAGRAM);
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
-        let n = member.recv_batch(&mut batch).unwrap_or(0);
-        if let Some((bytes, _)) = batch.iter().take(n).find(|(b, _)| b.get(4) == Some(&0x01)) {
-            return Some(bytes.to_vec());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    None
-}
-
-fn le(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
 }
 
 /// SECURITY.md ("Forged multicast data"): without a key, multicast data is as open as the

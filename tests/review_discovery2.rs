@@ -4,18 +4,18 @@
 //! export's group at start, and a bridge stopped without being joined. Loopback only; the
 //! forgeries that need another source address use a raw socket (`tests::spoof`).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::{
-    BatchEncoder, Bridge, BridgeConfig, Control, Cookie, DataMeta, DiscoveryConfig, SocketConfig,
-    UdpEndpoint, DEFAULT_MAX_DATAGRAM,
+    BatchEncoder, Bridge, BridgeConfig, Control, Cookie, DataMeta, DiscoveryConfig,
+    DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
-use tests::wait_for;
+use tests::{le, overhear_data, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "rv24b.quote")]
@@ -77,8 +77,6 @@ impl Actor for Marks {
         }
     }
 }
-
-const LO: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
 
 /// Test `test`'s data group: an address of its own and a port of this run's. `None` (and a
 /// loud message) where this machine cannot join a group on loopback.
@@ -167,28 +165,6 @@ fn importer(publisher: SocketAddr) -> (RunningBus, SocketAddr, Arc<AtomicU64>, A
 fn grows(what: &str, count: &AtomicU64, by: u64) {
     let from = count.load(Ordering::Relaxed);
     wait_for(what, 20, || count.load(Ordering::Relaxed) >= from + by);
-}
-
-/// Listens on `group` for up to 5 s and returns the first data datagram heard.
-fn overhear_data(group: SocketAddr) -> Option<Vec<u8>> {
-    let mut member = UdpEndpoint::bind_group(group, LO, &SocketConfig::default()).ok()?;
-    let mut batch = llbus_net::RecvBatch::new(16, DEFAULT_MAX_DATAGRAM);
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
-        let n = member.recv_batch(&mut batch).unwrap_or(0);
-        if let Some((bytes, _)) = batch.iter().take(n).find(|(b, _)| b.get(4) == Some(&0x01)) {
-            return Some(bytes.to_vec());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    None
-}
-
-fn le(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
 }
 
 /// A `Subscribe` of topic `(topic_id, fingerprint)` from session 0x5eed, padded as a

@@ -232,3 +232,29 @@ pub fn loopback_group_or_skip(group: std::net::SocketAddr) -> bool {
         }
     }
 }
+
+/// Listens on `group` on the loopback interface (as any host of the network may, admitted or
+/// not) for up to 5 s and returns the first data datagram (kind `01`) heard.
+pub fn overhear_data(group: std::net::SocketAddr) -> Option<Vec<u8>> {
+    let lo = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+    let config = llbus_net::SocketConfig::default();
+    let mut member = llbus_net::UdpEndpoint::bind_group(group, lo, &config).ok()?;
+    let mut batch = llbus_net::RecvBatch::new(16, llbus_net::DEFAULT_MAX_DATAGRAM);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < until {
+        let n = member.recv_batch(&mut batch).unwrap_or(0);
+        if let Some((bytes, _)) = batch.iter().take(n).find(|(b, _)| b.get(4) == Some(&0x01)) {
+            return Some(bytes.to_vec());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    None
+}
+
+/// The little-endian `u64` at `at` in `bytes` (0 past the end).
+pub fn le(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
