@@ -13,7 +13,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 use tests::spoof::RawSender;
-use tests::{metric, wait_for};
+use tests::{loopback_members, metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "disc.quote")]
@@ -357,32 +357,6 @@ fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
         running.stop();
         running.join().expect("stops cleanly");
     }
-}
-
-/// The sockets of this network namespace joined to IPv4 `group` on loopback, as
-/// `/proc/net/igmp` lists them (`None` where the kernel has no such file).
-fn loopback_members(group: SocketAddr) -> Option<u32> {
-    let std::net::IpAddr::V4(want) = group.ip() else {
-        return None;
-    };
-    let table = std::fs::read_to_string("/proc/net/igmp").ok()?;
-    let mut on_lo = false;
-    for line in table.lines() {
-        if !line.starts_with('\t') {
-            on_lo = line.split_whitespace().nth(1) == Some("lo");
-            continue;
-        }
-        let mut fields = line.split_whitespace();
-        let (Some(hex), Some(users)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        // The address as the kernel's `%08X` of a network-order u32 read natively.
-        let joined = u32::from_str_radix(hex, 16).ok().map(u32::to_ne_bytes);
-        if on_lo && joined == Some(want.octets()) {
-            return users.parse().ok();
-        }
-    }
-    Some(0)
 }
 
 /// A discovering subscriber joins the data group of a multicast publisher it follows, and

@@ -4,7 +4,7 @@
 //! export's group at start, and a bridge stopped without being joined. Loopback only; the
 //! forgeries that need another source address use a raw socket (`tests::spoof`).
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use llbus_net::{
     DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
-use tests::{le, overhear_data, wait_for};
+use tests::{le, loopback_members, overhear_data, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "rv24b.quote")]
@@ -84,32 +84,6 @@ fn group(test: u8) -> Option<SocketAddr> {
     let port = 21_000 + (std::process::id() % 20_000) as u16;
     let group = SocketAddr::from(([239, 255, 78, 100 + test], port));
     tests::loopback_group_or_skip(group).then_some(group)
-}
-
-/// The sockets of this network namespace joined to IPv4 `group` on loopback, as
-/// `/proc/net/igmp` lists them (`None` where the kernel has no such file).
-fn loopback_members(group: SocketAddr) -> Option<u32> {
-    let IpAddr::V4(want) = group.ip() else {
-        return None;
-    };
-    let table = std::fs::read_to_string("/proc/net/igmp").ok()?;
-    let mut on_lo = false;
-    for line in table.lines() {
-        if !line.starts_with('\t') {
-            on_lo = line.split_whitespace().nth(1) == Some("lo");
-            continue;
-        }
-        let mut fields = line.split_whitespace();
-        let (Some(hex), Some(users)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        // The address as the kernel's `%08X` of a network-order u32 read natively.
-        let joined = u32::from_str_radix(hex, 16).ok().map(u32::to_ne_bytes);
-        if on_lo && joined == Some(want.octets()) {
-            return users.parse().ok();
-        }
-    }
-    Some(0)
 }
 
 /// A bridge at `addr` exporting `Quote`, to multicast group `group` if any, fed every 2 ms.

@@ -251,6 +251,32 @@ pub fn overhear_data(group: std::net::SocketAddr) -> Option<Vec<u8>> {
     None
 }
 
+/// The sockets of this network namespace joined to IPv4 `group` on loopback, as
+/// `/proc/net/igmp` lists them (`None` where the kernel has no such file).
+pub fn loopback_members(group: std::net::SocketAddr) -> Option<u32> {
+    let std::net::IpAddr::V4(want) = group.ip() else {
+        return None;
+    };
+    let table = std::fs::read_to_string("/proc/net/igmp").ok()?;
+    let mut on_lo = false;
+    for line in table.lines() {
+        if !line.starts_with('\t') {
+            on_lo = line.split_whitespace().nth(1) == Some("lo");
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(hex), Some(users)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // The address as the kernel's `%08X` of a network-order u32 read natively.
+        let joined = u32::from_str_radix(hex, 16).ok().map(u32::to_ne_bytes);
+        if on_lo && joined == Some(want.octets()) {
+            return users.parse().ok();
+        }
+    }
+    Some(0)
+}
+
 /// The little-endian `u64` at `at` in `bytes` (0 past the end).
 pub fn le(bytes: &[u8], at: usize) -> u64 {
     bytes
