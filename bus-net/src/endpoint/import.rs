@@ -101,12 +101,7 @@ impl RetiredFigures {
         }
         let incomplete = slot.reassembly.counts().incomplete;
         self.incomplete = self.incomplete.saturating_add(incomplete);
-        let (a, b) = (&mut self.sessions, slot.session.counts());
-        a.control_duplicates = a.control_duplicates.saturating_add(b.control_duplicates);
-        a.control_stale = a.control_stale.saturating_add(b.control_stale);
-        a.unknown_session = a.unknown_session.saturating_add(b.unknown_session);
-        a.resubscribes = a.resubscribes.saturating_add(b.resubscribes);
-        a.refused = a.refused.saturating_add(b.refused);
+        self.sessions.add(slot.session.counts());
     }
 }
 

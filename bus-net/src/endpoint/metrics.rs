@@ -187,12 +187,7 @@ impl NetMetrics {
     ) {
         let mut total = SubscriberCounts::default();
         for c in imports {
-            total.control_duplicates = total
-                .control_duplicates
-                .saturating_add(c.control_duplicates);
-            total.control_stale = total.control_stale.saturating_add(c.control_stale);
-            total.unknown_session = total.unknown_session.saturating_add(c.unknown_session);
-            total.resubscribes = total.resubscribes.saturating_add(c.resubscribes);
+            total.add(c);
         }
         self.control_duplicates.set(total.control_duplicates);
         self.control_stale.set(total.control_stale);

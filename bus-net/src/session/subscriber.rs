@@ -107,6 +107,19 @@ pub struct SubscriberCounts {
     pub refused: u64,
 }
 
+impl SubscriberCounts {
+    /// Adds `other`'s counts to these (sums saturate).
+    pub fn add(&mut self, other: &SubscriberCounts) {
+        self.control_duplicates = self
+            .control_duplicates
+            .saturating_add(other.control_duplicates);
+        self.control_stale = self.control_stale.saturating_add(other.control_stale);
+        self.unknown_session = self.unknown_session.saturating_add(other.unknown_session);
+        self.resubscribes = self.resubscribes.saturating_add(other.resubscribes);
+        self.refused = self.refused.saturating_add(other.refused);
+    }
+}
+
 /// The subscriber side of one import. See the module docs.
 #[derive(Clone, Debug)]
 pub struct SubscriberSession {
