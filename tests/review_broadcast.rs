@@ -1,0 +1,411 @@
+//! Adversarial review of broadcast edges: two or more `Block` subscribers of one output share
+//! one broadcast ring, and a hook's publishes reach it when the hook returns. Each test checks
+//! a promise of docs/CONTRACT.md ("Backpressure and waiting"), `Context::publish`'s docs or
+//! `EdgeReport::published`'s books, under a stop, a panic or a slow reader.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use llbus::{
+    Actor, Backpressure, Bus, BusBuilder, Context, EdgeReport, Out, Report, Setup, Supervision,
+};
+
+#[derive(Clone, Debug, PartialEq)]
+struct Seq(u64);
+tests::message!(Seq, "review.bcast.seq");
+
+/// How the feed publishes: `count` messages in bursts of `burst` per `poll`, with
+/// `publish_slice` or one `publish` each; or all in `on_start`, then a panic after
+/// `panic_after` of them.
+#[derive(Clone, Copy)]
+struct FeedPlan {
+    count: u64,
+    burst: u64,
+    slice: bool,
+    panic_in_on_start: bool,
+}
+
+struct Feed {
+    plan: FeedPlan,
+    next: u64,
+    out: Out<Seq>,
+}
+
+impl Actor for Feed {
+    type In = ();
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        if self.plan.panic_in_on_start {
+            for n in 0..self.plan.count {
+                ctx.publish(self.out, Seq(n));
+            }
+            panic!("feed panics after its burst");
+        }
+    }
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        if self.plan.panic_in_on_start || self.next >= self.plan.count {
+            return 0;
+        }
+        let end = (self.next + self.plan.burst).min(self.plan.count);
+        if self.plan.slice {
+            let burst: Vec<Seq> = (self.next..end).map(Seq).collect();
+            ctx.publish_slice(self.out, &burst);
+        } else {
+            for n in self.next..end {
+                ctx.publish(self.out, Seq(n));
+            }
+        }
+        let done = (end - self.next) as usize;
+        self.next = end;
+        done
+    }
+}
+
+/// A subscriber that records what it handled, optionally sleeping per message and panicking
+/// once (shared flag, so a restarted instance does not panic again) at message `panic_at`.
+#[derive(Clone, Default)]
+struct SinkPlan {
+    panic_at: Option<u64>,
+    sleep: Duration,
+}
+
+struct Sink {
+    plan: SinkPlan,
+    seen: Arc<Mutex<Vec<u64>>>,
+    panicked: Arc<AtomicBool>,
+}
+
+impl Actor for Sink {
+    type In = Seq;
+    fn on_message(&mut self, msg: Seq, _ctx: &mut Context<'_>) {
+        if self.plan.panic_at == Some(msg.0) && !self.panicked.swap(true, Ordering::Relaxed) {
+            panic!("sink panics at {}", msg.0);
+        }
+        if !self.plan.sleep.is_zero() {
+            std::thread::sleep(self.plan.sleep);
+        }
+        self.seen.lock().unwrap().push(msg.0);
+    }
+}
+
+struct SinkSpec {
+    plan: SinkPlan,
+    policy: Backpressure,
+    supervision: Supervision,
+}
+
+fn block(plan: SinkPlan, supervision: Supervision) -> SinkSpec {
+    SinkSpec {
+        plan,
+        policy: Backpressure::Block,
+        supervision,
+    }
+}
+
+/// Wires a feed and `sinks` (each on a thread of its own, so the `Block` ones share one
+/// broadcast ring of `capacity`), waits (bounded) until `done` says so from a live report, then
+/// stops and joins. Returns the report and what each sink handled.
+fn run(
+    feed: FeedPlan,
+    feed_supervision: Supervision,
+    sinks: Vec<SinkSpec>,
+    capacity: usize,
+    done: impl Fn(&Report) -> bool,
+) -> (Report, Vec<Vec<u64>>) {
+    let mut bus: BusBuilder = Bus::builder();
+    bus.stop_timeout(Duration::from_secs(5));
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        plan: feed,
+        next: 0,
+        out: s.output(),
+    })
+    .publishes::<Seq>()
+    .supervision(feed_supervision);
+    let mut seen = Vec::new();
+    for (i, spec) in sinks.into_iter().enumerate() {
+        let log: Arc<Mutex<Vec<u64>>> = Arc::default();
+        seen.push(Arc::clone(&log));
+        let panicked = Arc::new(AtomicBool::new(false));
+        let plan = spec.plan.clone();
+        bus.actor(&format!("sink-{i}"), move |_: &mut Setup<'_>| Sink {
+            plan: plan.clone(),
+            seen: Arc::clone(&log),
+            panicked: Arc::clone(&panicked),
+        })
+        .subscribes::<Seq>()
+        .capacity::<Seq>(capacity)
+        .backpressure::<Seq>(spec.policy)
+        .supervision(spec.supervision);
+    }
+    let running = bus.start().expect("valid wiring");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && !done(&running.report()) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    let report = running.join().expect("no escalation");
+    let seen = seen.iter().map(|l| l.lock().unwrap().clone()).collect();
+    (report, seen)
+}
+
+fn edge<'a>(report: &'a Report, sink: usize) -> &'a EdgeReport {
+    let name = format!("sink-{sink}");
+    report
+        .edges
+        .iter()
+        .find(|e| e.subscriber == name)
+        .expect("edge")
+}
+
+/// `EdgeReport::published`: `handled + panicked + dropped + conflated + lost + in_flight`,
+/// exactly, and `in_flight == 0` after `join`.
+fn assert_books_balance(report: &Report) {
+    for e in &report.edges {
+        assert_eq!(
+            e.published,
+            e.handled + e.panicked + e.dropped + e.conflated + e.lost + e.in_flight,
+            "books do not balance: {e:?}"
+        );
+        assert_eq!(e.in_flight, 0, "{e:?}");
+    }
+}
+
+fn in_order(seen: &[u64], count: u64) {
+    assert_eq!(seen.len() as u64, count, "count");
+    assert!(
+        seen.iter().copied().eq(0..count),
+        "not every message in order"
+    );
+}
+
+fn handled_all(count: u64, sinks: &[usize]) -> impl Fn(&Report) -> bool + '_ {
+    move |r: &Report| sinks.iter().all(|&i| edge(r, i).handled >= count)
+}
+
+const POLL_BURSTS: FeedPlan = FeedPlan {
+    count: 20_000,
+    burst: 50,
+    slice: false,
+    panic_in_on_start: false,
+};
+
+/// Three `Block` subscribers of a ring of 8, one slow: every one gets every message in order,
+/// and the books balance.
+#[test]
+fn three_block_subscribers_with_a_slow_one_get_every_message_in_order() {
+    let count = 3_000;
+    let feed = FeedPlan {
+        count,
+        ..POLL_BURSTS
+    };
+    let slow = SinkPlan {
+        sleep: Duration::from_micros(200),
+        ..SinkPlan::default()
+    };
+    let sinks = vec![
+        block(SinkPlan::default(), Supervision::Stop),
+        block(slow, Supervision::Stop),
+        block(SinkPlan::default(), Supervision::Stop),
+    ];
+    let (report, seen) = run(
+        feed,
+        Supervision::Stop,
+        sinks,
+        8,
+        handled_all(count, &[0, 1, 2]),
+    );
+    assert_books_balance(&report);
+    for s in &seen {
+        in_order(s, count);
+    }
+}
+
+/// `publish_slice` of bursts larger than the ring (100 into 8) reaches both subscribers whole.
+#[test]
+fn publish_slice_larger_than_the_ring_reaches_every_subscriber() {
+    let feed = FeedPlan {
+        count: 10_000,
+        burst: 100,
+        slice: true,
+        ..POLL_BURSTS
+    };
+    let sinks = vec![
+        block(SinkPlan::default(), Supervision::Stop),
+        block(SinkPlan::default(), Supervision::Stop),
+    ];
+    let (report, seen) = run(
+        feed,
+        Supervision::Stop,
+        sinks,
+        8,
+        handled_all(10_000, &[0, 1]),
+    );
+    assert_books_balance(&report);
+    for s in &seen {
+        in_order(s, 10_000);
+    }
+}
+
+/// A subscriber that panics (policy `Stop`) while the feed is gated on it: the feed must not
+/// wait for it for good (its messages are counted lost), the other keeps getting everything in
+/// order, and the books balance.
+#[test]
+fn a_subscriber_that_panics_and_stops_mid_stream_does_not_gate_the_others() {
+    let count = POLL_BURSTS.count;
+    let sinks = vec![
+        block(SinkPlan::default(), Supervision::Stop),
+        block(
+            SinkPlan {
+                panic_at: Some(500),
+                ..SinkPlan::default()
+            },
+            Supervision::Stop,
+        ),
+    ];
+    let (report, seen) = run(
+        POLL_BURSTS,
+        Supervision::Stop,
+        sinks,
+        8,
+        handled_all(count, &[0]),
+    );
+    assert_books_balance(&report);
+    in_order(&seen[0], count);
+    in_order(&seen[1], 500);
+    let dead = edge(&report, 1);
+    assert_eq!((dead.handled, dead.panicked), (500, 1), "{dead:?}");
+    assert_eq!(dead.published, count, "{dead:?}");
+}
+
+/// A subscriber that panics once and is restarted: it misses only the message it panicked on,
+/// and the books balance.
+#[test]
+fn a_restarted_subscriber_misses_only_the_message_it_panicked_on() {
+    let count = POLL_BURSTS.count;
+    let sinks = vec![
+        block(SinkPlan::default(), Supervision::Stop),
+        block(
+            SinkPlan {
+                panic_at: Some(700),
+                ..SinkPlan::default()
+            },
+            Supervision::Restart(llbus::RestartLimit::default()),
+        ),
+    ];
+    let done = |r: &Report| edge(r, 0).handled >= count && edge(r, 1).handled >= count - 1;
+    let (report, seen) = run(POLL_BURSTS, Supervision::Stop, sinks, 8, done);
+    assert_books_balance(&report);
+    in_order(&seen[0], count);
+    let expect: Vec<u64> = (0..count).filter(|&n| n != 700).collect();
+    assert_eq!(seen[1].len(), expect.len());
+    assert!(seen[1] == expect, "restarted subscriber's sequence differs");
+    let e = edge(&report, 1);
+    assert_eq!((e.handled, e.panicked, e.lost), (count - 1, 1, 0), "{e:?}");
+}
+
+/// A feed that publishes in `on_start` and then panics: what it published before the panic
+/// reaches every subscriber (the runner commits after a hook "whether it returned or
+/// panicked").
+#[test]
+fn what_a_hook_published_before_it_panicked_reaches_every_subscriber() {
+    let feed = FeedPlan {
+        count: 5,
+        burst: 5,
+        slice: false,
+        panic_in_on_start: true,
+    };
+    let sinks = vec![
+        block(SinkPlan::default(), Supervision::Stop),
+        block(SinkPlan::default(), Supervision::Stop),
+    ];
+    let (report, seen) = run(feed, Supervision::Stop, sinks, 64, handled_all(5, &[0, 1]));
+    assert_books_balance(&report);
+    for s in &seen {
+        in_order(s, 5);
+    }
+}
+
+/// Two `Block` subscribers (one broadcast ring) and a `DropNewest` one (a ring of its own) on
+/// one output: the `Block` ones get everything; the `DropNewest` one's drops are counted and
+/// what it got is in order; the books balance.
+#[test]
+fn block_and_drop_newest_subscribers_mixed_on_one_output() {
+    let count = POLL_BURSTS.count;
+    let sinks = vec![
+        block(SinkPlan::default(), Supervision::Stop),
+        block(SinkPlan::default(), Supervision::Stop),
+        SinkSpec {
+            plan: SinkPlan {
+                sleep: Duration::from_micros(50),
+                ..SinkPlan::default()
+            },
+            policy: Backpressure::DropNewest,
+            supervision: Supervision::Stop,
+        },
+    ];
+    let done = |r: &Report| {
+        let d = edge(r, 2);
+        handled_all(count, &[0, 1])(r) && d.handled + d.dropped >= count
+    };
+    let (report, seen) = run(POLL_BURSTS, Supervision::Stop, sinks, 8, done);
+    assert_books_balance(&report);
+    in_order(&seen[0], count);
+    in_order(&seen[1], count);
+    assert!(
+        seen[2].windows(2).all(|w| w[0] < w[1]),
+        "DropNewest out of order"
+    );
+    let d = edge(&report, 2);
+    assert_eq!(d.handled, seen[2].len() as u64, "{d:?}");
+}
+
+/// A stop in the middle of a long stream into two slow `Block` subscribers, and the bus
+/// dropped without `join`: the drop returns within the stop timeout plus a second, and the
+/// subscribers' sequences are gap-free prefixes.
+#[test]
+fn a_stop_mid_burst_without_join_ends_in_bounded_time_with_prefixes() {
+    let mut bus = Bus::builder();
+    bus.stop_timeout(Duration::from_secs(2));
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        plan: FeedPlan {
+            count: u64::MAX,
+            burst: 1_000,
+            slice: false,
+            panic_in_on_start: false,
+        },
+        next: 0,
+        out: s.output(),
+    })
+    .publishes::<Seq>();
+    let mut logs = Vec::new();
+    for i in 0..2 {
+        let log: Arc<Mutex<Vec<u64>>> = Arc::default();
+        logs.push(Arc::clone(&log));
+        bus.actor(&format!("sink-{i}"), move |_: &mut Setup<'_>| Sink {
+            plan: SinkPlan {
+                sleep: Duration::from_micros(20),
+                ..SinkPlan::default()
+            },
+            seen: Arc::clone(&log),
+            panicked: Arc::default(),
+        })
+        .subscribes::<Seq>()
+        .capacity::<Seq>(16);
+    }
+    let running = bus.start().expect("valid");
+    std::thread::sleep(Duration::from_millis(300));
+    running.stop();
+    let t0 = Instant::now();
+    drop(running);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(4), "drop took {took:?}");
+    for log in &logs {
+        let s = log.lock().unwrap();
+        assert!(!s.is_empty());
+        assert!(
+            s.iter().copied().eq(0..s.len() as u64),
+            "not a gap-free prefix"
+        );
+    }
+}
