@@ -409,3 +409,135 @@ fn a_stop_mid_burst_without_join_ends_in_bounded_time_with_prefixes() {
         );
     }
 }
+
+/// A message whose `Clone` panics at one chosen clone call, and that counts its live values
+/// (made minus dropped), so a test sees leaks and double drops.
+macro_rules! fragile {
+    ($ty:ident, $topic:literal) => {
+        #[derive(Debug)]
+        struct $ty(u64);
+        tests::message!($ty, $topic);
+        impl $ty {
+            fn live() -> &'static std::sync::atomic::AtomicI64 {
+                static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+                &LIVE
+            }
+            fn clones() -> &'static std::sync::atomic::AtomicU64 {
+                static CLONES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                &CLONES
+            }
+            fn new(n: u64) -> Self {
+                Self::live().fetch_add(1, Ordering::SeqCst);
+                $ty(n)
+            }
+        }
+        impl Clone for $ty {
+            fn clone(&self) -> Self {
+                if Self::clones().fetch_add(1, Ordering::SeqCst) == PANIC_AT_CLONE {
+                    panic!("Clone panics");
+                }
+                Self::new(self.0)
+            }
+        }
+        impl Drop for $ty {
+            fn drop(&mut self) {
+                Self::live().fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    };
+}
+
+/// The clone call that panics: mid-stream, so some messages went before it.
+const PANIC_AT_CLONE: u64 = 21;
+
+/// Runs a feed that publishes 100 `M`s in `on_start` (one `publish` each, or one
+/// `publish_slice`) into two `Block` subscribers sharing a broadcast ring, with a `Clone`
+/// that panics on the way (the feed's policy `Stop`); returns the report and the values
+/// still live after the bus is gone.
+fn run_fragile<M: llbus::Message + Clone + Send + 'static>(
+    make: fn(u64) -> M,
+    slice: bool,
+    live: fn() -> i64,
+) -> (Report, i64) {
+    struct FragileFeed<M> {
+        make: fn(u64) -> M,
+        slice: bool,
+        out: Out<M>,
+    }
+    impl<M: llbus::Message + Clone + Send + 'static> Actor for FragileFeed<M> {
+        type In = ();
+        fn on_start(&mut self, ctx: &mut Context<'_>) {
+            if self.slice {
+                let all: Vec<M> = (0..100).map(self.make).collect();
+                ctx.publish_slice(self.out, &all);
+            } else {
+                for n in 0..100 {
+                    ctx.publish(self.out, (self.make)(n));
+                }
+            }
+        }
+        fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    }
+    struct Drain<M>(std::marker::PhantomData<M>);
+    impl<M: llbus::Message + Clone + Send + 'static> Actor for Drain<M> {
+        type In = M;
+        fn on_message(&mut self, _msg: M, _ctx: &mut Context<'_>) {}
+    }
+    let mut bus = Bus::builder();
+    bus.stop_timeout(Duration::from_secs(3));
+    bus.actor("feed", move |s: &mut Setup<'_>| FragileFeed {
+        make,
+        slice,
+        out: s.output(),
+    })
+    .publishes::<M>()
+    .supervision(Supervision::Stop);
+    for i in 0..2 {
+        bus.actor(&format!("sink-{i}"), |_: &mut Setup<'_>| {
+            Drain::<M>(std::marker::PhantomData)
+        })
+        .subscribes::<M>()
+        .capacity::<M>(256);
+    }
+    let running = bus.start().expect("valid");
+    std::thread::sleep(Duration::from_millis(300));
+    running.stop();
+    let report = running.join().expect("no escalation");
+    (report, live())
+}
+
+fragile!(FragileOne, "review.bcast.fragile.one");
+fragile!(FragileSlice, "review.bcast.fragile.slice");
+
+/// `publish` whose `Clone` unwinds in the middle of a broadcast write: the books balance after
+/// `join` (`published` is every message published, `in_flight == 0`), and no value leaks or is
+/// dropped twice once the bus is gone.
+#[test]
+fn a_clone_that_panics_mid_publish_leaves_the_books_balanced_and_nothing_leaked() {
+    let (report, live) = run_fragile(FragileOne::new, false, || {
+        FragileOne::live().load(Ordering::SeqCst)
+    });
+    assert_eq!(
+        report.actor("feed").map(|a| a.panics),
+        Some(1),
+        "{report:?}"
+    );
+    assert_books_balance(&report);
+    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+}
+
+/// The same through `publish_slice`, whose docs promise "the clones made before it published
+/// and counted, and nothing after it".
+#[test]
+fn a_clone_that_panics_mid_publish_slice_leaves_the_books_balanced_and_nothing_leaked() {
+    let (report, live) = run_fragile(FragileSlice::new, true, || {
+        FragileSlice::live().load(Ordering::SeqCst)
+    });
+    assert_eq!(
+        report.actor("feed").map(|a| a.panics),
+        Some(1),
+        "{report:?}"
+    );
+    assert_books_balance(&report);
+    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+}
