@@ -413,7 +413,7 @@ fn a_stop_mid_burst_without_join_ends_in_bounded_time_with_prefixes() {
 /// A message whose `Clone` panics at one chosen clone call, and that counts its live values
 /// (made minus dropped), so a test sees leaks and double drops.
 macro_rules! fragile {
-    ($ty:ident, $topic:literal) => {
+    ($ty:ident, $topic:literal, $panic_at:expr) => {
         #[derive(Debug)]
         struct $ty(u64);
         tests::message!($ty, $topic);
@@ -433,7 +433,7 @@ macro_rules! fragile {
         }
         impl Clone for $ty {
             fn clone(&self) -> Self {
-                if Self::clones().fetch_add(1, Ordering::SeqCst) == PANIC_AT_CLONE {
+                if Self::clones().fetch_add(1, Ordering::SeqCst) == $panic_at {
                     panic!("Clone panics");
                 }
                 Self::new(self.0)
@@ -447,16 +447,15 @@ macro_rules! fragile {
     };
 }
 
-/// The clone call that panics: mid-stream, so some messages went before it.
-const PANIC_AT_CLONE: u64 = 21;
-
 /// Runs a feed that publishes 100 `M`s in `on_start` (one `publish` each, or one
-/// `publish_slice`) into two `Block` subscribers sharing a broadcast ring, with a `Clone`
+/// `publish_slice`) into three `Block` subscribers sharing a broadcast ring (so a `Clone`
+/// can unwind after another reader's copy is in its slot), with a `Clone`
 /// that panics on the way (the feed's policy `Stop`); returns the report and the values
 /// still live after the bus is gone.
 fn run_fragile<M: llbus::Message + Clone + Send + 'static>(
     make: fn(u64) -> M,
     slice: bool,
+    policy: Backpressure,
     live: fn() -> i64,
 ) -> (Report, i64) {
     struct FragileFeed<M> {
@@ -492,11 +491,12 @@ fn run_fragile<M: llbus::Message + Clone + Send + 'static>(
     })
     .publishes::<M>()
     .supervision(Supervision::Stop);
-    for i in 0..2 {
+    for i in 0..3 {
         bus.actor(&format!("sink-{i}"), |_: &mut Setup<'_>| {
             Drain::<M>(std::marker::PhantomData)
         })
         .subscribes::<M>()
+        .backpressure::<M>(policy)
         .capacity::<M>(256);
     }
     let running = bus.start().expect("valid");
@@ -506,15 +506,36 @@ fn run_fragile<M: llbus::Message + Clone + Send + 'static>(
     (report, live())
 }
 
-fragile!(FragileOne, "review.bcast.fragile.one");
-fragile!(FragileSlice, "review.bcast.fragile.slice");
+// The clone call that panics: mid-stream, so some messages went before it, and the second
+// reader's copy of its message (`publish` clones twice per message for three readers, the
+// slice path three times), so the first reader's copy is already in its slot.
+fragile!(FragileOne, "review.bcast.fragile.one", 21);
+fragile!(FragileControl, "review.bcast.fragile.control", 21);
+fragile!(FragileSlice, "review.bcast.fragile.slice", 23);
+
+/// `publish` whose `Clone` unwinds in the middle of a fan-out into three rings of their own
+/// (`DropNewest`, never full here): the control for the broadcast case below.
+#[test]
+fn control_a_clone_that_panics_mid_publish_into_separate_rings_leaks_nothing() {
+    let (report, live) = run_fragile(FragileControl::new, false, Backpressure::DropNewest, || {
+        FragileControl::live().load(Ordering::SeqCst)
+    });
+    assert_eq!(
+        report.actor("feed").map(|a| a.panics),
+        Some(1),
+        "{report:?}"
+    );
+    assert_books_balance(&report);
+    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+}
 
 /// `publish` whose `Clone` unwinds in the middle of a broadcast write: the books balance after
 /// `join` (`published` is every message published, `in_flight == 0`), and no value leaks or is
 /// dropped twice once the bus is gone.
 #[test]
+#[ignore = "finding: a Clone unwinding mid broadcast write leaks the copies already in other readers' slots (Drop never runs)"]
 fn a_clone_that_panics_mid_publish_leaves_the_books_balanced_and_nothing_leaked() {
-    let (report, live) = run_fragile(FragileOne::new, false, || {
+    let (report, live) = run_fragile(FragileOne::new, false, Backpressure::Block, || {
         FragileOne::live().load(Ordering::SeqCst)
     });
     assert_eq!(
@@ -529,8 +550,9 @@ fn a_clone_that_panics_mid_publish_leaves_the_books_balanced_and_nothing_leaked(
 /// The same through `publish_slice`, whose docs promise "the clones made before it published
 /// and counted, and nothing after it".
 #[test]
+#[ignore = "finding: a Clone unwinding mid broadcast write (publish_slice) leaks the copies already in other readers' slots"]
 fn a_clone_that_panics_mid_publish_slice_leaves_the_books_balanced_and_nothing_leaked() {
-    let (report, live) = run_fragile(FragileSlice::new, true, || {
+    let (report, live) = run_fragile(FragileSlice::new, true, Backpressure::Block, || {
         FragileSlice::live().load(Ordering::SeqCst)
     });
     assert_eq!(
