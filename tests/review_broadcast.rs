@@ -563,3 +563,125 @@ fn a_clone_that_panics_mid_publish_slice_leaves_the_books_balanced_and_nothing_l
     assert_books_balance(&report);
     assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
 }
+
+/// A feed that `try_publish`es (or, declared `never_waits`, `publish`es) one message per
+/// `poll`, a millisecond apart.
+struct TryFeed {
+    never_waits: bool,
+    next: u64,
+    count: u64,
+    out: Out<Seq>,
+    done: Arc<AtomicBool>,
+}
+
+impl Actor for TryFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        if self.next >= self.count {
+            self.done.store(true, Ordering::Release);
+            return 0;
+        }
+        if self.never_waits {
+            ctx.publish(self.out, Seq(self.next));
+        } else {
+            ctx.try_publish(self.out, Seq(self.next));
+        }
+        self.next += 1;
+        std::thread::sleep(Duration::from_millis(1));
+        1
+    }
+}
+
+/// A subscriber that holds its first message until the feed is done (at most 10 s), so its
+/// ring fills and stays full meanwhile.
+struct Stuck {
+    done: Arc<AtomicBool>,
+}
+
+impl Actor for Stuck {
+    type In = Seq;
+    fn on_message(&mut self, _msg: Seq, _ctx: &mut Context<'_>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// `try_publish` into a fast `Block` subscriber and a stuck one of `stuck_policy`: returns what
+/// the fast one handled, of 200 published a millisecond apart.
+fn try_publish_past_a_stuck_subscriber(
+    stuck_policy: Backpressure,
+    never_waits: bool,
+) -> (u64, Report) {
+    let count = 200;
+    let done = Arc::new(AtomicBool::new(false));
+    let mut bus = Bus::builder();
+    bus.stop_timeout(Duration::from_secs(3));
+    let d = Arc::clone(&done);
+    let feed = bus
+        .actor("feed", move |s: &mut Setup<'_>| TryFeed {
+            never_waits,
+            next: 0,
+            count,
+            out: s.output(),
+            done: Arc::clone(&d),
+        })
+        .publishes::<Seq>();
+    if never_waits {
+        feed.never_waits();
+    }
+    let log: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let l = Arc::clone(&log);
+    bus.actor("sink-0", move |_: &mut Setup<'_>| Sink {
+        plan: SinkPlan::default(),
+        seen: Arc::clone(&l),
+        panicked: Arc::default(),
+    })
+    .subscribes::<Seq>()
+    .capacity::<Seq>(8);
+    let d = Arc::clone(&done);
+    bus.actor("sink-1", move |_: &mut Setup<'_>| Stuck {
+        done: Arc::clone(&d),
+    })
+    .subscribes::<Seq>()
+    .backpressure::<Seq>(stuck_policy)
+    .capacity::<Seq>(8);
+    let running = bus.start().expect("valid");
+    tests::wait_for("the feed to finish", 20, || done.load(Ordering::Acquire));
+    std::thread::sleep(Duration::from_millis(50));
+    running.stop();
+    let report = running.join().expect("no escalation");
+    let handled = log.lock().unwrap().len() as u64;
+    (handled, report)
+}
+
+/// Control: with the stuck subscriber on `DropNewest`, the fast `Block` one has a ring of its
+/// own and gets all 200.
+#[test]
+fn control_try_publish_reaches_a_fast_block_subscriber_past_a_stuck_drop_newest_one() {
+    let (handled, report) = try_publish_past_a_stuck_subscriber(Backpressure::DropNewest, false);
+    assert_books_balance(&report);
+    assert_eq!(handled, 200, "{:?}", edge(&report, 0));
+}
+
+/// `Context::try_publish`: "a subscriber whose `Block` ring is full does not get it, and it is
+/// counted as dropped on that edge". With two `Block` subscribers on one broadcast ring, the
+/// fast one's room is the stuck one's: it should still get what it has room for.
+#[test]
+#[ignore = "finding: on a broadcast ring one stuck Block subscriber makes try_publish drop for every subscriber (fast one got 8 of 200)"]
+fn try_publish_reaches_a_fast_block_subscriber_past_a_stuck_block_one() {
+    let (handled, report) = try_publish_past_a_stuck_subscriber(Backpressure::Block, false);
+    assert_books_balance(&report);
+    assert_eq!(handled, 200, "{:?}", edge(&report, 0));
+}
+
+/// The same for an actor declared `never_waits` (as the network bridge is), whose `publish`
+/// "behaves as `Context::try_publish`".
+#[test]
+fn a_never_waits_publisher_reaches_a_fast_block_subscriber_past_a_stuck_block_one() {
+    let (handled, report) = try_publish_past_a_stuck_subscriber(Backpressure::Block, true);
+    assert_books_balance(&report);
+    assert_eq!(handled, 200, "{:?}", edge(&report, 0));
+}
