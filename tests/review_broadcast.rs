@@ -685,3 +685,58 @@ fn a_never_waits_publisher_reaches_a_fast_block_subscriber_past_a_stuck_block_on
     assert_books_balance(&report);
     assert_eq!(handled, 200, "{:?}", edge(&report, 0));
 }
+
+/// A stop while an endless feed is gated on a slow `Block` subscriber whose queue cannot drain
+/// within the stop timeout: `join` returns within the timeout plus about a second
+/// (`RunningBus::stop`), the books balance (what was given up is counted lost), and the fast
+/// subscriber got a gap-free prefix.
+#[test]
+fn a_stop_past_its_drain_phase_while_gated_on_a_slow_subscriber_keeps_the_books() {
+    let mut bus = Bus::builder();
+    bus.stop_timeout(Duration::from_millis(500));
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        plan: FeedPlan {
+            count: u64::MAX,
+            burst: 1_000,
+            slice: false,
+            panic_in_on_start: false,
+        },
+        next: 0,
+        out: s.output(),
+    })
+    .publishes::<Seq>();
+    let mut logs = Vec::new();
+    for (i, sleep) in [Duration::ZERO, Duration::from_millis(5)]
+        .into_iter()
+        .enumerate()
+    {
+        let log: Arc<Mutex<Vec<u64>>> = Arc::default();
+        logs.push(Arc::clone(&log));
+        bus.actor(&format!("sink-{i}"), move |_: &mut Setup<'_>| Sink {
+            plan: SinkPlan {
+                sleep,
+                ..SinkPlan::default()
+            },
+            seen: Arc::clone(&log),
+            panicked: Arc::default(),
+        })
+        .subscribes::<Seq>()
+        .capacity::<Seq>(16);
+    }
+    let running = bus.start().expect("valid");
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    running.stop();
+    let report = running.join().expect("no escalation");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(2_500), "join took {took:?}");
+    assert_books_balance(&report);
+    for (i, log) in logs.iter().enumerate() {
+        let s = log.lock().unwrap();
+        assert!(
+            s.iter().copied().eq(0..s.len() as u64),
+            "sink-{i}: not a gap-free prefix"
+        );
+        assert_eq!(edge(&report, i).handled, s.len() as u64);
+    }
+}
