@@ -149,7 +149,7 @@ fn run(
     (report, seen)
 }
 
-fn edge<'a>(report: &'a Report, sink: usize) -> &'a EdgeReport {
+fn edge(report: &Report, sink: usize) -> &EdgeReport {
     let name = format!("sink-{sink}");
     report
         .edges
