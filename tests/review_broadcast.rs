@@ -818,3 +818,56 @@ fn a_publisher_restarted_after_a_panic_mid_burst_loses_nothing() {
         in_order(&log.lock().unwrap(), RESTART_COUNT);
     }
 }
+
+/// Two broadcast subscribers on one group thread, one of which panics (policy `Stop`) while the
+/// feed is gated on the ring: the other, its group mate, still gets every message in order,
+/// and the books balance.
+#[test]
+fn a_group_mate_that_panics_and_stops_does_not_gate_the_other() {
+    let count = 10_000;
+    let mut bus = Bus::builder();
+    bus.stop_timeout(Duration::from_secs(5));
+    bus.actor("feed", move |s: &mut Setup<'_>| Feed {
+        plan: FeedPlan {
+            count,
+            ..POLL_BURSTS
+        },
+        next: 0,
+        out: s.output(),
+    })
+    .publishes::<Seq>();
+    let mut logs = Vec::new();
+    for (i, panic_at) in [None, Some(300)].into_iter().enumerate() {
+        let log: Arc<Mutex<Vec<u64>>> = Arc::default();
+        logs.push(Arc::clone(&log));
+        let panicked = Arc::new(AtomicBool::new(false));
+        bus.actor(&format!("sink-{i}"), move |_: &mut Setup<'_>| Sink {
+            plan: SinkPlan {
+                panic_at,
+                ..SinkPlan::default()
+            },
+            seen: Arc::clone(&log),
+            panicked: Arc::clone(&panicked),
+        })
+        .group("sinks")
+        .subscribes::<Seq>()
+        .capacity::<Seq>(8)
+        .supervision(Supervision::Stop);
+    }
+    let running = bus.start().expect("valid");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && edge(&running.report(), 0).handled < count {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    let report = running.join().expect("no escalation");
+    assert_books_balance(&report);
+    in_order(&logs[0].lock().unwrap(), count);
+    in_order(&logs[1].lock().unwrap(), 300);
+    let dead = edge(&report, 1);
+    assert_eq!(
+        (dead.published, dead.handled, dead.panicked),
+        (count, 300, 1),
+        "{dead:?}"
+    );
+}
