@@ -533,7 +533,6 @@ fn control_a_clone_that_panics_mid_publish_into_separate_rings_leaks_nothing() {
 /// `join` (`published` is every message published, `in_flight == 0`), and no value leaks or is
 /// dropped twice once the bus is gone.
 #[test]
-#[ignore = "finding: a Clone unwinding mid broadcast write leaks the copies already in other readers' slots (Drop never runs)"]
 fn a_clone_that_panics_mid_publish_leaves_the_books_balanced_and_nothing_leaked() {
     let (report, live) = run_fragile(FragileOne::new, false, Backpressure::Block, || {
         FragileOne::live().load(Ordering::SeqCst)
@@ -550,7 +549,6 @@ fn a_clone_that_panics_mid_publish_leaves_the_books_balanced_and_nothing_leaked(
 /// The same through `publish_slice`, whose docs promise "the clones made before it published
 /// and counted, and nothing after it".
 #[test]
-#[ignore = "finding: a Clone unwinding mid broadcast write (publish_slice) leaks the copies already in other readers' slots"]
 fn a_clone_that_panics_mid_publish_slice_leaves_the_books_balanced_and_nothing_leaked() {
     let (report, live) = run_fragile(FragileSlice::new, true, Backpressure::Block, || {
         FragileSlice::live().load(Ordering::SeqCst)

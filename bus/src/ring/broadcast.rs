@@ -26,8 +26,8 @@
 //! - A full ring (the slowest live reader is `capacity` positions behind what was written)
 //!   refuses a `write`, handing the value back.
 //! - Values written but not committed are not visible to readers; they count as used room.
-//! - A `Clone` that panics in `write` leaks the clones already made for that position (they are
-//!   never dropped, never read); the ring stays sound.
+//! - A `Clone` that panics in `write` abandons that position: the clones already made for it
+//!   are dropped, the value unwinds with the panic, and nothing is written.
 
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -187,6 +187,30 @@ impl<T> Broadcast<T> {
     }
 }
 
+/// The copies of one position written so far, for the live readers below `readers`: dropped
+/// if a `Clone` unwinds before the position is complete (the write is then abandoned, and the
+/// slots are uninitialised again). Forgotten once the position is written.
+struct Written<'a, T> {
+    shared: &'a Shared<T>,
+    live: &'a [CachePadded<bool>],
+    position: usize,
+    readers: usize,
+}
+
+impl<T> Drop for Written<'_, T> {
+    #[cold]
+    fn drop(&mut self) {
+        for r in (0..self.readers).filter(|&r| *self.live[r]) {
+            // SAFETY: `write` wrote reader `r`'s slot of `position` (a live reader below
+            // `readers`) and has not published it: nobody else reads or drops it.
+            unsafe {
+                self.shared
+                    .drop_values(r, self.position, self.position.wrapping_add(1))
+            };
+        }
+    }
+}
+
 /// The writing half of a [`Broadcast`] ring. `Send`, not `Clone`.
 // NB: aligned to a line pair so that whatever holds it puts nothing another thread writes
 // beside the fields every write reads.
@@ -231,6 +255,13 @@ impl<T> BroadcastProducer<T> {
         let Some(last) = self.live.iter().rposition(|l| **l) else {
             return Ok(());
         };
+        // Should a clone panic, the guard drops the copies already written at `position`.
+        let mut guard = Written {
+            shared,
+            live: &self.live,
+            position,
+            readers: 0,
+        };
         for (r, _) in self.live[..last].iter().enumerate().filter(|(_, l)| ***l) {
             let copy = value.clone();
             // SAFETY: `free_for` found `position` below every live reader's `head + capacity`
@@ -239,7 +270,9 @@ impl<T> BroadcastProducer<T> {
             shared
                 .slot(r, position)
                 .with_mut(|s| unsafe { (*s).write(copy) });
+            guard.readers = r + 1;
         }
+        std::mem::forget(guard);
         // SAFETY: as above, for the last live reader.
         shared
             .slot(last, position)
@@ -640,6 +673,68 @@ mod tests {
         assert_eq!(rxs[1].len(), 5);
         drop(rxs);
         assert_eq!(dropped(), 6 + 2 + 5);
+    }
+
+    /// Panics on its `fuse`-th clone (counting clones of every copy); counts its drops.
+    #[derive(Debug)]
+    struct Brittle {
+        drops: Arc<StdAtomicUsize>,
+        clones: Arc<StdAtomicUsize>,
+        fuse: usize,
+    }
+
+    impl Clone for Brittle {
+        fn clone(&self) -> Self {
+            let n = self.clones.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            assert_ne!(n, self.fuse, "clone {n} breaks");
+            Brittle {
+                drops: Arc::clone(&self.drops),
+                clones: Arc::clone(&self.clones),
+                fuse: self.fuse,
+            }
+        }
+    }
+
+    impl Drop for Brittle {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A clone that panics partway through a position (the third reader's copy, after two
+    /// were written) abandons the position: the two copies and the value are dropped, nothing
+    /// is written, and the ring goes on at that position.
+    #[test]
+    fn a_clone_that_panics_mid_write_drops_the_copies_already_written() {
+        let drops = Arc::new(StdAtomicUsize::new(0));
+        let clones = Arc::new(StdAtomicUsize::new(0));
+        let dropped = || drops.load(std::sync::atomic::Ordering::Relaxed);
+        let (mut tx, mut rxs) = Broadcast::new(4, 4);
+        let value = Brittle {
+            drops: Arc::clone(&drops),
+            clones: Arc::clone(&clones),
+            fuse: 3,
+        };
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tx.write(value)));
+        assert!(unwound.is_err(), "the third clone panics");
+        assert_eq!(dropped(), 3, "two copies written, and the value itself");
+        assert!(!tx.has_uncommitted(), "the position was abandoned");
+        tx.commit();
+        assert!(rxs.iter().all(|rx| rx.is_empty()));
+        // The next write takes that position, and every reader gets it.
+        let value = Brittle {
+            drops: Arc::clone(&drops),
+            clones: Arc::clone(&clones),
+            fuse: 0,
+        };
+        tx.write(value).map_err(drop).expect("room");
+        tx.commit();
+        for rx in &mut rxs {
+            assert_eq!(drain(rx).len(), 1);
+        }
+        assert_eq!(dropped(), 3 + 4, "every copy dropped once, nothing leaked");
+        drop((tx, rxs));
+        assert_eq!(dropped(), 7);
     }
 
     #[test]
