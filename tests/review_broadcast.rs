@@ -664,15 +664,20 @@ fn control_try_publish_reaches_a_fast_block_subscriber_past_a_stuck_drop_newest_
     assert_eq!(handled, 200, "{:?}", edge(&report, 0));
 }
 
-/// `Context::try_publish`: "a subscriber whose `Block` ring is full does not get it, and it is
-/// counted as dropped on that edge". With two `Block` subscribers on one broadcast ring, the
-/// fast one's room is the stuck one's: it should still get what it has room for.
+/// `Context::try_publish` into a shared ring: "a full ring is the slowest subscriber's: it is
+/// then dropped for each of them". The review found the fast subscriber starved (8 of 200) where
+/// separate rings gave it all 200; that is now the documented contract, and this pins it: the
+/// fast one gets only what the stuck one had room for, every other message is counted dropped
+/// on its edge, and the books balance.
 #[test]
-#[ignore = "finding: on a broadcast ring one stuck Block subscriber makes try_publish drop for every subscriber (fast one got 8 of 200)"]
-fn try_publish_reaches_a_fast_block_subscriber_past_a_stuck_block_one() {
+fn try_publish_on_a_shared_ring_drops_for_every_subscriber_when_the_slowest_is_full() {
     let (handled, report) = try_publish_past_a_stuck_subscriber(Backpressure::Block, false);
     assert_books_balance(&report);
-    assert_eq!(handled, 200, "{:?}", edge(&report, 0));
+    let fast = edge(&report, 0);
+    assert!(handled < 200, "the stuck subscriber gates the fast one: {fast:?}");
+    assert_eq!(fast.handled, handled, "{fast:?}");
+    assert_eq!(fast.handled + fast.dropped, 200, "{fast:?}");
+    assert!(fast.dropped > 0, "{fast:?}");
 }
 
 /// The same for an actor declared `never_waits` (as the network bridge is), whose `publish`

@@ -164,10 +164,12 @@ impl Context<'_> {
     /// actor declared `never_waits` never waits: its publishes to a full ring are dropped and
     /// counted, as with [`try_publish`](Self::try_publish).
     ///
-    /// `Block` subscribers that are actors of this bus see what a hook publishes when the hook
-    /// returns, or sooner when a publish waits for their room: the hook's publishes reach
-    /// their ring as one run, with one store of its index (an implicit burst). The counts are
-    /// made as each message is published.
+    /// Two or more `Block` subscribers of one output that are actors of this bus, at one
+    /// capacity, share a broadcast ring (unless this actor is declared `never_waits`): each
+    /// gets every message, and the slowest of them paces the publisher for all. They see what
+    /// a hook publishes when the hook returns, or sooner when a publish waits for their room:
+    /// the hook's publishes reach their ring as one run, with one store of its index (an
+    /// implicit burst). The counts are made as each message is published.
     ///
     /// # Panics
     /// If `out` is not one of this actor's outputs (a handle taken by another actor).
@@ -183,6 +185,12 @@ impl Context<'_> {
     /// `Block` ring is full does not get it, and it is counted as dropped on that edge. For
     /// actors that must keep going whatever the bus does, such as a network bridge (the remote
     /// side cannot be slowed down anyway, and waiting could close a cycle of full rings).
+    ///
+    /// `Block` subscribers that share a broadcast ring (see [`publish`](Self::publish)) have
+    /// room only when the slowest of them has: when it is full, none of them gets `msg`, and it
+    /// is counted dropped on each of their edges. An actor that must not let one stuck
+    /// subscriber starve the others declares [`never_waits`](crate::ActorBuilder::never_waits):
+    /// its edges are never shared.
     ///
     /// # Panics
     /// If `out` is not one of this actor's outputs.
