@@ -674,7 +674,10 @@ fn try_publish_on_a_shared_ring_drops_for_every_subscriber_when_the_slowest_is_f
     let (handled, report) = try_publish_past_a_stuck_subscriber(Backpressure::Block, false);
     assert_books_balance(&report);
     let fast = edge(&report, 0);
-    assert!(handled < 200, "the stuck subscriber gates the fast one: {fast:?}");
+    assert!(
+        handled < 200,
+        "the stuck subscriber gates the fast one: {fast:?}"
+    );
     assert_eq!(fast.handled, handled, "{fast:?}");
     assert_eq!(fast.handled + fast.dropped, 200, "{fast:?}");
     assert!(fast.dropped > 0, "{fast:?}");

@@ -685,7 +685,10 @@ mod tests {
 
     impl Clone for Brittle {
         fn clone(&self) -> Self {
-            let n = self.clones.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let n = self
+                .clones
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
             assert_ne!(n, self.fuse, "clone {n} breaks");
             Brittle {
                 drops: Arc::clone(&self.drops),
@@ -697,7 +700,8 @@ mod tests {
 
     impl Drop for Brittle {
         fn drop(&mut self) {
-            self.drops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.drops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
