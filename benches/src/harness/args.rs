@@ -32,7 +32,9 @@ SUITES:
             (throughput_single), each with the loss in % (loss_batch,
             loss_single) and the messages per datagram sent
             (msgs_per_datagram_batch, msgs_per_datagram_single); and fan-out
-            of one publisher to 1 and 8 subscribers, llbus (unicast) against
+            of one publisher to 1 and 8 subscribers (each a host of its own:
+            network namespaces on a forwarding wire, where the process may
+            make them; else loopback), llbus (unicast) against
             llbus-multicast (a group): the publisher thread's CPU ns per
             message (publisher_ns_per_msg_1, _8), datagrams per message
             (datagrams_per_msg_1, _8) and one-way p50 at 1 (oneway_p50).

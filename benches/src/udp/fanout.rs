@@ -1,6 +1,16 @@
 //! Fan-out to 1 and to 8 subscribers: `llbus` (one unicast datagram per subscriber per
 //! batch) against `llbus-multicast` (`Bridge::export_multicast`: one datagram to the group for
-//! every subscriber that receives it), over loopback in one process.
+//! every subscriber that receives it), in one process.
+//!
+//! Where the process may make network namespaces (root, `ip`, `/dev/net/tun`), the publisher
+//! and each subscriber are hosts of their own on a wire (`tests::netns::Hosts`: a namespace
+//! each, a TUN device, and a thread that forwards packets between them as a switch would),
+//! as on a LAN: the publisher's kernel sends each datagram once onto its device and the
+//! receiving hosts' kernels deliver it. On loopback instead (`LLBUS_BENCH_FANOUT=loopback`, or
+//! when namespaces cannot be made; the run says so), the receivers' kernel work happens in the
+//! sender's system call: a datagram sent to the group is delivered to every member socket, and
+//! every parked subscriber thread is woken, within the publisher thread's `sendto`, so its CPU
+//! time counts the receivers' delivery too (docs/PERFORMANCE.md, "Multicast on one host").
 //!
 //! A publisher bus (a feed actor publishing [`RATE`] 32-byte messages a second, every
 //! millisecond, and the bridge, in one group thread that parks when idle) serves `n`
@@ -24,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use llbus::{Actor, Backpressure, Bus, Context, Idle, Message, Out, RunningBus, Setup};
-use llbus_net::{realtime_ns, Bridge};
+use llbus_net::{realtime_ns, Allowlist, Bridge};
 use serde::{Deserialize, Serialize};
 
 use super::{Collector, Pinning, Plan, LLBUS};
@@ -134,7 +144,94 @@ struct Fanout {
     oneway_p50: Option<f64>,
 }
 
-/// A multicast group of this measurement's own (a free port), on loopback.
+/// Where the publisher and the subscribers run.
+enum Net {
+    /// Host 0 publishes, host `k + 1` is subscriber `k`.
+    Wire(tests::netns::Hosts),
+    /// All on loopback, subscriber `k` at `127.0.0.(10 + k)`.
+    Loopback,
+}
+
+impl Net {
+    /// Hosts on a wire for a publisher and `n` subscribers, unless `LLBUS_BENCH_FANOUT` is
+    /// `loopback` or namespaces cannot be made (said once, on stderr).
+    fn for_subscribers(n: usize) -> Net {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        let say = |what: String| {
+            if !SAID.swap(true, Ordering::Relaxed) {
+                eprintln!("udp fan-out: {what}");
+            }
+        };
+        if std::env::var("LLBUS_BENCH_FANOUT").is_ok_and(|v| v == "loopback") {
+            say("on loopback (LLBUS_BENCH_FANOUT=loopback): the publisher's time includes the receivers' kernel delivery".into());
+            return Net::Loopback;
+        }
+        match tests::netns::Hosts::create(n + 1) {
+            Ok(hosts) => {
+                say("publisher and subscribers on hosts of their own (network namespaces on a forwarding wire)".into());
+                Net::Wire(hosts)
+            }
+            Err(e) => {
+                say(format!("on loopback, network namespaces unavailable ({e}): the publisher's time includes the receivers' kernel delivery"));
+                Net::Loopback
+            }
+        }
+    }
+
+    /// The publisher's address (port 0: any).
+    fn publisher(&self) -> SocketAddr {
+        match self {
+            Net::Wire(hosts) => SocketAddr::from((hosts.addr(0), 0)),
+            Net::Loopback => SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    /// Subscriber `k`'s address (port 0). On loopback an address each: a publisher admits
+    /// at most 4 subscribers of a topic per host.
+    fn subscriber(&self, k: usize) -> SocketAddr {
+        match self {
+            Net::Wire(hosts) => SocketAddr::from((hosts.addr(k + 1), 0)),
+            Net::Loopback => {
+                let host = u8::try_from(10 + k).unwrap_or(u8::MAX);
+                SocketAddr::from(([127, 0, 0, host], 0))
+            }
+        }
+    }
+
+    /// Runs `f` (which binds sockets and starts a bus, whose threads inherit the namespace)
+    /// on a thread inside host `i`'s namespace; on loopback, here.
+    fn on_host<R: Send>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> Result<R, String> + Send,
+    ) -> Result<R, String> {
+        let Net::Wire(hosts) = self else {
+            return f();
+        };
+        let path = format!("/run/netns/{}", hosts.ns_name(i));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ns = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+                // SAFETY: `ns` is an open namespace file; setns moves only this thread (and
+                // the threads it spawns) into it.
+                let rc = unsafe {
+                    libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET)
+                };
+                if rc != 0 {
+                    return Err(format!(
+                        "setns into {path}: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+                f()
+            })
+            .join()
+            .map_err(|_| format!("the thread starting host {i} panicked"))?
+        })
+    }
+}
+
+/// A multicast group of this measurement's own (a free port).
 fn fresh_group() -> Result<SocketAddr, String> {
     let probe = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
     let port = probe
@@ -147,10 +244,13 @@ fn fresh_group() -> Result<SocketAddr, String> {
 fn start_publisher(
     multicast: bool,
     state: &Arc<FeedState>,
+    at: SocketAddr,
 ) -> Result<(RunningBus, SocketAddr), String> {
-    let bridge = Bridge::bind("127.0.0.1:0")
+    // The subscribers are on other hosts of the wire (or on loopback).
+    let bridge = Bridge::bind(at)
         .map_err(|e| format!("bind: {e}"))?
-        .name("pub");
+        .name("pub")
+        .allow(Allowlist::any());
     let bridge = if multicast {
         bridge.export_multicast::<Tick>(fresh_group()?)
     } else {
@@ -180,14 +280,13 @@ fn start_publisher(
 
 fn start_subscriber(
     k: usize,
+    at: SocketAddr,
     publisher: SocketAddr,
     got: &Arc<AtomicU64>,
     latency: Option<&Arc<Mutex<Histogram<u64>>>>,
     recording: &Arc<AtomicBool>,
 ) -> Result<RunningBus, String> {
-    // A loopback address each: a publisher admits at most 4 subscribers of a topic per host.
-    let host = u8::try_from(10 + k).unwrap_or(u8::MAX);
-    let bridge = Bridge::bind(SocketAddr::from(([127, 0, 0, host], 0)))
+    let bridge = Bridge::bind(at)
         .map_err(|e| format!("bind: {e}"))?
         .name("sub")
         .import::<Tick>(publisher);
@@ -210,9 +309,10 @@ fn start_subscriber(
 }
 
 /// Publishes to `n` subscribers, by unicast or to a group, and measures the window.
-fn fanout(multicast: bool, n: usize, plan: &Plan) -> Result<Fanout, String> {
+fn fanout(multicast: bool, n: usize, net: &Net, plan: &Plan) -> Result<Fanout, String> {
     let state = Arc::new(FeedState::default());
-    let (publisher, addr) = start_publisher(multicast, &state)?;
+    let (publisher, addr) =
+        net.on_host(0, || start_publisher(multicast, &state, net.publisher()))?;
     let recording = Arc::new(AtomicBool::new(false));
     let latency = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?,
@@ -222,7 +322,9 @@ fn fanout(multicast: bool, n: usize, plan: &Plan) -> Result<Fanout, String> {
     let result = (|| {
         for k in 0..n {
             let timed = (k == 0).then_some(&latency);
-            subscribers.push(start_subscriber(k, addr, &got, timed, &recording)?);
+            subscribers.push(net.on_host(k + 1, || {
+                start_subscriber(k, net.subscriber(k), addr, &got, timed, &recording)
+            })?);
         }
         let gauge = "subscribers.bench.udp.fanout";
         let subscribed = wait_until(Instant::now() + SUBSCRIBE_LIMIT, || {
@@ -300,8 +402,9 @@ pub fn case(phase: usize, _pinning: &Pinning, plan: &Plan, out: &mut Collector) 
     };
     let first = MULTICAST_FIRST.fetch_xor(true, Ordering::Relaxed);
     let order = [first, !first];
+    let net = Net::for_subscribers(n);
     for multicast in order {
         let name = if multicast { MULTICAST } else { LLBUS };
-        record(name, n, fanout(multicast, n, plan), out);
+        record(name, n, fanout(multicast, n, &net, plan), out);
     }
 }
