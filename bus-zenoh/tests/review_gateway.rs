@@ -88,13 +88,16 @@ fn json_encoding<T: Message>() -> zenoh::bytes::Encoding {
     zenoh::bytes::Encoding::APPLICATION_JSON.with_schema(T::TOPIC)
 }
 
-/// A hostile client's publisher on `key`, once the import's subscriber matched it.
+/// A hostile client's publisher on `key` (zenoh's `Block` congestion control), once the import's subscriber matched it.
 fn hostile_publisher<'a>(
     client: &'a zenoh::Session,
     key: &'static str,
 ) -> zenoh::pubsub::Publisher<'a> {
+    // `Block`, so that what the hostile side sends reaches the import instead of being dropped
+    // in its own queue under load: the figures below are the import's.
     let publisher = client
         .declare_publisher(key)
+        .congestion_control(zenoh::qos::CongestionControl::Block)
         .wait()
         .expect("a hostile publisher");
     let deadline = Instant::now() + LIMIT;
@@ -709,5 +712,268 @@ fn a_stalled_then_vanished_zenoh_peer_never_blocks_the_publisher() {
         sent,
         counts.put + counts.put_failed + end.dropped + end.lost,
         "{end:?} {counts:?}"
+    );
+}
+
+/// docs/ZENOH.md "Stop": samples that arrive at an import once the bus is stopping are counted
+/// `zenoh.stopped`, and the import's figures still balance, whether the bus has only been asked
+/// to stop or has joined.
+#[test]
+fn samples_after_a_stop_are_counted_stopped_and_the_import_balances() {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
+    let mut gateway = Gateway::builder();
+    gateway.import::<Tick>(&mut bus, Import::new());
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let mut app = running.subscription(app).expect("the handle");
+
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    let t = hostile_publisher(&client, "llbus/review.tick");
+    let put = |n: u64| {
+        t.put(bincode_of(&Tick { n }))
+            .encoding(bincode_encoding::<Tick>())
+            .attachment(attachment::<Tick>(0, 4, n))
+            .wait()
+            .expect("the put");
+    };
+    put(0);
+    assert_eq!(
+        app.recv_timeout(LIMIT).expect("the first arrives"),
+        Tick { n: 0 }
+    );
+    running.stop();
+    for n in 1..=10 {
+        put(n);
+    }
+    let after_stop = wait_counts(&gateway, |c| c.received == 11);
+    let report = running.join().expect("the bus joins");
+    for n in 11..=20 {
+        put(n);
+    }
+    let after_join = wait_counts(&gateway, |c| c.received == 21);
+    let counts = gateway.close();
+    client.close().wait().expect("the client closes");
+    assert_eq!(after_stop.received, 11, "{after_stop:?}");
+    assert_eq!(after_stop.published, 1, "{after_stop:?}");
+    assert_eq!(after_stop.stopped, 10, "{after_stop:?}");
+    assert_eq!(after_join.stopped, 20, "{after_join:?}");
+    assert_eq!(counts, after_join);
+    assert_eq!(
+        counts.received,
+        counts.published + counts.refused + counts.malformed + counts.stopped,
+        "{counts:?}"
+    );
+    let edge = report
+        .edge(Tick::TOPIC, "zenoh-import:review.tick", "app")
+        .expect("the import's edge");
+    assert_eq!(edge.published, counts.published, "{edge:?}");
+    assert_edge_balances(edge);
+}
+
+/// `GatewayBuilder::start`'s rustdoc: zenoh refusing a declaration is an error, and what was
+/// started is closed again. An export on a key zenoh refuses (an empty chunk) after a good one: `start` returns the error in bounded time, the good export's thread ends, and the bus
+/// keeps running and stops normally without a publisher ever waiting.
+#[test]
+fn a_refused_declaration_fails_start_and_closes_what_was_started() {
+    let (a, _b) = peers();
+    let mut bus = Bus::builder();
+    let quotes = bus.publisher::<Quote>("quotes");
+    let ticks = bus.publisher::<Tick>("ticks");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Quote>(&mut bus, Export::new());
+    gateway.export::<Tick>(&mut bus, Export::new().key("llbus//tick"));
+    let mut running = bus.start().expect("the bus starts");
+    let (started, running_back) = bounded(LIMIT, move || {
+        let started = gateway.start(&mut running, a).map(|g| g.close());
+        (started, running)
+    })
+    .unwrap_or_else(|_| panic!("GatewayBuilder::start did not return"));
+    let mut running = running_back;
+    let error = match started {
+        Ok(counts) => panic!("an invalid key expression was accepted: {counts:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(error.contains("zenoh"), "{error}");
+    let mut quotes = running.publisher(quotes).expect("the handle");
+    let mut ticks = running.publisher(ticks).expect("the handle");
+    let start = Instant::now();
+    for n in 0..5000 {
+        quotes.publish(quote(n)).expect("the bus runs");
+        ticks
+            .publish(Tick { n: u64::from(n) })
+            .expect("the bus runs");
+    }
+    assert!(
+        start.elapsed() < LIMIT,
+        "publishing into the gateway's orphaned subscriptions waited"
+    );
+    drop((quotes, ticks));
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    for edge in [
+        export_edge::<Quote>(&report, "quotes"),
+        export_edge::<Tick>(&report, "ticks"),
+    ] {
+        assert_eq!(edge.published, 5000, "{edge:?}");
+        assert_edge_balances(edge);
+    }
+}
+
+/// docs/ZENOH.md "What a sample says": an import accepts a JSON export's samples
+/// (`two_processes.rs::json_samples_are_imported_too` sends integers only). A float that JSON
+/// cannot spell (NaN, infinity) must cross, or fail at the export as `zenoh.put_failed`, not be
+/// put as `null` and counted malformed by every importing peer.
+#[test]
+#[ignore = "finding: a JSON export puts NaN and infinite floats as null (serde_json), which every llbus import then counts malformed: the message is lost for its value"]
+fn a_json_export_of_a_nan_float_reaches_an_llbus_import() {
+    let (a, b) = peers();
+    let mut out = Bus::builder();
+    let app = out.publisher::<Quote>("app");
+    let mut exporter = Gateway::builder();
+    exporter.export::<Quote>(
+        &mut out,
+        Export::new().encoding(llbus_zenoh::PayloadEncoding::Json),
+    );
+    let mut out = out.start().expect("the exporting bus starts");
+    let exporter = exporter
+        .start(&mut out, a)
+        .expect("the export gateway starts");
+    let mut inn = Bus::builder();
+    let reader = inn.subscription_with::<Quote>("reader", Backpressure::DropNewest, 64);
+    let mut importer = Gateway::builder();
+    importer.import::<Quote>(&mut inn, Import::new());
+    let mut inn = inn.start().expect("the importing bus starts");
+    let importer = importer
+        .start(&mut inn, b)
+        .expect("the import gateway starts");
+    let mut reader = inn.subscription(reader).expect("the handle");
+    assert!(exporter.wait_matched(LIMIT), "the import never matched");
+    let mut app = out.publisher(app).expect("the handle");
+    for px in [f64::NAN, f64::INFINITY, 1.5] {
+        app.publish(Quote {
+            px,
+            qty: 1,
+            venue: "X".to_owned(),
+        })
+        .expect("published");
+    }
+    let delivered: Vec<f64> = (0..3)
+        .map_while(|_| reader.recv_timeout(Duration::from_secs(5)).ok())
+        .map(|q| q.px)
+        .collect();
+    drop(app);
+    out.stop();
+    out.join().expect("the exporting bus joins");
+    let put = exporter.close();
+    let got = importer.counts();
+    drop(reader);
+    inn.stop();
+    inn.join().expect("the importing bus joins");
+    importer.close();
+    assert_eq!(
+        put.put + put.put_failed,
+        3,
+        "the export took all three: {put:?}"
+    );
+    assert_eq!(
+        got.malformed, 0,
+        "the import counted malformed what llbus itself put: {got:?}, put {put:?}, delivered \
+         {delivered:?}"
+    );
+}
+
+/// README "Beyond one LAN" (a gateway carries topics "into zenoh and back"): a process that
+/// both exports and imports one topic on its key must not feed its own puts back into the bus
+/// (an echo that grows without end).
+#[test]
+#[ignore = "finding: exporting and importing one topic through one gateway echoes each message forever (the import takes the export's own puts, which the export puts again)"]
+fn exporting_and_importing_one_topic_does_not_echo_forever() {
+    let (a, _b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.publisher::<Tick>("app");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Tick>(&mut bus, Export::new());
+    gateway.import::<Tick>(&mut bus, Import::new());
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let mut app = running.publisher(app).expect("the handle");
+    app.publish(Tick { n: 1 }).expect("published");
+    std::thread::sleep(Duration::from_secs(1));
+    let counts = gateway.counts();
+    drop(app);
+    running.stop();
+    running.join().expect("the bus joins");
+    gateway.close();
+    assert!(
+        counts.put <= 2,
+        "one message published, {} put within a second: {counts:?}",
+        counts.put
+    );
+}
+
+/// docs/ZENOH.md "Stop" (close the gateway after the bus) with a zenoh peer that stalls and
+/// never recovers while the export's ring is full: `Gateway::close` still returns in bounded
+/// time (zenoh's `Block` congestion control gives up on the link), and the books balance.
+#[test]
+fn close_returns_while_a_zenoh_peer_stays_stalled() {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.publisher::<Blob>("app");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Blob>(&mut bus, Export::new().capacity(8));
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let mut app = running.publisher(app).expect("the handle");
+    let peer = zenoh::open(b).wait().expect("the peer session opens");
+    let stall = Arc::new(AtomicBool::new(true));
+    let subscriber = {
+        let stall = Arc::clone(&stall);
+        peer.declare_subscriber("llbus/review.blob")
+            .callback(move |_| {
+                let start = Instant::now();
+                while stall.load(Ordering::Acquire) && start.elapsed() < LIMIT {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+            .wait()
+            .expect("a subscriber")
+    };
+    assert!(gateway.wait_matched(LIMIT), "the peer never matched");
+    let blob = vec![1u8; 64 << 10];
+    let mut sent = 0u64;
+    for n in 0..600 {
+        if app
+            .publish(Blob {
+                n,
+                data: blob.clone(),
+            })
+            .is_ok()
+        {
+            sent += 1;
+        }
+    }
+    drop(app);
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let closed = bounded(Duration::from_secs(15), move || gateway.close());
+    stall.store(false, Ordering::Release);
+    drop(subscriber);
+    let returned = closed.is_ok();
+    let counts = closed
+        .or_else(|rx| rx.recv_timeout(LIMIT))
+        .expect("close returns once the peer is released");
+    let _ = bounded(LIMIT, move || peer.close().wait());
+    let edge = export_edge::<Blob>(&report, "app");
+    assert_edge_balances(edge);
+    assert_eq!(
+        sent,
+        counts.put + counts.put_failed + edge.dropped + edge.lost,
+        "{edge:?} {counts:?}"
+    );
+    assert!(
+        returned,
+        "Gateway::close hung more than 15 s behind a stalled peer"
     );
 }
