@@ -112,12 +112,15 @@ fn hostile_publisher<'a>(
     publisher
 }
 
-/// Waits until `cond` holds on the gateway's figures, or `LIMIT` passes; the last figures.
+/// Waits until `cond` holds on the gateway's figures and every sample received has its outcome
+/// counted (an import counts `received` before it decides, and `published` after the bus took
+/// the message), or `LIMIT` passes; the last figures.
 fn wait_counts(gateway: &Gateway, cond: impl Fn(&Counts) -> bool) -> Counts {
     let deadline = Instant::now() + LIMIT;
     loop {
         let c = gateway.counts();
-        if cond(&c) || Instant::now() >= deadline {
+        let settled = c.received == c.published + c.refused + c.malformed + c.stopped;
+        if (settled && cond(&c)) || Instant::now() >= deadline {
             return c;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -975,5 +978,82 @@ fn close_returns_while_a_zenoh_peer_stays_stalled() {
     assert!(
         returned,
         "Gateway::close hung more than 15 s behind a stalled peer"
+    );
+}
+
+/// docs/ZENOH.md: bincode between llbus processes, JSON for clients in other languages, each an
+/// `Export` with its own encoding and key. A topic served both ways (two exports of one topic,
+/// on two keys) starts, or is refused at start with an error naming it; each key then carries
+/// every message in its encoding.
+#[test]
+fn one_topic_exported_in_both_encodings_on_two_keys() {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.publisher::<Tick>("app");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Tick>(&mut bus, Export::new());
+    gateway.export::<Tick>(
+        &mut bus,
+        Export::new()
+            .encoding(llbus_zenoh::PayloadEncoding::Json)
+            .key("json/review.tick"),
+    );
+    let mut running = match bus.start() {
+        Ok(r) => r,
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("zenoh-export:review.tick"), "{e}");
+            return;
+        }
+    };
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    let bincode = client
+        .declare_subscriber("llbus/review.tick")
+        .wait()
+        .expect("a subscriber");
+    let json = client
+        .declare_subscriber("json/review.tick")
+        .wait()
+        .expect("a subscriber");
+    assert!(gateway.wait_matched(LIMIT), "the client never matched");
+    let mut app = running.publisher(app).expect("the handle");
+    for n in 0..3 {
+        app.publish(Tick { n }).expect("published");
+    }
+    let mut got = (Vec::new(), Vec::new());
+    for n in 0..3 {
+        let s = bincode
+            .recv_timeout(LIMIT)
+            .expect("open")
+            .unwrap_or_else(|| panic!("bincode sample {n} never came"));
+        got.0.push(s.encoding().to_string());
+        let s = json
+            .recv_timeout(LIMIT)
+            .expect("open")
+            .unwrap_or_else(|| panic!("JSON sample {n} never came"));
+        let v: serde_json::Value = serde_json::from_slice(&s.payload().to_bytes()).expect("JSON");
+        got.1.push(v["n"].as_u64());
+    }
+    assert_eq!(got.1, vec![Some(0), Some(1), Some(2)]);
+    assert!(
+        got.0.iter().all(|e| e.starts_with(BINCODE_ENCODING)),
+        "{got:?}"
+    );
+    drop(app);
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let counts = gateway.close();
+    client.close().wait().expect("the client closes");
+    assert_eq!(counts.put, 6, "{counts:?}");
+    assert!(
+        report
+            .edges
+            .iter()
+            .filter(|e| e.topic == Tick::TOPIC)
+            .count()
+            == 2,
+        "two export edges: {:?}",
+        report.edges
     );
 }
