@@ -1057,3 +1057,159 @@ fn one_topic_exported_in_both_encodings_on_two_keys() {
         report.edges
     );
 }
+
+/// The crate's rustdoc "Live counters": each export and import is a handle with named metrics,
+/// "shown in the bus's report and its live counters file like any other figure" (what `llbus
+/// stat` reads). Once the traffic settles, the file's rows carry the gateway's figures.
+#[cfg(unix)]
+#[test]
+fn the_live_counters_file_shows_the_gateways_figures() {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    bus.name(&format!("review-zenoh-{}", std::process::id()));
+    bus.counters_file(true);
+    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
+    let quotes = bus.publisher::<Quote>("quotes");
+    let mut gateway = Gateway::builder();
+    gateway.import::<Tick>(&mut bus, Import::new());
+    gateway.export::<Quote>(&mut bus, Export::new());
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let app = running.subscription(app).expect("the handle");
+    let mut quotes = running.publisher(quotes).expect("the handle");
+    let path = running
+        .counters_path()
+        .expect("the bus writes a counters file")
+        .to_owned();
+
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    let t = hostile_publisher(&client, "llbus/review.tick");
+    for n in 0..45u64 {
+        let put = t
+            .put(bincode_of(&Tick { n }))
+            .encoding(bincode_encoding::<Tick>());
+        match n % 9 {
+            0..=5 => put.attachment(attachment::<Tick>(0, 6, n)).wait(),
+            6 | 7 => put.attachment(attachment::<Tick>(1, 6, n)).wait(),
+            _ => put.wait(),
+        }
+        .expect("the put");
+    }
+    for n in 0..7 {
+        quotes.publish(quote(n)).expect("published");
+    }
+    let counts = wait_counts(&gateway, |c| c.received == 45 && c.put == 7);
+    assert_eq!(
+        (
+            counts.published,
+            counts.refused,
+            counts.malformed,
+            counts.put
+        ),
+        (30, 10, 5, 7),
+        "{counts:?}"
+    );
+    let want = [
+        ("zenoh-import:review.tick", "zenoh.received", 45),
+        ("zenoh-import:review.tick", "zenoh.published", 30),
+        ("zenoh-import:review.tick", "zenoh.refused", 10),
+        ("zenoh-import:review.tick", "zenoh.malformed", 5),
+        ("zenoh-export:review.quote", "zenoh.put", 7),
+    ];
+    let deadline = Instant::now() + LIMIT;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(snapshot) = llbus::read_counters_file(&path) {
+            seen = want
+                .iter()
+                .map(|(row, metric, _)| {
+                    snapshot
+                        .actors
+                        .iter()
+                        .find(|a| a.name == *row)
+                        .and_then(|a| a.metrics.iter().find(|(n, _)| n == metric))
+                        .map(|(_, v)| *v)
+                })
+                .collect();
+            if seen
+                .iter()
+                .zip(&want)
+                .all(|(got, (_, _, w))| *got == Some(*w))
+            {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop((app, quotes));
+    running.stop();
+    running.join().expect("the bus joins");
+    gateway.close();
+    client.close().wait().expect("the client closes");
+    let wanted: Vec<Option<u64>> = want.iter().map(|w| Some(w.2)).collect();
+    assert_eq!(seen, wanted, "the counters file's rows {want:?}");
+}
+
+/// `Gateway::close`'s rustdoc: the imports stop taking samples, then it returns the final
+/// figures. While a hostile client keeps sending, the figures `close` returns are final: the
+/// bus's report, read after the join, shows no sample taken after them.
+#[test]
+fn close_while_samples_arrive_returns_final_figures() {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
+    let mut gateway = Gateway::builder();
+    gateway.import::<Tick>(&mut bus, Import::new());
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let app = running.subscription(app).expect("the handle");
+
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    let sending = Arc::new(AtomicBool::new(true));
+    let sender = {
+        let client = client.clone();
+        let sending = Arc::clone(&sending);
+        std::thread::spawn(move || {
+            let t = hostile_publisher(&client, "llbus/review.tick");
+            let start = Instant::now();
+            let mut n = 0u64;
+            while sending.load(Ordering::Acquire) && start.elapsed() < LIMIT {
+                t.put(bincode_of(&Tick { n }))
+                    .encoding(bincode_encoding::<Tick>())
+                    .attachment(attachment::<Tick>(0, 2, n))
+                    .wait()
+                    .expect("the put");
+                n += 1;
+            }
+            n
+        })
+    };
+    let _ = wait_counts(&gateway, |c| c.received > 1000);
+    let counts = bounded(LIMIT, move || gateway.close())
+        .unwrap_or_else(|_| panic!("Gateway::close did not return while samples arrive"));
+    std::thread::sleep(Duration::from_millis(200));
+    sending.store(false, Ordering::Release);
+    let sent = sender.join().expect("the sender thread");
+    drop(app);
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let row = report
+        .actor("zenoh-import:review.tick")
+        .expect("the import's row");
+    assert!(
+        counts.received > 1000 && counts.received <= sent,
+        "{counts:?}"
+    );
+    assert_eq!(
+        counts.received,
+        counts.published + counts.refused + counts.malformed + counts.stopped,
+        "{counts:?}"
+    );
+    assert_eq!(row.metric("zenoh.received"), Some(counts.received));
+    assert_eq!(row.metric("zenoh.published"), Some(counts.published));
+    let edge = report
+        .edge(Tick::TOPIC, "zenoh-import:review.tick", "app")
+        .expect("the import's edge");
+    assert_eq!(edge.published, counts.published, "{edge:?}");
+    assert_edge_balances(edge);
+}
