@@ -1151,10 +1151,25 @@ fn the_live_counters_file_shows_the_gateways_figures() {
 }
 
 /// `Gateway::close`'s rustdoc: the imports stop taking samples, then it returns the final
-/// figures. While a hostile client keeps sending, the figures `close` returns are final: the
-/// bus's report, read after the join, shows no sample taken after them.
+/// figures (and `RunningImport::subscriber_closed`: no callback runs after the undeclare
+/// returns). While a hostile client keeps sending, the figures `close` returns balance
+/// (`received = published + refused + malformed + stopped`) and are final: the bus's report,
+/// read after the join, shows no sample taken after them. Several rounds, as the window is
+/// narrow.
 #[test]
+#[ignore = "finding: Gateway::close returns figures while an import callback is still running (zenoh's undeclare does not wait for it): received = published + 1 in them, and the report later differs"]
 fn close_while_samples_arrive_returns_final_figures() {
+    let mut failures = Vec::new();
+    for _ in 0..20 {
+        if let Err(e) = close_while_samples_arrive() {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// One round of `close_while_samples_arrive_returns_final_figures`: what did not hold.
+fn close_while_samples_arrive() -> Result<(), String> {
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
@@ -1187,29 +1202,43 @@ fn close_while_samples_arrive_returns_final_figures() {
     let _ = wait_counts(&gateway, |c| c.received > 1000);
     let counts = bounded(LIMIT, move || gateway.close())
         .unwrap_or_else(|_| panic!("Gateway::close did not return while samples arrive"));
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(100));
     sending.store(false, Ordering::Release);
     let sent = sender.join().expect("the sender thread");
     drop(app);
     running.stop();
     let report = running.join().expect("the bus joins");
+    client.close().wait().expect("the client closes");
     let row = report
         .actor("zenoh-import:review.tick")
         .expect("the import's row");
+    let edge = report
+        .edge(Tick::TOPIC, "zenoh-import:review.tick", "app")
+        .expect("the import's edge");
+    assert_edge_balances(edge);
     assert!(
         counts.received > 1000 && counts.received <= sent,
         "{counts:?}"
     );
-    assert_eq!(
-        counts.received,
-        counts.published + counts.refused + counts.malformed + counts.stopped,
-        "{counts:?}"
+    if counts.received != counts.published + counts.refused + counts.malformed + counts.stopped {
+        return Err(format!("close's figures do not balance: {counts:?}"));
+    }
+    let after = (
+        row.metric("zenoh.received"),
+        row.metric("zenoh.published"),
+        edge.published,
     );
-    assert_eq!(row.metric("zenoh.received"), Some(counts.received));
-    assert_eq!(row.metric("zenoh.published"), Some(counts.published));
-    let edge = report
-        .edge(Tick::TOPIC, "zenoh-import:review.tick", "app")
-        .expect("the import's edge");
-    assert_eq!(edge.published, counts.published, "{edge:?}");
-    assert_edge_balances(edge);
+    if after
+        != (
+            Some(counts.received),
+            Some(counts.published),
+            counts.published,
+        )
+    {
+        return Err(format!(
+            "close returned {counts:?}, the report after the join (received, published, edge \
+             published) {after:?}"
+        ));
+    }
+    Ok(())
 }
