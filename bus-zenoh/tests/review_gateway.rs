@@ -1242,3 +1242,118 @@ fn close_while_samples_arrive() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The entry of the child process of `a_killed_zenoh_peer_mid_stream_never_blocks_the_publisher`
+/// (this test binary run again, chosen by `LLBUS_REVIEW_ZENOH_CHILD`): a zenoh peer that
+/// subscribes to the export's key and waits to be killed. Does nothing in the test run itself.
+#[test]
+fn review_child_process() {
+    let Ok(config) = std::env::var("LLBUS_REVIEW_ZENOH_CHILD") else {
+        return;
+    };
+    let config = zenoh::Config::from_json5(&config).expect("a valid zenoh config");
+    let session = zenoh::open(config)
+        .wait()
+        .expect("the child's session opens");
+    let _subscriber = session
+        .declare_subscriber("llbus/review.tick")
+        .callback(|_| {})
+        .wait()
+        .expect("a subscriber");
+    println!("READY");
+    std::thread::sleep(LIMIT);
+}
+
+/// docs/ZENOH.md "Export": a publisher never waits for zenoh, and a stop loses nothing
+/// uncounted. The export's only zenoh peer is a process killed mid-stream (no goodbye, its TCP
+/// connection reset): the app's publishes never wait, the gateway closes in bounded time, and
+/// sent = put + put failed + dropped + lost.
+#[cfg(unix)]
+#[test]
+fn a_killed_zenoh_peer_mid_stream_never_blocks_the_publisher() {
+    use std::io::BufRead;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let config = |side: &str| {
+        format!(
+            r#"{{ mode: "peer", {side}: {{ endpoints: ["tcp/127.0.0.1:{port}"] }},
+                 scouting: {{ multicast: {{ enabled: false }}, gossip: {{ enabled: false }} }} }}"#
+        )
+    };
+    let mut bus = Bus::builder();
+    let app = bus.publisher::<Tick>("app");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Tick>(&mut bus, Export::new().capacity(64));
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway
+        .start(
+            &mut running,
+            zenoh::Config::from_json5(&config("listen")).expect("a valid zenoh config"),
+        )
+        .expect("the gateway starts");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "review_child_process", "--nocapture"])
+        .env("LLBUS_REVIEW_ZENOH_CHILD", config("connect"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the child starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let ready = bounded(LIMIT, move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.contains("READY"))
+    });
+    if !matches!(ready, Ok(true)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the child peer never became ready");
+    }
+    assert!(
+        gateway.wait_matched(LIMIT),
+        "the child's subscriber never matched"
+    );
+    let mut app = running.publisher(app).expect("the handle");
+    let mut sent = 0u64;
+    let mut slowest = Duration::ZERO;
+    let mut killed = false;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_millis(1500) {
+        if !killed && start.elapsed() > Duration::from_millis(500) {
+            child.kill().expect("the child is killed");
+            killed = true;
+        }
+        let t = Instant::now();
+        if app.publish(Tick { n }).is_ok() {
+            sent += 1;
+        }
+        slowest = slowest.max(t.elapsed());
+        n += 1;
+        if n % 64 == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let _ = child.wait();
+    drop(app);
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let counts = bounded(LIMIT, move || gateway.close())
+        .unwrap_or_else(|_| panic!("Gateway::close did not return after the peer was killed"));
+    let edge = export_edge::<Tick>(&report, "app");
+    assert_edge_balances(edge);
+    assert_eq!(edge.published, sent, "{edge:?}");
+    assert_eq!(
+        sent,
+        counts.put + counts.put_failed + edge.dropped + edge.lost,
+        "{edge:?} {counts:?}"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a publish waited {slowest:?} while the peer died"
+    );
+    assert!(counts.put > 0, "nothing put before the kill: {counts:?}");
+}
