@@ -1415,3 +1415,65 @@ fn a_flood_of_refused_streams_does_not_hide_later_errors() {
         errors.len()
     );
 }
+
+/// A message whose JSON cannot be written (a map with tuple keys).
+#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[message(topic = "review.grid")]
+struct Grid {
+    cells: std::collections::BTreeMap<(u8, u8), u8>,
+}
+
+/// docs/ZENOH.md "Stop" and the crate's rustdoc: a message the export took is put, or counted
+/// `zenoh.put_failed` (a message that does not encode); sequence numbers count samples put, so
+/// a failed encode is not a gap the other end counts lost.
+#[test]
+fn a_message_that_does_not_encode_is_counted_put_failed_and_leaves_no_gap() {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.publisher::<Grid>("app");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Grid>(
+        &mut bus,
+        Export::new().encoding(llbus_zenoh::PayloadEncoding::Json),
+    );
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    let samples = client
+        .declare_subscriber("llbus/review.grid")
+        .wait()
+        .expect("a subscriber");
+    assert!(gateway.wait_matched(LIMIT), "the client never matched");
+    let mut app = running.publisher(app).expect("the handle");
+    let empty = Grid {
+        cells: std::collections::BTreeMap::new(),
+    };
+    let unwritable = Grid {
+        cells: [((1, 2), 3)].into_iter().collect(),
+    };
+    for g in [empty.clone(), unwritable, empty] {
+        app.publish(g).expect("published");
+    }
+    let mut sequences = Vec::new();
+    for _ in 0..2 {
+        let s = samples
+            .recv_timeout(LIMIT)
+            .expect("open")
+            .expect("a sample within the limit");
+        let a = s
+            .attachment()
+            .and_then(|a| Attachment::decode(&a.to_bytes()))
+            .expect("the gateway's attachment");
+        sequences.push(a.sequence);
+    }
+    drop(app);
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let counts = gateway.close();
+    client.close().wait().expect("the client closes");
+    assert_eq!((counts.put, counts.put_failed), (2, 1), "{counts:?}");
+    assert_eq!(sequences, vec![0, 1], "no gap for the failed encode");
+    let edge = export_edge::<Grid>(&report, "app");
+    assert_eq!(edge.handled, 3, "{edge:?}");
+    assert_edge_balances(edge);
+}
