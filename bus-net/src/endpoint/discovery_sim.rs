@@ -511,6 +511,56 @@ fn a_query_is_answered_alone_no_larger_and_rate_limited() {
     assert!(answered > 0);
 }
 
+/// A publisher whose topics go to different places (one by unicast only, one to a group)
+/// answers a query with one part naming one of them: a query for every topic gets the
+/// unicast topic (named with no group), one for the group's topic gets that topic with its
+/// group; never a topic under another topic's group.
+#[test]
+fn a_query_answer_names_one_group_and_carries_only_its_topics() {
+    const OTHER: u64 = 0x7272;
+    let spec = |topic: &'static str, topic_id: u64, group: Option<SocketAddr>| ExportSpec {
+        topic,
+        topic_id,
+        fingerprint: FP,
+        allow: None,
+        reliable: false,
+        late_join: 0,
+        group,
+        shape: None,
+    };
+    let mut ep = Endpoint::new(
+        &BridgeConfig::default(),
+        MAX,
+        0xa1,
+        [1; 32],
+        vec![
+            spec("sim.quote", TOPIC, None),
+            spec("sim.trade", OTHER, Some(data_group())),
+        ],
+        Vec::new(),
+    )
+    .with_discovery(&discovery(), addr(1), Vec::new());
+    let asker = SocketAddr::from(([127, 0, 0, 5], 4000));
+    let mut ask = |topic_id: u64, now: u64| {
+        let mut buf = vec![0u8; MAX];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_query(0x5e, topic_id, crate::QUERY_LEN - 48)
+            .unwrap();
+        let mut sent = Sent::default();
+        ep.handle(enc.as_bytes(), asker, now, &mut sent, &mut Got::default());
+        assert_eq!(sent.0.len(), 1, "one answer for topic {topic_id:#x}");
+        let (to, bytes) = &sent.0[0];
+        assert_eq!(*to, asker);
+        let frame = crate::parse_datagram(bytes, MAX).unwrap().next().unwrap();
+        let announce = crate::Announce::from_frame(&frame).unwrap();
+        let topics: Vec<u64> = announce.topics().map(|t| t.topic_id).collect();
+        (announce.group, topics)
+    };
+    assert_eq!(ask(0, MS), (None, vec![TOPIC]));
+    assert_eq!(ask(OTHER, 200 * MS), (Some(data_group()), vec![OTHER]));
+    assert_eq!(ask(TOPIC, 400 * MS), (None, vec![TOPIC]));
+}
+
 #[test]
 fn with_a_key_announcements_are_sealed_and_forged_ones_dropped() {
     let config = BridgeConfig {

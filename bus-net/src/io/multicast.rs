@@ -208,6 +208,42 @@ mod tests {
     use super::*;
     use crate::RecvBatch;
 
+    /// A link-local IPv6 group (`ff02::/16`, and interface-local `ff01::/16`) exists once per
+    /// link: without a scope id or an interface to take it from, joining it is refused with an
+    /// error that says what to name; with a scope id, or a group of wider scope, the address
+    /// is used as given.
+    #[test]
+    fn a_link_local_group_without_a_link_is_refused_naming_what_to_set() {
+        for group in ["[ff02::4c4c]:7476", "[ff01::4c4c]:7476"] {
+            let group: SocketAddr = group.parse().unwrap();
+            let e = scoped(group, None).expect_err("no link named");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            let text = e.to_string();
+            assert!(
+                text.contains("link-local group") && text.contains("multicast interface"),
+                "{text}"
+            );
+            let e = UdpEndpoint::bind_group(group, None, &SocketConfig::default())
+                .expect_err("bind_group refuses it too");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        }
+        let with_scope = SocketAddr::V6(std::net::SocketAddrV6::new(
+            "ff02::4c4c".parse().unwrap(),
+            7476,
+            0,
+            1,
+        ));
+        assert_eq!(scoped(with_scope, None).unwrap(), with_scope);
+        for wider in [
+            "[ff05::4c4c]:7476",
+            "[ff0e::4c4c]:7476",
+            "239.255.76.76:7476",
+        ] {
+            let wider: SocketAddr = wider.parse().unwrap();
+            assert_eq!(scoped(wider, None).unwrap(), wider);
+        }
+    }
+
     /// Two members of one group on one host (sharing its port) both receive a datagram sent
     /// to it over the loopback interface.
     #[test]
