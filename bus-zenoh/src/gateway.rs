@@ -43,6 +43,10 @@ pub const BINCODE_ENCODING: &str = "application/x-llbus-bincode";
 /// How long an export thread waits for a message before it looks whether it should leave.
 const CHECK_EVERY: Duration = Duration::from_millis(20);
 
+/// How long a closing export keeps putting what its subscription holds: what is left then is
+/// counted lost on the edges by the bus when the subscription is dropped.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
 /// The payload encoding of an export.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PayloadEncoding {
@@ -318,9 +322,10 @@ impl Gateway {
     }
 
     /// Closes the gateway: the imports stop taking samples, each export puts what its
-    /// subscription still holds (everything, once the bus has exited; what is queued now, if
-    /// it still runs, the rest then counted `lost` on its edges by the bus), and the zenoh
-    /// session closes. Returns the final figures.
+    /// subscription still holds (everything, once the bus has exited; if it still runs, what
+    /// is queued now, for at most a second, the rest then counted `lost` on its edges by the
+    /// bus), and the zenoh session closes. Returns the final figures. It returns while
+    /// publishers keep sending.
     pub fn close(self) -> Counts {
         self.closing.store(true, Ordering::Release);
         let Gateway {
@@ -582,24 +587,35 @@ struct ExportRun<T> {
 
 impl<T: Message + Serialize> ExportRun<T> {
     /// Until the subscription closes (the bus has exited and its rings are empty), or the
-    /// gateway closes (then what is queued is put first).
+    /// gateway closes: then what is queued is put first, for at most [`CLOSE_DRAIN`]. The
+    /// closing request is looked at on every turn, not only when the ring is idle, so a
+    /// publisher that keeps sending cannot hold a close up.
     fn run(mut self) {
         loop {
+            if self.closing.load(Ordering::Acquire) {
+                self.drain();
+                break;
+            }
             match self.sub.recv_timeout(CHECK_EVERY) {
                 Ok(msg) => self.put(&msg),
                 Err(RecvTimeoutError::Closed) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    if self.closing.load(Ordering::Acquire) {
-                        while let Ok(msg) = self.sub.try_recv() {
-                            self.put(&msg);
-                        }
-                        break;
-                    }
-                }
+                Err(RecvTimeoutError::Timeout) => {}
             }
         }
         // What a still-running bus publishes from here on is counted lost on the edges when
         // the subscription is dropped, here.
+    }
+
+    /// Puts what the subscription holds until it is empty or [`CLOSE_DRAIN`] has passed (a
+    /// publisher faster than zenoh would otherwise keep it busy for ever).
+    fn drain(&mut self) {
+        let deadline = std::time::Instant::now() + CLOSE_DRAIN;
+        while let Ok(msg) = self.sub.try_recv() {
+            self.put(&msg);
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+        }
     }
 
     fn put(&mut self, msg: &T) {
