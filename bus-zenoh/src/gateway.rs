@@ -260,20 +260,22 @@ impl Gateway {
 
     /// The gateway's figures so far.
     pub fn counts(&self) -> Counts {
+        // Saturating: the figures count what the network sent, and a sum must not panic or
+        // wrap whatever a peer sends.
         let mut c = Counts::default();
         for e in &self.exports {
-            c.put += e.metrics.put.get();
-            c.put_failed += e.metrics.put_failed.get();
+            c.put = c.put.saturating_add(e.metrics.put.get());
+            c.put_failed = c.put_failed.saturating_add(e.metrics.put_failed.get());
         }
         for i in &self.imports {
             let m = &i.metrics;
-            c.received += m.received.get();
-            c.published += m.published.get();
-            c.refused += m.refused.get();
-            c.malformed += m.malformed.get();
-            c.lost += m.lost.get();
-            c.stopped += m.stopped.get();
-            c.late += m.late.get();
+            c.received = c.received.saturating_add(m.received.get());
+            c.published = c.published.saturating_add(m.published.get());
+            c.refused = c.refused.saturating_add(m.refused.get());
+            c.malformed = c.malformed.saturating_add(m.malformed.get());
+            c.lost = c.lost.saturating_add(m.lost.get());
+            c.stopped = c.stopped.saturating_add(m.stopped.get());
+            c.late = c.late.saturating_add(m.late.get());
         }
         c
     }

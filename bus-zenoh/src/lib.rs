@@ -21,7 +21,8 @@
 //!   unknown encoding, or whose payload does not decode (bincode through
 //!   [`llbus::decode_bounded`], so a hostile length cannot make it allocate) is counted
 //!   malformed. It never panics on what the network sends. A gap in a stream's sequence numbers
-//!   is counted lost.
+//!   is counted lost; a jump of more than [`MAX_JUMP`] is not (a claim, as the UDP bridge
+//!   holds one, until a second sample confirms it and the stream starts over there).
 //! - **Stop.** An export's thread puts everything its subscription delivers until the bus has
 //!   exited and its rings are empty, so a stop loses nothing uncounted: a message is put, or
 //!   counted by the bus (`dropped` when the gateway fell behind, `lost` if the gateway was
@@ -70,7 +71,7 @@ pub use gateway::{
     Counts, Export, Gateway, GatewayBuilder, GatewayError, Import, PayloadEncoding,
     BINCODE_ENCODING, DEFAULT_PREFIX, SCHEMA_SUFFIX,
 };
-pub use import::{Verdict, Verdicts, MAX_STREAMS};
+pub use import::{Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
 
 /// The zenoh crate the gateway is built with, so that a user configures the same version.
 pub use zenoh;
