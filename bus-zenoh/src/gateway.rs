@@ -201,7 +201,7 @@ pub struct Counts {
     pub put: u64,
     /// Messages an export took but zenoh refused to put (or that did not encode).
     pub put_failed: u64,
-    /// Samples the imports received.
+    /// Samples the imports received: `published + refused + malformed + stopped`.
     pub received: u64,
     /// Samples the imports published into the bus (what the bus then counts on its edges).
     pub published: u64,
@@ -269,7 +269,6 @@ impl Gateway {
         }
         for i in &self.imports {
             let m = &i.metrics;
-            c.received = c.received.saturating_add(m.received.get());
             c.published = c.published.saturating_add(m.published.get());
             c.refused = c.refused.saturating_add(m.refused.get());
             c.malformed = c.malformed.saturating_add(m.malformed.get());
@@ -277,6 +276,13 @@ impl Gateway {
             c.stopped = c.stopped.saturating_add(m.stopped.get());
             c.late = c.late.saturating_add(m.late.get());
         }
+        // `received` as the sum of its outcomes, so that these figures balance even while
+        // samples arrive.
+        c.received = c
+            .published
+            .saturating_add(c.refused)
+            .saturating_add(c.malformed)
+            .saturating_add(c.stopped);
         c
     }
 
@@ -698,6 +704,7 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
             metrics: metrics.clone(),
             errors: Arc::clone(&gateway.errors),
             malformed_reported: false,
+            received: 0,
         });
         let subscriber = gateway
             .session
@@ -722,14 +729,25 @@ struct ImportRun<T> {
     metrics: ImportMetrics,
     errors: Arc<Mutex<Vec<String>>>,
     malformed_reported: bool,
+    /// Samples taken so far, whose outcome is counted: what `zenoh.received` shows.
+    received: u64,
 }
 
 /// The most errors a gateway keeps for [`Gateway::errors`].
 const MAX_ERRORS: usize = 64;
 
 impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
+    /// Takes one sample, counting its outcome first and `zenoh.received` after it, with a
+    /// release store: a report reads `zenoh.received` before the outcomes (the order they were
+    /// registered in), so in every live snapshot `received` never runs ahead of the outcomes.
     fn take(&mut self, sample: &Sample) {
-        self.metrics.received.add(1);
+        self.decide(sample);
+        self.received = self.received.saturating_add(1);
+        self.metrics.received.set(self.received);
+    }
+
+    /// Counts one sample's outcome: published, refused, malformed or stopped.
+    fn decide(&mut self, sample: &Sample) {
         let attachment = sample.attachment().map(|a| a.to_bytes());
         match self.verdicts.check(attachment.as_deref()) {
             Verdict::Accept { lost, late } => {

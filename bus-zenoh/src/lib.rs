@@ -32,7 +32,8 @@
 //! - **Live counters.** Each export and import is a handle of the bus with named metrics
 //!   (`zenoh.put`, `zenoh.put_failed`, `zenoh.received`, `zenoh.refused`, `zenoh.malformed`,
 //!   `zenoh.lost`, `zenoh.stopped`, `zenoh.late`), shown in the bus's report and its live
-//!   counters file like any other figure; [`Gateway::counts`] sums them.
+//!   counters file like any other figure; [`Gateway::counts`] sums them, with `received` as
+//!   the sum of its outcomes so that its figures balance in every reading.
 //! - **Zenoh is configured the zenoh way**: a [`zenoh::Config`] (its JSON5 file, or built) is
 //!   handed to [`GatewayBuilder::start`].
 //!
