@@ -8,7 +8,7 @@
 //! subscriber per import, whose callback (on zenoh's own threads) publishes into the bus.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -46,6 +46,10 @@ const CHECK_EVERY: Duration = Duration::from_millis(20);
 /// How long a closing export keeps putting what its subscription holds: what is left then is
 /// counted lost on the edges by the bus when the subscription is dropped.
 const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// How long `Gateway::close` waits for an import's callbacks still running (each only decodes
+/// and `try_publish`es, so it waits microseconds unless the machine is starved).
+const CALLBACK_WAIT: Duration = Duration::from_secs(5);
 
 /// The payload encoding of an export.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -329,7 +333,9 @@ impl Gateway {
         &self.session
     }
 
-    /// Closes the gateway: the imports stop taking samples, each export puts what its
+    /// Closes the gateway: the imports stop taking samples (a sample that reaches one from here
+    /// on is not counted, and callbacks still running are waited for, so the figures returned
+    /// are final and balance), each export puts what its
     /// subscription still holds (everything, once the bus has exited; if it still runs, what
     /// is queued now, for at most a second, the rest then counted `lost` on its edges by the
     /// bus), and the zenoh session closes. Returns the final figures. It returns while
@@ -460,16 +466,53 @@ struct RunningExport {
 struct RunningImport {
     metrics: ImportMetrics,
     subscriber: Mutex<Option<zenoh::pubsub::Subscriber<()>>>,
+    gate: Arc<CallbackGate>,
 }
 
 impl RunningImport {
-    /// Undeclares the zenoh subscriber: no callback runs after this returns.
+    /// Stops taking samples: from here on a callback that starts counts nothing; undeclares the
+    /// zenoh subscriber (which does not wait for a callback already running), then waits for
+    /// the callbacks still running, for at most [`CALLBACK_WAIT`], so that the figures read
+    /// after this are final.
     fn subscriber_closed(&self) {
+        self.gate.closed.store(true, Ordering::SeqCst);
         if let Some(s) = self.subscriber.lock().take() {
             if let Err(e) = s.undeclare().wait() {
                 log::warn!("zenoh subscriber did not undeclare cleanly: {e}");
             }
         }
+        let deadline = std::time::Instant::now() + CALLBACK_WAIT;
+        while self.gate.in_flight.load(Ordering::SeqCst) > 0 {
+            if std::time::Instant::now() >= deadline {
+                log::warn!(
+                    "a zenoh import callback still runs after {CALLBACK_WAIT:?}: the gateway's \
+                     figures may still change"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Which of an import's callbacks may count, and how many are running: zenoh's undeclare does
+/// not wait for a callback in progress, so close waits here.
+#[derive(Default)]
+struct CallbackGate {
+    closed: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl CallbackGate {
+    /// Runs `f` unless the import is closed. The count goes up before the flag is read, and the
+    /// close sets the flag before it reads the count (both sequentially consistent): a
+    /// callback either sees the flag, or is waited for.
+    fn run(&self, f: impl FnOnce()) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if !self.closed.load(Ordering::SeqCst) {
+            f();
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -706,14 +749,19 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
             malformed_reported: false,
             received: 0,
         });
-        let subscriber = gateway
-            .session
-            .declare_subscriber(key)
-            .callback(move |sample| state.lock().take(&sample))
-            .wait()?;
+        let gate = Arc::new(CallbackGate::default());
+        let subscriber = {
+            let gate = Arc::clone(&gate);
+            gateway
+                .session
+                .declare_subscriber(key)
+                .callback(move |sample| gate.run(|| state.lock().take(&sample)))
+                .wait()?
+        };
         gateway.imports.push(RunningImport {
             metrics,
             subscriber: Mutex::new(Some(subscriber)),
+            gate,
         });
         Ok(())
     }
