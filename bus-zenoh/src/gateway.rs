@@ -58,7 +58,8 @@ pub enum PayloadEncoding {
     #[default]
     Bincode,
     /// `serde_json` of the message, for zenoh clients in any language; the topic's JSON Schema
-    /// is served on `<key>/@schema`.
+    /// is served on `<key>/@schema`. JSON has no NaN or infinity: such a float is written
+    /// `null`, which an llbus import counts malformed, so use bincode between llbus processes.
     Json,
 }
 
