@@ -167,6 +167,9 @@ pub enum GatewayError {
     Zenoh(zenoh::Error),
     /// An export's thread could not be spawned.
     Spawn(std::io::Error),
+    /// The gateway both exports and imports this topic: the import would feed the local
+    /// topic, which the export would put again, without end.
+    Echo(&'static str),
 }
 
 impl std::fmt::Display for GatewayError {
@@ -178,6 +181,12 @@ impl std::fmt::Display for GatewayError {
             ),
             GatewayError::Zenoh(e) => write!(f, "zenoh refused the gateway: {e}"),
             GatewayError::Spawn(e) => write!(f, "cannot spawn a gateway thread: {e}"),
+            GatewayError::Echo(topic) => write!(
+                f,
+                "the gateway both exports and imports topic '{topic}': the import would feed \
+                 the local topic, which the export would put again, without end; export it from \
+                 one process and import it in another"
+            ),
         }
     }
 }
@@ -188,6 +197,7 @@ impl std::error::Error for GatewayError {
             GatewayError::Handle(e) => Some(e),
             GatewayError::Zenoh(e) => Some(&**e),
             GatewayError::Spawn(e) => Some(e),
+            GatewayError::Echo(_) => None,
         }
     }
 }
@@ -413,11 +423,19 @@ impl GatewayBuilder {
     /// # Errors
     /// [`GatewayError`] if zenoh refuses the session or a declaration, a handle belongs to
     /// another bus, or a thread cannot be spawned; what was started is closed again.
+    /// [`GatewayError::Echo`], before zenoh is opened, if a topic is both exported and
+    /// imported.
     pub fn start(
         self,
         bus: &mut RunningBus,
         config: zenoh::Config,
     ) -> Result<Gateway, GatewayError> {
+        for p in &self.pending {
+            let (topic, export) = p.topic();
+            if export && self.pending.iter().any(|q| q.topic() == (topic, false)) {
+                return Err(GatewayError::Echo(topic));
+            }
+        }
         let session = zenoh::open(config).wait()?;
         let mut gateway = Gateway {
             session,
@@ -440,6 +458,9 @@ impl GatewayBuilder {
 
 /// An export or import declared, waiting for the bus and the session.
 trait Pending: Send {
+    /// The topic, and whether it is an export.
+    fn topic(&self) -> (&'static str, bool);
+
     fn start(
         self: Box<Self>,
         bus: &mut RunningBus,
@@ -564,6 +585,10 @@ fn stream_id() -> u64 {
 }
 
 impl<T: Message + Serialize> Pending for PendingExport<T> {
+    fn topic(&self) -> (&'static str, bool) {
+        (T::TOPIC, true)
+    }
+
     fn start(
         self: Box<Self>,
         bus: &mut RunningBus,
@@ -723,6 +748,10 @@ impl<T: Message + Serialize> ExportRun<T> {
 }
 
 impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
+    fn topic(&self) -> (&'static str, bool) {
+        (T::TOPIC, false)
+    }
+
     fn start(
         self: Box<Self>,
         bus: &mut RunningBus,

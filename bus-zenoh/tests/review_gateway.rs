@@ -914,12 +914,12 @@ fn a_json_export_of_a_nan_float_is_counted_malformed_by_an_llbus_import() {
     );
 }
 
-/// README "Beyond one LAN" (a gateway carries topics "into zenoh and back"): a process that
-/// both exports and imports one topic on its key must not feed its own puts back into the bus
-/// (an echo that grows without end).
+/// README "Beyond one LAN" (a gateway carries topics "into zenoh and back") and docs/ZENOH.md:
+/// a gateway that both exports and imports one topic would feed its own puts back into the bus
+/// (an echo that grows without end), so `start` refuses it with an error naming the topic, and
+/// the bus still stops normally.
 #[test]
-#[ignore = "finding: exporting and importing one topic through one gateway echoes each message forever (the import takes the export's own puts, which the export puts again)"]
-fn exporting_and_importing_one_topic_does_not_echo_forever() {
+fn exporting_and_importing_one_topic_is_refused_at_start() {
     let (a, _b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
@@ -927,20 +927,23 @@ fn exporting_and_importing_one_topic_does_not_echo_forever() {
     gateway.export::<Tick>(&mut bus, Export::new());
     gateway.import::<Tick>(&mut bus, Import::new());
     let mut running = bus.start().expect("the bus starts");
-    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let refused = gateway.start(&mut running, a);
     let mut app = running.publisher(app).expect("the handle");
     app.publish(Tick { n: 1 }).expect("published");
-    std::thread::sleep(Duration::from_secs(1));
-    let counts = gateway.counts();
     drop(app);
     running.stop();
     running.join().expect("the bus joins");
-    gateway.close();
-    assert!(
-        counts.put <= 2,
-        "one message published, {} put within a second: {counts:?}",
-        counts.put
-    );
+    match refused {
+        Ok(gateway) => {
+            let counts = gateway.close();
+            panic!("a gateway that exports and imports one topic started: {counts:?}");
+        }
+        Err(e) => {
+            assert!(matches!(e, llbus_zenoh::GatewayError::Echo(_)), "{e:?}");
+            let e = e.to_string();
+            assert!(e.contains("'review.tick'"), "{e}");
+        }
+    }
 }
 
 /// docs/ZENOH.md "Stop" (close the gateway after the bus) with a zenoh peer that stalls and
