@@ -26,6 +26,7 @@ use zenoh::sample::Sample;
 use zenoh::{Session, Wait};
 
 use crate::attachment::Attachment;
+use crate::errors::{ErrorKind, ErrorTable};
 use crate::import::{Verdict, Verdicts};
 
 /// The key prefix of every topic unless [`GatewayBuilder::prefix`] says otherwise: topic `t`
@@ -255,7 +256,7 @@ pub struct Gateway {
     imports: Vec<RunningImport>,
     queryables: Vec<zenoh::query::Queryable<()>>,
     closing: Arc<AtomicBool>,
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Arc<Mutex<ErrorTable>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -301,9 +302,12 @@ impl Gateway {
         c
     }
 
-    /// The errors reported so far (each mismatched stream's refusal, once), oldest first.
+    /// The errors reported so far, oldest first: one line per topic and kind of error (a
+    /// sample of another topic, of another fingerprint, a malformed sample, a failed put), with
+    /// the first message, and if it came again, how many times and the latest message. At most
+    /// (topics of the gateway) x 4 lines, so that a flood of one kind hides no other.
     pub fn errors(&self) -> Vec<String> {
-        self.errors.lock().clone()
+        self.errors.lock().lines()
     }
 
     /// Waits until every export's key has a matching zenoh subscriber (through any route), or
@@ -443,7 +447,7 @@ impl GatewayBuilder {
             imports: Vec::new(),
             queryables: Vec::new(),
             closing: Arc::new(AtomicBool::new(false)),
-            errors: Arc::new(Mutex::new(Vec::new())),
+            errors: Arc::new(Mutex::new(ErrorTable::default())),
         };
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         for pending in self.pending {
@@ -633,6 +637,7 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
             metrics: metrics.clone(),
             closing: Arc::clone(&gateway.closing),
             last_len: 64,
+            errors: Arc::clone(&gateway.errors),
         };
         let thread = std::thread::Builder::new()
             .name(format!("llbus-zenoh-{}", T::TOPIC))
@@ -660,6 +665,7 @@ struct ExportRun<T> {
     /// The last payload's length, to size the next one's buffer (zenoh takes each payload's
     /// buffer: one allocation per put, on this thread, off the bus's).
     last_len: usize,
+    errors: Arc<Mutex<ErrorTable>>,
 }
 
 impl<T: Message + Serialize> ExportRun<T> {
@@ -699,7 +705,7 @@ impl<T: Message + Serialize> ExportRun<T> {
         let payload = match self.encode(msg) {
             Ok(p) => p,
             Err(e) => {
-                self.failed(&format!("cannot encode a message of '{}': {e}", T::TOPIC));
+                self.failed(format!("cannot encode a message of '{}': {e}", T::TOPIC));
                 return;
             }
         };
@@ -720,7 +726,7 @@ impl<T: Message + Serialize> ExportRun<T> {
                 self.sequence += 1;
                 self.metrics.put.add(1);
             }
-            Err(e) => self.failed(&format!("zenoh refused a put of '{}': {e}", T::TOPIC)),
+            Err(e) => self.failed(format!("zenoh refused a put of '{}': {e}", T::TOPIC)),
         }
     }
 
@@ -739,11 +745,9 @@ impl<T: Message + Serialize> ExportRun<T> {
         Ok(out)
     }
 
-    fn failed(&mut self, error: &str) {
-        if self.metrics.put_failed.get() == 0 {
-            log::error!("{error} (further failures are only counted in zenoh.put_failed)");
-        }
+    fn failed(&mut self, error: String) {
         self.metrics.put_failed.add(1);
+        report(&self.errors, T::TOPIC, ErrorKind::PutFailed, error);
     }
 }
 
@@ -776,7 +780,6 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
             json: zenoh_encoding(PayloadEncoding::Json, T::TOPIC),
             metrics: metrics.clone(),
             errors: Arc::clone(&gateway.errors),
-            malformed_reported: false,
             received: 0,
         });
         let gate = Arc::new(CallbackGate::default());
@@ -805,14 +808,10 @@ struct ImportRun<T> {
     bincode: Encoding,
     json: Encoding,
     metrics: ImportMetrics,
-    errors: Arc<Mutex<Vec<String>>>,
-    malformed_reported: bool,
+    errors: Arc<Mutex<ErrorTable>>,
     /// Samples taken so far, whose outcome is counted: what `zenoh.received` shows.
     received: u64,
 }
-
-/// The most errors a gateway keeps for [`Gateway::errors`].
-const MAX_ERRORS: usize = 64;
 
 impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
     /// Takes one sample, counting its outcome first and `zenoh.received` after it, with a
@@ -834,10 +833,15 @@ impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
                     self.metrics.late.add(1);
                 }
             }
-            Verdict::Refused { error } => {
+            Verdict::Refused { error, other_topic } => {
                 self.metrics.refused.add(1);
                 if let Some(e) = error {
-                    self.report(e);
+                    let kind = if other_topic {
+                        ErrorKind::OtherTopic
+                    } else {
+                        ErrorKind::Fingerprint
+                    };
+                    report(&self.errors, T::TOPIC, kind, e);
                 }
                 return;
             }
@@ -867,21 +871,23 @@ impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
 
     fn malformed(&mut self, why: &str) {
         self.metrics.malformed.add(1);
-        if !self.malformed_reported {
-            self.malformed_reported = true;
-            self.report(format!(
-                "zenoh gateway dropped a malformed sample of topic '{}': {why} (further ones \
-                 are only counted in zenoh.malformed)",
+        report(
+            &self.errors,
+            T::TOPIC,
+            ErrorKind::Malformed,
+            format!(
+                "zenoh gateway dropped a malformed sample of topic '{}': {why}",
                 T::TOPIC
-            ));
-        }
+            ),
+        );
     }
+}
 
-    fn report(&self, error: String) {
-        log::error!("{error}");
-        let mut errors = self.errors.lock();
-        if errors.len() < MAX_ERRORS {
-            errors.push(error);
-        }
+/// Keeps `error` in the gateway's table, and logs it if it is the first of its topic and kind
+/// (the rest are counted there, the latest kept): a flood of refused streams or malformed
+/// samples is one log line.
+fn report(errors: &Mutex<ErrorTable>, topic: &'static str, kind: ErrorKind, error: String) {
+    if let Some(first) = errors.lock().record(topic, kind, error) {
+        log::error!("{first} (further errors of this kind are counted in Gateway::errors)");
     }
 }

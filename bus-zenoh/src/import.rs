@@ -41,6 +41,8 @@ pub enum Verdict {
     Refused {
         /// The error naming the topic and both fingerprints, once per stream.
         error: Option<String>,
+        /// Of another topic id (else: of this topic with another fingerprint).
+        other_topic: bool,
     },
     /// Not a sample of the gateway's: no attachment, or not one of [`Attachment`]'s layout.
     Malformed,
@@ -97,6 +99,7 @@ impl Verdicts {
             }
             return Verdict::Refused {
                 error: first.then(|| self.refusal(&a)),
+                other_topic: a.topic_id != self.topic_id,
             };
         }
         let clock = self.clock;
@@ -214,18 +217,21 @@ mod tests {
     #[test]
     fn a_mismatched_fingerprint_is_reported_once_per_stream_naming_both() {
         let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
-        let Verdict::Refused { error: Some(e) } = v.check(Some(&sample(9, 1, 0))) else {
+        let Verdict::Refused { error: Some(e), .. } = v.check(Some(&sample(9, 1, 0))) else {
             panic!("the first refusal of a stream carries its error");
         };
         assert!(e.contains("'t'") && e.contains("0x0000000000000007"), "{e}");
         assert!(e.contains("0x0000000000000009"), "{e}");
         assert_eq!(
             v.check(Some(&sample(9, 1, 1))),
-            Verdict::Refused { error: None }
+            Verdict::Refused {
+                error: None,
+                other_topic: false
+            }
         );
         assert!(matches!(
             v.check(Some(&sample(9, 2, 0))),
-            Verdict::Refused { error: Some(_) }
+            Verdict::Refused { error: Some(_), .. }
         ));
     }
 

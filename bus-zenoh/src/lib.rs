@@ -16,8 +16,9 @@
 //!   fixed 40-byte little-endian layout ([`Attachment`]): topic id, fingerprint, stream id,
 //!   sequence number, send time. The layout is documented in docs/ZENOH.md.
 //! - **What an import refuses, and counts.** A sample of another topic or fingerprint is
-//!   refused with an error naming the topic and both fingerprints (logged once per stream,
-//!   kept in [`Gateway::errors`], then counted); a sample without a valid attachment, of an
+//!   refused with an error naming the topic and both fingerprints (once per stream, kept in
+//!   [`Gateway::errors`], which holds one line per topic and kind of error with a count and the
+//!   latest message, and logged once per topic and kind; then counted); a sample without a valid attachment, of an
 //!   unknown encoding, or whose payload does not decode (bincode through
 //!   [`llbus::decode_bounded`], so a hostile length cannot make it allocate) is counted
 //!   malformed. It never panics on what the network sends. A gap in a stream's sequence numbers
@@ -64,6 +65,7 @@
 #![deny(missing_docs)]
 
 mod attachment;
+mod errors;
 mod gateway;
 mod import;
 
