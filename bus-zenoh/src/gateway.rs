@@ -2,7 +2,8 @@
 //! with a zenoh session of their own.
 //!
 //! Declaring adds external handles to the bus (an export is a `DropNewest` subscription named
-//! `zenoh-export:<topic>`, an import a publisher named `zenoh-import:<topic>`), so that
+//! `zenoh-export:<topic>`, an import a publisher named `zenoh-import:<topic>`, each followed by
+//! `@<key>` if it was given a key of its own), so that
 //! `start()` wires, checks and counts them like any edge. [`GatewayBuilder::start`] opens the
 //! zenoh session, redeems the handles, spawns one thread per export and declares one zenoh
 //! subscriber per import, whose callback (on zenoh's own threads) publishes into the bus.
@@ -399,23 +400,26 @@ impl GatewayBuilder {
     }
 
     /// Exports topic `T` from `bus`: declares a `DropNewest` subscription
-    /// `zenoh-export:<topic>` (so `start()` refuses it if nothing publishes `T`).
+    /// `zenoh-export:<topic>`, or `zenoh-export:<topic>@<key>` with an [`Export::key`] (so one
+    /// topic can be exported on several keys, in bincode and in JSON), which `start()` refuses
+    /// if nothing publishes `T`.
     pub fn export<T>(&mut self, bus: &mut BusBuilder, export: Export) -> &mut Self
     where
         T: Message + Serialize,
     {
-        let name = format!("zenoh-export:{}", T::TOPIC);
+        let name = handle_name("zenoh-export", T::TOPIC, export.key.as_deref());
         let key = bus.subscription_with::<T>(&name, Backpressure::DropNewest, export.capacity);
         self.pending.push(Box::new(PendingExport { key, export }));
         self
     }
 
-    /// Imports topic `T` into `bus`: declares a publisher `zenoh-import:<topic>`.
+    /// Imports topic `T` into `bus`: declares a publisher `zenoh-import:<topic>`, or
+    /// `zenoh-import:<topic>@<key>` with an [`Import::key`].
     pub fn import<T>(&mut self, bus: &mut BusBuilder, import: Import) -> &mut Self
     where
         T: Message + Clone + DeserializeOwned,
     {
-        let name = format!("zenoh-import:{}", T::TOPIC);
+        let name = handle_name("zenoh-import", T::TOPIC, import.key.as_deref());
         let key = bus.publisher::<T>(&name);
         self.pending.push(Box::new(PendingImport { key, import }));
         self
@@ -557,6 +561,15 @@ struct ImportMetrics {
     lost: Metric,
     stopped: Metric,
     late: Metric,
+}
+
+/// The name of an export's or import's handle: `<kind>:<topic>`, and `@<key>` if a key was
+/// given, so that one topic can go on several keys.
+fn handle_name(kind: &str, topic: &str, key: Option<&str>) -> String {
+    match key {
+        Some(k) => format!("{kind}:{topic}@{k}"),
+        None => format!("{kind}:{topic}"),
+    }
 }
 
 /// The key of `topic` under `prefix`, unless one was given.
