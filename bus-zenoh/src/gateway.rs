@@ -2,13 +2,14 @@
 //! with a zenoh session of their own.
 //!
 //! Declaring adds external handles to the bus (an export is a `DropNewest` subscription named
-//! `zenoh-export:<topic>`, an import a publisher named `zenoh-import:<topic>`), so that
+//! `zenoh-export:<topic>`, an import a publisher named `zenoh-import:<topic>`, each followed by
+//! `@<key>` if it was given a key of its own), so that
 //! `start()` wires, checks and counts them like any edge. [`GatewayBuilder::start`] opens the
 //! zenoh session, redeems the handles, spawns one thread per export and declares one zenoh
 //! subscriber per import, whose callback (on zenoh's own threads) publishes into the bus.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use zenoh::sample::Sample;
 use zenoh::{Session, Wait};
 
 use crate::attachment::Attachment;
+use crate::errors::{ErrorKind, ErrorTable};
 use crate::import::{Verdict, Verdicts};
 
 /// The key prefix of every topic unless [`GatewayBuilder::prefix`] says otherwise: topic `t`
@@ -43,6 +45,14 @@ pub const BINCODE_ENCODING: &str = "application/x-llbus-bincode";
 /// How long an export thread waits for a message before it looks whether it should leave.
 const CHECK_EVERY: Duration = Duration::from_millis(20);
 
+/// How long a closing export keeps putting what its subscription holds: what is left then is
+/// counted lost on the edges by the bus when the subscription is dropped.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// How long `Gateway::close` waits for an import's callbacks still running (each only decodes
+/// and `try_publish`es, so it waits microseconds unless the machine is starved).
+const CALLBACK_WAIT: Duration = Duration::from_secs(5);
+
 /// The payload encoding of an export.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PayloadEncoding {
@@ -50,7 +60,8 @@ pub enum PayloadEncoding {
     #[default]
     Bincode,
     /// `serde_json` of the message, for zenoh clients in any language; the topic's JSON Schema
-    /// is served on `<key>/@schema`.
+    /// is served on `<key>/@schema`. JSON has no NaN or infinity: such a float is written
+    /// `null`, which an llbus import counts malformed, so use bincode between llbus processes.
     Json,
 }
 
@@ -158,6 +169,9 @@ pub enum GatewayError {
     Zenoh(zenoh::Error),
     /// An export's thread could not be spawned.
     Spawn(std::io::Error),
+    /// The gateway both exports and imports this topic: the import would feed the local
+    /// topic, which the export would put again, without end.
+    Echo(&'static str),
 }
 
 impl std::fmt::Display for GatewayError {
@@ -169,6 +183,12 @@ impl std::fmt::Display for GatewayError {
             ),
             GatewayError::Zenoh(e) => write!(f, "zenoh refused the gateway: {e}"),
             GatewayError::Spawn(e) => write!(f, "cannot spawn a gateway thread: {e}"),
+            GatewayError::Echo(topic) => write!(
+                f,
+                "the gateway both exports and imports topic '{topic}': the import would feed \
+                 the local topic, which the export would put again, without end; export it from \
+                 one process and import it in another"
+            ),
         }
     }
 }
@@ -179,6 +199,7 @@ impl std::error::Error for GatewayError {
             GatewayError::Handle(e) => Some(e),
             GatewayError::Zenoh(e) => Some(&**e),
             GatewayError::Spawn(e) => Some(e),
+            GatewayError::Echo(_) => None,
         }
     }
 }
@@ -197,7 +218,7 @@ pub struct Counts {
     pub put: u64,
     /// Messages an export took but zenoh refused to put (or that did not encode).
     pub put_failed: u64,
-    /// Samples the imports received.
+    /// Samples the imports received: `published + refused + malformed + stopped`.
     pub received: u64,
     /// Samples the imports published into the bus (what the bus then counts on its edges).
     pub published: u64,
@@ -236,7 +257,7 @@ pub struct Gateway {
     imports: Vec<RunningImport>,
     queryables: Vec<zenoh::query::Queryable<()>>,
     closing: Arc<AtomicBool>,
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Arc<Mutex<ErrorTable>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -256,27 +277,38 @@ impl Gateway {
 
     /// The gateway's figures so far.
     pub fn counts(&self) -> Counts {
+        // Saturating: the figures count what the network sent, and a sum must not panic or
+        // wrap whatever a peer sends.
         let mut c = Counts::default();
         for e in &self.exports {
-            c.put += e.metrics.put.get();
-            c.put_failed += e.metrics.put_failed.get();
+            c.put = c.put.saturating_add(e.metrics.put.get());
+            c.put_failed = c.put_failed.saturating_add(e.metrics.put_failed.get());
         }
         for i in &self.imports {
             let m = &i.metrics;
-            c.received += m.received.get();
-            c.published += m.published.get();
-            c.refused += m.refused.get();
-            c.malformed += m.malformed.get();
-            c.lost += m.lost.get();
-            c.stopped += m.stopped.get();
-            c.late += m.late.get();
+            c.published = c.published.saturating_add(m.published.get());
+            c.refused = c.refused.saturating_add(m.refused.get());
+            c.malformed = c.malformed.saturating_add(m.malformed.get());
+            c.lost = c.lost.saturating_add(m.lost.get());
+            c.stopped = c.stopped.saturating_add(m.stopped.get());
+            c.late = c.late.saturating_add(m.late.get());
         }
+        // `received` as the sum of its outcomes, so that these figures balance even while
+        // samples arrive.
+        c.received = c
+            .published
+            .saturating_add(c.refused)
+            .saturating_add(c.malformed)
+            .saturating_add(c.stopped);
         c
     }
 
-    /// The errors reported so far (each mismatched stream's refusal, once), oldest first.
+    /// The errors reported so far, oldest first: one line per topic and kind of error (a
+    /// sample of another topic, of another fingerprint, a malformed sample, a failed put), with
+    /// the first message, and if it came again, how many times and the latest message. At most
+    /// (topics of the gateway) x 4 lines, so that a flood of one kind hides no other.
     pub fn errors(&self) -> Vec<String> {
-        self.errors.lock().clone()
+        self.errors.lock().lines()
     }
 
     /// Waits until every export's key has a matching zenoh subscriber (through any route), or
@@ -317,10 +349,13 @@ impl Gateway {
         &self.session
     }
 
-    /// Closes the gateway: the imports stop taking samples, each export puts what its
-    /// subscription still holds (everything, once the bus has exited; what is queued now, if
-    /// it still runs, the rest then counted `lost` on its edges by the bus), and the zenoh
-    /// session closes. Returns the final figures.
+    /// Closes the gateway: the imports stop taking samples (a sample that reaches one from here
+    /// on is not counted, and callbacks still running are waited for, so the figures returned
+    /// are final and balance), each export puts what its
+    /// subscription still holds (everything, once the bus has exited; if it still runs, what
+    /// is queued now, for at most a second, the rest then counted `lost` on its edges by the
+    /// bus), and the zenoh session closes. Returns the final figures. It returns while
+    /// publishers keep sending.
     pub fn close(self) -> Counts {
         self.closing.store(true, Ordering::Release);
         let Gateway {
@@ -365,23 +400,26 @@ impl GatewayBuilder {
     }
 
     /// Exports topic `T` from `bus`: declares a `DropNewest` subscription
-    /// `zenoh-export:<topic>` (so `start()` refuses it if nothing publishes `T`).
+    /// `zenoh-export:<topic>`, or `zenoh-export:<topic>@<key>` with an [`Export::key`] (so one
+    /// topic can be exported on several keys, in bincode and in JSON), which `start()` refuses
+    /// if nothing publishes `T`.
     pub fn export<T>(&mut self, bus: &mut BusBuilder, export: Export) -> &mut Self
     where
         T: Message + Serialize,
     {
-        let name = format!("zenoh-export:{}", T::TOPIC);
+        let name = handle_name("zenoh-export", T::TOPIC, export.key.as_deref());
         let key = bus.subscription_with::<T>(&name, Backpressure::DropNewest, export.capacity);
         self.pending.push(Box::new(PendingExport { key, export }));
         self
     }
 
-    /// Imports topic `T` into `bus`: declares a publisher `zenoh-import:<topic>`.
+    /// Imports topic `T` into `bus`: declares a publisher `zenoh-import:<topic>`, or
+    /// `zenoh-import:<topic>@<key>` with an [`Import::key`].
     pub fn import<T>(&mut self, bus: &mut BusBuilder, import: Import) -> &mut Self
     where
         T: Message + Clone + DeserializeOwned,
     {
-        let name = format!("zenoh-import:{}", T::TOPIC);
+        let name = handle_name("zenoh-import", T::TOPIC, import.key.as_deref());
         let key = bus.publisher::<T>(&name);
         self.pending.push(Box::new(PendingImport { key, import }));
         self
@@ -393,11 +431,19 @@ impl GatewayBuilder {
     /// # Errors
     /// [`GatewayError`] if zenoh refuses the session or a declaration, a handle belongs to
     /// another bus, or a thread cannot be spawned; what was started is closed again.
+    /// [`GatewayError::Echo`], before zenoh is opened, if a topic is both exported and
+    /// imported.
     pub fn start(
         self,
         bus: &mut RunningBus,
         config: zenoh::Config,
     ) -> Result<Gateway, GatewayError> {
+        for p in &self.pending {
+            let (topic, export) = p.topic();
+            if export && self.pending.iter().any(|q| q.topic() == (topic, false)) {
+                return Err(GatewayError::Echo(topic));
+            }
+        }
         let session = zenoh::open(config).wait()?;
         let mut gateway = Gateway {
             session,
@@ -405,7 +451,7 @@ impl GatewayBuilder {
             imports: Vec::new(),
             queryables: Vec::new(),
             closing: Arc::new(AtomicBool::new(false)),
-            errors: Arc::new(Mutex::new(Vec::new())),
+            errors: Arc::new(Mutex::new(ErrorTable::default())),
         };
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         for pending in self.pending {
@@ -420,6 +466,9 @@ impl GatewayBuilder {
 
 /// An export or import declared, waiting for the bus and the session.
 trait Pending: Send {
+    /// The topic, and whether it is an export.
+    fn topic(&self) -> (&'static str, bool);
+
     fn start(
         self: Box<Self>,
         bus: &mut RunningBus,
@@ -447,16 +496,53 @@ struct RunningExport {
 struct RunningImport {
     metrics: ImportMetrics,
     subscriber: Mutex<Option<zenoh::pubsub::Subscriber<()>>>,
+    gate: Arc<CallbackGate>,
 }
 
 impl RunningImport {
-    /// Undeclares the zenoh subscriber: no callback runs after this returns.
+    /// Stops taking samples: from here on a callback that starts counts nothing; undeclares the
+    /// zenoh subscriber (which does not wait for a callback already running), then waits for
+    /// the callbacks still running, for at most [`CALLBACK_WAIT`], so that the figures read
+    /// after this are final.
     fn subscriber_closed(&self) {
+        self.gate.closed.store(true, Ordering::SeqCst);
         if let Some(s) = self.subscriber.lock().take() {
             if let Err(e) = s.undeclare().wait() {
                 log::warn!("zenoh subscriber did not undeclare cleanly: {e}");
             }
         }
+        let deadline = std::time::Instant::now() + CALLBACK_WAIT;
+        while self.gate.in_flight.load(Ordering::SeqCst) > 0 {
+            if std::time::Instant::now() >= deadline {
+                log::warn!(
+                    "a zenoh import callback still runs after {CALLBACK_WAIT:?}: the gateway's \
+                     figures may still change"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Which of an import's callbacks may count, and how many are running: zenoh's undeclare does
+/// not wait for a callback in progress, so close waits here.
+#[derive(Default)]
+struct CallbackGate {
+    closed: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl CallbackGate {
+    /// Runs `f` unless the import is closed. The count goes up before the flag is read, and the
+    /// close sets the flag before it reads the count (both sequentially consistent): a
+    /// callback either sees the flag, or is waited for.
+    fn run(&self, f: impl FnOnce()) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if !self.closed.load(Ordering::SeqCst) {
+            f();
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -475,6 +561,15 @@ struct ImportMetrics {
     lost: Metric,
     stopped: Metric,
     late: Metric,
+}
+
+/// The name of an export's or import's handle: `<kind>:<topic>`, and `@<key>` if a key was
+/// given, so that one topic can go on several keys.
+fn handle_name(kind: &str, topic: &str, key: Option<&str>) -> String {
+    match key {
+        Some(k) => format!("{kind}:{topic}@{k}"),
+        None => format!("{kind}:{topic}"),
+    }
 }
 
 /// The key of `topic` under `prefix`, unless one was given.
@@ -507,6 +602,10 @@ fn stream_id() -> u64 {
 }
 
 impl<T: Message + Serialize> Pending for PendingExport<T> {
+    fn topic(&self) -> (&'static str, bool) {
+        (T::TOPIC, true)
+    }
+
     fn start(
         self: Box<Self>,
         bus: &mut RunningBus,
@@ -551,6 +650,7 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
             metrics: metrics.clone(),
             closing: Arc::clone(&gateway.closing),
             last_len: 64,
+            errors: Arc::clone(&gateway.errors),
         };
         let thread = std::thread::Builder::new()
             .name(format!("llbus-zenoh-{}", T::TOPIC))
@@ -578,35 +678,47 @@ struct ExportRun<T> {
     /// The last payload's length, to size the next one's buffer (zenoh takes each payload's
     /// buffer: one allocation per put, on this thread, off the bus's).
     last_len: usize,
+    errors: Arc<Mutex<ErrorTable>>,
 }
 
 impl<T: Message + Serialize> ExportRun<T> {
     /// Until the subscription closes (the bus has exited and its rings are empty), or the
-    /// gateway closes (then what is queued is put first).
+    /// gateway closes: then what is queued is put first, for at most [`CLOSE_DRAIN`]. The
+    /// closing request is looked at on every turn, not only when the ring is idle, so a
+    /// publisher that keeps sending cannot hold a close up.
     fn run(mut self) {
         loop {
+            if self.closing.load(Ordering::Acquire) {
+                self.drain();
+                break;
+            }
             match self.sub.recv_timeout(CHECK_EVERY) {
                 Ok(msg) => self.put(&msg),
                 Err(RecvTimeoutError::Closed) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    if self.closing.load(Ordering::Acquire) {
-                        while let Ok(msg) = self.sub.try_recv() {
-                            self.put(&msg);
-                        }
-                        break;
-                    }
-                }
+                Err(RecvTimeoutError::Timeout) => {}
             }
         }
         // What a still-running bus publishes from here on is counted lost on the edges when
         // the subscription is dropped, here.
     }
 
+    /// Puts what the subscription holds until it is empty or [`CLOSE_DRAIN`] has passed (a
+    /// publisher faster than zenoh would otherwise keep it busy for ever).
+    fn drain(&mut self) {
+        let deadline = std::time::Instant::now() + CLOSE_DRAIN;
+        while let Ok(msg) = self.sub.try_recv() {
+            self.put(&msg);
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+        }
+    }
+
     fn put(&mut self, msg: &T) {
         let payload = match self.encode(msg) {
             Ok(p) => p,
             Err(e) => {
-                self.failed(&format!("cannot encode a message of '{}': {e}", T::TOPIC));
+                self.failed(format!("cannot encode a message of '{}': {e}", T::TOPIC));
                 return;
             }
         };
@@ -627,7 +739,7 @@ impl<T: Message + Serialize> ExportRun<T> {
                 self.sequence += 1;
                 self.metrics.put.add(1);
             }
-            Err(e) => self.failed(&format!("zenoh refused a put of '{}': {e}", T::TOPIC)),
+            Err(e) => self.failed(format!("zenoh refused a put of '{}': {e}", T::TOPIC)),
         }
     }
 
@@ -646,15 +758,17 @@ impl<T: Message + Serialize> ExportRun<T> {
         Ok(out)
     }
 
-    fn failed(&mut self, error: &str) {
-        if self.metrics.put_failed.get() == 0 {
-            log::error!("{error} (further failures are only counted in zenoh.put_failed)");
-        }
+    fn failed(&mut self, error: String) {
         self.metrics.put_failed.add(1);
+        report(&self.errors, T::TOPIC, ErrorKind::PutFailed, error);
     }
 }
 
 impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
+    fn topic(&self) -> (&'static str, bool) {
+        (T::TOPIC, false)
+    }
+
     fn start(
         self: Box<Self>,
         bus: &mut RunningBus,
@@ -679,16 +793,21 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
             json: zenoh_encoding(PayloadEncoding::Json, T::TOPIC),
             metrics: metrics.clone(),
             errors: Arc::clone(&gateway.errors),
-            malformed_reported: false,
+            received: 0,
         });
-        let subscriber = gateway
-            .session
-            .declare_subscriber(key)
-            .callback(move |sample| state.lock().take(&sample))
-            .wait()?;
+        let gate = Arc::new(CallbackGate::default());
+        let subscriber = {
+            let gate = Arc::clone(&gate);
+            gateway
+                .session
+                .declare_subscriber(key)
+                .callback(move |sample| gate.run(|| state.lock().take(&sample)))
+                .wait()?
+        };
         gateway.imports.push(RunningImport {
             metrics,
             subscriber: Mutex::new(Some(subscriber)),
+            gate,
         });
         Ok(())
     }
@@ -702,16 +821,23 @@ struct ImportRun<T> {
     bincode: Encoding,
     json: Encoding,
     metrics: ImportMetrics,
-    errors: Arc<Mutex<Vec<String>>>,
-    malformed_reported: bool,
+    errors: Arc<Mutex<ErrorTable>>,
+    /// Samples taken so far, whose outcome is counted: what `zenoh.received` shows.
+    received: u64,
 }
 
-/// The most errors a gateway keeps for [`Gateway::errors`].
-const MAX_ERRORS: usize = 64;
-
 impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
+    /// Takes one sample, counting its outcome first and `zenoh.received` after it, with a
+    /// release store: a report reads `zenoh.received` before the outcomes (the order they were
+    /// registered in), so in every live snapshot `received` never runs ahead of the outcomes.
     fn take(&mut self, sample: &Sample) {
-        self.metrics.received.add(1);
+        self.decide(sample);
+        self.received = self.received.saturating_add(1);
+        self.metrics.received.set(self.received);
+    }
+
+    /// Counts one sample's outcome: published, refused, malformed or stopped.
+    fn decide(&mut self, sample: &Sample) {
         let attachment = sample.attachment().map(|a| a.to_bytes());
         match self.verdicts.check(attachment.as_deref()) {
             Verdict::Accept { lost, late } => {
@@ -720,10 +846,15 @@ impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
                     self.metrics.late.add(1);
                 }
             }
-            Verdict::Refused { error } => {
+            Verdict::Refused { error, other_topic } => {
                 self.metrics.refused.add(1);
                 if let Some(e) = error {
-                    self.report(e);
+                    let kind = if other_topic {
+                        ErrorKind::OtherTopic
+                    } else {
+                        ErrorKind::Fingerprint
+                    };
+                    report(&self.errors, T::TOPIC, kind, e);
                 }
                 return;
             }
@@ -753,21 +884,23 @@ impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
 
     fn malformed(&mut self, why: &str) {
         self.metrics.malformed.add(1);
-        if !self.malformed_reported {
-            self.malformed_reported = true;
-            self.report(format!(
-                "zenoh gateway dropped a malformed sample of topic '{}': {why} (further ones \
-                 are only counted in zenoh.malformed)",
+        report(
+            &self.errors,
+            T::TOPIC,
+            ErrorKind::Malformed,
+            format!(
+                "zenoh gateway dropped a malformed sample of topic '{}': {why}",
                 T::TOPIC
-            ));
-        }
+            ),
+        );
     }
+}
 
-    fn report(&self, error: String) {
-        log::error!("{error}");
-        let mut errors = self.errors.lock();
-        if errors.len() < MAX_ERRORS {
-            errors.push(error);
-        }
+/// Keeps `error` in the gateway's table, and logs it if it is the first of its topic and kind
+/// (the rest are counted there, the latest kept): a flood of refused streams or malformed
+/// samples is one log line.
+fn report(errors: &Mutex<ErrorTable>, topic: &'static str, kind: ErrorKind, error: String) {
+    if let Some(first) = errors.lock().record(topic, kind, error) {
+        log::error!("{first} (further errors of this kind are counted in Gateway::errors)");
     }
 }

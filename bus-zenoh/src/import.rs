@@ -6,6 +6,13 @@
 //! larger one counts the difference lost, a smaller one is late (delivered, counted). The
 //! stream table is bounded ([`MAX_STREAMS`]): past it the oldest-seen stream is forgotten,
 //! which at worst misses a gap of that stream.
+//!
+//! No single sample moves a stream far, as in the UDP bridge's sequence tracking: a number more
+//! than [`MAX_JUMP`] ahead of the next expected one is delivered but counts nothing lost and
+//! leaves the stream where it was, as a claim; a second sample at most [`MAX_JUMP`] above the
+//! claim confirms it, and the stream starts over there as a new stream would (nothing counted
+//! lost for the jump). A forged number alone can neither inflate `lost` by up to 2^64 nor make
+//! the genuine samples of its stream late; no figure is computed with a sum that can overflow.
 
 use std::collections::HashMap;
 
@@ -13,6 +20,10 @@ use crate::attachment::Attachment;
 
 /// The most export streams one import tracks at once.
 pub const MAX_STREAMS: usize = 1024;
+
+/// The largest gap one sample counts lost: a number further ahead is a claim until another
+/// sample confirms it (the UDP bridge's bound).
+pub const MAX_JUMP: u64 = 1 << 16;
 
 /// What to do with one sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +41,8 @@ pub enum Verdict {
     Refused {
         /// The error naming the topic and both fingerprints, once per stream.
         error: Option<String>,
+        /// Of another topic id (else: of this topic with another fingerprint).
+        other_topic: bool,
     },
     /// Not a sample of the gateway's: no attachment, or not one of [`Attachment`]'s layout.
     Malformed,
@@ -53,6 +66,8 @@ pub struct Verdicts {
 struct Stream {
     next: u64,
     seen: u64,
+    /// A number more than [`MAX_JUMP`] ahead of `next`, not yet confirmed.
+    claim: Option<u64>,
 }
 
 impl Verdicts {
@@ -75,7 +90,7 @@ impl Verdicts {
         let Some(a) = attachment.and_then(Attachment::decode) else {
             return Verdict::Malformed;
         };
-        self.clock += 1;
+        self.clock = self.clock.wrapping_add(1);
         if a.topic_id != self.topic_id || a.fingerprint != self.fingerprint {
             let clock = self.clock;
             let first = self.refused.insert(a.stream, clock).is_none();
@@ -84,6 +99,7 @@ impl Verdicts {
             }
             return Verdict::Refused {
                 error: first.then(|| self.refusal(&a)),
+                other_topic: a.topic_id != self.topic_id,
             };
         }
         let clock = self.clock;
@@ -93,10 +109,26 @@ impl Verdicts {
         let stream = self.streams.entry(a.stream).or_insert(Stream {
             next: a.sequence,
             seen: clock,
+            claim: None,
         });
         stream.seen = clock;
         if a.sequence >= stream.next {
             let lost = a.sequence - stream.next;
+            if lost > MAX_JUMP {
+                let confirmed = stream
+                    .claim
+                    .is_some_and(|c| c <= a.sequence && a.sequence - c <= MAX_JUMP);
+                if confirmed {
+                    stream.next = a.sequence.saturating_add(1);
+                    stream.claim = None;
+                } else {
+                    stream.claim = Some(a.sequence);
+                }
+                return Verdict::Accept {
+                    lost: 0,
+                    late: false,
+                };
+            }
             stream.next = a.sequence.saturating_add(1);
             Verdict::Accept { lost, late: false }
         } else {
@@ -163,20 +195,43 @@ mod tests {
     }
 
     #[test]
+    fn a_jump_past_max_jump_counts_nothing_lost_and_moves_the_stream_only_once_confirmed() {
+        let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
+        let accept = |lost, late| Verdict::Accept { lost, late };
+        assert_eq!(v.check(Some(&sample(7, 1, 0))), accept(0, false));
+        // A forged jump alone: delivered, nothing lost, the genuine stream carries on.
+        assert_eq!(v.check(Some(&sample(7, 1, u64::MAX))), accept(0, false));
+        assert_eq!(v.check(Some(&sample(7, 1, 2))), accept(1, false));
+        assert_eq!(
+            v.check(Some(&sample(7, 1, 3 + MAX_JUMP))),
+            accept(MAX_JUMP, false)
+        );
+        // A genuine far jump: the second sample confirms it, and the stream starts over there.
+        let far = 10 * MAX_JUMP;
+        assert_eq!(v.check(Some(&sample(7, 1, far))), accept(0, false));
+        assert_eq!(v.check(Some(&sample(7, 1, far + 5))), accept(0, false));
+        assert_eq!(v.check(Some(&sample(7, 1, far + 7))), accept(1, false));
+        assert_eq!(v.check(Some(&sample(7, 1, far + 1))), accept(0, true));
+    }
+
+    #[test]
     fn a_mismatched_fingerprint_is_reported_once_per_stream_naming_both() {
         let mut v = Verdicts::new("t", llbus::topic_id("t"), 7, "llbus/t");
-        let Verdict::Refused { error: Some(e) } = v.check(Some(&sample(9, 1, 0))) else {
+        let Verdict::Refused { error: Some(e), .. } = v.check(Some(&sample(9, 1, 0))) else {
             panic!("the first refusal of a stream carries its error");
         };
         assert!(e.contains("'t'") && e.contains("0x0000000000000007"), "{e}");
         assert!(e.contains("0x0000000000000009"), "{e}");
         assert_eq!(
             v.check(Some(&sample(9, 1, 1))),
-            Verdict::Refused { error: None }
+            Verdict::Refused {
+                error: None,
+                other_topic: false
+            }
         );
         assert!(matches!(
             v.check(Some(&sample(9, 2, 0))),
-            Verdict::Refused { error: Some(_) }
+            Verdict::Refused { error: Some(_), .. }
         ));
     }
 

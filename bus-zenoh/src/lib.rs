@@ -16,12 +16,14 @@
 //!   fixed 40-byte little-endian layout ([`Attachment`]): topic id, fingerprint, stream id,
 //!   sequence number, send time. The layout is documented in docs/ZENOH.md.
 //! - **What an import refuses, and counts.** A sample of another topic or fingerprint is
-//!   refused with an error naming the topic and both fingerprints (logged once per stream,
-//!   kept in [`Gateway::errors`], then counted); a sample without a valid attachment, of an
+//!   refused with an error naming the topic and both fingerprints (once per stream, kept in
+//!   [`Gateway::errors`], which holds one line per topic and kind of error with a count and the
+//!   latest message, and logged once per topic and kind; then counted); a sample without a valid attachment, of an
 //!   unknown encoding, or whose payload does not decode (bincode through
 //!   [`llbus::decode_bounded`], so a hostile length cannot make it allocate) is counted
 //!   malformed. It never panics on what the network sends. A gap in a stream's sequence numbers
-//!   is counted lost.
+//!   is counted lost; a jump of more than [`MAX_JUMP`] is not (a claim, as the UDP bridge
+//!   holds one, until a second sample confirms it and the stream starts over there).
 //! - **Stop.** An export's thread puts everything its subscription delivers until the bus has
 //!   exited and its rings are empty, so a stop loses nothing uncounted: a message is put, or
 //!   counted by the bus (`dropped` when the gateway fell behind, `lost` if the gateway was
@@ -31,7 +33,8 @@
 //! - **Live counters.** Each export and import is a handle of the bus with named metrics
 //!   (`zenoh.put`, `zenoh.put_failed`, `zenoh.received`, `zenoh.refused`, `zenoh.malformed`,
 //!   `zenoh.lost`, `zenoh.stopped`, `zenoh.late`), shown in the bus's report and its live
-//!   counters file like any other figure; [`Gateway::counts`] sums them.
+//!   counters file like any other figure; [`Gateway::counts`] sums them, with `received` as
+//!   the sum of its outcomes so that its figures balance in every reading.
 //! - **Zenoh is configured the zenoh way**: a [`zenoh::Config`] (its JSON5 file, or built) is
 //!   handed to [`GatewayBuilder::start`].
 //!
@@ -62,6 +65,7 @@
 #![deny(missing_docs)]
 
 mod attachment;
+mod errors;
 mod gateway;
 mod import;
 
@@ -70,7 +74,7 @@ pub use gateway::{
     Counts, Export, Gateway, GatewayBuilder, GatewayError, Import, PayloadEncoding,
     BINCODE_ENCODING, DEFAULT_PREFIX, SCHEMA_SUFFIX,
 };
-pub use import::{Verdict, Verdicts, MAX_STREAMS};
+pub use import::{Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
 
 /// The zenoh crate the gateway is built with, so that a user configures the same version.
 pub use zenoh;
