@@ -302,3 +302,35 @@ fn handles_asleep_on_an_actor_are_woken_by_it_and_lose_nothing() {
     running.stop();
     assert_balanced(&running.join().expect("the bus joins"));
 }
+
+/// `Subscription::recv_timeout`: "Waits at most `timeout` for the next message", and
+/// `RecvTimeoutError::Timeout` means "nothing arrived within the timeout". A caller that means
+/// "as long as it takes" passes `Duration::MAX`; the wait must not report a timeout after 20 s
+/// (the fallback deadline when `now + timeout` overflows). Waits 21 s.
+#[test]
+#[ignore = "finding: recv_timeout(Duration::MAX) returns Timeout after 20 s"]
+fn recv_timeout_with_the_longest_timeout_does_not_time_out_early() {
+    let mut bus = Bus::builder();
+    let tx = bus.publisher::<Ping>("tx");
+    let rx = bus.subscription::<Ping>("rx");
+    let mut running = bus.start().expect("the bus starts");
+    let mut tx = running.publisher(tx).expect("the publisher");
+    let mut rx = running.subscription(rx).expect("the subscription");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let started = Instant::now();
+        let got = rx.recv_timeout(Duration::MAX);
+        let _ = done_tx.send(());
+        (got, started.elapsed(), rx)
+    });
+    let early = done_rx.recv_timeout(Duration::from_secs(21)).is_ok();
+    tx.publish(Ping(1)).expect("published");
+    let (got, waited, rx) = reader.join().expect("the reader");
+    drop((tx, rx));
+    running.stop();
+    assert_balanced(&running.join().expect("the bus joins"));
+    assert!(
+        !early && got == Ok(Ping(1)),
+        "recv_timeout(Duration::MAX) returned {got:?} after {waited:?}"
+    );
+}
