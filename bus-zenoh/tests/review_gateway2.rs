@@ -543,8 +543,9 @@ fn wait_matched_with_the_longest_timeout_does_not_panic() {
 /// `Gateway::close`'s rustdoc and docs/ZENOH.md "Stop": closed while its bus still runs, each
 /// export puts what is queued "for at most a second", and close "returns while publishers keep
 /// sending". With the export's only zenoh peer stalled (zenoh's `Block` congestion control, the
-/// default, makes a put wait) close must still return close to that second; the bus then
-/// counts the rest lost on the edge, and the edge balances.
+/// default, makes a put wait) close must still return close to that second (here it takes
+/// about 2.2 s: the drain's second and the session's close; 4 s allows for a loaded machine);
+/// the bus then counts the rest lost on the edge, and the edge balances.
 #[test]
 fn close_on_a_running_bus_behind_a_stalled_peer_returns_within_its_drain_bound() {
     let (a, b) = peer_pair();
@@ -603,7 +604,7 @@ fn close_on_a_running_bus_behind_a_stalled_peer_returns_within_its_drain_bound()
         "{edge:?} {counts:?}"
     );
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(4),
         "close on a running bus took {took:?} behind a stalled peer (drain bound: 1 s)"
     );
 }
