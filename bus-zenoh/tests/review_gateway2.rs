@@ -26,6 +26,12 @@ struct Tick {
 }
 
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[message(topic = "review2.tock")]
+struct Tock {
+    n: u64,
+}
+
+#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "review2.blob")]
 struct Blob {
     data: Vec<u8>,
@@ -606,5 +612,112 @@ fn close_on_a_running_bus_behind_a_stalled_peer_returns_within_its_drain_bound()
     assert!(
         took < Duration::from_secs(4),
         "close on a running bus took {took:?} behind a stalled peer (drain bound: 1 s)"
+    );
+}
+
+/// A hostile sender's thread: puts well-formed samples of `T` on `key` until `sending` clears
+/// (or `LIMIT`), then gives how many it put.
+fn flood<T: Message>(
+    client: &zenoh::Session,
+    key: &'static str,
+    sending: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let client = client.clone();
+    let sending = Arc::clone(sending);
+    std::thread::spawn(move || {
+        let publisher = matched_publisher(&client, key);
+        let encoding = zenoh::bytes::Encoding::from(BINCODE_ENCODING).with_schema(T::TOPIC);
+        let start = Instant::now();
+        let mut n = 0u64;
+        while sending.load(Ordering::Acquire) && start.elapsed() < LIMIT {
+            let attachment = Attachment {
+                topic_id: T::TOPIC_ID,
+                fingerprint: T::FINGERPRINT,
+                stream: 9,
+                sequence: n,
+                sent_ns: 0,
+            };
+            let payload =
+                bincode::serde::encode_to_vec(n, bincode::config::legacy()).expect("bincode");
+            if publisher
+                .put(payload)
+                .encoding(encoding.clone())
+                .attachment(attachment.encode().to_vec())
+                .wait()
+                .is_err()
+            {
+                break;
+            }
+            n += 1;
+        }
+        n
+    })
+}
+
+/// `Gateway::close`'s rustdoc: "the imports stop taking samples ..., and callbacks still
+/// running are waited for, so the figures returned are final and balance". With two imports
+/// flooded at once (the second still taking samples while the first closes), close returns
+/// promptly, and what it returns is what the bus's report shows for both imports after the
+/// join: nothing counted after close.
+#[test]
+fn close_while_two_imports_are_flooded_returns_final_figures_promptly() {
+    let (a, b) = peer_pair();
+    let mut bus = Bus::builder();
+    let ticks = bus.subscription_with::<Tick>("ticks", Backpressure::DropNewest, 64);
+    let tocks = bus.subscription_with::<Tock>("tocks", Backpressure::DropNewest, 64);
+    let mut gateway = Gateway::builder();
+    gateway.import::<Tick>(&mut bus, Import::new());
+    gateway.import::<Tock>(&mut bus, Import::new());
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let ticks = running.subscription(ticks).expect("the handle");
+    let tocks = running.subscription(tocks).expect("the handle");
+    let client = zenoh::open(b).wait().expect("the client opens");
+    let sending = Arc::new(AtomicBool::new(true));
+    let senders = [
+        flood::<Tick>(&client, "llbus/review2.tick", &sending),
+        flood::<Tock>(&client, "llbus/review2.tock", &sending),
+    ];
+    let _ = counts_when(&gateway, |c| c.received > 2000);
+    let started = Instant::now();
+    let closed = within(LIMIT, move || (gateway.close(), started.elapsed()));
+    let (counts, took) = closed.expect("close returned while samples arrive");
+    std::thread::sleep(Duration::from_millis(100));
+    sending.store(false, Ordering::Release);
+    let sent: u64 = senders
+        .into_iter()
+        .map(|s| s.join().expect("a sender"))
+        .sum();
+    drop((ticks, tocks));
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let _ = client.close().wait();
+    let metric = |topic: &str, name: &str| {
+        report
+            .actor(&format!("zenoh-import:{topic}"))
+            .and_then(|row| row.metric(name))
+            .unwrap_or(0)
+    };
+    let after = (
+        metric(Tick::TOPIC, "zenoh.received") + metric(Tock::TOPIC, "zenoh.received"),
+        metric(Tick::TOPIC, "zenoh.published") + metric(Tock::TOPIC, "zenoh.published"),
+    );
+    assert!(
+        counts.published > 2000 && counts.received <= sent,
+        "{counts:?}, {sent} sent"
+    );
+    assert_eq!(
+        counts.received,
+        counts.published + counts.refused + counts.malformed + counts.stopped,
+        "{counts:?}"
+    );
+    assert_eq!(
+        after,
+        (counts.received, counts.published),
+        "close returned {counts:?}; the report after the join says (received, published) {after:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "close took {took:?} while samples arrived"
     );
 }
