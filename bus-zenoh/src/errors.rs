@@ -43,6 +43,22 @@ impl ErrorTable {
         kind: ErrorKind,
         message: String,
     ) -> Option<&str> {
+        // What a sample carries (an encoding's schema, say) is quoted in messages: no line
+        // breaks or other control characters of a sender's choosing reach the table or the log.
+        let message = if message.chars().any(char::is_control) {
+            message
+                .chars()
+                .flat_map(|c| {
+                    let escaped = c.is_control().then(|| c.escape_default());
+                    escaped
+                        .into_iter()
+                        .flatten()
+                        .chain((!c.is_control()).then_some(c))
+                })
+                .collect()
+        } else {
+            message
+        };
         match self
             .entries
             .iter_mut()
@@ -50,9 +66,7 @@ impl ErrorTable {
         {
             Some(e) => {
                 e.count = e.count.saturating_add(1);
-                if message != e.first {
-                    e.latest = Some(message);
-                }
+                e.latest = Some(message);
                 None
             }
             None => {
@@ -75,10 +89,10 @@ impl ErrorTable {
             .iter()
             .map(|e| match (&e.latest, e.count) {
                 (_, 1) => e.first.clone(),
-                (None, n) => format!("{} (reported {n} times)", e.first),
                 (Some(latest), n) => {
                     format!("{} (reported {n} times; the latest: {latest})", e.first)
                 }
+                (None, n) => format!("{} (reported {n} times)", e.first),
             })
             .collect()
     }
@@ -106,12 +120,25 @@ mod tests {
             .record("b", ErrorKind::Fingerprint, "fp b".into())
             .is_some());
         assert!(t.record("a", ErrorKind::Malformed, "bad".into()).is_none());
+        // The latest is the latest, even when it says what the first said.
+        assert!(t
+            .record("b", ErrorKind::Fingerprint, "fp c".into())
+            .is_none());
+        assert!(t
+            .record("b", ErrorKind::Fingerprint, "fp b".into())
+            .is_none());
+        // A sender's line breaks are escaped, not written.
+        assert_eq!(
+            t.record("c", ErrorKind::Malformed, "x\n[ERROR] all\tgood\r".into()),
+            Some("x\\n[ERROR] all\\tgood\\r")
+        );
         assert_eq!(
             t.lines(),
             vec![
                 "fp 1 (reported 999 times; the latest: fp 999)".to_owned(),
-                "bad (reported 2 times)".to_owned(),
-                "fp b".to_owned(),
+                "bad (reported 2 times; the latest: bad)".to_owned(),
+                "fp b (reported 3 times; the latest: fp b)".to_owned(),
+                "x\\n[ERROR] all\\tgood\\r".to_owned(),
             ]
         );
     }

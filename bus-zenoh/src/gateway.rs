@@ -169,9 +169,20 @@ pub enum GatewayError {
     Zenoh(zenoh::Error),
     /// An export's thread could not be spawned.
     Spawn(std::io::Error),
-    /// The gateway both exports and imports this topic: the import would feed the local
-    /// topic, which the export would put again, without end.
+    /// This topic would be both exported and imported on the bus (by this gateway, or by it
+    /// and another gateway's handle there): the import would feed the local topic, which the
+    /// export would put again, without end.
     Echo(&'static str),
+    /// Two exports (or two imports) of this topic resolve to one key: every message would be
+    /// put (or published) twice.
+    Duplicate {
+        /// The topic.
+        topic: &'static str,
+        /// The key both resolve to.
+        key: String,
+        /// Exports (else imports).
+        export: bool,
+    },
 }
 
 impl std::fmt::Display for GatewayError {
@@ -185,10 +196,19 @@ impl std::fmt::Display for GatewayError {
             GatewayError::Spawn(e) => write!(f, "cannot spawn a gateway thread: {e}"),
             GatewayError::Echo(topic) => write!(
                 f,
-                "the gateway both exports and imports topic '{topic}': the import would feed \
-                 the local topic, which the export would put again, without end; export it from \
-                 one process and import it in another"
+                "topic '{topic}' would be both exported and imported on this bus (by this \
+                 gateway, or by it and another gateway's handle): the import would feed the \
+                 local topic, which the export would put again, without end; export it from one \
+                 process and import it in another"
             ),
+            GatewayError::Duplicate { topic, key, export } => {
+                let what = if *export { "exports" } else { "imports" };
+                write!(
+                    f,
+                    "the gateway {what} topic '{topic}' twice on key '{key}' (one on the default \
+                     key, one given it?): each message would go twice; declare it once per key"
+                )
+            }
         }
     }
 }
@@ -199,7 +219,7 @@ impl std::error::Error for GatewayError {
             GatewayError::Handle(e) => Some(e),
             GatewayError::Zenoh(e) => Some(&**e),
             GatewayError::Spawn(e) => Some(e),
-            GatewayError::Echo(_) => None,
+            GatewayError::Echo(_) | GatewayError::Duplicate { .. } => None,
         }
     }
 }
@@ -316,7 +336,8 @@ impl Gateway {
     /// of when it is made, so a publisher that must not start before its readers (a test, a
     /// benchmark) waits here first.
     pub fn wait_matched(&self, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
+        // A timeout past what an `Instant` can hold waits without a deadline.
+        let deadline = std::time::Instant::now().checked_add(timeout);
         let mut probes = Vec::new();
         for e in &self.exports {
             match self.session.declare_publisher(e.key.clone()).wait() {
@@ -337,7 +358,7 @@ impl Gateway {
             if matched {
                 return true;
             }
-            if std::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -432,16 +453,44 @@ impl GatewayBuilder {
     /// [`GatewayError`] if zenoh refuses the session or a declaration, a handle belongs to
     /// another bus, or a thread cannot be spawned; what was started is closed again.
     /// [`GatewayError::Echo`], before zenoh is opened, if a topic is both exported and
-    /// imported.
+    /// imported; [`GatewayError::Duplicate`] if two exports (or imports) of a topic resolve to
+    /// one key.
     pub fn start(
         self,
         bus: &mut RunningBus,
         config: zenoh::Config,
     ) -> Result<Gateway, GatewayError> {
+        // Another gateway's handles on this bus count too: one exporting a topic that another
+        // imports loops as surely as one gateway doing both.
+        let on_bus: Vec<String> = bus.report().actors.into_iter().map(|a| a.name).collect();
+        let declared = |kind: &str, topic: &str| {
+            on_bus.iter().any(|n| {
+                n.strip_prefix(kind)
+                    .and_then(|rest| rest.strip_prefix(topic))
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+            })
+        };
         for p in &self.pending {
             let (topic, export) = p.topic();
-            if export && self.pending.iter().any(|q| q.topic() == (topic, false)) {
+            let other = if export {
+                "zenoh-import:"
+            } else {
+                "zenoh-export:"
+            };
+            if self.pending.iter().any(|q| q.topic() == (topic, !export)) || declared(other, topic)
+            {
                 return Err(GatewayError::Echo(topic));
+            }
+        }
+        let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+        for (i, p) in self.pending.iter().enumerate() {
+            let (topic, export) = p.topic();
+            let key = key_of(p.given_key(), &prefix, topic);
+            let twice = self.pending.get(..i).into_iter().flatten().any(|q| {
+                q.topic() == (topic, export) && key_of(q.given_key(), &prefix, topic) == key
+            });
+            if twice {
+                return Err(GatewayError::Duplicate { topic, key, export });
             }
         }
         let session = zenoh::open(config).wait()?;
@@ -453,7 +502,6 @@ impl GatewayBuilder {
             closing: Arc::new(AtomicBool::new(false)),
             errors: Arc::new(Mutex::new(ErrorTable::default())),
         };
-        let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         for pending in self.pending {
             if let Err(e) = pending.start(bus, &prefix, &mut gateway) {
                 gateway.close();
@@ -468,6 +516,9 @@ impl GatewayBuilder {
 trait Pending: Send {
     /// The topic, and whether it is an export.
     fn topic(&self) -> (&'static str, bool);
+
+    /// The key it was given, if any.
+    fn given_key(&self) -> Option<&str>;
 
     fn start(
         self: Box<Self>,
@@ -604,6 +655,10 @@ fn stream_id() -> u64 {
 impl<T: Message + Serialize> Pending for PendingExport<T> {
     fn topic(&self) -> (&'static str, bool) {
         (T::TOPIC, true)
+    }
+
+    fn given_key(&self) -> Option<&str> {
+        self.export.key.as_deref()
     }
 
     fn start(
@@ -767,6 +822,10 @@ impl<T: Message + Serialize> ExportRun<T> {
 impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
     fn topic(&self) -> (&'static str, bool) {
         (T::TOPIC, false)
+    }
+
+    fn given_key(&self) -> Option<&str> {
+        self.import.key.as_deref()
     }
 
     fn start(

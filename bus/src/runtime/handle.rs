@@ -407,10 +407,8 @@ impl<T: Send + 'static> Subscription<T> {
     /// [`RecvTimeoutError::Timeout`] if none came in time; [`RecvTimeoutError::Closed`] once
     /// the subscription is closed and everything queued was received.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        let now = Instant::now();
-        self.wait(Some(
-            now.checked_add(timeout).unwrap_or(now + MAX_SLEEP * 1000),
-        ))
+        // A timeout past what an `Instant` can hold waits without a deadline.
+        self.wait(Instant::now().checked_add(timeout))
     }
 
     /// The messages as they come, until the subscription is closed.
@@ -486,9 +484,8 @@ impl<T: Send + 'static> Subscription<T> {
         &mut self,
         timeout: Duration,
     ) -> Result<(T, usize), RecvTimeoutError> {
-        let now = Instant::now();
-        let deadline = now.checked_add(timeout).unwrap_or(now + MAX_SLEEP * 1000);
-        self.wait_with(Some(deadline), |sub| {
+        let deadline = Instant::now().checked_add(timeout);
+        self.wait_with(deadline, |sub| {
             if sub.closed {
                 return Err(TryRecvError::Closed);
             }
