@@ -460,8 +460,8 @@ impl GatewayBuilder {
         bus: &mut RunningBus,
         config: zenoh::Config,
     ) -> Result<Gateway, GatewayError> {
-        // Another gateway's handles on this bus count too: one exporting a topic that another
-        // imports loops as surely as one gateway doing both.
+        // The bus's handles are this gateway's and any other's: one gateway exporting a topic
+        // that another imports loops as surely as one gateway doing both.
         let on_bus: Vec<String> = bus.report().actors.into_iter().map(|a| a.name).collect();
         let declared = |kind: &str, topic: &str| {
             on_bus.iter().any(|n| {
@@ -477,8 +477,7 @@ impl GatewayBuilder {
             } else {
                 "zenoh-export:"
             };
-            if self.pending.iter().any(|q| q.topic() == (topic, !export)) || declared(other, topic)
-            {
+            if declared(other, topic) {
                 return Err(GatewayError::Echo(topic));
             }
         }
