@@ -10,31 +10,15 @@ use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{Attachment, Export, Gateway, Import, PayloadEncoding, BINCODE_ENCODING};
 use serde::{Deserialize, Serialize};
 
+mod common;
+use common::*;
+
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "test.quote")]
 struct Quote {
     px: f64,
     qty: u32,
     venue: String,
-}
-
-/// The longest any wait in these tests takes.
-const LIMIT: Duration = Duration::from_secs(20);
-
-/// Two peer configurations on a free loopback port: the first listens, the second connects.
-fn peers() -> (zenoh::Config, zenoh::Config) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
-    let config = |side: &str| {
-        zenoh::Config::from_json5(&format!(
-            r#"{{ mode: "peer", {side}: {{ endpoints: ["tcp/127.0.0.1:{port}"] }},
-                 scouting: {{ multicast: {{ enabled: false }}, gossip: {{ enabled: false }} }} }}"#
-        ))
-        .expect("a valid zenoh config")
-    };
-    (config("listen"), config("connect"))
 }
 
 #[test]

@@ -9,15 +9,18 @@
 //! bounded by `LIMIT`; a call that could hang runs on a thread of its own with a timeout.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llbus::{Backpressure, Bus, Message};
 use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{
-    Attachment, Counts, Export, Gateway, Import, Verdict, Verdicts, BINCODE_ENCODING, MAX_JUMP,
+    Attachment, Export, Gateway, Import, Verdict, Verdicts, BINCODE_ENCODING, MAX_JUMP,
 };
 use serde::{Deserialize, Serialize};
+
+mod common;
+use common::*;
 
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "review2.tick")]
@@ -37,38 +40,6 @@ struct Blob {
     data: Vec<u8>,
 }
 
-/// The longest any wait in these tests takes.
-const LIMIT: Duration = Duration::from_secs(20);
-
-/// A listening and a connecting peer configuration on a free loopback port, no scouting.
-fn peer_pair() -> (zenoh::Config, zenoh::Config) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
-    let side = |role: &str| {
-        zenoh::Config::from_json5(&format!(
-            r#"{{ mode: "peer", {role}: {{ endpoints: ["tcp/127.0.0.1:{port}"] }},
-                 scouting: {{ multicast: {{ enabled: false }}, gossip: {{ enabled: false }} }} }}"#
-        ))
-        .expect("a valid zenoh config")
-    };
-    (side("listen"), side("connect"))
-}
-
-/// The attachment of a sample of `Tick` on `stream` numbered `sequence`, its fingerprint
-/// xor-ed with `forge`.
-fn tick_attachment(forge: u64, stream: u64, sequence: u64) -> [u8; 40] {
-    Attachment {
-        topic_id: Tick::TOPIC_ID,
-        fingerprint: Tick::FINGERPRINT ^ forge,
-        stream,
-        sequence,
-        sent_ns: 0,
-    }
-    .encode()
-}
-
 /// A put of `Tick { n }` in the gateway's bincode, as a hostile client would make it.
 fn put_tick(
     publisher: &zenoh::pubsub::Publisher<'_>,
@@ -86,59 +57,6 @@ fn put_tick(
     .expect("the hostile put");
 }
 
-fn tick_encoding() -> zenoh::bytes::Encoding {
-    zenoh::bytes::Encoding::from(BINCODE_ENCODING).with_schema(Tick::TOPIC)
-}
-
-/// A `Block` publisher of the hostile session on `key`, once something subscribes to it.
-fn matched_publisher<'a>(
-    session: &'a zenoh::Session,
-    key: &'static str,
-) -> zenoh::pubsub::Publisher<'a> {
-    let publisher = session
-        .declare_publisher(key)
-        .congestion_control(zenoh::qos::CongestionControl::Block)
-        .wait()
-        .expect("a publisher");
-    let deadline = Instant::now() + LIMIT;
-    while !publisher
-        .matching_status()
-        .wait()
-        .is_ok_and(|s| s.matching())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "nothing ever subscribed to {key}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    publisher
-}
-
-/// The gateway's figures once `done` holds on them, or after `LIMIT`.
-fn counts_when(gateway: &Gateway, done: impl Fn(&Counts) -> bool) -> Counts {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let c = gateway.counts();
-        if done(&c) || Instant::now() >= deadline {
-            return c;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `f` on a thread of its own, waited for at most `timeout`: `Err` hands back the receiver.
-fn within<R: Send + 'static>(
-    timeout: Duration,
-    f: impl FnOnce() -> R + Send + 'static,
-) -> Result<R, mpsc::Receiver<R>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(timeout).map_err(|_| rx)
-}
-
 /// Lost and late as an import's checks count them over `sequences` of stream 1 (`None`: a
 /// forged sample of the same stream, counted apart), genuine ones only.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -152,7 +70,8 @@ fn tally(samples: &[(u64, bool)]) -> Tally {
     let mut v = Verdicts::new(Tick::TOPIC, Tick::TOPIC_ID, Tick::FINGERPRINT, "llbus/t");
     let mut t = Tally::default();
     for &(sequence, forged) in samples {
-        let Verdict::Accept { lost, late } = v.check(Some(&tick_attachment(0, 1, sequence))) else {
+        let Verdict::Accept { lost, late } = v.check(Some(&attachment::<Tick>(0, 1, sequence)))
+        else {
             panic!("a well-formed sample of the topic was not accepted");
         };
         if forged {
@@ -259,7 +178,7 @@ fn each_forged_sample_adds_at_most_max_jump_lost() {
 /// handles are on one bus for `start` to see. One message published must be put once.
 #[test]
 fn two_gateways_on_one_bus_cannot_echo_a_topic() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
     let mut exporter = Gateway::builder();
@@ -302,7 +221,7 @@ fn two_gateways_on_one_bus_cannot_echo_a_topic() {
 /// The latest refusal is A's; the line must not call B's the latest.
 #[test]
 fn the_errors_line_names_the_latest_refusal() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
     let mut gateway = Gateway::builder();
@@ -313,9 +232,24 @@ fn the_errors_line_names_the_latest_refusal() {
     let client = zenoh::open(b).wait().expect("the client opens");
     let t = matched_publisher(&client, "llbus/review2.tick");
     let (fa, fb) = (0x0a0a_u64, 0x0b0b_u64);
-    put_tick(&t, 0, Some(tick_attachment(fa, 1, 0)), tick_encoding());
-    put_tick(&t, 0, Some(tick_attachment(fb, 2, 0)), tick_encoding());
-    put_tick(&t, 0, Some(tick_attachment(fa, 3, 0)), tick_encoding());
+    put_tick(
+        &t,
+        0,
+        Some(attachment::<Tick>(fa, 1, 0)),
+        bincode_encoding::<Tick>(),
+    );
+    put_tick(
+        &t,
+        0,
+        Some(attachment::<Tick>(fb, 2, 0)),
+        bincode_encoding::<Tick>(),
+    );
+    put_tick(
+        &t,
+        0,
+        Some(attachment::<Tick>(fa, 3, 0)),
+        bincode_encoding::<Tick>(),
+    );
     let counts = counts_when(&gateway, |c| c.refused == 3);
     let errors = gateway.errors();
     drop(app);
@@ -342,7 +276,7 @@ fn the_errors_line_names_the_latest_refusal() {
 /// schema with line breaks must not forge extra lines in the table or the log.
 #[test]
 fn a_hostile_encoding_cannot_forge_error_lines() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
     let mut gateway = Gateway::builder();
@@ -354,7 +288,7 @@ fn a_hostile_encoding_cannot_forge_error_lines() {
     let t = matched_publisher(&client, "llbus/review2.tick");
     let schema = "x\n[ERROR llbus_zenoh] zenoh gateway: all imports healthy\n";
     let hostile = zenoh::bytes::Encoding::TEXT_PLAIN.with_schema(schema);
-    put_tick(&t, 0, Some(tick_attachment(0, 1, 0)), hostile);
+    put_tick(&t, 0, Some(attachment::<Tick>(0, 1, 0)), hostile);
     let counts = counts_when(&gateway, |c| c.malformed == 1);
     let errors = gateway.errors();
     drop(app);
@@ -399,7 +333,7 @@ fn one_topic_exported_twice_on_one_given_key_is_refused_at_start() {
 /// message twice.
 #[test]
 fn one_topic_exported_on_its_default_key_twice_arrives_once() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
     let mut gateway = Gateway::builder();
@@ -453,7 +387,7 @@ fn one_topic_exported_on_its_default_key_twice_arrives_once() {
 /// `llbus/<topic>` start side by side, and each sample is published twice into the bus.
 #[test]
 fn one_topic_imported_on_its_default_key_twice_is_published_once() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 256);
     let mut gateway = Gateway::builder();
@@ -471,7 +405,12 @@ fn one_topic_imported_on_its_default_key_twice_is_published_once() {
     let client = zenoh::open(b).wait().expect("the client opens");
     let t = matched_publisher(&client, "llbus/review2.tick");
     for n in 0..10 {
-        put_tick(&t, n, Some(tick_attachment(0, 1, n)), tick_encoding());
+        put_tick(
+            &t,
+            n,
+            Some(attachment::<Tick>(0, 1, n)),
+            bincode_encoding::<Tick>(),
+        );
     }
     let _ = counts_when(&gateway, |c| c.published >= 20);
     std::thread::sleep(Duration::from_millis(200));
@@ -489,7 +428,7 @@ fn one_topic_imported_on_its_default_key_twice_is_published_once() {
 /// `Duration::MAX`: the wait must not panic on the deadline's arithmetic.
 #[test]
 fn wait_matched_with_the_longest_timeout_does_not_panic() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
     let mut gateway = Gateway::builder();
@@ -535,7 +474,7 @@ fn wait_matched_with_the_longest_timeout_does_not_panic() {
 /// the bus then counts the rest lost on the edge, and the edge balances.
 #[test]
 fn close_on_a_running_bus_behind_a_stalled_peer_returns_within_its_drain_bound() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Blob>("app");
     let mut gateway = Gateway::builder();
@@ -642,7 +581,7 @@ fn flood<T: Message>(
 /// join: nothing counted after close.
 #[test]
 fn close_while_two_imports_are_flooded_returns_final_figures_promptly() {
-    let (a, b) = peer_pair();
+    let (a, b) = peers();
     let mut bus = Bus::builder();
     let ticks = bus.subscription_with::<Tick>("ticks", Backpressure::DropNewest, 64);
     let tocks = bus.subscription_with::<Tock>("tocks", Backpressure::DropNewest, 64);
