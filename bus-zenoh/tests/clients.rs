@@ -3,8 +3,6 @@
 //! Schema on the companion key, and hostile samples on an import's key counted malformed
 //! (never a panic), in the bus's report as well as the gateway's figures.
 
-use std::time::{Duration, Instant};
-
 use llbus::{Bus, Message};
 use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{Attachment, Export, Gateway, Import, PayloadEncoding, BINCODE_ENCODING};
@@ -106,19 +104,7 @@ fn hostile_samples_on_an_import_key_are_counted_malformed_and_good_ones_still_pa
     let mut app = running.subscription(app).expect("the handle");
 
     let client = zenoh::open(b).wait().expect("the client session opens");
-    let publisher = client
-        .declare_publisher("llbus/test.quote")
-        .wait()
-        .expect("a publisher");
-    let deadline = Instant::now() + LIMIT;
-    while !publisher
-        .matching_status()
-        .wait()
-        .is_ok_and(|s| s.matching())
-    {
-        assert!(Instant::now() < deadline, "the import never matched");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let publisher = matched_publisher(&client, "llbus/test.quote");
     let bincode = zenoh::bytes::Encoding::from(BINCODE_ENCODING).with_schema("test.quote");
     let attachment = |sequence: u64| {
         Attachment {
