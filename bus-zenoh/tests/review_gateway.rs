@@ -367,7 +367,7 @@ fn wrong_types_deep_nesting_and_huge_payloads_are_malformed_never_a_panic() {
 /// fingerprint: every sample is counted, the kept errors stay bounded, and a good sample of a
 /// fresh stream still passes.
 #[test]
-fn thousands_of_streams_are_all_counted_and_the_errors_stay_within() {
+fn thousands_of_streams_are_all_counted_and_the_errors_stay_bounded() {
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 8192);
