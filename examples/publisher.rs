@@ -8,7 +8,8 @@
 //! ```
 //!
 //! `--help` describes every flag. By default the feed and the bridge take turns on one thread
-//! (backoff idle), which measured best on a 2-vCPU machine with a subscriber process beside it;
+//! (backoff idle), the fastest setting on a two-core machine with a subscriber process beside it
+//! (docs/PERFORMANCE.md, "The examples as a user runs them");
 //! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
 //! `--announce` the bridge announces the counter on the discovery group, for
 //! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to
@@ -169,7 +170,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = IdleArg::Backoff)]
     idle: IdleArg,
     /// Run the feed and the bridge on a thread each instead of taking turns on one (on a
-    /// 2-vCPU machine with `--idle spin` that is four spinning threads with the subscriber:
+    /// two-core machine with `--idle spin` that is four spinning threads with the subscriber:
     /// milliseconds of latency).
     #[arg(long)]
     split: bool,

@@ -98,7 +98,7 @@ fn plan(args: &Args) -> Plan {
     Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(40))
 }
 
-/// The issues' targets.
+/// The suite's targets (printed in its `targets` block).
 const TARGETS: [Target; 4] = [
     Target {
         what: "rtt p50 llbus-bus / llbus-ring",

@@ -19,10 +19,10 @@
 //!   whatever its speed, and after the same warm-up.
 //!
 //! Each thread holds its queue ends in [`CachePadded`] cells, so no end shares a cache line with
-//! anything else: where an end's fields landed otherwise (fields written on every operation, next
-//! to the other thread's captures or the loop's locals) depended on each implementation's sizes:
-//! the llbus ring's round trip was 1.05-1.12x rtrb's in six runs before, 0.85-1.07x in ten runs
-//! after, with neither queue changed (within noise, and no longer one-sided).
+//! anything else: otherwise where an end's fields land (fields written on every operation, next
+//! to the other thread's captures or the loop's locals) depends on each implementation's sizes,
+//! and that alone tilts one queue's round trip against another's (docs/PERFORMANCE.md, "The
+//! ring: lazy frees").
 //!
 //! Every wait is bounded by a hard deadline ([`Spin`]); blocking receives are bounded because
 //! the other side either sends or, once it gives up, drops its end, which disconnects the

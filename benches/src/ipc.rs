@@ -1,7 +1,7 @@
 //! The `ipc` suite: llbus-ipc's shared-memory ring against the in-process ring, raw UDP
 //! loopback and the UDP bridges, in one run.
 //!
-//! - `ring`: llbus's in-process `Ring`, two threads (the floor the targets refer to).
+//! - `ring`: llbus's in-process `Ring`, two threads (the floor the suite's targets refer to).
 //! - `shm-threads`: a llbus-ipc channel in `/dev/shm`, both ends in this process (two threads):
 //!   the shared ring's own cost, validation and all.
 //! - `shm-process`: the same channel with its other end in a second process (this binary
@@ -310,7 +310,8 @@ pub fn echo_main(base: &str) -> i32 {
     let (mut rx, mut tx) = (CachePadded::new(rx), CachePadded::new(tx));
     let (mut idle, mut turns, mut served) = (0u64, 0u64, 0u64);
     let mut buf = [Val(0); BATCH];
-    // NB: the clock is read every 1024 turns, not every turn: a read costs ~30 ns here.
+    // NB: the clock is read every 1024 turns, not every turn: a read costs more than a turn
+    // that finds the ring empty (docs/PERFORMANCE.md, "Reading the clock").
     while turns % 1024 != 0 || Instant::now() < deadline {
         turns += 1;
         let got = match rx.recv_slice(&mut buf) {

@@ -191,8 +191,9 @@ pub struct Pinger<P, Q> {
 /// How long the pinger waits for an answer over the network before it gives up.
 ///
 /// Loopback does not lose a lone datagram; what this catches in practice is a starved thread:
-/// on the shared 2-vCPU VM a pinned thread was seen runnable but given no CPU for over a
-/// second. Long enough not to call that a loss, shorter than the hard cap.
+/// on a shared VM a pinned thread can be runnable and given no CPU for over a second
+/// (docs/PERFORMANCE.md, "How the suites measure"). Long enough not to call that a loss,
+/// shorter than the hard cap.
 pub const LOST_AFTER: Duration = Duration::from_secs(10);
 
 impl<P: Counter, Q: Counter> Pinger<P, Q> {

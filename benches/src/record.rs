@@ -22,8 +22,8 @@
 //!   - `rtt-plain`: no recorder.
 //!   - `rtt-recorded`: a recorder records both `Ping` and `Pong`: each publish pushes into
 //!     one more ring (the recorder's, `DropNewest`), and the recorder's actor takes its turn
-//!     in `echo`'s group (a thread of its own would be a third spinning thread on 2 vCPUs:
-//!     in a trial run one round in nine then had a p50 of 150 ms). Its writer thread is
+//!     in `echo`'s group (a thread of its own would be a third spinning thread on two cores,
+//!     which starves whole rounds: docs/PERFORMANCE.md, "Recording"). Its writer thread is
 //!     unpinned: it shares the cores with the spinning pair, which this figure includes. The
 //!     ping-pong publishes millions of messages a second, more than the writer keeps up with,
 //!     so the recorder drops (and counts) most of them.
@@ -64,7 +64,7 @@ const RTT_RECORDED: &str = "rtt-recorded";
 /// Ticks the publisher publishes per `poll`.
 const PER_POLL: u64 = 256;
 
-/// The targets.
+/// The suite's targets (printed in its `targets` block).
 const TARGETS: [Target; 2] = [
     Target {
         what: "llbus-record msgs/s (| raw-file)",

@@ -80,8 +80,8 @@ struct Plan {
 impl Plan {
     fn new(args: &Args) -> Self {
         let hard_cap = Duration::from_secs(20);
-        // NB: a round is 8 round trips and 9 streams of 0.25 s each (about 4.6 s on two vCPUs),
-        // so 15 rounds keep the whole `all` run near 2 minutes; `--quick` is a smoke test.
+        // NB: a round is 8 round trips and 9 streams of 0.25 s each, so 15 rounds keep the
+        // whole `all` run near 2 minutes; `--quick` is a smoke test.
         let (rounds, warmup, window) = if args.quick {
             (2, Duration::from_millis(5), Duration::from_millis(20))
         } else {
@@ -256,7 +256,7 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
     out
 }
 
-/// The targets, as ratios of figures of this run.
+/// The suite's targets, as ratios of figures of this run.
 const TARGETS: [Target; 10] = [
     Target {
         what: "rtt p50 llbus-slotted / floor",

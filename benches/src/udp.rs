@@ -163,7 +163,7 @@ fn plan(args: &Args) -> Plan {
     Plan::new(args, 15, WARMUP, WINDOW, Duration::from_secs(60))
 }
 
-/// The issues' targets.
+/// The suite's targets (printed in its `targets` block).
 const TARGETS: [Target; 6] = [
     Target {
         what: "rtt p50 llbus - raw-spin",

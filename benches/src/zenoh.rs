@@ -65,7 +65,7 @@ const MATCH_LIMIT: Duration = Duration::from_secs(10);
 /// How long the receiver may take to see the last messages before the pair is torn down.
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// The target.
+/// The suite's target (printed in its `targets` block).
 const TARGETS: [Target; 1] = [Target {
     what: "oneway p50 llbus-zenoh / zenoh",
     num: (GATEWAY, "oneway_p50"),

@@ -286,7 +286,7 @@ fn take_side(side: &Side) {
 /// Removes stale channel sockets from `dir`: sockets of this user at which nobody listens any
 /// more (their writer died), and temporary files of older versions left by processes that are
 /// gone. Returns how many it removed. Anything of another user, or that it cannot read, is left
-/// alone. (`stale_after` is not needed any more: whether anyone listens is the test.)
+/// alone. (`stale_after` is ignored: whether anyone listens is the test.)
 ///
 /// # Errors
 /// If `dir` cannot be listed.

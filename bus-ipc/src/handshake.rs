@@ -14,9 +14,9 @@
 //! only a compiler fence. Without the registration a process's wakers use a `SeqCst` fence, and
 //! a sleeper whose `membarrier` fails sleeps at most 50 µs at a time.
 //!
-//! NB: measured in the `ipc` suite, a `SeqCst` fence after every index store cut the
-//! cross-process batched throughput to 0.36x the in-process ring's (each batch waits for its
-//! store to reach the other core); without it, 0.85x.
+//! NB: a `SeqCst` fence after every index store makes each batch wait for its store to reach
+//! the other core, which costs the cross-process batched throughput more than half of what it
+//! is without (the `ipc` suite; docs/PERFORMANCE.md, "Shared memory").
 //!
 //! The loom models (`loom_models`) check the symmetric form (loom has no `membarrier`), on
 //! these very functions; the asymmetric form is that pattern with the sleeper's fence made

@@ -185,9 +185,9 @@ impl Drop for Region {
 ///
 /// NB: the word loop is the price of soundness in batches: LLVM never widens atomic accesses
 /// into vector moves, so on one core a 64-value batch through `send_slice` and `recv_each`
-/// cost 0.48 ns per value against 0.22 ns with `memcpy` and a `&[u8]` view; `rep movsb` in an
-/// `asm!` block (atomic-equivalent) measured 0.9-1.4 ns on this 2-vCPU EPYC. Single values
-/// cost the same either way (3.8 against 3.9 ns).
+/// costs about twice per value what `memcpy` and a `&[u8]` view would, and `rep movsb` in an
+/// `asm!` block (atomic-equivalent) costs more still. Single values cost the same either way
+/// (docs/PERFORMANCE.md, "What the sound copies cost").
 ///
 /// Invariant: `ptr` is 8-aligned and `ptr..ptr + len` lies inside a live region for `'a`, with
 /// `len` a multiple of 8.
@@ -269,9 +269,9 @@ impl Slots<'_> {
     /// NB: a plain copy, not a word at a time through atomics as reads are: the writer only
     /// writes slots it owns (between the reader's head and its own tail) and never reads them
     /// back, so no value in this process depends on what a scribbling peer might put there,
-    /// and no Rust reference to the shared bytes is made. Word-wise atomic stores cost about a
-    /// quarter of the batched throughput (`ipc` suite, shm-process batch 0.76x; LLVM does not
-    /// vectorise atomic stores).
+    /// and no Rust reference to the shared bytes is made. Word-wise atomic stores would cost
+    /// batched throughput, since LLVM does not vectorise atomic stores (the `ipc` suite;
+    /// docs/PERFORMANCE.md, "What the sound copies cost").
     ///
     /// # Safety
     /// `self.fits(offset, src.len())`.

@@ -88,8 +88,8 @@ pub struct RingReader {
 /// NB: no bounds check per call: the geometry is private, and was checked against the region
 /// once (`RingWriter::create`, `RingReader::attach`: `HEADER_LEN + capacity * slot_size` is the
 /// region's length, `slot_size` a multiple of 8), so a slot index below the capacity is inside
-/// the region. Checking each slot anyway cost a single-value read about a sixth more
-/// (`ipc_read` example, one-u64).
+/// the region. Checking each slot anyway slows a single-value read (the `ipc_read` example,
+/// one u64; docs/PERFORMANCE.md, "What the sound copies cost").
 #[inline(always)]
 fn slots<'a>(region: &'a Region, geo: &Geometry, first: u64, count: usize) -> Slots<'a> {
     debug_assert!(first as usize + count <= geo.capacity);

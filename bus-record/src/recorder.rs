@@ -136,7 +136,7 @@ impl Recorder {
             settings: Settings {
                 path: path.into(),
                 chunk_size: 1 << 20,
-                // NB: level 1 recorded 64-byte ticks faster than zstd's default (3) in the
+                // NB: level 1 records 64-byte ticks faster than zstd's default (3) in the
                 // benches' `record` suite, where compression is the writer thread's main cost.
                 zstd: true,
                 zstd_level: 1,

@@ -697,8 +697,9 @@ impl Actor for BridgeActor {
 
     fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
         // Send first: what the bus queued since the last round (a reply, say) leaves before
-        // this round's receive system calls. NB: an empty `recvmmsg` costs ~0.5 us here (the
-        // `udp` benchmark), which receiving first added to every same-thread round trip.
+        // this round's receive system calls. NB: receiving first would add an empty receive
+        // system call to every same-thread round trip (the `udp` suite; docs/PERFORMANCE.md,
+        // "Where the round trip goes").
         let mut work = self.pump();
         work += self.receive(ctx);
         work

@@ -74,8 +74,8 @@ impl RecvState {
 ///
 /// NB: while traffic is light (the last call drained the socket) it asks for one datagram with
 /// `recvfrom` instead of setting up the whole batch's descriptors: an empty poll of a 32-slot batch
-/// cost 585 ns against 275 ns for a plain `recv` here, and a single datagram made the kernel
-/// try a second, empty receive (the `udp` suite's "where the round trip goes"). A call that
+/// costs over twice a plain `recv`, and a single datagram makes the kernel try a second, empty
+/// receive (the `udp` suite; docs/PERFORMANCE.md, "Where the round trip goes"). A call that
 /// fills what it asked for makes the next one ask for the whole batch again.
 pub(super) fn recv(
     socket: &UdpSocket,

@@ -91,7 +91,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The wire value of [`Kind::CookieChallenge`] (was reserved for it; kept for old callers).
+    /// Another name for the wire value of [`Kind::CookieChallenge`], kept for callers that use
+    /// it.
     pub const RESERVED_CHALLENGE: u8 = 0x20;
     /// Still reserved: the design echoes a cookie in `Subscribe` ([`Flags::COOKIE`]) instead
     /// of a kind of its own.

@@ -284,7 +284,8 @@ impl<T> BroadcastProducer<T> {
             std::mem::forget(guard);
         } else {
             // NB: without drop glue a copy an unwinding clone leaves behind owns nothing, so no
-            // guard: keeping one cost the bus's fan-out to three 12% (docs/PERFORMANCE.md).
+            // guard: one slows the bus's fan-out to three (docs/PERFORMANCE.md, "A clone that
+            // panics mid-write").
             others.for_each(write_copy);
         }
         // SAFETY: as above, for the last live reader.

@@ -41,8 +41,9 @@
 //! cached copy says the ring is too full. The price of the layout: one word per line goes to the
 //! header, counting what is in the ring from the consumer's side walks the headers
 //! ([`SlotConsumer::len`]), and a batch is moved a block at a time (a header load or store and a
-//! run each), where `Ring` copies it as one or two runs: in the `ring` suite its batches run at
-//! about 0.6x `Ring`'s, its round trip on the cache-line floor (docs/PERFORMANCE.md).
+//! run each), where `Ring` copies it as one or two runs: in the `ring` suite its batches run
+//! slower than `Ring`'s, its round trip on the cache-line floor (docs/PERFORMANCE.md, "A ring
+//! hop that moves one line: `SlotRing`").
 
 use std::alloc::{self, Layout};
 use std::fmt;

@@ -361,8 +361,9 @@ impl<T> Producer<T> {
             let (now, rest) = items.split_at(run.len());
             items = rest;
             // NB: a run of slots zipped with a run of items, with no per-item masking or bounds
-            // check, compiles to a plain copy for `Copy` items; per item it was the ring suite's
-            // `throughput_batch` gap to rtrb's chunks (see `benches/src/ring.rs`).
+            // check, compiles to a plain copy for `Copy` items; a per-item loop falls behind
+            // rtrb's chunks in the ring suite's `throughput_batch` (see `benches/src/ring.rs`;
+            // docs/PERFORMANCE.md, "The ring: lazy frees").
             for (slot, item) in shared.slots[run].iter().zip(now) {
                 // SAFETY: as in `push_iter`: the slot is free and unpublished.
                 slot.with_mut(|p| unsafe { (*p).write(item.clone()) });

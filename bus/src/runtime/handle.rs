@@ -54,8 +54,9 @@ pub(super) struct HandleParts {
 
 /// The idle strategy of every handle: the bus's default waiting (spin, then yield), sleeping
 /// after [`BACKOFF_YIELD`](crate::BACKOFF_YIELD) of yielding. NB: sleeping at once after the
-/// spin made each hand-off to a handle thread a futex wake-up (tens of microseconds here) at
-/// a message every 200 us; the gateway suite's one-way figure carries two of them.
+/// spin would make each hand-off to a handle thread a futex wake-up at a message every 200 us,
+/// and a gateway's one-way latency carries two hand-offs (docs/PERFORMANCE.md, "A parked
+/// bridge wakes on its socket").
 pub(super) fn handle_idle() -> Box<dyn IdleStrategy> {
     Box::new(
         crate::wait::Park::new()

@@ -260,9 +260,9 @@ pub struct Metric(std::sync::Arc<CachePadded<std::sync::atomic::AtomicU64>>);
 
 impl Metric {
     /// Adds `n` (wrapping). Safe from any thread: concurrent adds are never lost.
-    // NB: an uncontended `fetch_add` costs a few ns more than the load-and-store it replaces
-    // (which lost increments when a clone was updated from another thread); metrics count
-    // datagrams and events, not ring operations.
+    // NB: an uncontended `fetch_add` costs a few ns more than a load and a store, which would
+    // lose increments when clones are updated from several threads; metrics count datagrams
+    // and events, not ring operations.
     #[inline]
     pub fn add(&self, n: u64) {
         self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);

@@ -52,8 +52,9 @@ pub(crate) struct Env<'a> {
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) control: &'a Control,
     /// The time of the current round, read from the clock at most once per round, when first
-    /// needed. NB: reading it costs ~29 ns here (the `bus` benchmark's profile); a thread
-    /// without ticks whose actors never ask pays nothing.
+    /// needed. NB: a clock read costs several times what publishing and handling a message
+    /// does (docs/PERFORMANCE.md, "Reading the clock"); a thread without ticks whose actors
+    /// never ask pays nothing.
     pub(crate) now: std::cell::Cell<Option<Instant>>,
     pub(crate) phase: usize,
 }
@@ -168,8 +169,9 @@ where
             rx: Some(rx),
             taken: parts.wiring,
             // NB: stored as `Any`, so that a publish finds its output with one dynamic call
-            // (`Any::type_id`), not two (`as_any_mut`, then that): the two were 26% of a
-            // one-thread feed-and-sink's profile (`benches/examples/one_thread_fanout.rs`).
+            // (`Any::type_id`), not two (`as_any_mut`, then that): the two are a large part of a
+            // one-thread feed-and-sink's profile (`benches/examples/one_thread_fanout.rs`;
+            // docs/PERFORMANCE.md, "Where the time went (before)").
             outputs: parts.outputs.into_iter().map(AnyOutput::into_any).collect(),
             output_types: parts.output_types,
             output_topics: parts.output_topics,

@@ -133,9 +133,9 @@ fn make_idles(decls: &[ActorDecl], plan: &Plan, handle_thread: &[bool]) -> Vec<I
 }
 
 /// How many `Block` subscribers of one output it takes to share a broadcast ring.
-// NB: a lone subscriber keeps a `Ring` of its own: with a broadcast ring of one reader (its
-// index stored once per hook) the bus's round trip was about 7% slower and its bursts slower,
-// with no gain above noise one item at a time (docs/PERFORMANCE.md, "Broadcast edges").
+// NB: a lone subscriber keeps a `Ring` of its own: a broadcast ring of one reader (its index
+// stored once per hook) makes the bus's round trip and its bursts slower, with no gain above
+// noise one item at a time (docs/PERFORMANCE.md, "Broadcast edges and implicit bursts").
 const BROADCAST_MIN: usize = 2;
 
 /// Every ring of the plan, its publisher's end added to the publisher's output and its

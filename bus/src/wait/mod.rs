@@ -27,9 +27,11 @@ pub(crate) use pin::total_memory;
 pub use pin::{allowed_cores, online_cores, pin_to_core, run_on_cores, PinError};
 
 /// How long [`Idle::Backoff`](crate::Idle::Backoff) keeps yielding before it sleeps on a
-/// thread that watches descriptors. NB: the two-process examples at 5000 msgs/s (a message every
-/// 200 µs): with `Park`'s few microseconds of yielding the thread slept between messages and
-/// one-way p50 was 26 µs, yielding for this long it stays awake (`benches/examples.sh`).
+/// thread that watches descriptors. NB: long enough that a thread with a message every 200 µs
+/// (the two-process examples at 5000 msgs/s) stays awake between messages; with `Park`'s few
+/// microseconds of yielding it sleeps between them and pays a wake-up on each, which costs
+/// more than the rest of the one-way latency (`benches/examples.sh`; docs/PERFORMANCE.md,
+/// "A parked bridge wakes on its socket").
 pub const BACKOFF_YIELD: Duration = Duration::from_millis(1);
 
 /// How a polling thread waits when a round of polling found nothing to do.
