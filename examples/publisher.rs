@@ -8,12 +8,12 @@
 //! ```
 //!
 //! `--help` describes every flag. By default the feed and the bridge take turns on one thread
-//! (backoff idle), the fastest setting on a two-core machine with a subscriber process beside it
-//! (docs/PERFORMANCE.md, "The examples as a user runs them");
-//! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
+//! (backoff idle): on a two-core machine with a subscriber process beside it that is as fast as
+//! spinning and leaves the cores alone when idle (docs/PERFORMANCE.md, "The examples as a user runs
+//! them"); `--split` gives each its own thread, and `--idle` picks how the threads wait. With
 //! `--announce` the bridge announces the counter on the discovery group, for
-//! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to
-//! that group once for every subscriber that receives it (the others get unicast).
+//! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to that
+//! group once for every subscriber that receives it (the others get unicast).
 //!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.

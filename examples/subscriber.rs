@@ -15,11 +15,11 @@
 //! (several publishers' counters interleave, so `out_of_order` then counts their mix).
 //!
 //! `--help` describes every flag. By default the bridge and the sink take turns on one thread
-//! (backoff idle), the fastest setting on a two-core machine with a publisher process beside it
-//! (docs/PERFORMANCE.md, "The examples as a user runs them");
-//! `--split` gives each its own thread, and `--idle` picks how the threads wait. With
-//! `--reliable` it exits 4 if any message could not be recovered (`unrecovered > 0`), arrived
-//! out of order (`out_of_order > 0`) or corrupted (`corrupt > 0`, the `--size` content check).
+//! (backoff idle): on a two-core machine with a publisher process beside it that is as fast as
+//! spinning and leaves the cores alone when idle (docs/PERFORMANCE.md, "The examples as a user runs
+//! them"); `--split` gives each its own thread, and `--idle` picks how the threads wait. With
+//! `--reliable` it exits 4 if any message could not be recovered (`unrecovered > 0`), arrived out
+//! of order (`out_of_order > 0`) or corrupted (`corrupt > 0`, the `--size` content check).
 //!
 //! The last line is machine-readable: `RESULT received=.. lost=.. duplicates=.. reordered=..
 //! stale=.. invalid=.. publisher_restarts=.. first=.. highest=.. ring_dropped=.. datagrams_in=..

@@ -191,7 +191,7 @@ pub struct Pinger<P, Q> {
 /// How long the pinger waits for an answer over the network before it gives up.
 ///
 /// Loopback does not lose a lone datagram; what this catches in practice is a starved thread:
-/// on a shared VM a pinned thread can be runnable and given no CPU for over a second
+/// on a shared VM a pinned thread can be runnable yet get no CPU for over a second
 /// (docs/PERFORMANCE.md, "How the suites measure"). Long enough not to call that a loss,
 /// shorter than the hard cap.
 pub const LOST_AFTER: Duration = Duration::from_secs(10);
