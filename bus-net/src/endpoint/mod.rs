@@ -32,10 +32,6 @@ mod import;
 pub(crate) mod metrics;
 mod multicast;
 mod schema;
-#[cfg(test)]
-mod schema_sim;
-#[cfg(test)]
-mod sim;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
