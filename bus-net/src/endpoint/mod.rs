@@ -24,8 +24,6 @@
 
 mod compat;
 mod discovery;
-#[cfg(test)]
-mod discovery_sim;
 mod egress;
 mod export;
 mod import;

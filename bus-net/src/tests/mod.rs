@@ -11,7 +11,10 @@
 //! - `schema`: schema fetches, forged replies and spoofed requests.
 
 mod alloc;
+mod discovery;
+mod fleet;
 mod large;
+mod multicast;
 mod reliable;
 mod schema;
 mod stream;
