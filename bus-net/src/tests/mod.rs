@@ -10,12 +10,19 @@
 //! - `large`: fragmented messages, reliable and best effort.
 //! - `schema`: schema fetches, forged replies and spoofed requests.
 
+mod admission;
 mod alloc;
 mod discovery;
 mod fleet;
+mod flood;
+mod handshake;
 mod large;
 mod multicast;
+mod pair;
+mod psk;
 mod reliable;
 mod schema;
 mod stream;
+mod tokens;
+mod wire;
 mod world;
