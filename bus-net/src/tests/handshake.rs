@@ -3,13 +3,14 @@
 //! late handshake answers are counted by name (not invalid), and a publisher or a subscriber
 //! that restarts mid-stream (a new session at the same address) is followed or served.
 
-use super::pair::{
-    addr, controls, export, got, handshake, import, pair, publish, publisher, sub_addr, subscribe,
-    tick, PUB, PUB_SESSION, SUB, SUB_SESSION, TOPIC,
-};
-use super::world::{Got, Outbox, MAX, MS};
-use crate::{BridgeConfig, Control, Cookie, Endpoint, Event};
 use std::net::SocketAddr;
+
+use super::pair::{
+    addr, controls, export, got, handshake, import, pair, pub_addr, publish, publisher, sub_addr,
+    subscribe, subscriber, tick, PUB, PUB_SESSION, SUB, SUB_SESSION, TOPIC,
+};
+use super::world::{Got, Outbox, World, MAX, MS};
+use crate::{BridgeConfig, Control, Cookie, DropReason, Endpoint, Event, ImportState, Kind};
 
 /// Datagrams of 1 to 20 Subscribes of every kind (no cookie, good cookie, wrong cookie, unknown
 /// topic, other fingerprint), from proven and unproven sources: the answers to each go back in
@@ -219,4 +220,62 @@ fn subscriber_restart_mid_stream_is_served() {
     publish(&mut w, 6..=10, 4);
     // The restarted subscriber's deliveries: every message since it is back, once.
     assert_eq!(got(&w), (6..=10).collect::<Vec<_>>());
+}
+
+/// The pair over a network that duplicates every datagram (each handshake answer arrives
+/// twice) and, every second, delivers late copies of the last few handshake answers again:
+/// nothing counts as invalid (no drop of any reason), no late frame is answered, the
+/// duplicates are counted by name, and the import stays on its session.
+#[test]
+fn duplicated_and_late_handshake_frames_are_not_invalid() {
+    let mut w = World::new(3);
+    w.add(
+        pub_addr(),
+        publisher(&BridgeConfig::default(), vec![export(false, 0)]),
+    );
+    w.add(
+        sub_addr(),
+        subscriber(&BridgeConfig::default(), vec![import(false)]),
+    );
+    w.faults.dup = 1000;
+    w.capture = Some(sub_addr());
+    for ms in 0..5000u64 {
+        w.step();
+        if ms % 1000 == 999 {
+            // The last few answers (older ones are forgotten: they would be `BadNonce`).
+            let answers: Vec<Vec<u8>> = w
+                .captured
+                .iter()
+                .filter(|(_, d)| is_handshake_answer(d))
+                .map(|(_, d)| d.clone())
+                .collect();
+            let mut late: Vec<Vec<u8>> = answers.into_iter().rev().collect();
+            late.dedup();
+            for old in late.into_iter().take(4) {
+                let answered = w.handle(SUB, &old, pub_addr());
+                assert!(answered.is_empty(), "a late frame was answered");
+            }
+        }
+    }
+    let sub = &w.hosts[SUB].ep;
+    sub.refresh_metrics();
+    for reason in DropReason::ALL {
+        assert_eq!(sub.metrics().dropped(reason), 0, "{reason:?}");
+    }
+    let duplicates = sub.metrics().control_duplicates.get();
+    assert!(duplicates > 0, "{duplicates}");
+    assert!(matches!(
+        sub.import_state(0),
+        Some(ImportState::Established {
+            session: PUB_SESSION,
+            ..
+        })
+    ));
+}
+
+/// Whether `d` holds a cookie challenge or an acknowledgement.
+fn is_handshake_answer(d: &[u8]) -> bool {
+    crate::parse_datagram(d, MAX + 64).is_ok_and(|mut frames| {
+        frames.any(|f| matches!(f.header.kind, Kind::CookieChallenge | Kind::SubscribeAck))
+    })
 }

@@ -308,11 +308,6 @@ impl World {
         &mut self.hosts[i].ep
     }
 
-    /// The host at `addr`, if one is up there.
-    pub(crate) fn at(&self, addr: SocketAddr) -> Option<usize> {
-        self.hosts.iter().position(|h| h.up && h.addr == addr)
-    }
-
     /// True with probability `permille / 1000`.
     pub(crate) fn chance(&mut self, permille: u64) -> bool {
         permille > 0 && self.rng.u64(..1000) < permille
@@ -540,10 +535,5 @@ impl World {
         for _ in 0..ms {
             self.step();
         }
-    }
-
-    /// Datagrams still on the link.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.flight.len()
     }
 }
