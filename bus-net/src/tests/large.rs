@@ -2,16 +2,21 @@
 //! reorders: a reliable topic delivers each whole, once, in order; a best-effort one counts
 //! exactly what it lost and delivers every message whose fragments all arrived.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::Rc;
 use std::time::Duration;
 
 use proptest::prelude::*;
 
 use super::reliable::faults;
-use super::stream::{body, check_large, Stream, FP, PUB, PUB_SESSION, TOPIC};
-use super::world::{MAX, MS};
+use super::stream::{
+    body, check_large, pub_addr, sub_addr, Stream, FP, PUB, PUB_SESSION, SUB, SUB_SESSION, TOPIC,
+};
+use super::world::{Faults, World, MAX};
 use crate::{
-    encode_payload, parse_datagram, split_fragments, BatchEncoder, DataMeta, Kind, LatePolicy,
-    Reassembled, Reassembler, ReassemblyConfig, ReliableConfig, SeqTracker, DEFAULT_MAX_MESSAGE,
+    parse_datagram, BridgeConfig, DropReason, Endpoint, ExportSpec, ImportSpec, LatePolicy,
+    ReassemblyConfig, ReliableConfig,
 };
 
 proptest! {
@@ -32,8 +37,8 @@ proptest! {
         prop_assert!(expected.len() >= 200, "joined after {:?}", s.joined_after());
         prop_assert_eq!(s.lost(), Vec::<(u64, u64)>::new());
         prop_assert_eq!(s.delivered(), expected);
-        prop_assert_eq!(s.figure(super::stream::SUB, "incomplete"), 0);
-        prop_assert_eq!(s.figure(super::stream::SUB, "bad_fragment"), 0);
+        prop_assert_eq!(s.figure(SUB, "incomplete"), 0);
+        prop_assert_eq!(s.figure(SUB, "bad_fragment"), 0);
         if faults.loss >= 50 {
             prop_assert!(s.figure(PUB, "retransmitted") > 0);
         }
@@ -41,120 +46,123 @@ proptest! {
 }
 
 /// Best-effort large and small messages through a link that loses, duplicates and reorders:
-/// the sequence tracker counts exactly the frames that never arrived (`lost`), every message
-/// whose frames all arrived is delivered once and intact, and every fragmented message that lost
-/// some but not all of its fragments is counted once as incomplete and never delivered.
+/// the subscriber counts exactly the frames that never arrived (`lost`), delivers every
+/// message whose frames all arrived once and intact, and counts every fragmented message that
+/// lost some but not all of its fragments once as incomplete, never delivering it.
 #[test]
 fn best_effort_large_messages_count_exactly_what_they_lost() {
     for (seed, loss) in [(1u64, 10u64), (2, 50), (3, 200)] {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        // Messages 1..=N: every third empty, the others 1000..9000 bytes (a data frame up to
-        // about 1400, fragments above).
-        const N: u64 = 600;
-        let mut datagrams: Vec<(u64, Vec<u8>)> = Vec::new(); // (message, datagram)
-        let mut frames_of: Vec<Vec<u64>> = vec![Vec::new(); N as usize + 1];
-        let mut seq = 0u64;
-        let mut scratch = Vec::new();
-        let meta = |seq| DataMeta {
+        let config = BridgeConfig {
+            reassembly: ReassemblyConfig {
+                in_flight: 64,
+                timeout: Duration::from_millis(50),
+                ..ReassemblyConfig::default()
+            },
+            late: LatePolicy::Deliver,
+            ..BridgeConfig::default()
+        };
+        let export = ExportSpec {
+            topic: "sim",
             topic_id: TOPIC,
             fingerprint: FP,
-            session: PUB_SESSION,
-            seq,
-            timestamp_ns: 0,
+            allow: None,
+            reliable: false,
+            late_join: 0,
+            shape: None,
+            group: None,
         };
+        let import = ImportSpec {
+            topic: "sim",
+            topic_id: TOPIC,
+            fingerprint: FP,
+            publisher: pub_addr(),
+            reliable: false,
+        };
+        let mut w = World::new(seed);
+        let publ = Endpoint::new(&config, MAX, PUB_SESSION, [1; 32], vec![export], Vec::new());
+        let sub = Endpoint::new(&config, MAX, SUB_SESSION, [2; 32], Vec::new(), vec![import]);
+        w.add(pub_addr(), publ.with_wall_clock(|| 0));
+        w.add(sub_addr(), sub.with_wall_clock(|| 0));
+        // Subscribed over a clean link: the stream starts at sequence number 1.
+        w.run(50);
+        assert_eq!(w.hosts[SUB].starts.first(), Some(&(0, Some(0))));
+        // Every data frame and fragment that reaches the subscriber.
+        let arrived = Rc::new(RefCell::new(BTreeSet::new()));
+        let seen = Rc::clone(&arrived);
+        w.path = Some(Box::new(move |_, d| {
+            if d.dst == sub_addr() {
+                if let Ok(frames) = parse_datagram(&d.bytes, MAX + 64) {
+                    let mut seen = seen.borrow_mut();
+                    seen.extend(
+                        frames
+                            .filter(|f| f.header.kind.is_data())
+                            .map(|f| f.header.seq),
+                    );
+                }
+            }
+            true
+        }));
+        // The link: loss, 3% duplication, delays of up to 8 ms with a message each
+        // millisecond (reordering).
+        w.faults = Faults {
+            loss,
+            dup: 30,
+            max_delay: 8,
+            ..Faults::default()
+        };
+        // Messages 1..=N: every third empty, the others 1000..9000 bytes (a data frame up to
+        // about 1400, fragments above); each one's first sequence number.
+        const N: u64 = 600;
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut firsts = Vec::new();
         for n in 1..=N {
             let size = if n % 3 == 0 {
                 0
             } else {
                 1000 + rng.usize(..8000)
             };
-            let value = (n, body(n, size));
-            let mut buf = vec![0u8; MAX];
-            let mut enc = BatchEncoder::new(&mut buf);
-            seq += 1;
-            if enc.push_data(meta(seq), &value).is_ok() {
-                frames_of[n as usize].push(seq);
-                datagrams.push((n, enc.as_bytes().to_vec()));
-                continue;
-            }
-            seq -= 1;
-            let payload = encode_payload(TOPIC, &value, &mut scratch, DEFAULT_MAX_MESSAGE).unwrap();
-            for (fragment, piece) in split_fragments(payload, MAX).unwrap() {
-                seq += 1;
-                enc.clear();
-                enc.push_fragment(meta(seq), &fragment, piece).unwrap();
-                frames_of[n as usize].push(seq);
-                datagrams.push((n, enc.as_bytes().to_vec()));
-            }
+            firsts.push(w.publish(PUB, 0, &(n, body(n, size))).expect("sent"));
+            w.step();
         }
-        // The link: loss, 3% duplication, delays of up to 8 datagrams (reordering).
-        let mut arrivals: Vec<(u64, usize)> = Vec::new(); // (due ms, index)
-        for i in 0..datagrams.len() {
-            if rng.u64(..1000) < loss {
-                continue;
-            }
-            let copies = if rng.u64(..1000) < 30 { 2 } else { 1 };
-            for _ in 0..copies {
-                arrivals.push((i as u64 + rng.u64(..9), i));
-            }
-        }
-        arrivals.sort_by_key(|&(due, i)| (due, i));
-        let mut tracker = SeqTracker::new(LatePolicy::Deliver);
-        tracker.observe_last_seq(PUB_SESSION, 0);
-        let mut reassembly = Reassembler::new(&ReassemblyConfig {
-            in_flight: 64,
-            timeout: Duration::from_millis(50),
-            ..ReassemblyConfig::default()
-        });
-        let mut delivered = Vec::new();
-        let mut arrived = std::collections::BTreeSet::new();
-        for &(due, i) in &arrivals {
-            let now = due * MS;
-            reassembly.poll(now);
-            let frame = parse_datagram(&datagrams[i].1, MAX)
-                .unwrap()
-                .next()
-                .unwrap();
-            let h = frame.header;
-            arrived.insert(h.seq);
-            if !tracker.observe(h.session, h.seq).is_deliver() {
-                continue;
-            }
-            if h.kind == Kind::Data {
-                let (n, b): (u64, Vec<u8>) = crate::decode_payload(frame.payload).unwrap();
-                assert!(b == body(n, b.len()), "message {n} corrupt");
-                delivered.push(n);
-            } else if let Ok(Reassembled::Complete(m)) =
-                reassembly.on_fragment(h.session, h.seq, frame.payload, now)
-            {
-                delivered.push(check_large(m));
-            }
-        }
-        tracker.observe_last_seq(PUB_SESSION, seq);
-        reassembly.poll(u64::MAX / 2);
+        // What is in flight arrives; then a last message over a clean link shows where the
+        // stream ends, and the incomplete reassemblies time out.
+        w.faults = Faults::default();
+        w.run(20);
+        let end = w.publish(PUB, 0, &(N + 1, Vec::<u8>::new())).expect("sent");
+        firsts.push(end);
+        w.run(200);
+        let arrived: BTreeSet<u64> = arrived.borrow().range(..end).copied().collect();
+        let frames_of = |n: u64| firsts[n as usize - 1]..firsts[n as usize];
         let whole: Vec<u64> = (1..=N)
-            .filter(|&n| frames_of[n as usize].iter().all(|s| arrived.contains(s)))
+            .filter(|&n| frames_of(n).all(|s| arrived.contains(&s)))
             .collect();
         let partial = (1..=N)
             .filter(|&n| {
-                let f = &frames_of[n as usize];
-                let got = f.iter().filter(|s| arrived.contains(s)).count();
-                got > 0 && got < f.len()
+                let got = frames_of(n).filter(|s| arrived.contains(s)).count();
+                got > 0 && got < frames_of(n).count()
             })
             .count() as u64;
+        let mut delivered: Vec<u64> = w.hosts[SUB]
+            .got
+            .0
+            .iter()
+            .map(|(_, m)| check_large(m))
+            .filter(|&n| n <= N)
+            .collect();
         delivered.sort_unstable();
         assert_eq!(
             delivered, whole,
             "loss {loss}: delivered exactly the whole messages, once"
         );
+        let sub = &w.hosts[SUB].ep;
         assert_eq!(
-            tracker.counts().lost,
-            seq - arrived.len() as u64,
+            sub.loss().lost,
+            end - 1 - arrived.len() as u64,
             "loss {loss}: lost counts exactly the frames that never arrived"
         );
-        let counts = reassembly.counts();
-        assert_eq!(counts.incomplete, partial, "loss {loss}: {counts:?}");
-        assert_eq!(counts.evicted, 0);
+        sub.refresh_metrics();
+        let incomplete = sub.metrics().dropped(DropReason::Incomplete);
+        assert_eq!(incomplete, partial, "loss {loss}");
         assert!(
             partial > 0 && whole.len() < N as usize,
             "loss {loss}: the link lost nothing?"
