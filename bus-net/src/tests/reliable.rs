@@ -287,7 +287,8 @@ fn an_allowed_host_cannot_inject_into_or_silence_another_hosts_import() {
     }
 }
 
-/// A seed at 20% loss whose handshake took retries (the join bound's regression case).
+/// A seed at 20% loss whose handshake takes retries: the subscriber still joins within the
+/// first tenth of the stream and gets every message from then on.
 #[test]
 fn a_handshake_under_heavy_loss_joins_within_the_first_tenth() {
     let faults = Faults {
