@@ -190,6 +190,22 @@ pub(crate) struct Host {
     pub(crate) to_groups: u64,
 }
 
+impl Host {
+    fn new(addr: SocketAddr, ep: Endpoint) -> Host {
+        Host {
+            addr,
+            ep,
+            got: Got::default(),
+            events: Vec::new(),
+            starts: Vec::new(),
+            joined: Vec::new(),
+            deaf: false,
+            up: true,
+            to_groups: 0,
+        }
+    }
+}
+
 /// The link's faults, in permille and milliseconds.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Faults {
@@ -272,48 +288,32 @@ impl World {
 
     /// Adds a host at `addr`; returns its index.
     pub(crate) fn add(&mut self, addr: SocketAddr, ep: Endpoint) -> usize {
-        self.hosts.push(Host {
-            addr,
-            ep,
-            got: Got::default(),
-            events: Vec::new(),
-            starts: Vec::new(),
-            joined: Vec::new(),
-            deaf: false,
-            up: true,
-            to_groups: 0,
-        });
+        self.hosts.push(Host::new(addr, ep));
         self.hosts.len() - 1
     }
 
-    /// Host `i` restarts as `ep` at the same address: what it got and its groups are
-    /// forgotten.
+    /// Host `i` restarts as `ep` at the same address (and on the same network): what it got,
+    /// its events and its groups are forgotten.
     pub(crate) fn restart(&mut self, i: usize, ep: Endpoint) {
-        let addr = self.hosts[i].addr;
-        let host = &mut self.hosts[i];
-        *host = Host {
-            addr,
-            ep,
-            got: Got::default(),
-            events: Vec::new(),
-            starts: Vec::new(),
-            joined: Vec::new(),
-            deaf: host.deaf,
-            up: true,
-            to_groups: 0,
+        let old = &self.hosts[i];
+        let deaf = old.deaf;
+        self.hosts[i] = Host {
+            deaf,
+            ..Host::new(old.addr, ep)
         };
     }
 
+    /// Host `i`'s endpoint.
     pub(crate) fn ep(&mut self, i: usize) -> &mut Endpoint {
         &mut self.hosts[i].ep
     }
 
     /// True with probability `permille / 1000`.
-    pub(crate) fn chance(&mut self, permille: u64) -> bool {
+    fn chance(&mut self, permille: u64) -> bool {
         permille > 0 && self.rng.u64(..1000) < permille
     }
 
-    /// A number from the world's generator.
+    /// The world's generator (what the faults draw from).
     pub(crate) fn rng(&mut self) -> &mut fastrand::Rng {
         &mut self.rng
     }
