@@ -37,10 +37,10 @@ proptest! {
         prop_assert!(expected.len() >= 200, "joined after {:?}", s.joined_after());
         prop_assert_eq!(s.lost(), Vec::<(u64, u64)>::new());
         prop_assert_eq!(s.delivered(), expected);
-        prop_assert_eq!(s.figure(SUB, "incomplete"), 0);
-        prop_assert_eq!(s.figure(SUB, "bad_fragment"), 0);
+        prop_assert_eq!(s.figure(SUB, |ep| ep.metrics().dropped(DropReason::Incomplete)), 0);
+        prop_assert_eq!(s.figure(SUB, |ep| ep.metrics().dropped(DropReason::BadFragment)), 0);
         if faults.loss >= 50 {
-            prop_assert!(s.figure(PUB, "retransmitted") > 0);
+            prop_assert!(s.figure(PUB, |ep| ep.metrics().retransmitted.get()) > 0);
         }
     }
 }

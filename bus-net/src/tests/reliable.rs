@@ -170,10 +170,10 @@ proptest! {
         prop_assert_eq!(s.lost(), Vec::<(u64, u64)>::new());
         prop_assert_eq!(s.delivered(), s.expected());
         prop_assert_eq!(answered, 0);
-        prop_assert_eq!(s.figure(SUB, "unrecovered"), 0);
+        prop_assert_eq!(s.figure(SUB, |ep| ep.metrics().unrecovered.get()), 0);
         if faults.loss >= 50 {
-            prop_assert!(s.figure(PUB, "retransmitted") > 0);
-            prop_assert!(s.figure(SUB, "nak_sent") > 0);
+            prop_assert!(s.figure(PUB, |ep| ep.metrics().retransmitted.get()) > 0);
+            prop_assert!(s.figure(SUB, |ep| ep.metrics().nak_sent.get()) > 0);
         }
     }
 }
@@ -199,7 +199,7 @@ fn an_outage_beyond_history_is_reported_and_the_stream_goes_on() {
     let expected = s.expected();
     let lost_ranges = s.lost();
     assert!(!lost_ranges.is_empty());
-    let unavailable = s.figure(PUB, "unavailable");
+    let unavailable = s.figure(PUB, |ep| ep.metrics().unavailable.get());
     assert!(unavailable > 0, "unavailable {unavailable}");
     // Delivered and unrecovered together are every number exactly once, in order.
     let got = s.delivered();
@@ -213,7 +213,7 @@ fn an_outage_beyond_history_is_reported_and_the_stream_goes_on() {
     // The stream went on: the last message arrived.
     assert_eq!(got.last(), expected.last());
     let lost: u64 = lost_ranges.iter().map(|(a, b)| b - a + 1).sum();
-    assert_eq!(lost, s.figure(SUB, "unrecovered"));
+    assert_eq!(lost, s.figure(SUB, |ep| ep.metrics().unrecovered.get()));
     // Roughly the outage (300 messages) less what history still held.
     assert!((200..=300).contains(&lost), "lost {lost}");
 }
@@ -282,7 +282,7 @@ fn an_allowed_host_cannot_inject_into_or_silence_another_hosts_import() {
             (0, 0),
             "reliable: {reliable}: {loss:?}"
         );
-        assert_eq!(s.figure(SUB, "unrecovered"), 0);
+        assert_eq!(s.figure(SUB, |ep| ep.metrics().unrecovered.get()), 0);
         assert!(s.lost().is_empty());
     }
 }

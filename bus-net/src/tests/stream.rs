@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::world::{ip, Faults, World, MAX, MS};
 use crate::{
-    parse_datagram, BridgeConfig, DropReason, Endpoint, Event, ExportSpec, ImportSpec, LatePolicy,
-    RateLimit, ReliableConfig,
+    parse_datagram, BridgeConfig, Endpoint, Event, ExportSpec, ImportSpec, LatePolicy, RateLimit,
+    ReliableConfig,
 };
 
 pub(crate) const TOPIC: u64 = 0x7171;
@@ -289,20 +289,12 @@ impl Stream {
             .collect()
     }
 
-    /// Host `i`'s figure `name`, summed over its machines.
-    pub(crate) fn figure(&self, i: usize, name: &str) -> u64 {
+    /// What `read` reads from host `i`'s endpoint once its figures (sums over its machines)
+    /// are brought up to date.
+    pub(crate) fn figure(&self, i: usize, read: impl FnOnce(&Endpoint) -> u64) -> u64 {
         let ep = &self.w.hosts[i].ep;
         ep.refresh_metrics();
-        let m = ep.metrics();
-        match name {
-            "retransmitted" => m.retransmitted.get(),
-            "unavailable" => m.unavailable.get(),
-            "nak_sent" => m.nak_sent.get(),
-            "unrecovered" => m.unrecovered.get(),
-            "incomplete" => m.dropped(DropReason::Incomplete),
-            "bad_fragment" => m.dropped(DropReason::BadFragment),
-            other => panic!("no figure {other}"),
-        }
+        read(ep)
     }
 
     /// Now, in milliseconds.
