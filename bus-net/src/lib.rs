@@ -223,3 +223,6 @@ pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,
     UdpEndpoint, MAX_BATCH,
 };
+
+#[cfg(test)]
+mod tests;

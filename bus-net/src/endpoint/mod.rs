@@ -24,18 +24,12 @@
 
 mod compat;
 mod discovery;
-#[cfg(test)]
-mod discovery_sim;
 mod egress;
 mod export;
 mod import;
 pub(crate) mod metrics;
 mod multicast;
 mod schema;
-#[cfg(test)]
-mod schema_sim;
-#[cfg(test)]
-mod sim;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

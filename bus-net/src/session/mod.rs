@@ -32,9 +32,6 @@ pub(crate) mod reassembly;
 pub(crate) mod reliable;
 pub(crate) mod subscriber;
 
-#[cfg(test)]
-mod sim;
-
 use std::net::SocketAddr;
 
 use crate::Control;
