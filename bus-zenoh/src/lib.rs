@@ -66,15 +66,14 @@
 
 mod attachment;
 mod errors;
+mod export;
 mod gateway;
 mod import;
 
 pub use attachment::{Attachment, ATTACHMENT_LEN};
-pub use gateway::{
-    Counts, Export, Gateway, GatewayBuilder, GatewayError, Import, PayloadEncoding,
-    BINCODE_ENCODING, DEFAULT_PREFIX, SCHEMA_SUFFIX,
-};
-pub use import::{Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
+pub use export::{Export, PayloadEncoding, BINCODE_ENCODING, SCHEMA_SUFFIX};
+pub use gateway::{Counts, Gateway, GatewayBuilder, GatewayError, DEFAULT_PREFIX};
+pub use import::{Import, Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
 
 /// The zenoh crate the gateway is built with, so that a user configures the same version.
 pub use zenoh;
