@@ -24,16 +24,9 @@ use serde::{Deserialize, Serialize};
 #[path = "it/fixtures.rs"]
 #[allow(dead_code)]
 mod fixtures;
-use fixtures::{assert_edge_balances, export_edge, within, LIMIT};
+use fixtures::{assert_edge_balances, export_edge, within, Tick, LIMIT};
 
-/// The topic both ends agree on.
-#[derive(Message, Clone, Debug, Serialize, Deserialize)]
-#[message(topic = "test.tick")]
-struct Tick {
-    n: u64,
-}
-
-/// The same topic with another shape: another fingerprint.
+/// The topic of `fixtures::Tick` with another shape: another fingerprint.
 #[derive(Message, Clone, Debug, Serialize, Deserialize)]
 #[message(topic = "test.tick")]
 struct TickV2 {
@@ -551,7 +544,6 @@ fn killed_peer_child_process() {
 #[cfg(unix)]
 #[test]
 fn a_killed_zenoh_peer_mid_stream_never_blocks_the_publisher() {
-    use std::io::BufRead;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")

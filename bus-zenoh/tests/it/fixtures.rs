@@ -99,6 +99,7 @@ pub fn within<R: Send + 'static>(
     rx.recv_timeout(timeout).map_err(|_| rx)
 }
 
+/// A message with a float, an integer and a string: what a JSON client reads.
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "test.quote")]
 pub struct Quote {
@@ -107,18 +108,21 @@ pub struct Quote {
     pub venue: String,
 }
 
+/// A numbered message, the topic most tests carry.
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "test.tick")]
 pub struct Tick {
     pub n: u64,
 }
 
+/// A second topic of the same shape as [`Tick`].
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "test.tock")]
 pub struct Tock {
     pub n: u64,
 }
 
+/// A numbered payload of any size, to fill a slow peer's queues.
 #[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[message(topic = "test.blob")]
 pub struct Blob {
@@ -126,6 +130,7 @@ pub struct Blob {
     pub data: Vec<u8>,
 }
 
+/// Quote number `n`.
 pub fn quote(n: u32) -> Quote {
     Quote {
         px: 100.0 + f64::from(n),
@@ -134,10 +139,12 @@ pub fn quote(n: u32) -> Quote {
     }
 }
 
+/// `msg` in the gateway's bincode (bincode 1 layout).
 pub fn bincode_of<T: Serialize>(msg: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(msg, bincode::config::legacy()).expect("bincode")
 }
 
+/// The gateway's JSON encoding of topic `T`.
 pub fn json_encoding<T: Message>() -> zenoh::bytes::Encoding {
     zenoh::bytes::Encoding::APPLICATION_JSON.with_schema(T::TOPIC)
 }

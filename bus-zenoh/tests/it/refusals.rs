@@ -11,8 +11,9 @@ use llbus_zenoh::{Export, Gateway, Import};
 use crate::fixtures::*;
 
 /// `GatewayBuilder::start`'s rustdoc: zenoh refusing a declaration is an error, and what was
-/// started is closed again. An export on a key zenoh refuses (an empty chunk) after a good one: `start` returns the error in bounded time, the good export's thread ends, and the bus
-/// keeps running and stops normally without a publisher ever waiting.
+/// started is closed again. An export on a key zenoh refuses (an empty chunk) after a good one:
+/// `start` returns the error in bounded time, the good export's thread ends, and the bus keeps
+/// running and stops normally without a publisher ever waiting.
 #[test]
 fn a_refused_declaration_fails_start_and_closes_what_was_started() {
     let (a, _b) = peers();

@@ -2,6 +2,8 @@
 //! malformed, stopped) and never panics, a slow reader drops and counts on its edge, and the
 //! import's row balances in every live snapshot. Forged sequence numbers: `forged`.
 
+mod forged;
+
 use std::time::{Duration, Instant};
 
 use llbus::{Backpressure, Bus, Message, Report};
@@ -9,8 +11,6 @@ use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{Export, Gateway, Import, BINCODE_ENCODING};
 
 use crate::fixtures::*;
-
-mod forged;
 
 /// docs/ZENOH.md "What an import checks": a sample older than one already seen of its stream
 /// is delivered and counted late; a sample of a new stream starts it anywhere (no loss counted

@@ -4,13 +4,13 @@
 //! a publish goes into each (a clone for all but the last, which gets the value moved). A
 //! subscriber's input for `M` is an [`Inputs<M>`] holding one [`InEdge`] per publisher, polled
 //! in turn with a budget so that one busy publisher cannot starve another. Every message is
-//! counted exactly once on its edge: sent, dropped or lost by the publisher's end; handled,
-//! panicked or lost by the subscriber's.
+//! counted exactly once on each of its edges: by the publisher's end as sent, dropped,
+//! conflated or lost, and once sent, by the subscriber's end as handled, panicked or lost.
 //!
 //! An edge is one of three rings (`crate::ring`): an SPSC ring of its own (`Block` or
 //! `DropNewest`), a one-value slot (`Latest`), or one reader of a broadcast ring shared by two
-//! or more `Block` subscribers of one publisher. This module defines the two ends; the files
-//! beside it hold what each side does with them:
+//! or more `Block` subscribers of one publisher that may wait. This module defines the two
+//! ends; the files beside it hold what each side does with them:
 //! - `write`: the publisher's side: [`Output`], fan-out of each publish, counting, and the
 //!   wait on a full ring that the stop protocol can call off.
 //! - `read`: the subscriber's side: [`Inputs`], budgeted polling in batches, the handled and

@@ -6,9 +6,9 @@
 //! make the typed ends and hand them back boxed: the output end is added to the publisher's
 //! `Output<M>`, the input end to the subscriber's `Wiring`, from which `Inputs::take` takes it
 //! back typed. A `Block` or `DropNewest` edge is an SPSC ring, a `Latest` edge a one-value
-//! slot, and two or more `Block` subscribers of one publisher share one broadcast ring. Each
-//! end rings the other side's doorbell: a push wakes the subscriber's thread, a pop a
-//! publisher waiting for room.
+//! slot, and two or more `Block` subscribers of a publisher that may wait share one broadcast
+//! ring. Each end rings the other side's doorbell: a push wakes the subscriber's thread, a pop
+//! a publisher waiting for room.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ use crate::runtime::metrics::EdgeCounters;
 use crate::runtime::Backpressure;
 
 /// The input rings made by `start()` for one actor, waiting to be taken by its inbox
-/// ([`Inputs::take`]).
+/// ([`Inputs::take`](super::Inputs::take)).
 #[derive(Default)]
 pub struct Wiring {
     pub(crate) inputs: HashMap<TypeId, Vec<Box<dyn Any + Send>>>,
