@@ -6,10 +6,10 @@
 //! zenoh. Each sample's outcome is counted once, before `zenoh.received` (so a live report
 //! never shows more received than decided): published, refused (another topic or fingerprint,
 //! [`Verdict::Refused`]), malformed (no valid attachment, an unknown encoding, a payload that
-//! does not decode within [`llbus::decode_bounded`]'s bounds) or stopped (the bus is
-//! stopping); gaps in a stream are counted lost, older samples late. A close shuts the
-//! callback's gate and waits for the callbacks still running, so the figures it returns are
-//! final.
+//! does not decode: bincode through [`llbus::decode_bounded`], so a hostile length cannot make
+//! it allocate) or stopped (the bus is stopping); gaps in a stream are counted lost, older
+//! samples late. A close shuts the callback's gate and waits for the callbacks still running,
+//! so the figures it returns are final.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
