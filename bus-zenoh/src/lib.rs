@@ -18,10 +18,10 @@
 //! - **What an import refuses, and counts.** A sample of another topic or fingerprint is
 //!   refused with an error naming the topic and both fingerprints (once per stream, kept in
 //!   [`Gateway::errors`], which holds one line per topic and kind of error with a count and the
-//!   latest message, and logged once per topic and kind; then counted); a sample without a valid attachment, of an
-//!   unknown encoding, or whose payload does not decode (bincode through
-//!   [`llbus::decode_bounded`], so a hostile length cannot make it allocate) is counted
-//!   malformed. It never panics on what the network sends. A gap in a stream's sequence numbers
+//!   latest message, and logged once per topic and kind; then counted); a sample without a
+//!   valid attachment, of an unknown encoding, or whose payload does not decode (bincode
+//!   through [`llbus::decode_bounded`], so a hostile length cannot make it allocate) is
+//!   counted malformed. It never panics on what the network sends. A gap in a stream's sequence numbers
 //!   is counted lost; a jump of more than [`MAX_JUMP`] is not (a claim, as the UDP bridge
 //!   holds one, until a second sample confirms it and the stream starts over there).
 //! - **Stop.** An export's thread puts everything its subscription delivers until the bus has
@@ -66,15 +66,14 @@
 
 mod attachment;
 mod errors;
+mod export;
 mod gateway;
 mod import;
 
 pub use attachment::{Attachment, ATTACHMENT_LEN};
-pub use gateway::{
-    Counts, Export, Gateway, GatewayBuilder, GatewayError, Import, PayloadEncoding,
-    BINCODE_ENCODING, DEFAULT_PREFIX, SCHEMA_SUFFIX,
-};
-pub use import::{Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
+pub use export::{Export, PayloadEncoding, BINCODE_ENCODING, SCHEMA_SUFFIX};
+pub use gateway::{Counts, Gateway, GatewayBuilder, GatewayError, DEFAULT_PREFIX};
+pub use import::{Import, Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
 
 /// The zenoh crate the gateway is built with, so that a user configures the same version.
 pub use zenoh;

@@ -1,9 +1,12 @@
-//! Two llbus processes that talk only through zenoh: peer to peer on loopback with scouting off,
-//! through a zenoh session in router mode (both ends clients), a stop in the middle at either
-//! end, a mismatched fingerprint, and a router that goes away and comes back.
+//! A binary of its own because the process is the fixture: it runs itself again as the other
+//! process. Two llbus processes that talk only through zenoh: peer to peer on loopback with
+//! scouting off, through a zenoh session in router mode (both ends clients), a stop in the
+//! middle at either end, a mismatched fingerprint, and a router that goes away and comes back;
+//! and an export whose only zenoh peer, a process of its own, is killed mid-stream.
 //!
 //! Each llbus process is this test binary run again as a child (`child_process` below, chosen
-//! by `LLBUS_ZENOH_CHILD`), so the tests need no other build. A child prints `READY` once its
+//! by `LLBUS_ZENOH_CHILD`; the killed peer is `killed_peer_child_process`, chosen by
+//! `LLBUS_ZENOH_PEER_CHILD`), so the tests need no other build. A child prints `READY` once its
 //! gateway runs and `BOOKS k=v ...` at the end; the test adds the books of both ends up:
 //! every message the publishing app published is delivered to the subscribing app or counted
 //! by one of the two buses or gateways.
@@ -18,14 +21,12 @@ use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{Export, Gateway, Import, PayloadEncoding};
 use serde::{Deserialize, Serialize};
 
-/// The topic both ends agree on.
-#[derive(Message, Clone, Debug, Serialize, Deserialize)]
-#[message(topic = "test.tick")]
-struct Tick {
-    n: u64,
-}
+#[path = "it/fixtures.rs"]
+#[allow(dead_code)]
+mod fixtures;
+use fixtures::{assert_edge_balances, export_edge, within, Tick, LIMIT};
 
-/// The same topic with another shape: another fingerprint.
+/// The topic of `fixtures::Tick` with another shape: another fingerprint.
 #[derive(Message, Clone, Debug, Serialize, Deserialize)]
 #[message(topic = "test.tick")]
 struct TickV2 {
@@ -513,4 +514,118 @@ fn a_router_that_goes_away_and_comes_back_messages_flow_again_and_losses_are_cou
         inn["last"], 7999,
         "messages flow again after the outage, to the last: {inn:?} {out:?}"
     );
+}
+
+/// The entry of the child process of `a_killed_zenoh_peer_mid_stream_never_blocks_the_publisher`
+/// (this test binary run again, chosen by `LLBUS_ZENOH_PEER_CHILD`): a zenoh peer that
+/// subscribes to the export's key and waits to be killed. Does nothing in the test run itself.
+#[test]
+fn killed_peer_child_process() {
+    let Ok(config) = std::env::var("LLBUS_ZENOH_PEER_CHILD") else {
+        return;
+    };
+    let config = zenoh::Config::from_json5(&config).expect("a valid zenoh config");
+    let session = zenoh::open(config)
+        .wait()
+        .expect("the child's session opens");
+    let _subscriber = session
+        .declare_subscriber("llbus/test.tick")
+        .callback(|_| {})
+        .wait()
+        .expect("a subscriber");
+    println!("READY");
+    std::thread::sleep(LIMIT);
+}
+
+/// docs/ZENOH.md "Export": a publisher never waits for zenoh, and a stop loses nothing
+/// uncounted. The export's only zenoh peer is a process killed mid-stream (no goodbye, its TCP
+/// connection reset): the app's publishes never wait, the gateway closes in bounded time, and
+/// sent = put + put failed + dropped + lost.
+#[cfg(unix)]
+#[test]
+fn a_killed_zenoh_peer_mid_stream_never_blocks_the_publisher() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let config = |side: &str| {
+        format!(
+            r#"{{ mode: "peer", {side}: {{ endpoints: ["tcp/127.0.0.1:{port}"] }},
+                 scouting: {{ multicast: {{ enabled: false }}, gossip: {{ enabled: false }} }} }}"#
+        )
+    };
+    let mut bus = Bus::builder();
+    let app = bus.publisher::<Tick>("app");
+    let mut gateway = Gateway::builder();
+    gateway.export::<Tick>(&mut bus, Export::new().capacity(64));
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway
+        .start(
+            &mut running,
+            zenoh::Config::from_json5(&config("listen")).expect("a valid zenoh config"),
+        )
+        .expect("the gateway starts");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "killed_peer_child_process", "--nocapture"])
+        .env("LLBUS_ZENOH_PEER_CHILD", config("connect"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the child starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let ready = within(LIMIT, move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.contains("READY"))
+    });
+    if !matches!(ready, Ok(true)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the child peer never became ready");
+    }
+    assert!(
+        gateway.wait_matched(LIMIT),
+        "the child's subscriber never matched"
+    );
+    let mut app = running.publisher(app).expect("the handle");
+    let mut sent = 0u64;
+    let mut slowest = Duration::ZERO;
+    let mut killed = false;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_millis(1500) {
+        if !killed && start.elapsed() > Duration::from_millis(500) {
+            child.kill().expect("the child is killed");
+            killed = true;
+        }
+        let t = Instant::now();
+        if app.publish(Tick { n }).is_ok() {
+            sent += 1;
+        }
+        slowest = slowest.max(t.elapsed());
+        n += 1;
+        if n % 64 == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let _ = child.wait();
+    drop(app);
+    running.stop();
+    let report = running.join().expect("the bus joins");
+    let counts = within(LIMIT, move || gateway.close())
+        .unwrap_or_else(|_| panic!("Gateway::close did not return after the peer was killed"));
+    let edge = export_edge::<Tick>(&report, "app");
+    assert_edge_balances(edge);
+    assert_eq!(edge.published, sent, "{edge:?}");
+    assert_eq!(
+        sent,
+        counts.put + counts.put_failed + edge.dropped + edge.lost,
+        "{edge:?} {counts:?}"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a publish waited {slowest:?} while the peer died"
+    );
+    assert!(counts.put > 0, "nothing put before the kill: {counts:?}");
 }

@@ -6,18 +6,8 @@
 use llbus::{Bus, Message};
 use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{Attachment, Export, Gateway, Import, PayloadEncoding, BINCODE_ENCODING};
-use serde::{Deserialize, Serialize};
 
-mod common;
-use common::*;
-
-#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[message(topic = "test.quote")]
-struct Quote {
-    px: f64,
-    qty: u32,
-    venue: String,
-}
+use crate::fixtures::*;
 
 #[test]
 fn a_json_export_is_read_without_llbus_and_serves_its_json_schema() {

@@ -1,13 +1,13 @@
-//! What the gateway's test files share: two peer configurations, a hostile client's samples,
-//! bounded waits. Each test file uses part of it.
-#![allow(dead_code)]
+//! What the gateway's tests share: the message types, two peer configurations, a hostile
+//! client's samples and publishers, the export's edge and its balance, bounded waits.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use llbus::Message;
+use llbus::{EdgeReport, Message, Report};
 use llbus_zenoh::zenoh::{self, Wait};
 use llbus_zenoh::{Attachment, Counts, Gateway, BINCODE_ENCODING};
+use serde::{Deserialize, Serialize};
 
 /// The longest any wait in these tests takes.
 pub const LIMIT: Duration = Duration::from_secs(20);
@@ -97,4 +97,87 @@ pub fn within<R: Send + 'static>(
         let _ = tx.send(f());
     });
     rx.recv_timeout(timeout).map_err(|_| rx)
+}
+
+/// A message with a float, an integer and a string: what a JSON client reads.
+#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[message(topic = "test.quote")]
+pub struct Quote {
+    pub px: f64,
+    pub qty: u32,
+    pub venue: String,
+}
+
+/// A numbered message, the topic most tests carry.
+#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[message(topic = "test.tick")]
+pub struct Tick {
+    pub n: u64,
+}
+
+/// A second topic of the same shape as [`Tick`].
+#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[message(topic = "test.tock")]
+pub struct Tock {
+    pub n: u64,
+}
+
+/// A numbered payload of any size, to fill a slow peer's queues.
+#[derive(Message, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[message(topic = "test.blob")]
+pub struct Blob {
+    pub n: u64,
+    pub data: Vec<u8>,
+}
+
+/// Quote number `n`.
+pub fn quote(n: u32) -> Quote {
+    Quote {
+        px: 100.0 + f64::from(n),
+        qty: n,
+        venue: "XPAR".to_owned(),
+    }
+}
+
+/// `msg` in the gateway's bincode (bincode 1 layout).
+pub fn bincode_of<T: Serialize>(msg: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(msg, bincode::config::legacy()).expect("bincode")
+}
+
+/// The gateway's JSON encoding of topic `T`.
+pub fn json_encoding<T: Message>() -> zenoh::bytes::Encoding {
+    zenoh::bytes::Encoding::APPLICATION_JSON.with_schema(T::TOPIC)
+}
+
+/// The export edge of topic `T` from the app publisher `app`.
+pub fn export_edge<'a, T: Message>(report: &'a Report, app: &str) -> &'a EdgeReport {
+    report
+        .edge(T::TOPIC, app, &format!("zenoh-export:{}", T::TOPIC))
+        .expect("the export's edge")
+}
+
+/// An edge balances: everything published is handled, dropped, conflated, lost or in flight.
+pub fn assert_edge_balances(edge: &EdgeReport) {
+    assert_eq!(
+        edge.published,
+        edge.handled + edge.panicked + edge.dropped + edge.conflated + edge.lost + edge.in_flight,
+        "the edge does not balance: {edge:?}"
+    );
+}
+
+/// A put of `Tick { n }` in the gateway's bincode, as a hostile client would make it.
+pub fn put_tick(
+    publisher: &zenoh::pubsub::Publisher<'_>,
+    n: u64,
+    attachment: Option<[u8; 40]>,
+    encoding: zenoh::bytes::Encoding,
+) {
+    let payload =
+        bincode::serde::encode_to_vec(Tick { n }, bincode::config::legacy()).expect("bincode");
+    let put = publisher.put(payload).encoding(encoding);
+    match attachment {
+        Some(a) => put.attachment(a.to_vec()).wait(),
+        None => put.wait(),
+    }
+    .expect("the hostile put");
 }
