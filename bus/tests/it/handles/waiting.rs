@@ -1,4 +1,4 @@
-//! An adversarial review of how the bus's external handles wait (bus/src/runtime/handle.rs's
+//! How the bus's external handles wait, under attack (bus/src/runtime/handle.rs's
 //! module doc and `Subscription`'s): they spin, yield for up to `BACKOFF_YIELD`, then sleep on
 //! their doorbell, so a longer silence costs no CPU, a `Block` publisher waiting on a full ring
 //! ends up sleeping too, a sleeping handle is woken by the other side's push, and nothing is
@@ -17,11 +17,11 @@ use tests::{assert_balanced, bounded};
 
 #[derive(Clone, Debug, PartialEq)]
 struct Ping(u64);
-tests::message!(Ping, "review.handles.ping");
+tests::message!(Ping, "handles.ping");
 
 #[derive(Clone, Debug, PartialEq)]
 struct Pong(u64);
-tests::message!(Pong, "review.handles.pong");
+tests::message!(Pong, "handles.pong");
 
 /// Answers each ping with a pong after `ACTOR_WORK`: slower than `BACKOFF_YIELD`, so whoever
 /// waits on it (a `Block` publisher handle on its full ring, a subscription handle for the

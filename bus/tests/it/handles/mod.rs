@@ -1,35 +1,20 @@
 //! External handles: a `Publisher<T>` and a `Subscription<T>` used by code that is not an
 //! actor, tested for order, backpressure (Block, DropNewest, Latest), the stop protocol, the
-//! report, wiring errors, and the tokio adapter.
+//! report and wiring errors. How they wait is `waiting`'s subject; the tokio adapter's is
+//! `tokio_edges`'s.
+
+mod waiting;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use llbus::{
-    Actor, Backpressure, Bus, Context, Out, PublishError, RecvError, RecvTimeoutError, Setup,
-    StartError, TryRecvError,
+    Backpressure, Bus, PublishError, RecvError, RecvTimeoutError, StartError, TryRecvError,
 };
 use tests::{assert_balanced, bounded, wait_for};
 
-#[derive(Clone, Debug, PartialEq)]
-struct Num(u64);
-tests::message!(Num, "handles.num");
-
-#[derive(Clone, Debug, PartialEq)]
-struct Doubled(u64);
-tests::message!(Doubled, "handles.doubled");
-
-/// Doubles every number it gets.
-struct Doubler {
-    out: Out<Doubled>,
-}
-impl Actor for Doubler {
-    type In = Num;
-    fn on_message(&mut self, Num(n): Num, ctx: &mut Context<'_>) {
-        ctx.publish(self.out, Doubled(n.wrapping_mul(2)));
-    }
-}
+use crate::fixtures::{Doubled, Doubler, Num};
 
 /// Checks one edge's balance in a report taken while running or after join (in flight allowed).
 fn balances(e: &llbus::EdgeReport) -> bool {
@@ -41,7 +26,7 @@ fn a_publisher_and_a_subscription_carry_every_message_in_order_through_an_actor(
     bounded("order through an actor", 120, || {
         let mut bus = Bus::builder();
         let feed = bus.publisher::<Num>("feed");
-        bus.actor("doubler", |s: &mut Setup<'_>| Doubler { out: s.output() })
+        bus.actor("doubler", Doubler::new)
             .subscribes::<Num>()
             .publishes::<Doubled>()
             .capacity::<Num>(64);
@@ -71,11 +56,9 @@ fn a_publisher_and_a_subscription_carry_every_message_in_order_through_an_actor(
         let report = running.join().expect("join");
         drop(feed);
         assert_balanced(&report);
-        let into = report.edge("handles.num", "feed", "doubler").expect("edge");
+        let into = report.edge("test.num", "feed", "doubler").expect("edge");
         assert_eq!((into.published, into.handled), (N, N));
-        let out = report
-            .edge("handles.doubled", "doubler", "tap")
-            .expect("edge");
+        let out = report.edge("test.doubled", "doubler", "tap").expect("edge");
         assert_eq!((out.published, out.handled), (N, N));
         assert_eq!(report.actor("tap").map(|a| a.handled), Some(N));
         assert_eq!(
@@ -160,7 +143,7 @@ fn a_block_publish_waits_for_room_and_try_publish_drops_and_counts() {
         let report = running.join().unwrap();
         drop(feed);
         assert_balanced(&report);
-        let e = report.edge("handles.num", "feed", "tap").unwrap();
+        let e = report.edge("test.num", "feed", "tap").unwrap();
         assert_eq!((e.published, e.handled, e.dropped), (6, 5, 1), "{e:?}");
         assert!(e.waited >= 1, "{e:?}");
     });
@@ -189,9 +172,9 @@ fn drop_newest_and_latest_subscriptions_keep_their_policies() {
         let report = running.join().unwrap();
         drop(feed);
         assert_balanced(&report);
-        let d = report.edge("handles.num", "feed", "dropping").unwrap();
+        let d = report.edge("test.num", "feed", "dropping").unwrap();
         assert_eq!((d.published, d.handled, d.dropped), (10, 4, 6));
-        let l = report.edge("handles.num", "feed", "latest").unwrap();
+        let l = report.edge("test.num", "feed", "latest").unwrap();
         assert_eq!((l.published, l.handled, l.conflated), (10, 1, 9));
     });
 }
@@ -218,7 +201,7 @@ fn a_stop_refuses_new_publishes_hands_them_back_and_leaves_the_unread_readable()
         );
         // The drain does not wait for the subscription (this thread reads it and joins).
         let report = running.join().expect("join");
-        let e = report.edge("handles.num", "feed", "tap").unwrap();
+        let e = report.edge("test.num", "feed", "tap").unwrap();
         assert!(balances(e), "{e:?}");
         assert_eq!((e.published, e.handled, e.in_flight), (10, 1, 9), "{e:?}");
         // What was queued is still there, then the subscription is closed (the bus exited,
@@ -240,7 +223,7 @@ fn a_publisher_asleep_on_a_full_subscription_gives_up_at_the_stop_request() {
         // Long: the stop must not wait for it.
         bus.stop_timeout(Duration::from_secs(30));
         let feed = bus.publisher::<Num>("feed");
-        bus.actor("doubler", |s: &mut Setup<'_>| Doubler { out: s.output() })
+        bus.actor("doubler", Doubler::new)
             .subscribes::<Num>()
             .publishes::<Doubled>()
             .capacity::<Num>(2);
@@ -270,7 +253,7 @@ fn a_publisher_asleep_on_a_full_subscription_gives_up_at_the_stop_request() {
         wait_for("the feed to wait on a full ring", 30, || {
             running
                 .snapshot()
-                .edge("handles.num", "feed", "doubler")
+                .edge("test.num", "feed", "doubler")
                 .is_some_and(|e| e.waited > 0)
         });
         assert!(
@@ -292,10 +275,10 @@ fn a_publisher_asleep_on_a_full_subscription_gives_up_at_the_stop_request() {
         }
         // The doubler gave up on the tap at the request (counted lost there), so it drained
         // its own inbox: every number the feed published was handled.
-        let into = report.edge("handles.num", "feed", "doubler").unwrap();
+        let into = report.edge("test.num", "feed", "doubler").unwrap();
         assert_eq!((into.lost, into.in_flight), (0, 0), "{into:?}");
         assert_eq!(into.handled, published.load(Ordering::SeqCst), "{into:?}");
-        let out = report.edge("handles.doubled", "doubler", "tap").unwrap();
+        let out = report.edge("test.doubled", "doubler", "tap").unwrap();
         assert!(
             out.lost >= 1,
             "the abandoned wait was not counted lost: {out:?}"
@@ -322,7 +305,7 @@ fn a_dropped_subscription_counts_what_it_left_as_lost_and_publishers_see_it_gone
     // Gone: a publish is counted lost at once, never waits.
     feed.publish(Num(5)).unwrap();
     let live = running.snapshot();
-    let e = live.edge("handles.num", "feed", "tap").unwrap();
+    let e = live.edge("test.num", "feed", "tap").unwrap();
     assert_eq!((e.published, e.lost, e.in_flight), (6, 6, 0), "{e:?}");
     running.stop();
     drop(feed);
@@ -335,7 +318,7 @@ fn start_checks_handles_like_actors() {
     let _tap = bus.subscription::<Doubled>("tap");
     match bus.start() {
         Err(StartError::NoPublisher { actor, topic }) => {
-            assert_eq!((actor.as_str(), topic), ("tap", "handles.doubled"));
+            assert_eq!((actor.as_str(), topic), ("tap", "test.doubled"));
         }
         other => panic!("expected NoPublisher, got {other:?}"),
     }
@@ -364,59 +347,4 @@ fn a_key_is_redeemed_only_on_its_own_bus() {
     two.stop();
     assert_balanced(&one.join().unwrap());
     assert_balanced(&two.join().unwrap());
-}
-
-#[test]
-fn async_code_feeds_and_reads_a_bus_through_tokio_channels() {
-    bounded("tokio adapter", 120, || {
-        let mut bus = Bus::builder();
-        let feed = bus.publisher::<Num>("feed");
-        bus.actor("doubler", |s: &mut Setup<'_>| Doubler { out: s.output() })
-            .subscribes::<Num>()
-            .publishes::<Doubled>()
-            .capacity::<Num>(8);
-        let tap = bus.subscription_with::<Doubled>("tap", Backpressure::Block, 8);
-        let mut running = bus.start().expect("start");
-        let tx = running.publisher(feed).unwrap().into_async(4).unwrap();
-        let mut rx = running.subscription(tap).unwrap().into_async(4).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        const N: u64 = 5_000;
-        rt.block_on(async {
-            let sender = async {
-                for i in 0..N {
-                    tx.send(Num(i)).await.expect("the bus takes it");
-                }
-            };
-            let receiver = async {
-                for i in 0..N {
-                    let got = tokio::time::timeout(Duration::from_secs(30), rx.recv())
-                        .await
-                        .expect("a message within 30 s");
-                    assert_eq!(got, Some(Doubled(2 * i)));
-                }
-            };
-            tokio::join!(sender, receiver);
-        });
-        running.stop();
-        let report = running.join().expect("join");
-        // The stop closed the channel: a send fails at once and hands the value back.
-        let refused = rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(1), tx.send(Num(7))).await
-        });
-        assert_eq!(
-            refused.expect("fails at once").map_err(|e| e.0),
-            Err(Num(7))
-        );
-        // The subscription's channel ends after the bus exits.
-        let end =
-            rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), rx.recv()).await });
-        assert_eq!(end, Ok(None));
-        let e = report.edge("handles.doubled", "doubler", "tap").unwrap();
-        assert_eq!(e.handled, N);
-        let into = report.edge("handles.num", "feed", "doubler").unwrap();
-        assert_eq!((into.published, into.handled), (N, N), "{into:?}");
-    });
 }

@@ -163,7 +163,7 @@ fn on_core_outside_the_taskset_mask_is_refused() {
         .arg(exe)
         .args([
             "--exact",
-            "on_core_outside_the_taskset_mask_is_refused",
+            "pinning::on_core_outside_the_taskset_mask_is_refused",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -239,7 +239,7 @@ fn a_main_thread_that_pins_itself_does_not_shrink_the_bus_s_cores() {
     let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
         .args([
             "--exact",
-            "a_main_thread_that_pins_itself_does_not_shrink_the_bus_s_cores",
+            "pinning::a_main_thread_that_pins_itself_does_not_shrink_the_bus_s_cores",
             "--nocapture",
             "--test-threads=1",
         ])

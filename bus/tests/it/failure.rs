@@ -10,24 +10,7 @@ use std::time::Duration;
 use llbus::{Actor, Bus, BusError, Context, Out, Setup, Supervision};
 use tests::bounded;
 
-#[derive(Clone, Debug, PartialEq)]
-struct Tick(u64);
-tests::message!(Tick, "fail.tick");
-
-/// Publishes a counter on every tick.
-struct Feed {
-    out: Out<Tick>,
-    next: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        ctx.publish(self.out, Tick(self.next));
-        self.next += 1;
-    }
-}
+use crate::fixtures::{Tick, Ticker};
 
 /// Panics on its `panic_at`-th message (1-based).
 struct Fragile {
@@ -48,17 +31,14 @@ impl Actor for Fragile {
 /// A bus with a `feed` actor that publishes a `Tick` every `tick`.
 fn feed_bus(tick: Duration) -> llbus::BusBuilder {
     let mut bus = Bus::builder();
-    bus.actor("feed", |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        next: 0,
-    })
-    .publishes::<Tick>()
-    .tick_every(tick);
+    bus.actor("feed", Ticker::new)
+        .publishes::<Tick>()
+        .tick_every(tick);
     bus
 }
 
-/// The first scenario: a 20 us feed into a `Stop` worker that panics on its 10th
-/// message; stop after 0.5 s. Before the fix: lost > published, and join sometimes took 20 s.
+/// A 20 us feed into a `Stop` worker that panics on its 10th message; stop after 0.5 s: the
+/// edge never counts more lost than published, and `join` comes back promptly.
 #[test]
 fn a_stopped_worker_beside_a_fast_feed_balances_and_stops_promptly() {
     let (report, took) = bounded("stop and join", 30, || {
@@ -75,7 +55,7 @@ fn a_stopped_worker_beside_a_fast_feed_balances_and_stops_promptly() {
         // sits in its ring.
         tests::wait_for("the worker's edge to settle", 20, || {
             let live = running.report();
-            let e = live.edge("fail.tick", "feed", "worker").expect("edge");
+            let e = live.edge("test.tick", "feed", "worker").expect("edge");
             e.panicked == 1 && e.in_flight == 0 && e.lost > 0
         });
         running.stop();
@@ -83,7 +63,7 @@ fn a_stopped_worker_beside_a_fast_feed_balances_and_stops_promptly() {
         let report = running.join().expect("Stop does not fail the bus");
         (report, t0.elapsed())
     });
-    let e = report.edge("fail.tick", "feed", "worker").expect("edge");
+    let e = report.edge("test.tick", "feed", "worker").expect("edge");
     assert!(e.lost <= e.published, "lost > published: {e:?}");
     assert_eq!(
         (e.handled, e.panicked),
@@ -182,8 +162,8 @@ fn deadlocked_cycle(capacity: usize, idle: llbus::Idle, timeout: Duration) -> ll
     running
 }
 
-/// A Block cycle across two threads that fills up: before the fix `join` (and the bus's
-/// `Drop`) hung forever. Now the stop gives the waits up at its timeout, counting them lost.
+/// A Block cycle across two threads that fills up: `join` (and the bus's `Drop`) do not hang;
+/// the stop gives the waits up at its timeout, counting them lost.
 #[test]
 fn a_full_block_cycle_across_threads_stops_within_the_timeout() {
     for idle in [llbus::Idle::Backoff, llbus::Idle::Park] {
@@ -285,8 +265,8 @@ impl Actor for Victim {
 }
 
 /// A panic in a bus thread outside the per-turn `catch_unwind` (here: a message's `Drop` as
-/// the last end of its ring goes) must reach `join` although nobody asked the bus to stop.
-/// Before the fix the thread vanished and `join` waited forever.
+/// the last end of its ring goes) must reach `join` although nobody asked the bus to stop,
+/// rather than the thread vanishing and `join` waiting forever.
 #[test]
 fn a_thread_that_panics_outside_a_hook_stops_the_bus() {
     let result = bounded("join after a thread panic", 30, || {
@@ -355,7 +335,7 @@ fn a_hook_that_does_not_return_is_reported_not_waited_for() {
     match result {
         Err(BusError::Unresponsive { threads, report }) => {
             assert_eq!(threads, ["stuck"]);
-            let e = report.edge("fail.tick", "feed", "stuck").expect("edge");
+            let e = report.edge("test.tick", "feed", "stuck").expect("edge");
             assert_eq!(
                 e.published,
                 e.handled + e.panicked + e.dropped + e.conflated + e.lost + e.in_flight,
@@ -425,7 +405,7 @@ fn live_snapshots_balance_while_subscribers_fail() {
     assert!(snapshots > 10, "only {snapshots} snapshots");
     tests::assert_balanced(&report);
     for name in ["block", "latest"] {
-        let e = report.edge("fail.tick", "feed", name).expect("edge");
+        let e = report.edge("test.tick", "feed", name).expect("edge");
         assert_eq!(e.panicked, 1, "{e:?}");
         assert!(e.lost > 0, "{e:?}");
     }
@@ -475,7 +455,7 @@ fn an_actor_that_fails_stops_the_bus_with_its_error() {
         }
     });
     tests::assert_balanced(&report);
-    let edge = report.edge("fail.tick", "feed", "worker").expect("edge");
+    let edge = report.edge("test.tick", "feed", "worker").expect("edge");
     assert!(edge.handled >= 5, "{edge:?}");
     assert_eq!(edge.panicked, 0, "a failure is not a panic: {edge:?}");
 }

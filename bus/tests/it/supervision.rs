@@ -12,9 +12,7 @@ use llbus::{
 };
 use tests::bounded;
 
-#[derive(Clone, Debug, PartialEq)]
-struct Num(u64);
-tests::message!(Num, "sup.num");
+use crate::fixtures::{Nothing, Num};
 
 /// Where a `Faulty` actor panics.
 #[derive(Clone, Copy, Debug)]
@@ -76,7 +74,7 @@ fn run_faulty(fault: Fault) -> (Result<llbus::Report, BusError>, u64, Duration) 
     })
 }
 
-/// Before the fix an actor whose `on_start` panicked was remade on every turn, forever. Now
+/// An actor that panics in any hook or in its factory is not remade on every turn forever:
 /// each kind of panic counts toward the limit, restarts wait (50 ms, then 100 ms), and the
 /// third failure escalates to `join`.
 #[test]
@@ -173,7 +171,7 @@ fn escalate_reaches_join_promptly_with_a_publisher_blocked_on_the_dead_actor() {
                 (actor.as_str(), message.as_str()),
                 ("fragile", "escalating on 100")
             );
-            let e = report.edge("sup.num", "flood", "fragile").expect("edge");
+            let e = report.edge("test.num", "flood", "fragile").expect("edge");
             assert_eq!((e.handled, e.panicked), (100, 1), "{e:?}");
             tests::assert_balanced(&report);
         }
@@ -236,8 +234,8 @@ impl Actor for Gated {
 }
 
 /// `never_waits` is a promise the bus keeps: even `publish` to a full Block edge does not wait
-/// (before the fix it did, and the gate below would have opened only after the subscriber
-/// drained). What does not fit is counted as dropped.
+/// (were it to wait, the gate below would open only after the subscriber drained). What does
+/// not fit is counted as dropped.
 #[test]
 fn a_never_waits_actor_does_not_wait_on_a_full_block_edge() {
     let report = bounded("a never-waits publisher", 30, || {
@@ -250,7 +248,7 @@ fn a_never_waits_actor_does_not_wait_on_a_full_block_edge() {
         .backpressure::<Num>(Backpressure::Block);
         bus.start().expect("starts").join().expect("joins")
     });
-    let e = report.edge("sup.num", "eager", "gated").expect("edge");
+    let e = report.edge("test.num", "eager", "gated").expect("edge");
     assert_eq!(
         (e.published, e.handled, e.dropped, e.waited),
         (100, 8, 92, 0),
@@ -291,7 +289,7 @@ fn a_panicking_drop_is_contained_and_counted() {
     let a = report.actor("brittle").expect("actor");
     // The handler's panic, the Drop of the replaced instance, the Drop at the end.
     assert_eq!((a.restarts, a.panics), (1, 3), "{a:?}");
-    let e = report.edge("sup.num", "eager", "brittle").expect("edge");
+    let e = report.edge("test.num", "eager", "brittle").expect("edge");
     assert_eq!((e.handled, e.panicked, e.lost), (9, 1, 0), "{e:?}");
     tests::assert_balanced(&report);
 }
@@ -306,37 +304,31 @@ fn start_err(bus: llbus::BusBuilder) -> StartError {
     }
 }
 
-struct Idle;
-impl Actor for Idle {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-}
-
 /// Durations that would overflow the clock (or tick every round) are refused at `start()`,
-/// naming the setting; before the fix `tick_every(Duration::MAX)` panicked the actor's thread
-/// and `stop_timeout(Duration::MAX)` panicked `join`.
+/// naming the setting, rather than `tick_every(Duration::MAX)` panicking the actor's thread or
+/// `stop_timeout(Duration::MAX)` panicking `join`.
 #[test]
 fn durations_that_would_overflow_are_refused_at_start() {
     let mut bus = Bus::builder();
-    bus.actor("ticker", |_: &mut Setup<'_>| Idle)
+    bus.actor("ticker", |_: &mut Setup<'_>| Nothing)
         .tick_every(Duration::MAX);
     let e = start_err(bus).to_string();
     assert!(e.contains("tick interval of actor 'ticker'"), "{e}");
 
     let mut bus = Bus::builder();
-    bus.actor("ticker", |_: &mut Setup<'_>| Idle)
+    bus.actor("ticker", |_: &mut Setup<'_>| Nothing)
         .tick_every(Duration::ZERO);
     let e = start_err(bus).to_string();
     assert!(e.contains("'ticker' asks for a tick every 0 s"), "{e}");
 
     let mut bus = Bus::builder();
     bus.stop_timeout(Duration::MAX);
-    bus.actor("idle", |_: &mut Setup<'_>| Idle);
+    bus.actor("idle", |_: &mut Setup<'_>| Nothing);
     let e = start_err(bus).to_string();
     assert!(e.contains("stop timeout"), "{e}");
 
     let mut bus = Bus::builder();
-    bus.actor("idle", |_: &mut Setup<'_>| Idle)
+    bus.actor("idle", |_: &mut Setup<'_>| Nothing)
         .supervision(Supervision::Restart(RestartLimit::new(1, Duration::MAX)));
     let e = start_err(bus).to_string();
     assert!(e.contains("restart window of actor 'idle'"), "{e}");

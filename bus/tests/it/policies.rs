@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use llbus::{Actor, Backpressure, Bus, BusError, Context, Out, RestartLimit, Setup, Supervision};
 
-#[derive(Clone, Debug, PartialEq)]
-struct Num(u64);
-tests::message!(Num, "test.num");
+use crate::fixtures::Num;
 
 /// Waits (bounded) until `flag` is set.
 fn wait_for(flag: &AtomicBool) {

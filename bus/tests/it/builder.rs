@@ -9,9 +9,7 @@ use std::time::Duration;
 use llbus::{Actor, Backpressure, Bus, Context, RestartLimit, Setup, StartError, Supervision};
 use tests::{assert_balanced, bounded, wait_for};
 
-#[derive(Clone, Debug, PartialEq)]
-struct Num(u64);
-tests::message!(Num, "builder.num");
+use crate::fixtures::{Ignores, Nothing, Num, Tick, Ticker};
 
 /// Takes no message until released: its `on_start` waits (at most 20 s).
 struct Gated {
@@ -60,7 +58,7 @@ fn dropped_with(default_capacity_first: bool) -> u64 {
     drop(feed);
     let report = running.join().expect("join");
     assert_balanced(&report);
-    report.edge("builder.num", "feed", "gated").unwrap().dropped
+    report.edge("test.num", "feed", "gated").unwrap().dropped
 }
 
 #[test]
@@ -71,25 +69,17 @@ fn a_default_capacity_applies_whether_set_before_or_after_the_backpressure() {
     });
 }
 
-/// Does nothing.
-struct Quiet;
-
-impl Actor for Quiet {
-    type In = Num;
-    fn on_message(&mut self, _: Num, _ctx: &mut Context<'_>) {}
-}
-
 /// `start()`'s error for a bus with a feed and one subscriber configured by `configure`.
 fn refused(
     configure: impl FnOnce(&mut llbus::BusBuilder),
-    subscriber: impl FnOnce(llbus::ActorBuilder<'_, Quiet>) -> llbus::ActorBuilder<'_, Quiet>,
+    subscriber: impl FnOnce(
+        llbus::ActorBuilder<'_, Ignores<Num>>,
+    ) -> llbus::ActorBuilder<'_, Ignores<Num>>,
 ) -> String {
     let mut bus = Bus::builder();
     configure(&mut bus);
     let _feed = bus.publisher::<Num>("feed");
-    let actor = bus
-        .actor("quiet", |_: &mut Setup<'_>| Quiet)
-        .subscribes::<Num>();
+    let actor = bus.actor("quiet", Ignores::<Num>::new).subscribes::<Num>();
     let _ = subscriber(actor);
     match bus.start() {
         Err(StartError::Invalid(why)) => why,
@@ -114,7 +104,7 @@ fn settings_that_cannot_work_are_start_errors_naming_them() {
     // Overflows the ring's power of two: an error, not a panic inside start().
     let why = refused(|_| {}, |a| a.capacity::<Num>(usize::MAX));
     assert!(
-        why.contains("capacity") && why.contains("builder.num"),
+        why.contains("capacity") && why.contains("test.num"),
         "{why}"
     );
     // A ring larger than any memory.
@@ -161,13 +151,13 @@ fn an_actor_s_handled_agrees_with_its_edges_after_a_panic_mid_turn() {
         wait_for("every message handled or panicked", 30, || {
             running
                 .snapshot()
-                .edge("builder.num", "feed", "panicky")
+                .edge("test.num", "feed", "panicky")
                 .is_some_and(|e| e.handled + e.panicked == 20)
         });
         running.stop();
         drop(feed);
         let report = running.join().expect("join");
-        let e = report.edge("builder.num", "feed", "panicky").unwrap();
+        let e = report.edge("test.num", "feed", "panicky").unwrap();
         assert_eq!((e.handled, e.panicked), (19, 1), "{e:?}");
         let a = report.actor("panicky").unwrap();
         assert_eq!(a.handled, e.handled, "actor {a:?} against edge {e:?}");
@@ -198,4 +188,133 @@ impl Actor for GatedThenPanicky {
             panic!("the tenth message");
         }
     }
+}
+
+/// What `start()` makes of a bus declared by `f`: "invalid: ..." for a refusal naming the
+/// setting, otherwise "panicked", "started" or "other: ...".
+fn start_err(f: impl FnOnce(&mut llbus::BusBuilder) + std::panic::UnwindSafe) -> String {
+    let got = std::panic::catch_unwind(move || {
+        let mut bus = Bus::builder();
+        f(&mut bus);
+        bus.start().map(drop)
+    });
+    match got {
+        Err(_) => "panicked".to_owned(),
+        Ok(Ok(())) => "started".to_owned(),
+        Ok(Err(StartError::Invalid(m))) => format!("invalid: {m}"),
+        Ok(Err(e)) => format!("other: {e}"),
+    }
+}
+
+/// Declares something on a builder (a case of the test below).
+type Declare = Box<dyn FnOnce(&mut llbus::BusBuilder) + std::panic::UnwindSafe>;
+
+#[test]
+fn capacities_and_durations_that_cannot_work_are_invalid_not_panics() {
+    bounded("builder limits", 60, || {
+        let cases: Vec<(&str, Declare)> = vec![
+            (
+                "capacity usize::MAX",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", Ignores::<Tick>::new)
+                        .subscribes::<Tick>()
+                        .capacity::<Tick>(usize::MAX);
+                    b.actor("p", Ticker::new).publishes::<Tick>();
+                }),
+            ),
+            (
+                "capacity 2^62",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", Ignores::<Tick>::new)
+                        .subscribes::<Tick>()
+                        .capacity::<Tick>(1 << 62);
+                    b.actor("p", Ticker::new).publishes::<Tick>();
+                }),
+            ),
+            (
+                "capacity 2^40 (beyond memory)",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", Ignores::<Tick>::new)
+                        .subscribes::<Tick>()
+                        .capacity::<Tick>(1 << 40);
+                    b.actor("p", Ticker::new).publishes::<Tick>();
+                }),
+            ),
+            (
+                "default_capacity 0 after backpressure",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", Ignores::<Tick>::new)
+                        .subscribes::<Tick>()
+                        .backpressure::<Tick>(Backpressure::DropNewest)
+                        .default_capacity(0);
+                    b.actor("p", Ticker::new).publishes::<Tick>();
+                }),
+            ),
+            (
+                "handle capacity usize::MAX",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    let _ = b.publisher::<Tick>("p");
+                    let _ = b.subscription_with::<Tick>("s", Backpressure::Block, usize::MAX);
+                }),
+            ),
+            (
+                "handle capacity 0",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    let _ = b.publisher::<Tick>("p");
+                    let _ = b.subscription_with::<Tick>("s", Backpressure::Block, 0);
+                }),
+            ),
+            (
+                "stop_timeout 0",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.stop_timeout(Duration::ZERO);
+                    b.actor("a", |_: &mut Setup<'_>| Nothing);
+                }),
+            ),
+            (
+                "stop_timeout MAX",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.stop_timeout(Duration::MAX);
+                    b.actor("a", |_: &mut Setup<'_>| Nothing);
+                }),
+            ),
+            (
+                "tick MAX",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", |_: &mut Setup<'_>| Nothing)
+                        .tick_every(Duration::MAX);
+                }),
+            ),
+            (
+                "restart window 0",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", |_: &mut Setup<'_>| Nothing)
+                        .supervision(Supervision::Restart(RestartLimit {
+                            max_restarts: 3,
+                            within: Duration::ZERO,
+                            delay: Duration::from_millis(1),
+                        }));
+                }),
+            ),
+            (
+                "restart delay MAX",
+                Box::new(|b: &mut llbus::BusBuilder| {
+                    b.actor("a", |_: &mut Setup<'_>| Nothing)
+                        .supervision(Supervision::Restart(RestartLimit {
+                            max_restarts: 3,
+                            within: Duration::from_secs(1),
+                            delay: Duration::MAX,
+                        }));
+                }),
+            ),
+        ];
+        let mut bad = Vec::new();
+        for (name, f) in cases {
+            let got = start_err(f);
+            if !got.starts_with("invalid") {
+                bad.push(format!("{name}: {got}"));
+            }
+        }
+        assert!(bad.is_empty(), "not refused as Invalid: {bad:#?}");
+    });
 }

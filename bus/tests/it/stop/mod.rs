@@ -1,9 +1,12 @@
 //! The stop contract as an application meets it: a stop acts at once whoever asks for it (no
 //! one has to call `join`), subscriptions close once the bus stops publishing into them, a
 //! publisher never waits on a reader outside the bus, `join` reports late hooks and
-//! unresponsive threads, and the tokio adapter loses nothing uncounted across a stop.
+//! unresponsive threads. `hostile` attacks the same promises; the tokio adapter across a stop
+//! is `tokio_edges`'s subject.
 //!
 //! Every test ends by itself in bounded time (`bounded`), and asserts the balance of every edge.
+
+mod hostile;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,9 +17,7 @@ use llbus::{
 };
 use tests::{assert_balanced, bounded, wait_for};
 
-#[derive(Clone, Debug, PartialEq)]
-struct Tick(u64);
-tests::message!(Tick, "stop.tick");
+use crate::fixtures::{Nothing, Tick};
 
 /// Publishes a number every tick; records each tick that starts once a stop was requested.
 struct Feed {
@@ -119,7 +120,7 @@ fn stop_then_reading_a_subscription_to_its_end_then_join_ends() {
         let report = b.running.join().expect("join");
         let stop = report.stop.clone().expect("join reports the stop");
         assert!(stop.drained && stop.late_hooks.is_empty(), "{stop:?}");
-        let e = report.edge("stop.tick", "feed", "tap").unwrap();
+        let e = report.edge("test.tick", "feed", "tap").unwrap();
         // Everything published was read here: 100 before, `after` after.
         assert_eq!(e.handled, 100 + after as u64, "{e:?}");
         assert_balanced(&report);
@@ -176,7 +177,7 @@ fn stop_from_inside_while_main_reads(how: Inside) {
         }
         (how, other) => panic!("{how:?}: unexpected {other:?}"),
     };
-    let e = report.edge("stop.tick", "feed", "tap").unwrap();
+    let e = report.edge("test.tick", "feed", "tap").unwrap();
     assert_eq!(e.handled, read, "{e:?}");
     assert_balanced(&report);
 }
@@ -215,16 +216,12 @@ fn a_stop_handle_used_from_another_thread_stops_the_bus_without_join() {
         stopper.join().unwrap();
         let report = b.running.join().expect("join");
         assert_eq!(
-            report.edge("stop.tick", "feed", "tap").unwrap().handled,
+            report.edge("test.tick", "feed", "tap").unwrap().handled,
             read
         );
         assert_balanced(&report);
     });
 }
-
-#[derive(Clone, Debug, PartialEq)]
-struct Num(u64);
-tests::message!(Num, "stop.num");
 
 #[test]
 fn a_full_block_subscription_nobody_reads_does_not_hold_the_stop() {
@@ -238,7 +235,7 @@ fn a_full_block_subscription_nobody_reads_does_not_hold_the_stop() {
         wait_for("the feed to wait on the full tap", 30, || {
             running
                 .snapshot()
-                .edge("stop.tick", "feed", "tap")
+                .edge("test.tick", "feed", "tap")
                 .is_some_and(|e| e.waited > 0)
         });
         running.stop();
@@ -249,7 +246,7 @@ fn a_full_block_subscription_nobody_reads_does_not_hold_the_stop() {
             stop.took < Duration::from_secs(20),
             "the stop waited out its timeout for a reader: {stop:?}"
         );
-        let e = report.edge("stop.tick", "feed", "tap").unwrap();
+        let e = report.edge("test.tick", "feed", "tap").unwrap();
         assert_eq!(e.lost, 1, "the publish given up is counted lost: {e:?}");
         assert_eq!(e.in_flight, 4, "{e:?}");
         // What the ring holds stays readable, then the subscription is closed.
@@ -275,14 +272,6 @@ impl Actor for SlowStop {
     }
 }
 
-/// Does nothing.
-struct Idle;
-
-impl Actor for Idle {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-}
-
 #[test]
 fn join_reports_a_late_on_stop_hook_and_a_trivial_thread_still_gets_time_to_leave() {
     bounded("late hook", 60, || {
@@ -295,7 +284,7 @@ fn join_reports_a_late_on_stop_hook_and_a_trivial_thread_still_gets_time_to_leav
             release: Arc::clone(&r),
             done: Arc::clone(&d),
         });
-        bus.actor("trivial", |_: &mut Setup<'_>| Idle);
+        bus.actor("trivial", |_: &mut Setup<'_>| Nothing);
         let running = bus.start().expect("start");
         running.stop();
         let started = Instant::now();
@@ -333,137 +322,5 @@ fn dropping_a_running_bus_stops_and_joins_it() {
             Err(llbus::TryRecvError::Closed),
             "the subscription outlived its bus open"
         );
-    });
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct Doubled(u64);
-tests::message!(Doubled, "stop.doubled");
-
-/// Doubles what it gets (wrapping).
-struct DoubleOut {
-    out: Out<Doubled>,
-}
-
-impl Actor for DoubleOut {
-    type In = Num;
-    fn on_message(&mut self, Num(n): Num, ctx: &mut Context<'_>) {
-        ctx.publish(self.out, Doubled(n.wrapping_mul(2)));
-    }
-}
-
-#[test]
-fn an_async_sender_s_accepted_messages_are_all_published_across_a_stop() {
-    bounded("async publisher across a stop", 120, || {
-        let mut bus = Bus::builder();
-        let feed = bus.publisher::<Num>("feed");
-        bus.actor("doubler", |s: &mut Setup<'_>| DoubleOut { out: s.output() })
-            .subscribes::<Num>()
-            .publishes::<Doubled>()
-            .capacity::<Num>(4);
-        let tap = bus.subscription_with::<Doubled>("tap", Backpressure::DropNewest, 1 << 16);
-        let mut running = bus.start().expect("start");
-        let tx = running.publisher(feed).unwrap().into_async(64).unwrap();
-        let tap = running.subscription(tap).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let stop = running.stop_handle();
-        // Sends as fast as it can; the stop lands in the middle. Every `Ok` is a message the
-        // bus accepted and must publish; every `Err` hands the message back.
-        let (accepted, refused) = rt.block_on(async {
-            let mut accepted = 0u64;
-            let mut refused = 0u64;
-            for i in 0..20_000u64 {
-                if i == 5_000 {
-                    stop.stop();
-                }
-                match tx.send(Num(i)).await {
-                    Ok(()) => accepted += 1,
-                    Err(e) => {
-                        assert_eq!(e.0, Num(i), "the refused message is handed back");
-                        refused += 1;
-                    }
-                }
-            }
-            (accepted, refused)
-        });
-        assert!(accepted >= 5_000, "sends before the stop were refused");
-        assert!(refused > 0, "no send failed after the stop");
-        let report = running.join().expect("join");
-        let into = report.edge("stop.num", "feed", "doubler").unwrap();
-        assert_eq!(
-            into.published, accepted,
-            "every accepted send is published, nothing else: {into:?}"
-        );
-        assert_eq!(into.handled + into.lost, accepted, "{into:?}");
-        assert_eq!(into.in_flight, 0, "{into:?}");
-        // The tap is never read: what it holds is in flight, and its edge balances with it.
-        let out = report.edge("stop.doubled", "doubler", "tap").unwrap();
-        assert_eq!(out.published, into.handled, "{out:?}");
-        assert_eq!(out.published, out.dropped + out.in_flight, "{out:?}");
-        drop(tap);
-    });
-}
-
-#[test]
-fn an_async_sender_fails_at_once_after_the_stop() {
-    bounded("async publisher after a stop", 60, || {
-        let mut bus = Bus::builder();
-        let feed = bus.publisher::<Num>("feed");
-        let tap = bus.subscription::<Num>("tap");
-        let mut running = bus.start().expect("start");
-        let tx = running.publisher(feed).unwrap().into_async(8).unwrap();
-        let _tap = running.subscription(tap).unwrap();
-        running.stop();
-        let report = running.join().expect("join");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let sent = rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(1), tx.send(Num(1))).await
-        });
-        assert_eq!(
-            sent.expect("the send returned at once").map_err(|e| e.0),
-            Err(Num(1))
-        );
-        assert_eq!(report.edge("stop.num", "feed", "tap").unwrap().published, 0);
-    });
-}
-
-#[test]
-fn what_an_async_receiver_never_delivered_is_counted_lost_not_handled() {
-    bounded("async subscription dropped", 60, || {
-        let mut bus = Bus::builder();
-        let feed = bus.publisher::<Num>("feed");
-        let tap = bus.subscription_with::<Num>("tap", Backpressure::Block, 64);
-        let mut running = bus.start().expect("start");
-        let mut feed = running.publisher(feed).unwrap();
-        let mut rx = running.subscription(tap).unwrap().into_async(8).unwrap();
-        for i in 0..40 {
-            feed.publish(Num(i)).unwrap();
-        }
-        for i in 0..5 {
-            assert_eq!(rx.blocking_recv(), Some(Num(i)));
-        }
-        // Let the forwarding thread fill the channel, then drop the receiver with it full.
-        wait_for("the channel to fill", 30, || {
-            running
-                .snapshot()
-                .edge("stop.num", "feed", "tap")
-                .is_some_and(|e| e.max_depth > 0 && e.in_flight == 35)
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        drop(rx);
-        running.stop();
-        drop(feed);
-        let report = running.join().expect("join");
-        let e = report.edge("stop.num", "feed", "tap").unwrap();
-        assert_eq!(e.handled, 5, "only what was received counts handled: {e:?}");
-        assert_eq!(e.lost, 35, "{e:?}");
-        assert_eq!(report.actor("tap").unwrap().handled, 5);
-        assert_balanced(&report);
     });
 }

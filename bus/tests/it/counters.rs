@@ -4,9 +4,7 @@
 use llbus::{read_counters_file, Backpressure, Bus};
 use tests::{assert_balanced, wait_for};
 
-#[derive(Clone, Debug, PartialEq)]
-struct Num(u64);
-tests::message!(Num, "counters.num");
+use crate::fixtures::Num;
 
 #[test]
 fn a_running_bus_publishes_its_counters_and_removes_the_file_on_join() {

@@ -1,4 +1,4 @@
-//! Adversarial review of broadcast edges: two or more `Block` subscribers of one output share
+//! Broadcast edges under attack: two or more `Block` subscribers of one output share
 //! one broadcast ring, and a hook's publishes reach it when the hook returns. Each test checks
 //! a promise of docs/CONTRACT.md ("Backpressure and waiting"), `Context::publish`'s docs or
 //! `EdgeReport::published`'s books, under a stop, a panic or a slow reader.
@@ -13,7 +13,7 @@ use llbus::{
 
 #[derive(Clone, Debug, PartialEq)]
 struct Seq(u64);
-tests::message!(Seq, "review.bcast.seq");
+tests::message!(Seq, "bcast.seq");
 
 /// How the feed publishes: `count` messages in bursts of `burst` per `poll`, with
 /// `publish_slice` or one `publish` each; or all in `on_start`, then a panic after
@@ -509,9 +509,9 @@ fn run_fragile<M: llbus::Message + Clone + Send + 'static>(
 // The clone call that panics: mid-stream, so some messages went before it, and the second
 // reader's copy of its message (`publish` clones twice per message for three readers, the
 // slice path three times), so the first reader's copy is already in its slot.
-fragile!(FragileOne, "review.bcast.fragile.one", 21);
-fragile!(FragileControl, "review.bcast.fragile.control", 21);
-fragile!(FragileSlice, "review.bcast.fragile.slice", 23);
+fragile!(FragileOne, "bcast.fragile.one", 21);
+fragile!(FragileControl, "bcast.fragile.control", 21);
+fragile!(FragileSlice, "bcast.fragile.slice", 23);
 
 /// `publish` whose `Clone` unwinds in the middle of a fan-out into three rings of their own
 /// (`DropNewest`, never full here): the control for the broadcast case below.
@@ -665,10 +665,9 @@ fn control_try_publish_reaches_a_fast_block_subscriber_past_a_stuck_drop_newest_
 }
 
 /// `Context::try_publish` into a shared ring: "a full ring is the slowest subscriber's: it is
-/// then dropped for each of them". The review found the fast subscriber starved (8 of 200) where
-/// separate rings gave it all 200; that is now the documented contract, and this pins it: the
-/// fast one gets only what the stuck one had room for, every other message is counted dropped
-/// on its edge, and the books balance.
+/// then dropped for each of them" (where separate rings would give the fast subscriber every
+/// message). This pins that contract: the fast one gets only what the stuck one had room for,
+/// every other message is counted dropped on its edge, and the books balance.
 #[test]
 fn try_publish_on_a_shared_ring_drops_for_every_subscriber_when_the_slowest_is_full() {
     let (handled, report) = try_publish_past_a_stuck_subscriber(Backpressure::Block, false);
