@@ -1,54 +1,24 @@
-//! Once running, the recorder's actor allocates nothing per message: it encodes into batches
-//! made at start and gets them back from its writer thread. Counted per thread by a global
-//! allocator, on the bus thread the recorder shares with a probe actor that reads that
-//! thread's count (the writer thread, which the mcap crate allocates on, is not counted).
+//! A binary of its own because the process is the fixture: a global allocator
+//! (`tests::CountingAlloc`) counts allocations per thread. Once running, the recorder's actor
+//! allocates nothing per message: it encodes into batches made at start and gets them back from
+//! its writer thread. Counted on the bus thread the recorder shares with a probe actor that
+//! reads that thread's count (the writer thread, which the mcap crate allocates on, is not
+//! counted).
 
-mod common;
+#[path = "it/fixtures.rs"]
+mod fixtures;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{trade, TempDir, Trade};
+use fixtures::{trade, TempDir, Trade};
 use llbus::{Actor, Bus, Context, Setup};
 use llbus_record::{Recorder, RecorderStats};
-
-struct PerThread;
-
-std::thread_local! {
-    /// Allocations by the current thread; const-initialised, so reading it never allocates.
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; counting touches only a
-// const-initialised thread-local cell, which neither allocates nor unwinds.
-unsafe impl GlobalAlloc for PerThread {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded with the caller's layout, which meets `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` with this layout (every allocation goes there).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: as for `dealloc`, and `new_size` is the caller's, meeting `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use tests::CountingAlloc;
 
 #[global_allocator]
-static ALLOC: PerThread = PerThread;
+static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Publishes its thread's allocation count where the test reads it, every round.
 struct Probe(Arc<AtomicU64>);
@@ -59,7 +29,7 @@ impl Actor for Probe {
     fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
 
     fn poll(&mut self, _ctx: &mut Context<'_>) -> usize {
-        let n = ALLOCATIONS.try_with(Cell::get).unwrap_or(0);
+        let n = ALLOC.thread_allocations();
         self.0.store(n, Ordering::Relaxed);
         0
     }

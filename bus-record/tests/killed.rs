@@ -1,16 +1,16 @@
-//! A recording whose process is killed mid-write (SIGKILL: no destructor, no summary, no
-//! footer) is readable up to its last complete chunk, by the mcap crate's reader and by
-//! `read`, with every message in it intact and in sequence from the first.
-//!
-//! The child is this test binary run again with `LLBUS_RECORD_CHILD` naming the file: it
-//! records a steady stream until it is killed.
+//! A binary of its own because the process is the fixture: the test runs this binary again as a
+//! recording process (`LLBUS_RECORD_CHILD` naming the file; it records a steady stream) and kills
+//! it mid-write (SIGKILL: no destructor, no summary, no footer). The recording reads up to its
+//! last complete chunk, by the mcap crate's reader and by `read`, with every message in it
+//! intact and in sequence from the first.
 
-mod common;
+#[path = "it/fixtures.rs"]
+mod fixtures;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bincode_of, quote, Quote, TempDir};
+use fixtures::{bincode_of, quote, Quote, TempDir};
 use llbus::Bus;
 use llbus_record::{read, Recorder};
 

@@ -1,5 +1,6 @@
-//! Types and helpers shared by the recording tests.
-#![allow(dead_code)] // Each test file uses part of it.
+//! The message types, streams and temporary directories the recording tests share (this
+//! binary's modules, and the binaries `alloc.rs` and `killed.rs`, which include this file).
+#![allow(dead_code)] // Each binary uses part of it.
 
 use std::path::PathBuf;
 

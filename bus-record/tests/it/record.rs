@@ -4,12 +4,10 @@
 //! reads as a prefix of the whole; rotation splits without losing a message; a disk error is
 //! counted and leaves the bus running.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{bincode_of, now_ns, quote, trade, Quote, TempDir, Trade};
+use crate::fixtures::{bincode_of, now_ns, quote, trade, Quote, TempDir, Trade};
 use llbus::schema::{decode, Shape};
 use llbus::{Bus, Message, Schema};
 use llbus_record::{read, Recorder, RecorderStats, MESSAGE_ENCODING, SCHEMA_ENCODING};

@@ -3,12 +3,10 @@
 //! across topics, the same on every run; a replay for a type that changed since the
 //! recording is refused at `start()`.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{quote, trade, Quote, TempDir, Trade};
+use crate::fixtures::{quote, trade, Quote, TempDir, Trade};
 use llbus::{Actor, Bus, Context, Inbox, Message, Setup, StartError};
 use llbus_record::{read, Pace, Recorder, Replay};
 
