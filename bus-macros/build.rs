@@ -1,11 +1,11 @@
-//! Tells the tests which rustc builds them: `derive_ui.rs` compares rustc's diagnostics with
+//! Tells the tests which rustc builds them: `tests/ui.rs` compares rustc's diagnostics with
 //! `.stderr` files written by one pinned release, and is marked ignored (with its reason shown
 //! by `cargo test`) under any other.
 
 use std::process::Command;
 
-/// The rustc release the `ui/*.stderr` files were written by (keep in step with
-/// `tests/derive_ui.rs`).
+/// The rustc release the `tests/ui/*.stderr` files were written by (keep in step with
+/// `tests/ui.rs`).
 const PINNED: &str = "rustc 1.95.0 ";
 
 fn main() {
