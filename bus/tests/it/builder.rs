@@ -9,23 +9,7 @@ use std::time::Duration;
 use llbus::{Actor, Backpressure, Bus, Context, RestartLimit, Setup, StartError, Supervision};
 use tests::{assert_balanced, bounded, wait_for};
 
-use crate::fixtures::{Ignores, Nothing, Num, Tick, Ticker};
-
-/// Takes no message until released: its `on_start` waits (at most 20 s).
-struct Gated {
-    gate: Arc<AtomicBool>,
-}
-
-impl Actor for Gated {
-    type In = Num;
-    fn on_start(&mut self, _ctx: &mut Context<'_>) {
-        let until = std::time::Instant::now() + Duration::from_secs(20);
-        while !self.gate.load(Ordering::SeqCst) && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    fn on_message(&mut self, _: Num, _ctx: &mut Context<'_>) {}
-}
+use crate::fixtures::{Gated, Ignores, Nothing, Num, Tick, Ticker};
 
 /// Publishes 100 numbers into a `DropNewest` subscription with a default capacity of 4, set
 /// before or after the backpressure; returns how many were dropped.
@@ -93,7 +77,7 @@ fn refused(
 }
 
 #[test]
-fn settings_that_cannot_work_are_start_errors_naming_them() {
+fn settings_that_cannot_work_are_outcome_ofors_naming_them() {
     let why = refused(
         |bus| {
             bus.stop_timeout(Duration::ZERO);
@@ -192,7 +176,7 @@ impl Actor for GatedThenPanicky {
 
 /// What `start()` makes of a bus declared by `f`: "invalid: ..." for a refusal naming the
 /// setting, otherwise "panicked", "started" or "other: ...".
-fn start_err(f: impl FnOnce(&mut llbus::BusBuilder) + std::panic::UnwindSafe) -> String {
+fn outcome_of(f: impl FnOnce(&mut llbus::BusBuilder) + std::panic::UnwindSafe) -> String {
     let got = std::panic::catch_unwind(move || {
         let mut bus = Bus::builder();
         f(&mut bus);
@@ -310,7 +294,7 @@ fn capacities_and_durations_that_cannot_work_are_invalid_not_panics() {
         ];
         let mut bad = Vec::new();
         for (name, f) in cases {
-            let got = start_err(f);
+            let got = outcome_of(f);
             if !got.starts_with("invalid") {
                 bad.push(format!("{name}: {got}"));
             }

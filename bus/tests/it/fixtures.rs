@@ -1,8 +1,10 @@
 //! The message types and small actors that several modules of this binary use.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use llbus::{Actor, Context, Inbox, Out, Setup};
+use llbus::{Actor, Context, Inbox, Out, Setup, StartError};
 
 /// A number: what most tests publish.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +82,21 @@ impl<M: Inbox + 'static> Actor for Ignores<M> {
     fn on_message(&mut self, _: M, _ctx: &mut Context<'_>) {}
 }
 
+/// Subscribes to [`Num`] and reads none until `gate` opens: its `on_start` waits for it (and
+/// fails the test after 20 s), so that what is published meanwhile queues up.
+pub struct Gated {
+    /// Opened by the test when the actor may start reading.
+    pub gate: Arc<AtomicBool>,
+}
+
+impl Actor for Gated {
+    type In = Num;
+    fn on_start(&mut self, _ctx: &mut Context<'_>) {
+        tests::wait_for("the gate", 20, || self.gate.load(Ordering::Acquire));
+    }
+    fn on_message(&mut self, _: Num, _ctx: &mut Context<'_>) {}
+}
+
 /// Does nothing: an actor that only has to be there.
 pub struct Nothing;
 
@@ -101,5 +118,16 @@ pub fn assert_equation(report: &llbus::Report) {
             e.subscriber,
             e.topic
         );
+    }
+}
+
+/// `start()`'s error for `bus`; panics if the bus starts (after stopping it).
+pub fn start_err(bus: llbus::BusBuilder) -> StartError {
+    match bus.start() {
+        Ok(running) => {
+            running.stop();
+            panic!("start() accepted the bus: {:?}", running.join());
+        }
+        Err(e) => e,
     }
 }

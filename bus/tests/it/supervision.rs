@@ -7,12 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{
-    Actor, Backpressure, Bus, BusError, Context, Out, RestartLimit, Setup, StartError, Supervision,
-};
+use llbus::{Actor, Backpressure, Bus, BusError, Context, Out, RestartLimit, Setup, Supervision};
 use tests::bounded;
 
-use crate::fixtures::{Nothing, Num};
+use crate::fixtures::{start_err, Gated, Nothing, Num};
 
 /// Where a `Faulty` actor panics.
 #[derive(Clone, Copy, Debug)]
@@ -220,19 +218,6 @@ fn eager_bus(count: u64, never_waits: bool) -> (llbus::BusBuilder, Arc<AtomicBoo
     (bus, done)
 }
 
-/// Does not read its inbox until `gate` opens.
-struct Gated {
-    gate: Arc<AtomicBool>,
-}
-
-impl Actor for Gated {
-    type In = Num;
-    fn on_start(&mut self, _ctx: &mut Context<'_>) {
-        tests::wait_for("the gate", 20, || self.gate.load(Ordering::Acquire));
-    }
-    fn on_message(&mut self, _n: Num, _ctx: &mut Context<'_>) {}
-}
-
 /// `never_waits` is a promise the bus keeps: even `publish` to a full Block edge does not wait
 /// (were it to wait, the gate below would open only after the subscriber drained). What does
 /// not fit is counted as dropped.
@@ -292,16 +277,6 @@ fn a_panicking_drop_is_contained_and_counted() {
     let e = report.edge("test.num", "eager", "brittle").expect("edge");
     assert_eq!((e.handled, e.panicked, e.lost), (9, 1, 0), "{e:?}");
     tests::assert_balanced(&report);
-}
-
-fn start_err(bus: llbus::BusBuilder) -> StartError {
-    match bus.start() {
-        Ok(running) => {
-            running.stop();
-            panic!("start() accepted the bus: {:?}", running.join());
-        }
-        Err(e) => e,
-    }
 }
 
 /// Durations that would overflow the clock (or tick every round) are refused at `start()`,

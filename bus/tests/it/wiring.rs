@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use llbus::{Actor, Backpressure, Bus, Context, Idle, Out, Setup, StartError};
 
+use crate::fixtures::start_err;
+
 #[derive(Clone, Debug)]
 struct Quote(#[allow(dead_code)] u64);
 tests::message!(Quote, "md.quote");
@@ -42,17 +44,6 @@ struct ImpostorSink;
 impl Actor for ImpostorSink {
     type In = Impostor;
     fn on_message(&mut self, _q: Impostor, _ctx: &mut Context<'_>) {}
-}
-
-fn start_err(bus: llbus::BusBuilder) -> StartError {
-    match bus.start() {
-        Ok(running) => {
-            running.stop();
-            let _ = running.join();
-            panic!("start() accepted a faulty bus");
-        }
-        Err(e) => e,
-    }
 }
 
 #[test]
