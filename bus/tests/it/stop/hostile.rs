@@ -502,7 +502,7 @@ impl Actor for SlowRelay {
     }
 }
 
-/// A handler that blocks for 5 s: join must return `Unresponsive` within the stop timeout
+/// A handler that blocks for 3 s: join must return `Unresponsive` within the stop timeout
 /// plus under a second, and the report must balance.
 #[test]
 fn join_returns_within_timeout_plus_a_second_with_a_stuck_handler() {
