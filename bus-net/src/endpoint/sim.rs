@@ -338,7 +338,7 @@ impl World {
 
     /// The reliable receiver's next sequence number, as the subscriber's endpoint holds it.
     fn receiver_next(&self) -> u64 {
-        self.subscriber.imports[0]
+        self.subscriber.subscriber.imports[0]
             .reliable
             .as_ref()
             .map_or(0, |r| r.next())
@@ -418,7 +418,7 @@ impl World {
         if publish && self.subscribed() {
             self.published += 1;
             let n = self.published;
-            let first_seq = self.publisher.exports[0].seq + 1;
+            let first_seq = self.publisher.publisher.exports[0].seq + 1;
             if let Some(mut batch) = self.publisher.export(0, &mut sent) {
                 if self.size > 0 {
                     batch.push(&(n, body(n, self.size)));
@@ -540,7 +540,7 @@ impl World {
     }
 
     fn export_counts(&self) -> crate::ReliableSendCounts {
-        self.publisher.exports[0]
+        self.publisher.publisher.exports[0]
             .reliable
             .as_ref()
             .map(|r| *r.counts())
@@ -548,7 +548,7 @@ impl World {
     }
 
     fn receiver_counts(&self) -> crate::ReliableRecvCounts {
-        self.subscriber.imports[0]
+        self.subscriber.subscriber.imports[0]
             .reliable
             .as_ref()
             .map(|r| *r.counts())
@@ -760,7 +760,7 @@ proptest! {
         prop_assert!(expected.len() >= 200, "joined after {:?}", world.joined_after);
         prop_assert_eq!(&world.lost, &Vec::<(u64, u64)>::new());
         prop_assert_eq!(&world.delivered.messages, &expected);
-        let r = *world.subscriber.imports[0].reassembly.counts();
+        let r = *world.subscriber.subscriber.imports[0].reassembly.counts();
         prop_assert_eq!(r.incomplete, 0);
         prop_assert_eq!(r.bad, 0);
         if faults.loss >= 50 {
