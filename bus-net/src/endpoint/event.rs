@@ -58,8 +58,8 @@ pub enum Event {
         /// The last.
         last: u64,
     },
-    /// A schema fetch ([`Endpoint::request_schema`](super::Endpoint::request_schema)) ended with the topic's shape, which
-    /// decoded and hashes to `fingerprint`.
+    /// A schema fetch ([`Endpoint::request_schema`](super::Endpoint::request_schema)) ended
+    /// with the topic's shape, which decoded and hashes to `fingerprint`.
     SchemaReceived {
         /// The topic.
         topic_id: u64,
@@ -92,7 +92,8 @@ pub enum Event {
     },
     /// A publisher told import `import` that its topic's data also goes to multicast group
     /// `group`: the driver joins it (and hands what arrives there to
-    /// [`Endpoint::handle_multicast`](super::Endpoint::handle_multicast)); until group datagrams arrive, data comes by unicast.
+    /// [`Endpoint::handle_multicast`](super::Endpoint::handle_multicast)); until group
+    /// datagrams arrive, data comes by unicast.
     JoinGroup {
         /// The import.
         import: usize,

@@ -193,8 +193,8 @@ impl ImportSlot {
     }
 }
 
-/// Hands a data frame's payload to `sink` (as port `port`'s), or a fragment's to `reassembly` and the message to
-/// `sink` once it is complete. Counts what is delivered.
+/// Hands a data frame's payload to `sink` (as port `port`'s), or a fragment's to `reassembly`
+/// and the message to `sink` once it is complete. Counts what is delivered.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn deliver_frame(

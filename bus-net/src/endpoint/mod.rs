@@ -23,11 +23,13 @@
 //!   destination's subscription token, there), the figures (`metrics.rs`) and the event queue
 //!   (`event.rs`).
 //!
-//! Routing ([`Endpoint::handle`]): an unanswerable source is dropped first; the datagram is
-//! opened (MAC) or parsed; its facts (source, token, the socket it came by, now) become one
-//! [`Incoming`] value that travels with each frame to the part its kind names; a group's
-//! socket takes only what is sent to that group ([`Via::takes`]). The answers to one datagram
-//! go back to its source in one datagram no larger than it; late-join bursts follow.
+//! Routing ([`Endpoint::handle`], [`Endpoint::on_timer`]): an unanswerable source is dropped
+//! first; the datagram is opened (MAC) or parsed; its facts (source, token, the socket it came
+//! by, now) become one [`Incoming`] value that travels with each frame to the part its kind
+//! names, with the [`Common`] context lent for the call; a group's socket takes only what is
+//! sent to that group ([`Via::takes`]). The parts' answers to one datagram go back to its
+//! source in one datagram no larger than it, then the late-join bursts it earned. A timer
+//! polls each part in turn.
 //!
 //! The rules it keeps (`SECURITY.md`, `docs/PROTOCOL.md`): an unanswerable source is dropped
 //! first; the answers to one datagram go back to its source in one datagram no larger than it;

@@ -3,18 +3,18 @@
 //!
 //! Publisher: an export with a group sends each datagram once to the group for every
 //! subscriber that says it receives the group ([`Flags::GROUP`](crate::Flags::GROUP) on its
-//! `Subscribe`), and by unicast to the others, as before. Subscribers still subscribe and
-//! renew by unicast, so the publisher knows and counts them; each admitted or renewed one is
-//! told the group and the group token in a `Group` frame in its unicast heartbeats (with its
-//! own token) until it says it receives the group. Heartbeats go to every subscriber and to the
-//! group.
+//! `Subscribe`), and by unicast to the others, as it would without a group. Subscribers still
+//! subscribe and renew by unicast, so the publisher knows and counts them; each admitted or
+//! renewed one is told the group and the group token in a `Group` frame in its unicast
+//! heartbeats (with its own token) until it says it receives the group. Heartbeats go to every
+//! subscriber and to the group.
 //!
-//! Subscriber: told a group, an import asks its driver to join it ([`Event::JoinGroup`]) and
-//! accepts the group token beside its own. It says it receives the group only while datagrams
-//! of its stream arrive by the group (heartbeats at least: three heartbeat periods at most
-//! apart); when they stop (a network that drops multicast, a left group) its next renewal, due
-//! at once, says so, and the publisher serves it by unicast again. Duplicates during a switch
-//! are dropped by the sequence tracker.
+//! Subscriber: told a group, an import asks its driver to join it
+//! ([`Event::JoinGroup`](super::Event::JoinGroup)) and accepts the group token beside its own.
+//! It says it receives the group only while datagrams of its stream arrive by the group
+//! (heartbeats at least: three heartbeat periods at most apart); when they stop (a network that
+//! drops multicast, a left group) its next renewal, due at once, says so, and the publisher
+//! serves it by unicast again. Duplicates during a switch are dropped by the sequence tracker.
 //!
 //! Group retransmission (a reliable export with a group): a NAK from a subscriber that
 //! receives the group is answered on the group after a random delay of up to

@@ -5,10 +5,11 @@
 //!
 //! Serving (ring-fed and direct exports alike): a request is answered only when it is its
 //! datagram's only frame, so its answer is one datagram; the page is cut to the request's
-//! padding, so that datagram is never larger than the request. The topic's allowlist (or the endpoint's) and the per-source rate limit of
-//! the handshake apply; the egress seals the answer with the pre-shared key when there is one.
-//! A topic that is not exported, or exported without a shape, is answered with `total` 0, so a
-//! tool learns at once that there is nothing to fetch.
+//! padding, so that datagram is never larger than the request. The topic's allowlist (or the
+//! endpoint's) and the per-source rate limit of the handshake apply; the egress seals the
+//! answer with the pre-shared key when there is one. A topic that is not exported, or exported
+//! without a shape, is answered with `total` 0, so a tool learns at once that there is nothing
+//! to fetch.
 //!
 //! Fetching: one page in flight per fetch, each page asked with a fresh nonce and asked again
 //! (same nonce) every [`SCHEMA_RETRY_NS`], [`SCHEMA_ATTEMPTS`] times at most; a reply is taken
@@ -69,7 +70,8 @@ impl EncodedShape {
     }
 }
 
-/// Why a schema fetch ([`Endpoint::request_schema`](super::Endpoint::request_schema)) ended without a shape.
+/// Why a schema fetch ([`Endpoint::request_schema`](super::Endpoint::request_schema)) ended
+/// without a shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SchemaFailure {
