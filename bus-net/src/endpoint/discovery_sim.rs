@@ -407,7 +407,7 @@ fn forged_announcements_cannot_redirect_feed_or_flood() {
     assert_eq!(net.discovered(), [(addr(1), 0xa1)]);
     let mut rng = fastrand::Rng::with_seed(24);
     let config = discovery();
-    let imports_before = net.nodes[0].ep.subscriber.imports.len();
+    let imports_before = net.nodes[0].ep.import_slots();
     // A flood: every millisecond, ten announcements from forged sources (other hosts,
     // random ports and sessions), one claiming the real publisher's address under a new
     // session, and one pointing at a host other than its source.
@@ -446,7 +446,7 @@ fn forged_announcements_cannot_redirect_feed_or_flood() {
         // Bounded at every moment: the real publisher plus at most `max_tries` tries.
         let followed = net.discovered();
         assert!(followed.len() <= 1 + config.max_tries, "{followed:?}");
-        assert!(net.nodes[0].ep.subscriber.imports.len() <= imports_before + config.max_tries);
+        assert!(net.nodes[0].ep.import_slots() <= imports_before + config.max_tries);
     }
     // Never redirected: the real publisher is still followed at its address, and fed.
     assert!(net.discovered().iter().any(|d| d.0 == addr(1)));

@@ -736,3 +736,32 @@ impl Endpoint {
         self.publisher.exported_topics()
     }
 }
+
+/// What the tests read of the parts' state, beside the figures and events.
+#[cfg(test)]
+impl Endpoint {
+    /// How many import slots there are (live and removed).
+    pub(crate) fn import_slots(&self) -> usize {
+        self.subscriber.imports.len()
+    }
+
+    /// Import `i`'s reliable receiver, if it is reliable.
+    pub(crate) fn receiver(&self, i: usize) -> Option<&crate::ReliableReceiver> {
+        self.subscriber.imports.get(i)?.reliable.as_ref()
+    }
+
+    /// What import `i`'s reassembler counted.
+    pub(crate) fn reassembly_counts(&self, i: usize) -> Option<crate::ReassemblyCounts> {
+        Some(*self.subscriber.imports.get(i)?.reassembly.counts())
+    }
+
+    /// Export `i`'s history, if it is reliable.
+    pub(crate) fn history(&self, i: usize) -> Option<&crate::ReliableExport> {
+        self.publisher.exports.get(i)?.reliable.as_ref()
+    }
+
+    /// The last sequence number export `i` sent.
+    pub(crate) fn export_seq(&self, i: usize) -> Option<u64> {
+        Some(self.publisher.exports.get(i)?.seq)
+    }
+}

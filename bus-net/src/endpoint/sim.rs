@@ -338,10 +338,7 @@ impl World {
 
     /// The reliable receiver's next sequence number, as the subscriber's endpoint holds it.
     fn receiver_next(&self) -> u64 {
-        self.subscriber.subscriber.imports[0]
-            .reliable
-            .as_ref()
-            .map_or(0, |r| r.next())
+        self.subscriber.receiver(0).map_or(0, |r| r.next())
     }
 
     /// Takes the subscriber's events: its first establishment fixes where it starts.
@@ -418,7 +415,7 @@ impl World {
         if publish && self.subscribed() {
             self.published += 1;
             let n = self.published;
-            let first_seq = self.publisher.publisher.exports[0].seq + 1;
+            let first_seq = self.publisher.export_seq(0).unwrap_or(0) + 1;
             if let Some(mut batch) = self.publisher.export(0, &mut sent) {
                 if self.size > 0 {
                     batch.push(&(n, body(n, self.size)));
@@ -540,17 +537,15 @@ impl World {
     }
 
     fn export_counts(&self) -> crate::ReliableSendCounts {
-        self.publisher.publisher.exports[0]
-            .reliable
-            .as_ref()
+        self.publisher
+            .history(0)
             .map(|r| *r.counts())
             .unwrap_or_default()
     }
 
     fn receiver_counts(&self) -> crate::ReliableRecvCounts {
-        self.subscriber.subscriber.imports[0]
-            .reliable
-            .as_ref()
+        self.subscriber
+            .receiver(0)
             .map(|r| *r.counts())
             .unwrap_or_default()
     }
@@ -760,7 +755,7 @@ proptest! {
         prop_assert!(expected.len() >= 200, "joined after {:?}", world.joined_after);
         prop_assert_eq!(&world.lost, &Vec::<(u64, u64)>::new());
         prop_assert_eq!(&world.delivered.messages, &expected);
-        let r = *world.subscriber.subscriber.imports[0].reassembly.counts();
+        let r = world.subscriber.reassembly_counts(0).unwrap_or_default();
         prop_assert_eq!(r.incomplete, 0);
         prop_assert_eq!(r.bad, 0);
         if faults.loss >= 50 {
