@@ -14,11 +14,12 @@
 //!   its own, which publisher session it follows, renewal, backoff, sequence tracking). Each
 //!   takes `(frame, source, now)` and returns answers ([`Replies`]) and events, so every attack
 //!   and fault is a unit test.
-//! - The **endpoint** ([`Endpoint`]) is sans-IO too: it owns the publisher machine, every
-//!   export's sequence and history, every import's machine, reliable receiver and reassembler,
-//!   and the egress that seals or tokens each datagram. Datagrams and time go in; datagrams
-//!   to send (through a [`Wire`]), messages to deliver (to a [`Sink`]), events and the next
-//!   deadline come out.
+//! - The **endpoint** ([`Endpoint`]) is sans-IO too: a router over parts that each own their
+//!   state, one file each under `endpoint/`: the publisher side (the publisher machine, every
+//!   export's sequence and history), the subscriber side (every import's machine, reliable
+//!   receiver and reassembler, the schema fetches), discovery, compat, and the egress that
+//!   seals or tokens each datagram. Datagrams and time go in; datagrams to send (through a
+//!   [`Wire`]), messages to deliver (to a [`Sink`]), events and the next deadline come out.
 //! - The **io** layer is a non-blocking UDP socket ([`UdpEndpoint`]) with batched send and
 //!   receive: `sendmmsg`/`recvmmsg` on Linux, `send_to`/`recv_from` loops elsewhere.
 //! - The **bridge** ([`Bridge`]) joins them to the bus as an actor of its own:

@@ -2,12 +2,14 @@
 //! publishers announce it (`docs/PROTOCOL.md`, "Discovery"), in the manner of DDS's SPDP and
 //! Zenoh's scouting.
 //!
-//! Inputs: `Announce` and `Query` frames (from [`Endpoint::handle`]) and the timer
-//! ([`Endpoint::on_timer`]). Outputs: announcements to the discovery group and unicast peers
-//! (at the first timer, then every period), queries for the topics with no publisher yet, an
-//! answer to a query (to the asker alone, never larger than its query, rate-limited per
-//! source), and imports added and removed at run time ([`Endpoint::add_import`],
-//! [`Endpoint::remove_import`]) with an [`Event`] for each.
+//! Inputs: `Announce` and `Query` frames, each with its datagram's facts ([`Incoming`]: from
+//! [`Endpoint::handle`] or, heard on the discovery group, [`Endpoint::handle_group`]), and the
+//! timer ([`Endpoint::on_timer`]). Outputs: announcements to the discovery group and unicast
+//! peers (at the first timer, then every period), queries for the topics with no publisher
+//! yet, an answer to a query (to the asker alone, never larger than its query, rate-limited
+//! per source), and imports added to and removed from the subscriber side at run time, with an
+//! [`Event`] for each. It reads the publisher side's exports (what it announces) and the
+//! subscriber side's imports (whether a followed publisher answers).
 //!
 //! An announcement only proposes. Acting on one adds an import, whose subscription is made
 //! by the ordinary handshake: the publisher must answer the cookie challenge at the announced
@@ -22,7 +24,13 @@
 
 use std::net::SocketAddr;
 
-use super::{push_event, Endpoint, Event, Wire};
+use super::common::Common;
+use super::event::Event;
+use super::publisher::PublisherSide;
+use super::subscriber::SubscriberSide;
+#[cfg(doc)]
+use super::Endpoint;
+use super::{Incoming, Via, Wire};
 use crate::session::is_answerable;
 use crate::{
     entry_len, Announce, AnnounceHead, BatchEncoder, DiscoveryConfig, DropReason, Frame,
@@ -105,7 +113,7 @@ struct Found {
     established: bool,
 }
 
-/// The discovery state of an endpoint.
+/// The discovery part of an endpoint (see the module docs).
 pub(crate) struct Discovery {
     config: DiscoveryConfig,
     /// The data address announced (an unspecified IP: the datagram's source).
@@ -201,138 +209,106 @@ fn is_own(local: SocketAddr, data: SocketAddr) -> bool {
         && (data.ip() == local.ip() || (local.ip().is_unspecified() && data.ip().is_loopback()))
 }
 
-impl Endpoint {
-    /// Turns discovery on: announces the exports (data address `local`; an unspecified IP
-    /// means the announcements' source) as `config` says, and imports each topic of `wants`
-    /// from whichever publishers announce it. Allocates its tables now.
-    pub fn with_discovery(
-        mut self,
+impl Discovery {
+    /// Discovery announcing the exports (data address `local`; an unspecified IP means the
+    /// announcements' source) as `config` says and importing each topic of `wants` from
+    /// whichever publishers announce it; queries answered within a rate limit over
+    /// `rate_limit_sources` sources, announcements built in datagrams of `max_datagram`
+    /// bytes. Allocates its tables now.
+    pub(crate) fn new(
         config: &DiscoveryConfig,
         local: SocketAddr,
         wants: Vec<DiscoverSpec>,
+        rate_limit_sources: usize,
+        max_datagram: usize,
     ) -> Self {
         let followed = wants.len().saturating_mul(config.max_publishers);
-        self.discovery = Some(Box::new(Discovery {
+        Discovery {
             config: config.clone(),
             local,
             wants,
             found: Vec::with_capacity(followed),
             cooldown: Vec::with_capacity(COOLDOWN),
-            limiter: RateLimiter::new(config.query_limit, self.config.rate_limit_sources),
+            limiter: RateLimiter::new(config.query_limit, rate_limit_sources),
             seq: 0,
             start: None,
             next_announce: 0,
             early: u64::MAX,
             last_early: 0,
             parts: Vec::new(),
-            scratch: vec![0; self.max_datagram],
+            scratch: vec![0; max_datagram],
             counts: DiscoveryCounts::default(),
-        }));
-        self
-    }
-
-    /// Handles a datagram heard on the discovery group: as [`handle`](Self::handle), except
-    /// that this endpoint's own announcements and queries, which the group loops back, are
-    /// ignored before anything is counted (sealed, they would count as replayed).
-    pub fn handle_group(
-        &mut self,
-        datagram: &[u8],
-        src: SocketAddr,
-        now_ns: u64,
-        wire: &mut dyn Wire,
-        sink: &mut dyn super::Sink,
-    ) {
-        // The first frame's session field (its header is checked by `handle` if it goes on).
-        let session = datagram
-            .get(24..32)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes);
-        if session == Some(self.session) {
-            return;
         }
-        self.by_discovery_group = true;
-        self.handle(datagram, src, now_ns, wire, sink);
-        self.by_discovery_group = false;
     }
 
-    /// What discovery did; `None` if it is off.
-    pub fn discovery_counts(&self) -> Option<DiscoveryCounts> {
-        self.discovery.as_ref().map(|d| d.counts)
+    /// What discovery did.
+    pub(crate) fn counts(&self) -> DiscoveryCounts {
+        self.counts
     }
 
-    /// The publishers discovery follows: `(topic, data address, session, import)`; the
-    /// session is the one the import follows once established (the announced one before).
-    pub fn discovered(&self) -> impl Iterator<Item = (&'static str, SocketAddr, u64, usize)> + '_ {
-        self.discovery.iter().flat_map(|d| {
-            d.found.iter().filter_map(|f| {
-                let want = d.wants.get(f.want)?;
-                let session = match self.import_state(f.import) {
-                    Some(ImportState::Established { session, .. }) => session,
-                    _ => f.session,
-                };
-                Some((want.topic, f.data, session, f.import))
-            })
+    /// The publishers followed: `(topic, data address, session, import)`; the session is the
+    /// one the import follows once established (the announced one before).
+    pub(crate) fn discovered<'a>(
+        &'a self,
+        subscriber: &'a SubscriberSide,
+    ) -> impl Iterator<Item = (&'static str, SocketAddr, u64, usize)> + 'a {
+        self.found.iter().filter_map(move |f| {
+            let want = self.wants.get(f.want)?;
+            let session = match subscriber.import_state(f.import) {
+                Some(ImportState::Established { session, .. }) => session,
+                _ => f.session,
+            };
+            Some((want.topic, f.data, session, f.import))
         })
     }
 
-    /// When discovery next has something to do.
-    pub(crate) fn discovery_deadline(&self) -> u64 {
-        self.discovery.as_ref().map_or(u64::MAX, |d| {
-            let next = d.next_announce.min(d.early);
-            if d.found.is_empty() {
-                next
-            } else {
-                // Tries and expiries are checked at the housekeeping rate at least.
-                next.min(self.next_housekeeping)
-            }
-        })
+    /// When discovery next has something to do; `housekeeping`: when the endpoint's next
+    /// housekeeping is (tries and expiries are checked at that rate at least).
+    pub(crate) fn deadline(&self, housekeeping: u64) -> u64 {
+        let next = self.next_announce.min(self.early);
+        if self.found.is_empty() {
+            next
+        } else {
+            next.min(housekeeping)
+        }
     }
 
-    /// An announcement from `src`: follows each publisher of a discovered topic it names,
-    /// within the caps.
+    /// An announcement from the datagram's source: follows each publisher of a discovered
+    /// topic it names, within the caps, by adding an import to `subscriber`.
     pub(crate) fn on_announce(
         &mut self,
         frame: &Frame<'_>,
-        src: SocketAddr,
-        now_ns: u64,
+        incoming: &Incoming,
+        subscriber: &mut SubscriberSide,
+        common: &mut Common,
     ) -> Result<(), DropReason> {
-        let Some(mut d) = self.discovery.take() else {
-            return Err(DropReason::UnknownTopic);
-        };
-        let result = self.follow(&mut d, frame, src, now_ns);
-        self.discovery = Some(d);
-        result
-    }
-
-    fn follow(
-        &mut self,
-        d: &mut Discovery,
-        frame: &Frame<'_>,
-        src: SocketAddr,
-        now_ns: u64,
-    ) -> Result<(), DropReason> {
+        let (src, now_ns) = (incoming.src, incoming.now_ns);
         let announce = Announce::from_frame(frame)?;
-        if announce.session == self.session {
+        if announce.session == common.session {
             return Ok(()); // Our own, looped back by the group.
         }
-        if !self.config.allow.contains(src.ip()) {
+        if !common.config.allow.contains(src.ip()) {
             return Err(DropReason::NotAllowed);
         }
         let data = announce.data_from(src).ok_or(DropReason::BadSource)?;
-        if !is_answerable(data) || is_own(d.local, data) {
+        if !is_answerable(data) || is_own(self.local, data) {
             // Following ourselves would feed our bus a second copy of what it publishes.
             return Err(DropReason::BadSource);
         }
-        d.counts.announcements_in += 1;
+        self.counts.announcements_in += 1;
         let period = u64::from(announce.period_ms).clamp(PERIOD_MS.0, PERIOD_MS.1);
         let keep = MISSED * period * 1_000_000;
         let expires = now_ns.saturating_add(keep);
         for topic in announce.topics() {
-            for want in 0..d.wants.len() {
-                let Some(spec) = d.wants.get(want).filter(|w| w.topic_id == topic.topic_id) else {
+            for want in 0..self.wants.len() {
+                let Some(spec) = self
+                    .wants
+                    .get(want)
+                    .filter(|w| w.topic_id == topic.topic_id)
+                else {
                     continue;
                 };
-                if let Some(f) = d
+                if let Some(f) = self
                     .found
                     .iter_mut()
                     .find(|f| f.want == want && f.data == data)
@@ -346,24 +322,24 @@ impl Endpoint {
                     continue;
                 }
                 if topic.fingerprint != spec.fingerprint {
-                    d.counts.mismatched += 1;
+                    self.counts.mismatched += 1;
                     continue;
                 }
-                let cooling = d
+                let cooling = self
                     .cooldown
                     .iter()
                     .any(|&(a, t, until)| a == data && t == spec.topic_id && now_ns < until);
-                let followed = d.found.iter().filter(|f| f.want == want).count();
-                let trying = d.found.iter().filter(|f| !f.established).count();
+                let followed = self.found.iter().filter(|f| f.want == want).count();
+                let trying = self.found.iter().filter(|f| !f.established).count();
                 if cooling
-                    || followed >= d.config.max_publishers
-                    || trying >= d.config.max_tries
-                    || d.found.len() == d.found.capacity()
+                    || followed >= self.config.max_publishers
+                    || trying >= self.config.max_tries
+                    || self.found.len() == self.found.capacity()
                 {
-                    d.counts.ignored += 1;
+                    self.counts.ignored += 1;
                     continue;
                 }
-                let import = self.add_import(
+                let import = subscriber.add_import(
                     ImportSpec {
                         topic: spec.topic,
                         topic_id: spec.topic_id,
@@ -372,8 +348,9 @@ impl Endpoint {
                         reliable: spec.reliable,
                     },
                     spec.port,
+                    common,
                 );
-                d.found.push(Found {
+                self.found.push(Found {
                     want,
                     data,
                     session: announce.session,
@@ -383,74 +360,71 @@ impl Endpoint {
                     tried: now_ns,
                     established: false,
                 });
-                d.counts.found += 1;
-                push_event(
-                    &mut self.events,
-                    Event::Discovered {
-                        import,
-                        topic_id: spec.topic_id,
-                        publisher: data,
-                        session: announce.session,
-                    },
-                );
+                self.counts.found += 1;
+                common.push_event(Event::Discovered {
+                    import,
+                    topic_id: spec.topic_id,
+                    publisher: data,
+                    session: announce.session,
+                });
             }
         }
         Ok(())
     }
 
-    /// A query from `src`: answered, to `src` alone, with one announcement of the topics it
-    /// asks for that fit in `budget` bytes (the query datagram's length if the query is alone
-    /// in it, else 0; spent, so that one datagram is answered once), at most as often as the
-    /// per-source limit allows. A query heard on the discovery group is not answered: it
-    /// brings the next announcement to the group forward.
+    /// A query from the datagram's source: answered, to it alone, with one announcement of
+    /// the topics it asks for that fit in `budget` bytes (the query datagram's length if the
+    /// query is alone in it, else 0; spent, so that one datagram is answered once), at most as
+    /// often as the per-source limit allows. A query heard on the discovery group is not
+    /// answered: it brings the next announcement to the group forward.
     pub(crate) fn on_query(
         &mut self,
         frame: &Frame<'_>,
-        src: SocketAddr,
+        incoming: &Incoming,
         budget: &mut usize,
-        now_ns: u64,
+        publisher: &PublisherSide,
         wire: &mut dyn Wire,
+        common: &mut Common,
     ) -> Result<(), DropReason> {
+        let (src, now_ns) = (incoming.src, incoming.now_ns);
         let query = Query::from_frame(frame)?;
         let room = std::mem::take(budget)
-            .saturating_sub(self.egress.trailer_len())
-            .min(self.control_room());
-        let Some(d) = self.discovery.as_mut() else {
-            return Err(DropReason::UnknownTopic);
-        };
-        if query.session == self.session {
+            .saturating_sub(common.egress.trailer_len())
+            .min(common.control_room());
+        if query.session == common.session {
             return Ok(());
         }
-        if !self.config.allow.contains(src.ip()) {
+        if !common.config.allow.contains(src.ip()) {
             return Err(DropReason::NotAllowed);
         }
-        if self.by_discovery_group {
+        if incoming.via == Via::DiscoveryGroup {
             // Every member of the group hears a query sent to it: answering would send its
             // source one answer per member. The group is served by an announcement to the
             // group instead, brought forward (at most once per `EARLY_GAP`).
-            if now_ns >= d.last_early.saturating_add(EARLY_GAP) || d.last_early == 0 {
-                d.early = d.early.min(now_ns);
+            if now_ns >= self.last_early.saturating_add(EARLY_GAP) || self.last_early == 0 {
+                self.early = self.early.min(now_ns);
             }
             return Ok(());
         }
         if room == 0 {
             return Ok(()); // Not alone in its datagram.
         }
-        if !d.limiter.allow(src.ip(), now_ns) {
+        if !self.limiter.allow(src.ip(), now_ns) {
             return Err(DropReason::RateLimited);
         }
+        let (exports, directs) = (&publisher.exports[..], &publisher.directs[..]);
         // As many of the topics asked for as fit the query's size.
         let mut fit = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
         let wanted =
             move |e: &(u64, u64, bool, &'static str)| query.topic_id == 0 || e.0 == query.topic_id;
         // One part: the topics asked for of one group (the first that has any), since its
         // head names one group.
-        let Some(group) = groups(&self.exports)
-            .find(|&g| entries_in(&self.exports, &self.directs, g).any(|e| wanted(&e)))
+        let Some(group) =
+            groups(exports).find(|&g| entries_in(exports, directs, g).any(|e| wanted(&e)))
         else {
             return Ok(());
         };
-        let n = entries_in(&self.exports, &self.directs, group)
+        let n = entries_in(exports, directs, group)
             .filter(wanted)
             .take_while(|e| match fit.checked_sub(entry_len(e.3)) {
                 Some(left) => {
@@ -463,91 +437,87 @@ impl Endpoint {
         if n == 0 || room < HEADER_LEN + ANNOUNCE_FIXED_LEN {
             return Ok(());
         }
-        let head = self.announce_head(now_ns, group);
-        let asked = entries_in(&self.exports, &self.directs, group)
-            .filter(wanted)
-            .take(n);
-        let Some(d) = self.discovery.as_mut() else {
-            return Ok(());
-        };
-        let mut enc = BatchEncoder::new(self.control_buf.get_mut(..room).unwrap_or_default());
+        let head = self.announce_head(now_ns, group, common);
+        let asked = entries_in(exports, directs, group).filter(wanted).take(n);
+        let mut enc = BatchEncoder::new(common.control_buf.get_mut(..room).unwrap_or_default());
         if enc
-            .push_announce(&head, 0, 1, asked, &mut d.scratch)
+            .push_announce(&head, 0, 1, asked, &mut self.scratch)
             .is_err()
         {
             return Ok(()); // Cannot happen: only what fits was taken.
         }
         let (datagrams, bytes) =
-            self.egress
+            common
+                .egress
                 .send(wire, enc.as_bytes(), false, std::iter::once((src, 0)));
-        self.metrics.sent(datagrams, bytes);
-        d.counts.queries_answered += 1;
+        common.metrics.sent(datagrams, bytes);
+        self.counts.queries_answered += 1;
         Ok(())
     }
 
     /// The fixed fields of this endpoint's next announcement (part), whose topics' data goes to
     /// `group` (`None`: by unicast only).
-    fn announce_head(&mut self, now_ns: u64, group: Option<SocketAddr>) -> AnnounceHead {
-        let timestamp_ns = (self.wall)();
-        let Some(d) = self.discovery.as_mut() else {
-            return AnnounceHead {
-                session: self.session,
-                seq: 0,
-                timestamp_ns,
-                period_ms: 1,
-                uptime_ms: 0,
-                data: SocketAddr::from(([0, 0, 0, 0], 0)),
-                group: None,
-            };
-        };
-        d.seq += 1;
-        let start = *d.start.get_or_insert(now_ns);
+    fn announce_head(
+        &mut self,
+        now_ns: u64,
+        group: Option<SocketAddr>,
+        common: &Common,
+    ) -> AnnounceHead {
+        let timestamp_ns = (common.wall)();
+        self.seq += 1;
+        let start = *self.start.get_or_insert(now_ns);
         AnnounceHead {
-            session: self.session,
-            seq: d.seq,
+            session: common.session,
+            seq: self.seq,
             timestamp_ns,
-            period_ms: u32::try_from(d.config.announce_every.as_millis())
+            period_ms: u32::try_from(self.config.announce_every.as_millis())
                 .unwrap_or(u32::MAX)
                 .max(1),
             uptime_ms: now_ns.saturating_sub(start) / 1_000_000,
-            data: d.local,
+            data: self.local,
             group,
         }
     }
 
     /// Discovery's timers: the periodic announcement, queries for the topics with no
     /// publisher, and the followed publishers' tries and expiries.
-    pub(crate) fn poll_discovery(&mut self, now_ns: u64, wire: &mut dyn Wire) {
-        let Some(mut d) = self.discovery.take() else {
-            return;
-        };
-        d.start.get_or_insert(now_ns);
-        self.tend(&mut d, now_ns, wire);
-        if now_ns >= d.next_announce {
-            d.next_announce = now_ns.saturating_add(nanos(d.config.announce_every));
-            d.early = u64::MAX;
-            self.discovery = Some(d);
-            self.announce(now_ns, wire);
-            self.query(now_ns, wire);
-            return;
-        }
-        if now_ns >= d.early {
-            d.early = u64::MAX;
-            d.last_early = now_ns;
-            self.discovery = Some(d);
-            self.announce(now_ns, wire);
+    pub(crate) fn poll(
+        &mut self,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        subscriber: &mut SubscriberSide,
+        publisher: &PublisherSide,
+        common: &mut Common,
+    ) {
+        self.start.get_or_insert(now_ns);
+        self.tend(now_ns, wire, subscriber, common);
+        if now_ns >= self.next_announce {
+            self.next_announce = now_ns.saturating_add(nanos(self.config.announce_every));
+            self.early = u64::MAX;
+            self.announce(now_ns, wire, publisher, common);
+            self.query(wire, common);
             return;
         }
-        self.discovery = Some(d);
+        if now_ns >= self.early {
+            self.early = u64::MAX;
+            self.last_early = now_ns;
+            self.announce(now_ns, wire, publisher, common);
+        }
     }
 
     /// Marks the tries established, gives up those refused or too slow, forgets publishers
-    /// that stopped announcing.
-    fn tend(&mut self, d: &mut Discovery, now_ns: u64, wire: &mut dyn Wire) {
-        let timeout = nanos(d.config.try_timeout);
+    /// that stopped announcing (removing their imports from `subscriber`).
+    fn tend(
+        &mut self,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        subscriber: &mut SubscriberSide,
+        common: &mut Common,
+    ) {
+        let timeout = nanos(self.config.try_timeout);
         let mut i = 0;
-        while let Some(f) = d.found.get_mut(i) {
-            let import = self.imports.get(f.import);
+        while let Some(f) = self.found.get_mut(i) {
+            let import = subscriber.imports.get(f.import);
             let state = import.map(|im| im.session.state());
             let heard = import.map_or(0, |im| im.heard_ns);
             let refused = matches!(state, Some(ImportState::Refused(_)));
@@ -566,128 +536,120 @@ impl Endpoint {
                 i += 1;
                 continue;
             }
-            let f = d.found.swap_remove(i);
-            self.remove_import(f.import, wire);
-            let topic_id = d.wants.get(f.want).map_or(0, |w| w.topic_id);
+            let f = self.found.swap_remove(i);
+            subscriber.remove_import(f.import, wire, common);
+            let topic_id = self.wants.get(f.want).map_or(0, |w| w.topic_id);
             // A try that expires before it is established is given up like a late one: a
             // sender claiming a short period must not get its address tried again sooner.
             if refused || late || !f.established {
-                d.counts.given_up += 1;
-                if d.cooldown.len() == COOLDOWN {
-                    d.cooldown.remove(0);
+                self.counts.given_up += 1;
+                if self.cooldown.len() == COOLDOWN {
+                    self.cooldown.remove(0);
                 }
-                d.cooldown
+                self.cooldown
                     .push((f.data, topic_id, now_ns.saturating_add(timeout)));
             } else {
-                d.counts.lost += 1;
+                self.counts.lost += 1;
             }
-            push_event(
-                &mut self.events,
-                Event::Lost {
-                    import: f.import,
-                    topic_id,
-                    publisher: f.data,
-                },
-            );
+            common.push_event(Event::Lost {
+                import: f.import,
+                topic_id,
+                publisher: f.data,
+            });
         }
     }
 
     /// The destinations of discovery's own datagrams: the group and the peers.
-    fn discovery_dests(d: &Discovery) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
-        d.config
+    fn dests(config: &DiscoveryConfig) -> impl Iterator<Item = (SocketAddr, u64)> + '_ {
+        config
             .group
             .iter()
-            .chain(&d.config.peers)
+            .chain(&config.peers)
             .map(|&a| (crate::session::canonical(a), 0))
     }
 
-    /// Announces every export, in as many parts as they need.
-    fn announce(&mut self, now_ns: u64, wire: &mut dyn Wire) {
-        let room = self.control_room();
+    /// Announces every export of `publisher`, in as many parts as they need.
+    fn announce(
+        &mut self,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        publisher: &PublisherSide,
+        common: &mut Common,
+    ) {
+        let (exports, directs) = (&publisher.exports[..], &publisher.directs[..]);
+        let room = common.control_room();
         let per_part = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
-        let Some(mut d) = self.discovery.take() else {
-            return;
-        };
-        d.parts.clear();
-        for group in groups(&self.exports) {
+        self.parts.clear();
+        for group in groups(exports) {
             let (mut first, mut used) = (0, 0);
             let mut n = 0;
-            for entry in entries_in(&self.exports, &self.directs, group) {
+            for entry in entries_in(exports, directs, group) {
                 let len = entry_len(entry.3);
                 if used + len > per_part && n > first {
-                    d.parts.push((group, first, n));
+                    self.parts.push((group, first, n));
                     (first, used) = (n, 0);
                 }
                 used += len;
                 n += 1;
             }
             if n > first {
-                d.parts.push((group, first, n));
+                self.parts.push((group, first, n));
             }
         }
-        let total = entries(&self.exports, &self.directs).count();
-        let parts = u8::try_from(d.parts.len()).unwrap_or(u8::MAX);
-        let carried: usize = d
+        let total = entries(exports, directs).count();
+        let parts = u8::try_from(self.parts.len()).unwrap_or(u8::MAX);
+        let carried: usize = self
             .parts
             .iter()
             .take(usize::from(parts))
             .map(|&(_, first, end)| end - first)
             .sum();
-        let exported = self.exports.len() + self.directs.len();
-        d.counts.unannounced = (exported - carried.min(total)) as u64;
-        self.discovery = Some(d);
+        let exported = exports.len() + directs.len();
+        self.counts.unannounced = (exported - carried.min(total)) as u64;
         for part in 0..parts {
-            let Some(&(group, first, end)) = self
-                .discovery
-                .as_ref()
-                .and_then(|d| d.parts.get(usize::from(part)))
-            else {
+            let Some(&(group, first, end)) = self.parts.get(usize::from(part)) else {
                 return;
             };
-            let head = self.announce_head(now_ns, group);
-            let Some(d) = self.discovery.as_mut() else {
-                return;
-            };
-            let topics = entries_in(&self.exports, &self.directs, group)
+            let head = self.announce_head(now_ns, group, common);
+            let topics = entries_in(exports, directs, group)
                 .skip(first)
                 .take(end - first);
-            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            let mut enc = BatchEncoder::new(&mut common.control_buf[..room]);
             if enc
-                .push_announce(&head, part, parts, topics, &mut d.scratch)
+                .push_announce(&head, part, parts, topics, &mut self.scratch)
                 .is_err()
             {
                 return; // Cannot happen: the parts were cut to fit.
             }
             let (datagrams, bytes) =
-                self.egress
-                    .send(wire, enc.as_bytes(), false, Self::discovery_dests(d));
-            self.metrics.sent(datagrams, bytes);
-            d.counts.announcements_sent += datagrams as u64;
+                common
+                    .egress
+                    .send(wire, enc.as_bytes(), false, Self::dests(&self.config));
+            common.metrics.sent(datagrams, bytes);
+            self.counts.announcements_sent += datagrams as u64;
         }
     }
 
     /// Asks for each discovered topic that has no established publisher yet.
-    fn query(&mut self, _now_ns: u64, wire: &mut dyn Wire) {
-        let padding = QUERY_LEN - HEADER_LEN - self.egress.trailer_len();
-        let room = self.control_room();
-        let Some(d) = self.discovery.as_mut() else {
-            return;
-        };
-        for (want, spec) in d.wants.iter().enumerate() {
-            if d.found.iter().any(|f| f.want == want && f.established) {
+    fn query(&mut self, wire: &mut dyn Wire, common: &mut Common) {
+        let padding = QUERY_LEN - HEADER_LEN - common.egress.trailer_len();
+        let room = common.control_room();
+        for (want, spec) in self.wants.iter().enumerate() {
+            if self.found.iter().any(|f| f.want == want && f.established) {
                 continue;
             }
-            let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
+            let mut enc = BatchEncoder::new(&mut common.control_buf[..room]);
             if enc
-                .push_query(self.session, spec.topic_id, padding)
+                .push_query(common.session, spec.topic_id, padding)
                 .is_err()
             {
                 return;
             }
             let (datagrams, bytes) =
-                self.egress
-                    .send(wire, enc.as_bytes(), false, Self::discovery_dests(d));
-            self.metrics.sent(datagrams, bytes);
+                common
+                    .egress
+                    .send(wire, enc.as_bytes(), false, Self::dests(&self.config));
+            common.metrics.sent(datagrams, bytes);
         }
     }
 }

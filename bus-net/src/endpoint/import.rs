@@ -1,10 +1,13 @@
-//! The subscriber side: one import's state (its session machine, reliable receiver,
-//! reassembler and NAK nonces), and how what it lets through reaches the application.
+//! One import's state (its session machine, reliable receiver, reassembler and NAK nonces),
+//! and how what it lets through reaches the application: the [`Sink`], directly for a
+//! best-effort import, in order through [`InOrder`] for a reliable one. The subscriber side
+//! (`subscriber.rs`) keeps the imports and routes frames to them.
 
 use std::net::SocketAddr;
 
+use super::common::Entropy;
+use super::event::{push_event, Event};
 use super::metrics::NetMetrics;
-use super::{Endpoint, Entropy, Event, Wire};
 use crate::session::canonical;
 use crate::{
     BridgeConfig, Delivery, DropReason, Kind, LossCounts, Reassembled, Reassembler, ReliableConfig,
@@ -89,7 +92,7 @@ pub(crate) struct RetiredFigures {
 
 impl RetiredFigures {
     /// Adds the figures of `slot`, about to be reused.
-    fn absorb(&mut self, slot: &ImportSlot) {
+    pub(crate) fn absorb(&mut self, slot: &ImportSlot) {
         match &slot.reliable {
             None => super::metrics::add_loss(&mut self.loss, slot.session.loss()),
             Some(r) => {
@@ -112,8 +115,8 @@ pub(crate) struct ImportSlot {
     /// import given at start; the discovering import's for one added by discovery, so that
     /// several publishers of a topic feed one port).
     pub(crate) port: usize,
-    /// Removed ([`Endpoint::remove_import`]): it sends and accepts nothing, and its slot is
-    /// reused by the next import added.
+    /// Removed ([`Endpoint::remove_import`](super::Endpoint::remove_import)): it sends and
+    /// accepts nothing, and its slot is reused by the next import added.
     pub(crate) retired: bool,
     pub(crate) session: SubscriberSession,
     /// Whether a transient refusal was reported since the import was last established.
@@ -190,8 +193,8 @@ impl ImportSlot {
     }
 }
 
-/// Hands a data frame's payload to `sink` (as port `port`'s), or a fragment's to `reassembly` and the message to
-/// `sink` once it is complete. Counts what is delivered.
+/// Hands a data frame's payload to `sink` (as port `port`'s), or a fragment's to `reassembly`
+/// and the message to `sink` once it is complete. Counts what is delivered.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn deliver_frame(
@@ -258,7 +261,7 @@ impl Delivery for InOrder<'_> {
     fn unrecovered(&mut self, first: u64, last: u64) {
         // Delivery is in order: a message in flight is missing a fragment of this range.
         self.reassembly.abandon();
-        super::push_event(
+        push_event(
             self.events,
             Event::Unrecovered {
                 import: self.import,
@@ -266,61 +269,5 @@ impl Delivery for InOrder<'_> {
                 last,
             },
         );
-    }
-}
-
-impl Endpoint {
-    /// Adds an import of `spec` while the endpoint runs, delivering to `port` (the index its
-    /// messages reach [`Sink::deliver`] with). Returns its index (events name it), reusing a
-    /// removed import's slot if there is one. Allocates its receiver and reassembler.
-    pub fn add_import(&mut self, spec: ImportSpec, port: usize) -> usize {
-        let reliable = ReliableConfig {
-            max_frame: self.max_datagram,
-            ..self.config.reliable
-        };
-        let slot = ImportSlot::new(
-            spec,
-            port,
-            self.session,
-            &self.config,
-            &reliable,
-            &mut self.entropy,
-        );
-        match self.imports.iter().position(|i| i.retired) {
-            Some(i) => {
-                if let Some(old) = self.imports.get_mut(i) {
-                    self.retired.absorb(old);
-                    *old = slot;
-                }
-                i
-            }
-            None => {
-                self.imports.push(slot);
-                self.imports.len() - 1
-            }
-        }
-    }
-
-    /// Removes import `i`: unsubscribes (best effort, through `wire`) and stops sending and
-    /// accepting anything for it. Its figures stay counted.
-    pub fn remove_import(&mut self, i: usize, wire: &mut dyn Wire) {
-        let Some(import) = self.imports.get_mut(i) else {
-            return;
-        };
-        if import.retired {
-            return;
-        }
-        import.retired = true;
-        let dest = import.spec.publisher;
-        if let Some(unsubscribe) = import.session.unsubscribe() {
-            self.send_control(wire, &unsubscribe, dest);
-        }
-    }
-
-    /// The live import of `topic_id` from `publisher`, if any.
-    pub(crate) fn import_of(&self, publisher: SocketAddr, topic_id: u64) -> Option<usize> {
-        self.imports.iter().position(|i| {
-            !i.retired && i.spec.publisher == publisher && i.spec.topic_id == topic_id
-        })
     }
 }

@@ -5,26 +5,35 @@
 //!
 //! Serving (ring-fed and direct exports alike): a request is answered only when it is its
 //! datagram's only frame, so its answer is one datagram; the page is cut to the request's
-//! padding, so that datagram is never larger than the request. The topic's allowlist (or the endpoint's) and the per-source rate limit of
-//! the handshake apply; the egress seals the answer with the pre-shared key when there is one.
-//! A topic that is not exported, or exported without a shape, is answered with `total` 0, so a
-//! tool learns at once that there is nothing to fetch.
+//! padding, so that datagram is never larger than the request. The topic's allowlist (or the
+//! endpoint's) and the per-source rate limit of the handshake apply; the egress seals the
+//! answer with the pre-shared key when there is one. A topic that is not exported, or exported
+//! without a shape, is answered with `total` 0, so a tool learns at once that there is nothing
+//! to fetch.
 //!
 //! Fetching: one page in flight per fetch, each page asked with a fresh nonce and asked again
 //! (same nonce) every [`SCHEMA_RETRY_NS`], [`SCHEMA_ATTEMPTS`] times at most; a reply is taken
 //! only from the publisher asked, for the topic asked, with the nonce of the page in flight
 //! (anything else is `BadNonce`). The first page fixes the fingerprint and the total; a later
 //! page that disagrees ends the fetch (the publisher restarted with another type).
+//!
+//! Serving is the publisher side's ([`PublisherSide::on_schema_request`]); fetching is
+//! [`SchemaFetches`], which the subscriber side owns. Inputs of a fetch: the request
+//! ([`SchemaFetches::request`]), `SchemaReply` frames with their source, and the timer.
+//! Outputs: `SchemaRequest`s, and one [`Event::SchemaReceived`] or [`Event::SchemaFailed`] per
+//! fetch.
+//!
+//! [`PublisherSide::on_schema_request`]: super::publisher::PublisherSide::on_schema_request
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use llbus::schema::{Shape, ShapeError};
 
-use super::{push_event, Endpoint, Event};
+use super::common::Common;
+use super::event::Event;
 use crate::{
     BatchEncoder, DropReason, Frame, SchemaReply, SchemaRequest, Wire, DEFAULT_MAX_DATAGRAM,
-    HEADER_LEN, MAC_TAG_LEN, SCHEMA_REPLY_FIXED,
 };
 
 /// How long a fetch waits for a page before asking again.
@@ -61,7 +70,8 @@ impl EncodedShape {
     }
 }
 
-/// Why a schema fetch ([`Endpoint::request_schema`]) ended without a shape.
+/// Why a schema fetch ([`Endpoint::request_schema`](super::Endpoint::request_schema)) ended
+/// without a shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SchemaFailure {
@@ -113,7 +123,7 @@ impl std::fmt::Display for SchemaFailure {
 impl std::error::Error for SchemaFailure {}
 
 /// One fetch under way.
-pub(crate) struct Fetch {
+struct Fetch {
     topic_id: u64,
     publisher: SocketAddr,
     /// The nonce of the page in flight (never 0).
@@ -128,14 +138,22 @@ pub(crate) struct Fetch {
     deadline: u64,
 }
 
-impl Endpoint {
-    /// Starts fetching the shape of topic `topic_id` from the publisher at `publisher`: the
-    /// requests go out from [`on_timer`](Self::on_timer) (due at once: see
-    /// [`next_deadline`](Self::next_deadline)), and the fetch ends with
-    /// [`Event::SchemaReceived`] or [`Event::SchemaFailed`]. Asking again for a fetch under
-    /// way does nothing. Returns `false` (and starts nothing) when [`MAX_SCHEMA_FETCHES`] are
-    /// under way.
-    pub fn request_schema(&mut self, topic_id: u64, publisher: SocketAddr) -> bool {
+/// The schema fetches under way (at most [`MAX_SCHEMA_FETCHES`]).
+#[derive(Default)]
+pub(crate) struct SchemaFetches {
+    fetches: Vec<Fetch>,
+}
+
+impl SchemaFetches {
+    /// Starts fetching the shape of topic `topic_id` from `publisher` (its first page due at
+    /// once), the nonce drawn from `common`'s entropy. Asking again for a fetch under way does
+    /// nothing. Returns `false` (and starts nothing) when [`MAX_SCHEMA_FETCHES`] are under way.
+    pub(crate) fn request(
+        &mut self,
+        topic_id: u64,
+        publisher: SocketAddr,
+        common: &mut Common,
+    ) -> bool {
         let publisher = crate::canonical(publisher);
         if self
             .fetches
@@ -147,7 +165,7 @@ impl Endpoint {
         if self.fetches.len() >= MAX_SCHEMA_FETCHES {
             return false;
         }
-        let nonce = self.entropy.next_u64().max(1);
+        let nonce = common.entropy.next_u64().max(1);
         self.fetches.push(Fetch {
             topic_id,
             publisher,
@@ -161,7 +179,7 @@ impl Endpoint {
     }
 
     /// When a fetch next asks for a page (`u64::MAX`: no fetch under way).
-    pub(super) fn schema_deadline(&self) -> u64 {
+    pub(crate) fn deadline(&self) -> u64 {
         self.fetches
             .iter()
             .map(|f| f.deadline)
@@ -171,11 +189,11 @@ impl Endpoint {
 
     /// Asks for the pages that are due, padded to a whole datagram; ends the fetches that
     /// asked too often.
-    pub(super) fn poll_schema(&mut self, now_ns: u64, wire: &mut dyn Wire) {
-        let tag = self.seal_len();
+    pub(crate) fn poll(&mut self, now_ns: u64, wire: &mut dyn Wire, common: &mut Common) {
+        let tag = common.seal_len();
         // Padded to our datagram size, but never past what every endpoint takes in (the IPv4
         // default): a publisher with a smaller limit than our jumbo frames still reads it.
-        let request_len = self.max_datagram.min(DEFAULT_MAX_DATAGRAM);
+        let request_len = common.max_datagram.min(DEFAULT_MAX_DATAGRAM);
         let mut i = 0;
         while i < self.fetches.len() {
             let Some(fetch) = self.fetches.get_mut(i) else {
@@ -186,39 +204,30 @@ impl Endpoint {
                 continue;
             }
             if fetch.attempts >= SCHEMA_ATTEMPTS {
-                self.end_fetch(i, Err(SchemaFailure::TimedOut));
+                self.end(i, Err(SchemaFailure::TimedOut), common);
                 continue;
             }
             fetch.attempts += 1;
             fetch.deadline = now_ns.saturating_add(SCHEMA_RETRY_NS);
             let request = SchemaRequest {
                 topic_id: fetch.topic_id,
-                session: self.session,
+                session: common.session,
                 nonce: fetch.nonce,
                 offset: u32::try_from(fetch.bytes.len()).unwrap_or(u32::MAX),
                 room: SchemaRequest::room_in(request_len, tag),
             };
             let dest = fetch.publisher;
-            let mut enc = BatchEncoder::new(&mut self.control_buf[..request_len - tag]);
+            let mut enc = BatchEncoder::new(&mut common.control_buf[..request_len - tag]);
             if enc.push_schema_request(&request).is_ok() {
                 let len = enc.len();
-                self.send_control_buf(wire, len, dest, None);
+                common.send_control_buf(wire, len, dest, None);
             }
             i += 1;
         }
     }
 
-    /// The MAC trailer's length with a key, else 0: what a sealed control datagram adds.
-    fn seal_len(&self) -> usize {
-        if self.egress.mac.is_some() {
-            MAC_TAG_LEN
-        } else {
-            0
-        }
-    }
-
     /// Ends fetch `i`, saying how in an event.
-    fn end_fetch(&mut self, i: usize, result: Result<(u64, Shape), SchemaFailure>) {
+    fn end(&mut self, i: usize, result: Result<(u64, Shape), SchemaFailure>, common: &mut Common) {
         if i >= self.fetches.len() {
             return;
         }
@@ -237,84 +246,18 @@ impl Endpoint {
                 reason,
             },
         };
-        push_event(&mut self.events, event);
-    }
-
-    /// A `SchemaRequest` from `src`, in a datagram of `datagram_len` bytes if it is the only
-    /// frame there (`None` otherwise: not answered, `BadControl`). Answered with one page
-    /// of the export's shape, no larger than the request.
-    pub(super) fn on_schema_request(
-        &mut self,
-        frame: &Frame<'_>,
-        src: SocketAddr,
-        now_ns: u64,
-        datagram_len: Option<usize>,
-        wire: &mut dyn Wire,
-    ) -> Result<(), DropReason> {
-        let request = SchemaRequest::from_frame(frame)?;
-        let datagram_len = datagram_len.ok_or(DropReason::BadControl)?;
-        if !self.publisher.allowed(request.topic_id, src) {
-            return Err(DropReason::NotAllowed);
-        }
-        if !self.publisher.rate_ok(src, now_ns) {
-            return Err(DropReason::RateLimited);
-        }
-        let exported = self.exports.iter().map(|e| {
-            let s = &e.spec;
-            (s.topic_id, s.fingerprint, s.shape.as_ref())
-        });
-        let direct = self
-            .directs
-            .iter()
-            .map(|d| (d.topic_id, d.fingerprint, d.shape.as_ref()));
-        let served = exported
-            .chain(direct)
-            .find(|&(topic_id, ..)| topic_id == request.topic_id);
-        let fingerprint = served.map_or(0, |(_, fingerprint, _)| fingerprint);
-        let bytes = served
-            .and_then(|(.., shape)| shape)
-            .map_or(&[][..], EncodedShape::as_bytes);
-        let offset = usize::try_from(request.offset).unwrap_or(usize::MAX);
-        let rest = bytes.get(offset..).ok_or(DropReason::BadControl)?;
-        // The answer, sealed or not, is at most the request's length: the request's padding
-        // bounds the page, and the request carried the same trailer.
-        let tag = self.seal_len();
-        let fits = datagram_len.saturating_sub(tag + HEADER_LEN + SCHEMA_REPLY_FIXED);
-        let page = rest
-            .get(..rest.len().min(request.room).min(fits))
-            .unwrap_or_default();
-        let reply = SchemaReply {
-            topic_id: request.topic_id,
-            fingerprint,
-            session: self.session,
-            nonce: request.nonce,
-            total: u32::try_from(bytes.len()).unwrap_or(0),
-            offset: request.offset,
-            page,
-        };
-        let room = (datagram_len - tag.min(datagram_len)).min(self.control_buf.len());
-        let mut enc = BatchEncoder::new(&mut self.control_buf[..room]);
-        if enc.push_schema_reply(&reply).is_err() {
-            // Cannot happen: the reply is no longer than the request, which fit.
-            return Err(DropReason::TooLarge);
-        }
-        let len = enc.len();
-        debug_assert!(
-            len + tag <= datagram_len,
-            "a schema reply larger than its request"
-        );
-        self.send_control_buf(wire, len, src, None);
-        Ok(())
+        common.push_event(event);
     }
 
     /// A `SchemaReply` from `src`: the page in flight of the fetch it answers (else
     /// `BadNonce`). The last page ends the fetch, with the shape if it decodes and hashes to
     /// the stated fingerprint.
-    pub(super) fn on_schema_reply(
+    pub(crate) fn on_reply(
         &mut self,
         frame: &Frame<'_>,
         src: SocketAddr,
         now_ns: u64,
+        common: &mut Common,
     ) -> Result<(), DropReason> {
         let reply = SchemaReply::from_frame(frame)?;
         let Some(i) = self.fetches.iter().position(|f| {
@@ -326,12 +269,12 @@ impl Endpoint {
             return Err(DropReason::BadNonce);
         };
         if reply.total == 0 {
-            self.end_fetch(i, Err(SchemaFailure::NotServed));
+            self.end(i, Err(SchemaFailure::NotServed), common);
             return Ok(());
         }
         let stated = (reply.fingerprint, reply.total);
         if *fetch.first.get_or_insert(stated) != stated {
-            self.end_fetch(i, Err(SchemaFailure::Changed));
+            self.end(i, Err(SchemaFailure::Changed), common);
             return Ok(());
         }
         if reply.offset as usize != fetch.bytes.len() || reply.page.is_empty() {
@@ -342,7 +285,7 @@ impl Endpoint {
         fetch.bytes.extend_from_slice(reply.page);
         if fetch.bytes.len() < reply.total as usize {
             // The next page, with a fresh nonce, goes out at once.
-            fetch.nonce = self.entropy.next_u64().max(1);
+            fetch.nonce = common.entropy.next_u64().max(1);
             fetch.attempts = 0;
             fetch.deadline = now_ns;
             return Ok(());
@@ -355,7 +298,7 @@ impl Endpoint {
             }),
             Ok(shape) => Ok((reply.fingerprint, shape)),
         };
-        self.end_fetch(i, result);
+        self.end(i, result, common);
         Ok(())
     }
 }

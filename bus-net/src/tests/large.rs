@@ -163,6 +163,11 @@ fn best_effort_large_messages_count_exactly_what_they_lost() {
         sub.refresh_metrics();
         let incomplete = sub.metrics().dropped(DropReason::Incomplete);
         assert_eq!(incomplete, partial, "loss {loss}");
+        let counts = sub.reassembly_counts(0).expect("the import's reassembler");
+        assert_eq!(
+            counts.evicted, 0,
+            "loss {loss}: no reassembly was evicted, so every incomplete one timed out"
+        );
         assert!(
             partial > 0 && whole.len() < N as usize,
             "loss {loss}: the link lost nothing?"
