@@ -1,57 +1,17 @@
-//! Promises of docs/IPC.md no other test keeps: an export with no importer attached fills its
-//! ring and then drops, counted, without holding the local bus back; the default channel
-//! directory is `$XDG_RUNTIME_DIR/llbus` when that variable names a directory of this user's,
-//! else the per-user directory under `/dev/shm`; a peer whose stamp goes stale is dead even
-//! while its process lives; `park_on_futex` puts an idle import to sleep; and `start()` refuses
-//! an import or export on one thread with a `Block` edge of its topic.
+//! `ShmExport` and `ShmImport` joining two buses of this process: an export with no importer
+//! attached fills its ring and then drops, counted, without holding its bus back; a writer
+//! whose stamp goes stale is dead even while its process lives; `park_on_futex` puts an idle
+//! import to sleep; and `start()` refuses an import or export on one thread with a `Block`
+//! edge of its topic.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Message, Out, Setup};
+use llbus::{Actor, Bus, Context, Out, Setup};
 use llbus_ipc::{ChannelConfig, Pod, ShmExport, ShmImport};
 
-#[derive(Message, Clone, Copy, Debug)]
-#[message(topic = "ipc.contract")]
-#[repr(C)]
-struct Tick {
-    seq: u64,
-}
-
-// SAFETY: `repr(C)` of one u64: no padding, no pointers, any bits are a `Tick`.
-unsafe impl llbus_ipc::bytemuck::Zeroable for Tick {}
-// SAFETY: as above.
-unsafe impl llbus_ipc::bytemuck::Pod for Tick {}
-
-/// The tests read and set the environment: they take turns.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A directory of this test's, mode 0700, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("llbus-contract-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).expect("make the directory");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::fixtures::{Dir, Tick};
 
 const COUNT: u64 = 10_000;
 
@@ -68,7 +28,7 @@ impl Actor for Source {
         let mut n = 0;
         while n < 64 && self.published.load(Ordering::Relaxed) < COUNT {
             let seq = self.published.load(Ordering::Relaxed);
-            ctx.publish(self.out, Tick { seq });
+            ctx.publish(self.out, Tick::new(seq));
             self.published.store(seq + 1, Ordering::Relaxed);
             n += 1;
         }
@@ -80,8 +40,7 @@ impl Actor for Source {
 /// drops (counted): an absent process never stalls the local bus."
 #[test]
 fn an_export_without_an_importer_fills_its_ring_then_drops_and_counts() {
-    let _serial = serial();
-    let dir = TempDir::new("no-importer");
+    let dir = Dir::new("no-importer");
     let cfg = ChannelConfig {
         dir: dir.0.clone(),
         capacity: 64,
@@ -125,51 +84,6 @@ fn an_export_without_an_importer_fills_its_ring_then_drops_and_counts() {
     bus.join().expect("the bus stops");
 }
 
-/// docs/IPC.md "Where channels meet": `DIR` is by default `$XDG_RUNTIME_DIR/llbus` when that
-/// variable names a directory of this user's, else `/dev/shm/llbus-UID`.
-#[test]
-fn the_default_channel_directory_follows_xdg_runtime_dir_only_when_it_is_ours() {
-    let _serial = serial();
-    let saved = std::env::var_os("XDG_RUNTIME_DIR");
-    let ours = TempDir::new("xdg");
-    let writable = TempDir::new("xdg-open");
-    std::fs::set_permissions(&writable.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-
-    std::env::set_var("XDG_RUNTIME_DIR", &ours.0);
-    let with_ours = ChannelConfig::default().dir;
-    std::env::set_var("XDG_RUNTIME_DIR", "relative/run");
-    let relative = ChannelConfig::default().dir;
-    std::env::set_var("XDG_RUNTIME_DIR", ours.0.join("missing"));
-    let missing = ChannelConfig::default().dir;
-    std::env::set_var("XDG_RUNTIME_DIR", &writable.0);
-    let open = ChannelConfig::default().dir;
-    match saved {
-        Some(v) => std::env::set_var("XDG_RUNTIME_DIR", v),
-        None => std::env::remove_var("XDG_RUNTIME_DIR"),
-    }
-
-    assert_eq!(with_ours, ours.0.join("llbus"));
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let base = if std::path::Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    for (what, dir) in [
-        ("a relative XDG_RUNTIME_DIR", relative),
-        ("a missing XDG_RUNTIME_DIR", missing),
-        ("an XDG_RUNTIME_DIR everyone may write", open),
-    ] {
-        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        assert!(
-            dir.parent() == Some(base.as_path()) && name.starts_with(&format!("llbus-{uid}")),
-            "{what}: the channel directory is {}",
-            dir.display()
-        );
-    }
-}
-
 /// Does nothing but, once `stall` is set, blocks its thread (and so the export beside it) for
 /// `STALL` in one tick.
 struct Staller {
@@ -195,8 +109,7 @@ impl Actor for Staller {
 /// writer alive: only its stale stamp can tell.
 #[test]
 fn a_writer_whose_stamp_goes_stale_is_dead_though_its_process_lives() {
-    let _serial = serial();
-    let dir = TempDir::new("stale");
+    let dir = Dir::new("stale");
     let stale_after = Duration::from_millis(300);
     let cfg = ChannelConfig {
         dir: dir.0.clone(),
@@ -245,8 +158,7 @@ fn a_writer_whose_stamp_goes_stale_is_dead_though_its_process_lives() {
 /// instead of spinning and yielding, and a publish still reaches it.
 #[test]
 fn an_idle_import_parked_on_the_futex_sleeps_and_still_receives() {
-    let _serial = serial();
-    let dir = TempDir::new("futex");
+    let dir = Dir::new("futex");
     let cfg = ChannelConfig {
         dir: dir.0.clone(),
         ..ChannelConfig::default()
@@ -280,7 +192,7 @@ fn an_idle_import_parked_on_the_futex_sleeps_and_still_receives() {
         "{idle} idle rounds in {took:?}: the import did not sleep on the futex"
     );
     for seq in 0..10 {
-        feed.publish(Tick { seq }).expect("publish");
+        feed.publish(Tick::new(seq)).expect("publish");
     }
     for seq in 0..10 {
         let got = tap.recv_timeout(Duration::from_secs(10)).expect("a tick");
@@ -297,8 +209,7 @@ fn an_idle_import_parked_on_the_futex_sleeps_and_still_receives() {
 /// on threads of their own they start.
 #[test]
 fn an_import_or_export_sharing_a_thread_with_a_block_edge_of_its_topic_is_refused() {
-    let _serial = serial();
-    let dir = TempDir::new("wiring");
+    let dir = Dir::new("wiring");
     let cfg = ChannelConfig {
         dir: dir.0.clone(),
         ..ChannelConfig::default()
@@ -320,7 +231,7 @@ fn an_import_or_export_sharing_a_thread_with_a_block_edge_of_its_topic_is_refuse
         if shared {
             export.group("io");
         }
-        b.actor("feed", tests::readme::ticker(|seq| Tick { seq }))
+        b.actor("feed", tests::readme::ticker(Tick::new))
             .group("io")
             .tick_every(Duration::from_millis(10))
             .publishes::<Tick>();
@@ -329,7 +240,7 @@ fn an_import_or_export_sharing_a_thread_with_a_block_edge_of_its_topic_is_refuse
     for (what, refused) in [("import", import_bus(true)), ("export", export_bus(true))] {
         let e = refused.err().map(|e| e.to_string());
         assert!(
-            e.as_deref().is_some_and(|e| e.contains("ipc.contract")),
+            e.as_deref().is_some_and(|e| e.contains("ipc.tick")),
             "an {what} sharing a thread with a Block edge of its topic: {e:?}"
         );
     }

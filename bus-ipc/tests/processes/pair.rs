@@ -1,17 +1,11 @@
-//! llbus-ipc with two real processes: this test binary re-executes itself as the other side
-//! (`child` below, chosen by the `LLBUS_IPC_CHILD` variable). Order and backpressure through
-//! two buses, a fingerprint mismatch, `kill -9` of either side (noticed in bounded time,
-//! reclaimed, replaced by a restarted peer without restarting this side), garbage written into
-//! the mapping, and stale channel names.
-//!
-//! Every child is killed (SIGKILL, reaped) when its `Running` is dropped, also when a test
-//! fails; every wait is bounded; every channel name holds this process's pid and the test's
-//! name, and every file a test makes is removed by a guard.
+//! Two processes through a channel: order and backpressure through two buses, a fingerprint
+//! mismatch, `kill -9` of either side (noticed in bounded time, reclaimed, replaced by a
+//! restarted peer without restarting this side), garbage written into the mapping, and stale
+//! channel names. The other side is [`child`], chosen by `LLBUS_IPC_CHILD`.
 
 use std::io::Write as _;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,19 +16,8 @@ use llbus_ipc::{
 };
 use tests::example_bins::Running;
 
-/// A plain-data message: no pointers, no padding, every bit pattern valid.
-#[derive(Message, Clone, Copy, Debug, PartialEq)]
-#[message(topic = "ipc.tick")]
-#[repr(C)]
-struct Tick {
-    seq: u64,
-    sent_ns: u64,
-}
-
-// SAFETY: `Tick` is `repr(C)` of two u64s: no padding, no pointers, any bits are a `Tick`.
-unsafe impl llbus_ipc::bytemuck::Zeroable for Tick {}
-// SAFETY: as above.
-unsafe impl llbus_ipc::bytemuck::Pod for Tick {}
+use crate::fixtures::Tick;
+use crate::{eventually, ready, reexec};
 
 /// The same topic with another shape: what a process built from other sources would send.
 #[derive(Message, Clone, Copy, Debug, PartialEq)]
@@ -42,7 +25,7 @@ unsafe impl llbus_ipc::bytemuck::Pod for Tick {}
 #[repr(C)]
 struct TickV2 {
     seq: u64,
-    sent_ns: u64,
+    check: u64,
     extra: u64,
 }
 
@@ -81,41 +64,12 @@ fn guard(name: &str) -> FileGuard {
 
 /// Starts this binary as the other side: `mode` on channel `name`, with `args`.
 fn spawn(mode: &str, name: &str, args: &[(&str, String)]) -> Running {
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut cmd = Command::new(exe);
-    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_VAR, mode)
-        .env("LLBUS_IPC_CHANNEL", name);
+    let mut cmd = reexec("pair::child");
+    cmd.env(CHILD_VAR, mode).env("LLBUS_IPC_CHANNEL", name);
     for (k, v) in args {
         cmd.env(k, v);
     }
     Running::spawn(mode, cmd)
-}
-
-/// Waits for the child's READY line and returns what follows the word.
-fn ready(child: &mut Running) -> String {
-    child
-        // The harness's "test child ... " may share the line.
-        .wait_line(Duration::from_secs(20), |l| l.contains("READY"))
-        .and_then(|l| {
-            l.split_once("READY")
-                .map(|(_, rest)| rest.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("{} never said READY", child.name()))
-}
-
-/// Retries `f` until it returns `Some` or `timeout` passes.
-fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 fn open_reader(name: &str) -> Receiver<Tick, Pod> {
@@ -153,7 +107,7 @@ fn child() {
                 if tx.heartbeat(false) == PeerState::Broken {
                     tx.reset().expect("reset");
                 }
-                match tx.try_send(&Tick { seq, sent_ns: 0 }) {
+                match tx.try_send(&Tick::new(seq)) {
                     Ok(true) => seq += 1,
                     Ok(false) | Err(_) => {
                         if tx.park(Duration::from_millis(1)).is_err() {
@@ -215,13 +169,7 @@ fn export_bus(name: &str, count: u64) {
                 ctx.request_stop();
                 return 0;
             }
-            ctx.publish(
-                self.out,
-                Tick {
-                    seq: self.next,
-                    sent_ns: 0,
-                },
-            );
+            ctx.publish(self.out, Tick::new(self.next));
             self.next += 1;
             1
         }
@@ -441,7 +389,7 @@ fn killed_reader_is_noticed_and_replaced() {
     let mut seq = 0;
     let mut send = |tx: &mut Sender<Tick, Pod>, n: u64| {
         for _ in 0..n {
-            if tx.try_send(&Tick { seq, sent_ns: 0 }).expect("send") {
+            if tx.try_send(&Tick::new(seq)).expect("send") {
                 seq += 1;
             }
         }
@@ -576,152 +524,4 @@ fn stale_files_are_recognised_and_removed() {
         !path.exists(),
         "a writer without reader removes its file on drop"
     );
-}
-
-#[test]
-fn group_files_are_group_readable() {
-    let name = channel("group");
-    let _g = guard(&name);
-    // SAFETY: getegid cannot fail.
-    let gid = unsafe { libc::getegid() };
-    let cfg = ChannelConfig {
-        group: Some(gid),
-        ..config()
-    };
-    let tx = Sender::<Tick, Pod>::create(&name, &cfg).expect("create");
-    let meta = std::fs::metadata(tx.path()).expect("file");
-    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
-    assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), gid);
-}
-
-/// A plain-data message 12 bytes wide: its slots are 16, so slices go a value at a time.
-#[derive(Message, Clone, Copy, Debug, PartialEq)]
-#[message(topic = "ipc.narrow")]
-#[repr(C)]
-struct Narrow {
-    seq: u32,
-    a: u32,
-    b: u32,
-}
-
-// SAFETY: `repr(C)` of three u32s: no padding, any bits are a `Narrow`.
-unsafe impl llbus_ipc::bytemuck::Zeroable for Narrow {}
-// SAFETY: as above.
-unsafe impl llbus_ipc::bytemuck::Pod for Narrow {}
-
-/// Sends `0..total` through a 16-slot channel with `send_slice` in chunks of 7 and receives
-/// them in chunks of 5, with `recv_slice` or (`each`) `recv_each`, so batches fill the ring,
-/// wrap, and stop short; returns what arrived.
-fn through_slices<T: Message + llbus_ipc::bytemuck::Pod>(
-    test: &str,
-    total: u32,
-    make: fn(u32) -> T,
-    each: bool,
-) -> Vec<T> {
-    let name = channel(test);
-    let _file = guard(&name);
-    let mut tx = Sender::<T, Pod>::create(&name, &config()).expect("the channel is created");
-    let mut rx = Receiver::<T, Pod>::open(&name, &config()).expect("the reader attaches");
-    let all: Vec<T> = (0..total).map(make).collect();
-    let (mut sent, mut got) = (0usize, Vec::new());
-    let mut buf = [make(u32::MAX); 5];
-    while got.len() < all.len() {
-        let end = (sent + 7).min(all.len());
-        let k = tx.send_slice(&all[sent..end]).expect("the ring is sound");
-        assert!(k <= end - sent);
-        sent += k;
-        let n = if each {
-            let before = got.len();
-            let n = rx
-                .recv_each(buf.len(), |v| got.push(v))
-                .expect("the ring is sound");
-            assert_eq!(
-                got.len() - before,
-                n,
-                "recv_each counts what it handed over"
-            );
-            n
-        } else {
-            let n = rx.recv_slice(&mut buf).expect("the ring is sound");
-            got.extend_from_slice(&buf[..n]);
-            n
-        };
-        assert!(n > 0 || sent == got.len(), "values sent but none received");
-        assert!(got.len() <= sent);
-    }
-    got
-}
-
-/// A plain-data message aligned beyond the slots' placement (slot `i` starts at
-/// 1024 + 2048 i bytes into the mapping), so `recv_each` cannot view a run as a slice of it and
-/// reads it a value at a time, unaligned.
-#[derive(Message, Clone, Copy, Debug, PartialEq)]
-#[message(topic = "ipc.huge")]
-#[repr(C, align(2048))]
-struct Huge {
-    seq: u64,
-    body: [[u64; 32]; 7],
-    tail: [u64; 31],
-}
-
-// SAFETY: `repr(C)` of 256 u64s, 2048 bytes at alignment 2048: no padding, any bits valid.
-unsafe impl llbus_ipc::bytemuck::Zeroable for Huge {}
-// SAFETY: as above.
-unsafe impl llbus_ipc::bytemuck::Pod for Huge {}
-
-#[test]
-fn slices_keep_order_across_the_wrap_in_runs_or_one_at_a_time() {
-    for each in [false, true] {
-        let test = |what: &str| format!("slices-{what}-{each}");
-        // 8 wide: one copy (recv_slice) or one slice view (recv_each) per run of slots.
-        let wide = through_slices(
-            &test("wide"),
-            1000,
-            |i| Tick {
-                seq: u64::from(i),
-                sent_ns: u64::from(i) * 3,
-            },
-            each,
-        );
-        assert!(wide
-            .iter()
-            .enumerate()
-            .all(|(i, t)| t.seq == i as u64 && t.sent_ns == 3 * i as u64));
-        assert_eq!(wide.len(), 1000, "each={each}");
-        // 12 wide in 16-byte slots: a value at a time, same results.
-        let narrow = through_slices(
-            &test("narrow"),
-            1000,
-            |i| Narrow {
-                seq: i,
-                a: !i,
-                b: i.rotate_left(7),
-            },
-            each,
-        );
-        assert_eq!(narrow.len(), 1000, "each={each}");
-        assert!(narrow.iter().enumerate().all(|(i, n)| n.seq == i as u32
-            && n.a == !(i as u32)
-            && n.b == (i as u32).rotate_left(7)));
-    }
-    // Aligned beyond the slots: `recv_each`'s unaligned path, same results.
-    let huge = through_slices(
-        "slices-huge",
-        100,
-        |i| {
-            let mut h = Huge {
-                seq: u64::from(i),
-                body: [[0; 32]; 7],
-                tail: [0; 31],
-            };
-            h.body[6][31] = u64::from(i) * 7;
-            h.tail[30] = !u64::from(i);
-            h
-        },
-        true,
-    );
-    assert_eq!(huge.len(), 100);
-    assert!(huge.iter().enumerate().all(|(i, h)| h.seq == i as u64
-        && h.body[6][31] == 7 * i as u64
-        && h.tail[30] == !(i as u64)));
 }

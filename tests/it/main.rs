@@ -1,0 +1,3 @@
+//! The tests that cross crates, in one binary: modules by subject.
+
+mod ipc;
