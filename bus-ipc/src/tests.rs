@@ -457,7 +457,7 @@ fn a_peer_scribbling_while_we_read_is_no_data_race() {
     let region = Arc::new(Region::heap(g.mapping_len()));
     let _tx = RingWriter::create(region.clone(), g).unwrap();
     let mut rx = RingReader::attach(region.clone()).unwrap();
-    let rounds: u64 = if cfg!(miri) { 40 } else { 20_000 };
+    let rounds: u64 = if cfg!(miri) { 40 } else { 2_000 };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let peer = {
         let (region, done) = (region.clone(), done.clone());

@@ -408,8 +408,7 @@ impl<T: Send + 'static> Subscription<T> {
     /// [`RecvTimeoutError::Timeout`] if none came in time; [`RecvTimeoutError::Closed`] once
     /// the subscription is closed and everything queued was received.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        // A timeout past what an `Instant` can hold waits without a deadline.
-        self.wait(Instant::now().checked_add(timeout))
+        self.wait(deadline_after(timeout))
     }
 
     /// The messages as they come, until the subscription is closed.
@@ -485,8 +484,7 @@ impl<T: Send + 'static> Subscription<T> {
         &mut self,
         timeout: Duration,
     ) -> Result<(T, usize), RecvTimeoutError> {
-        let deadline = Instant::now().checked_add(timeout);
-        self.wait_with(deadline, |sub| {
+        self.wait_with(deadline_after(timeout), |sub| {
             if sub.closed {
                 return Err(TryRecvError::Closed);
             }
@@ -525,5 +523,26 @@ impl<'a, T: Send + 'static> IntoIterator for &'a mut Subscription<T> {
 
     fn into_iter(self) -> Iter<'a, T> {
         self.iter()
+    }
+}
+
+/// The deadline `timeout` from now; `None` (no deadline) for a timeout past what an `Instant`
+/// can hold, so that `Duration::MAX` waits as long as it takes.
+fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_timeout_has_no_deadline_and_a_short_one_has_its_own() {
+        assert_eq!(deadline_after(Duration::MAX), None);
+        let before = Instant::now();
+        let at = deadline_after(Duration::from_secs(5)).expect("a deadline");
+        assert!(
+            at >= before + Duration::from_secs(5) && at <= Instant::now() + Duration::from_secs(5)
+        );
     }
 }
