@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::fixtures::loopback;
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, Allowlist, BatchEncoder, Bridge, BridgeConfig, Control, Cookie, Kind,
     RateLimit, DEFAULT_MAX_DATAGRAM,
 };
+use llbus_net::{FrameMac, MAC_TAG_LEN};
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
 
@@ -45,10 +47,6 @@ impl Actor for Sink {
     fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
         self.got.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
 }
 
 /// A publisher bus exporting `Tick` every millisecond through a bridge made with `config`.
@@ -490,4 +488,89 @@ fn captured_sealed_datagrams_replayed_are_dropped() {
         bus.stop();
         bus.join().unwrap();
     }
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "contract.net.tick")]
+struct Beat(u64);
+
+/// A heartbeat datagram of sender session `session`, sealed with `mac` (each seal takes the
+/// next packet number of `mac`'s lane).
+fn sealed_heartbeat(mac: &FrameMac, session: u64) -> Vec<u8> {
+    let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - MAC_TAG_LEN]);
+    enc.push_control(&Control::Heartbeat {
+        topic_id: Beat::TOPIC_ID,
+        fingerprint: Beat::FINGERPRINT,
+        session,
+        last_seq: 0,
+        timestamp_ns: 0,
+    })
+    .expect("a heartbeat fits a datagram");
+    let len = enc.len();
+    let sealed = mac.seal(&mut buf, len).expect("room for the trailer");
+    buf[..sealed].to_vec()
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn the_bridge_tracks_256_replay_senders_and_evicts_the_least_recently_seen() {
+    let key = [5u8; 32];
+    let bridge = Bridge::bind(loopback())
+        .expect("bind")
+        .psk(key, true)
+        .name("replay")
+        .export::<Beat>();
+    let target = bridge.local_addr();
+    let mut bus = Bus::builder();
+    let _feed = bus.publisher::<Beat>("feed"); // the export's publisher, never used
+    bus.add(bridge);
+    let running = bus.start().expect("start");
+    let sock = UdpSocket::bind(loopback()).expect("bind the sender");
+    let mac = FrameMac::new(&key);
+    // Paced: never more than 32 datagrams ahead of the bridge, so none overflows its socket.
+    let sent = std::cell::Cell::new(0u64);
+    let send = |d: &[u8]| {
+        sock.send_to(d, target).expect("send");
+        sent.set(sent.get() + 1);
+        if sent.get() % 32 == 0 {
+            wait_for("the bridge to take what was sent", 30, || {
+                metric(&running.report(), "replay", "datagrams_in") >= sent.get()
+            });
+        }
+    };
+    let replayed = || metric(&running.report(), "replay", "drop.replayed");
+    let wait_replayed = |n: u64| wait_for(&format!("drop.replayed == {n}"), 30, || replayed() >= n);
+
+    // The first sender, then 255 others: 256 windows, the first still among them.
+    let first = sealed_heartbeat(&mac, 1_000_000);
+    send(&first);
+    for s in 1..=255 {
+        send(&sealed_heartbeat(&mac, s));
+    }
+    send(&first);
+    wait_replayed(1);
+    // Its replay made it the most recently seen: a 257th sender evicts sender 1 instead.
+    send(&sealed_heartbeat(&mac, 256));
+    send(&first);
+    wait_replayed(2);
+    // 256 more senders since it was last seen: now it is evicted, its window forgotten, and its
+    // replay passes the guard (the MAC still holds: only a key holder can send it). A replay of
+    // the newest sender, sent after it, shows that it was handled.
+    for s in 257..=511 {
+        send(&sealed_heartbeat(&mac, s));
+    }
+    let newest = sealed_heartbeat(&mac, 512);
+    send(&newest);
+    send(&first);
+    send(&newest);
+    wait_replayed(3);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        replayed(),
+        3,
+        "the first sender's window outlived 256 newer senders"
+    );
+    running.stop();
+    running.join().expect("join");
 }

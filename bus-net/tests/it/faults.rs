@@ -18,9 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::fixtures::loopback;
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Report, Setup};
 use llbus_net::{parse_datagram, Bridge, BridgeConfig, Header, Kind, LatePolicy, HEADER_LEN};
 use serde::{Deserialize, Serialize};
+use tests::readme::ticker;
+use tests::relay::{Loss, LossyRelay};
 use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -250,10 +253,6 @@ impl Actor for Sink {
         self.seen.lock().unwrap().push(t.n);
         self.count.fetch_add(1, Ordering::Release);
     }
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
 }
 
 /// Every drop reason of a bridge, summed.
@@ -537,4 +536,61 @@ fn reliable_topic_delivers_every_message_in_order_at_5_percent_loss() {
     );
     assert_eq!(drops(&r, "sub"), 0, "no datagram was malformed or refused");
     assert_eq!(metric(&r, "sub", "messages_in"), N);
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "contract.net.tick")]
+struct Beat(u64);
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn naks_to_a_best_effort_export_are_ignored_and_the_gaps_end_unrecovered() {
+    let served = Bridge::bind(loopback())
+        .expect("bind")
+        .name("be-pub")
+        .export::<Beat>();
+    let relay = LossyRelay::start(served.local_addr(), Loss::EveryNth(10));
+    let mut a = Bus::builder();
+    a.actor("feed", ticker(Beat))
+        .tick_every(Duration::from_millis(1))
+        .publishes::<Beat>();
+    a.add(served);
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("rel-sub")
+            .import_reliable::<Beat>(relay.addr),
+    );
+    b.actor("sink", tests::readme::sink::<Beat>())
+        .subscribes::<Beat>();
+    let (a, b) = (a.start().expect("a"), b.start().expect("b"));
+    wait_for("NAKs sent and gaps given up", 60, || {
+        let r = b.report();
+        metric(&r, "rel-sub", "nak_sent") > 0 && metric(&r, "rel-sub", "unrecovered") > 0
+    });
+    // Delivery goes on past the unrecovered gaps.
+    let before = metric(&b.report(), "rel-sub", "messages_in");
+    wait_for("delivery after an unrecovered gap", 60, || {
+        metric(&b.report(), "rel-sub", "messages_in") > before + 50
+    });
+    a.stop();
+    b.stop();
+    let (ra, rb) = (a.join().expect("a"), b.join().expect("b"));
+    assert!(relay.dropped() > 0);
+    assert_eq!(
+        metric(&ra, "be-pub", "retransmitted"),
+        0,
+        "a best-effort export retransmitted"
+    );
+    assert_eq!(
+        metric(&ra, "be-pub", "unavailable"),
+        0,
+        "a best-effort export answered a NAK"
+    );
+    assert!(
+        metric(&ra, "be-pub", "drop.unknown_topic") > 0,
+        "the NAKs were not counted as for a topic not exported reliably"
+    );
+    assert!(metric(&rb, "rel-sub", "unrecovered") > 0);
 }

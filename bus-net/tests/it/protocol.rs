@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::fixtures::loopback;
+use llbus::BusError;
 use llbus::{Actor, Bus, BusBuilder, Context, Idle, Message, Out, Report, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, BatchEncoder, Bridge, BridgeConfig, Control, DataMeta, DropReason, Kind,
@@ -84,10 +86,6 @@ fn add_collect<T: Message + Clone>(bus: &mut BusBuilder, name: &str) -> Arc<Mute
     .idle(Idle::Park)
     .subscribes::<T>();
     seen
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
 }
 
 fn drop_count(r: &Report, actor: &str, reason: DropReason) -> u64 {
@@ -993,4 +991,81 @@ fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     true
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "contract.net.tick")]
+struct Beat(u64);
+
+/// Every descriptor of this process that is a UDP socket bound to `addr`.
+fn socket_fds(addr: SocketAddr) -> Vec<i32> {
+    let mut fds = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd") {
+        let Some(fd) = entry
+            .ok()
+            .and_then(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        else {
+            continue;
+        };
+        // SAFETY: an all-zero `sockaddr_in` is a valid value of that plain C struct.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `sa` and `len` are valid for writes of `len` bytes; a descriptor that is not
+        // a socket (or is closed meanwhile) only makes the call fail.
+        let rc = unsafe { libc::getsockname(fd, (&raw mut sa).cast(), &mut len) };
+        if rc == 0
+            && i32::from(sa.sin_family) == libc::AF_INET
+            && u16::from_be(sa.sin_port) == addr.port()
+        {
+            fds.push(fd);
+        }
+    }
+    fds
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_broken_socket_is_reported_through_the_bridge_status_and_stops_the_bus() {
+    let config = BridgeConfig {
+        renew_every: Duration::from_millis(20),
+        ..BridgeConfig::default()
+    };
+    let bridge = Bridge::bind_with(loopback(), config)
+        .expect("bind")
+        .name("breaks")
+        .export::<Beat>()
+        // Nobody there: the import only makes the bridge send renewals through its socket.
+        .import::<Beat>(SocketAddr::from(([127, 0, 0, 1], 9)));
+    let (addr, status) = (bridge.local_addr(), bridge.status());
+    let mut bus = Bus::builder();
+    bus.add(bridge);
+    let running = bus.start().expect("start");
+    wait_for("the bridge to run", 30, || {
+        metric(&running.report(), "breaks", "datagrams_out") > 0
+    });
+    let fds = socket_fds(addr);
+    assert!(!fds.is_empty(), "no descriptor is bound to {addr}");
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    for fd in fds {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `fd` is the bridge's socket, which stays open (as /dev/null) for as long as
+        // the bridge owns it; dup2 replaces it atomically, so no other file lands on that number.
+        let rc = unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        assert_eq!(rc, fd, "dup2: {}", std::io::Error::last_os_error());
+    }
+    let outcome = tests::bounded("the broken bridge's bus", 60, move || running.join());
+    match outcome {
+        Err(BusError::ActorFailed { actor, error, .. }) => {
+            assert_eq!(actor, "breaks");
+            assert!(error.contains("bridge 'breaks'"), "{error}");
+        }
+        other => panic!("the bus did not stop with the bridge's error: {other:?}"),
+    }
+    let errors = status.errors();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("bridge 'breaks'") && e.contains("failed")),
+        "{errors:?}"
+    );
 }

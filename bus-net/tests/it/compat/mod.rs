@@ -5,6 +5,9 @@
 //! The wire: data is bincode 1 of `Packet<T> { data: T, sent_ts: i64 }` (for `i64`, 16 bytes:
 //! the value LE, then `CLOCK_REALTIME` ns LE); control, subscriber to publisher, is a `u32` LE,
 //! `0` Subscribe, `1` Unsubscribe, sent once a second from the socket that receives the data.
+//! `limits` checks its control under the allowlist, the cap and the rate limit.
+
+mod limits;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};

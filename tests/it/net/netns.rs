@@ -19,7 +19,7 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -38,9 +38,7 @@ fn prerequisites() -> bool {
     tests::netns::prerequisites("net_netns", TwoHosts::available())
 }
 
-/// One case at a time: the cases share two cores with the link (the tun wire is a thread of
-/// this process) and would otherwise add loss of their own.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::net::NAMESPACES as SERIAL;
 
 /// Messages the publisher sends in every case, and how fast.
 const COUNT: u64 = 10_000;

@@ -16,9 +16,11 @@
 //! where it fails, like `net_netns`. Run it with
 //! `sudo -E cargo test -p tests --test net_multicast_ns -- --nocapture`.
 
+mod fallback;
+
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -37,9 +39,7 @@ fn prerequisites() -> bool {
     tests::netns::prerequisites("net_multicast_ns", Hosts::available())
 }
 
-/// One case at a time: the wire is a thread of this process, sharing two cores with every
-/// example, and would otherwise add loss of its own.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::net::NAMESPACES as SERIAL;
 
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;

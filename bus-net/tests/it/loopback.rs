@@ -1,14 +1,17 @@
 //! Two buses in one process joined by two bridges over loopback: topics cross in both
 //! directions, in order, and the figures land in each bus's report.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::fixtures::loopback;
+use llbus::Backpressure;
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
 use llbus_net::Bridge;
+use llbus_net::BridgeConfig;
 use serde::{Deserialize, Serialize};
+use std::time::Instant;
 use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -81,10 +84,6 @@ impl Actor for OrderSink {
     fn on_message(&mut self, _o: Order, _ctx: &mut Context<'_>) {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
 }
 
 #[test]
@@ -429,4 +428,50 @@ fn reliable_late_joiner_starts_with_the_last_three() {
 #[cfg_attr(miri, ignore)]
 fn plain_late_joiner_starts_with_the_last_three() {
     late_joiner_starts_with_the_last_three(false);
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "contract.net.tick")]
+struct Tick(u64);
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_lone_message_goes_out_at_once_without_waiting_to_fill_a_datagram() {
+    // Heartbeats once an hour: nothing but the message itself could carry it out.
+    let config = BridgeConfig {
+        heartbeat_every: Duration::from_secs(3600),
+        ..BridgeConfig::default()
+    };
+    let served = Bridge::bind_with(loopback(), config)
+        .expect("bind")
+        .name("lone-pub")
+        .export::<Tick>();
+    let there = served.local_addr();
+    let mut a = Bus::builder();
+    let feed = a.publisher::<Tick>("feed");
+    a.add(served);
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("lone-sub")
+            .import::<Tick>(there),
+    );
+    let tap = b.subscription_with::<Tick>("tap", Backpressure::Block, 16);
+    let (mut a, mut b) = (a.start().expect("a"), b.start().expect("b"));
+    let mut feed = a.publisher(feed).expect("feed");
+    let mut tap = b.subscription(tap).expect("tap");
+    wait_for("the subscription", 30, || {
+        metric(&a.report(), "lone-pub", "subscribers.contract.net.tick") == 1
+    });
+    let sent = Instant::now();
+    feed.publish(Tick(7)).expect("publish");
+    let got = tap.recv_timeout(Duration::from_secs(2));
+    let took = sent.elapsed();
+    assert_eq!(got.ok(), Some(Tick(7)), "a lone message waited {took:?}");
+    assert_eq!(metric(&a.report(), "lone-pub", "messages_out"), 1);
+    a.stop();
+    b.stop();
+    a.join().expect("a");
+    b.join().expect("b");
 }

@@ -1,0 +1,3 @@
+//! The workspace's cross-crate integration tests, one binary.
+
+mod net;
