@@ -29,7 +29,6 @@ use llbus_net::{
     DEFAULT_SUBSCRIBER_TIMEOUT, MAC_TAG_LEN,
 };
 use serde::{Deserialize, Serialize};
-
 use tests::CountingAlloc;
 
 #[global_allocator]

@@ -109,12 +109,14 @@ fn stream(pub_bind: &str, pub_ip: &str, sub_bind: &str) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_dual_stack_publisher_serves_an_ipv4_subscriber() {
+    let _cpu = crate::fixtures::cpu_shared();
     stream("[::]:0", "127.0.0.1", "127.0.0.1:0");
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_dual_stack_subscriber_imports_from_an_ipv4_publisher() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Its socket reports the publisher as ::ffff:127.0.0.1; the import names 127.0.0.1.
     stream("127.0.0.1:0", "127.0.0.1", "[::]:0");
 }
@@ -122,12 +124,14 @@ fn a_dual_stack_subscriber_imports_from_an_ipv4_publisher() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn two_bridges_over_ipv6_loopback() {
+    let _cpu = crate::fixtures::cpu_shared();
     stream("[::1]:0", "::1", "[::1]:0");
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let bridge = Bridge::bind(addr("127.0.0.1:0"))
         .unwrap()
         .name("v4only")
@@ -163,6 +167,7 @@ fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn the_default_datagram_size_follows_the_family() {
+    let _cpu = crate::fixtures::cpu_shared();
     let c = BridgeConfig::default();
     assert_eq!(c.max_datagram_for(addr("127.0.0.1:1")), 1472);
     assert_eq!(c.max_datagram_for(addr("[::1]:1")), 1452);
@@ -211,6 +216,7 @@ impl Actor for BigSink {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_dual_stack_subscriber_accepts_what_an_ipv4_publisher_sends() {
+    let _cpu = crate::fixtures::cpu_shared();
     let publisher = Bridge::bind(addr("127.0.0.1:0")).unwrap().name("pub");
     let pub_addr = publisher.local_addr();
     let mut a = Bus::builder();

@@ -10,6 +10,10 @@
 //! and applies a plan to data frames by sequence number. Every frame is relayed in a datagram of
 //! its own (a datagram that carries several frames is split), so the plan applies per message
 //! whatever batching the publisher did.
+//!
+//! Beside it, through a lossy relay (`tests::relay`): NAKs to a publisher that exports nothing
+//! reliably are ignored, and the subscriber's gaps run into their deadline, are reported
+//! unrecovered, and delivery goes on (PROTOCOL.md, "Reliable topics").
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -18,13 +22,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::fixtures::loopback;
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Report, Setup};
 use llbus_net::{parse_datagram, Bridge, BridgeConfig, Header, Kind, LatePolicy, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use tests::readme::ticker;
 use tests::relay::{Loss, LossyRelay};
 use tests::{metric, wait_for};
+
+use crate::fixtures::loopback;
+use crate::fixtures::Beat;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.fault.tick")]
@@ -424,6 +430,7 @@ fn assert_common(r: &Report) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn loss_duplicates_and_reordering_are_counted_exactly_late_delivered() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Delivered: 100 sent, 5, 6 and 50 lost, duplicates dropped, 20 delivered late.
     let (r, seen, _log) = run_faults(LatePolicy::Deliver, 97);
     assert_common(&r);
@@ -444,6 +451,7 @@ fn loss_duplicates_and_reordering_are_counted_exactly_late_delivered() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn loss_duplicates_and_reordering_are_counted_exactly_late_dropped() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Delivered: as above, less 20, which arrives late and is dropped by the policy.
     let (r, seen, _log) = run_faults(LatePolicy::Drop, 96);
     assert_common(&r);
@@ -456,6 +464,7 @@ fn loss_duplicates_and_reordering_are_counted_exactly_late_dropped() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn loss_at_the_end_of_a_burst_is_noticed_thanks_to_heartbeats() {
+    let _cpu = crate::fixtures::cpu_shared();
     const N: u64 = 30;
     let plan = Plan {
         drop: vec![28, 29, 30],
@@ -503,6 +512,7 @@ fn loss_at_the_end_of_a_burst_is_noticed_thanks_to_heartbeats() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn reliable_topic_delivers_every_message_in_order_at_5_percent_loss() {
+    let _cpu = crate::fixtures::cpu_shared();
     const N: u64 = 600;
     let plan = Plan {
         drop: vec![5, 6, 50, N - 1, N],
@@ -538,13 +548,10 @@ fn reliable_topic_delivers_every_message_in_order_at_5_percent_loss() {
     assert_eq!(metric(&r, "sub", "messages_in"), N);
 }
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[message(topic = "contract.net.tick")]
-struct Beat(u64);
-
 #[test]
 #[cfg_attr(miri, ignore)]
 fn naks_to_a_best_effort_export_are_ignored_and_the_gaps_end_unrecovered() {
+    let _cpu = crate::fixtures::cpu_shared();
     let served = Bridge::bind(loopback())
         .expect("bind")
         .name("be-pub")

@@ -162,6 +162,7 @@ fn bad_datagram(
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
+    let _cpu = crate::fixtures::cpu_hungry();
     let flood: u64 = std::env::var("LLBUS_FLOOD")
         .ok()
         .and_then(|v| v.parse().ok())

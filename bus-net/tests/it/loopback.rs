@@ -1,18 +1,21 @@
 //! Two buses in one process joined by two bridges over loopback: topics cross in both
-//! directions, in order, and the figures land in each bus's report.
+//! directions, in order, and the figures land in each bus's report; a direct sender publishes
+//! from the actor's own thread; late joiners start with the last messages; and a lone message
+//! goes out at once, without waiting to fill a datagram (PROTOCOL.md, "Batching").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 
-use crate::fixtures::loopback;
 use llbus::Backpressure;
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
 use llbus_net::Bridge;
 use llbus_net::BridgeConfig;
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 use tests::{metric, wait_for};
+
+use crate::fixtures::loopback;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.quote")]
@@ -89,6 +92,7 @@ impl Actor for OrderSink {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn topics_cross_between_two_buses_in_both_directions() {
+    let _cpu = crate::fixtures::cpu_shared();
     const COUNT: u64 = 20_000;
     let bridge_a = Bridge::bind(loopback()).unwrap().name("net-a");
     let bridge_b = Bridge::bind(loopback()).unwrap().name("net-b");
@@ -267,6 +271,7 @@ impl Actor for BlobSink {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_direct_sender_publishes_from_the_actors_own_thread() {
+    let _cpu = crate::fixtures::cpu_shared();
     const COUNT: u64 = 2_000;
     let mut bridge_a = Bridge::bind(loopback()).unwrap().name("direct-a");
     let sender = bridge_a.direct::<Blob>().unwrap();
@@ -421,22 +426,25 @@ fn late_joiner_starts_with_the_last_three(reliable_import: bool) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn reliable_late_joiner_starts_with_the_last_three() {
+    let _cpu = crate::fixtures::cpu_shared();
     late_joiner_starts_with_the_last_three(true);
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn plain_late_joiner_starts_with_the_last_three() {
+    let _cpu = crate::fixtures::cpu_shared();
     late_joiner_starts_with_the_last_three(false);
 }
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[message(topic = "contract.net.tick")]
+#[message(topic = "loopback.lone.tick")]
 struct Tick(u64);
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_lone_message_goes_out_at_once_without_waiting_to_fill_a_datagram() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Heartbeats once an hour: nothing but the message itself could carry it out.
     let config = BridgeConfig {
         heartbeat_every: Duration::from_secs(3600),
@@ -462,7 +470,7 @@ fn a_lone_message_goes_out_at_once_without_waiting_to_fill_a_datagram() {
     let mut feed = a.publisher(feed).expect("feed");
     let mut tap = b.subscription(tap).expect("tap");
     wait_for("the subscription", 30, || {
-        metric(&a.report(), "lone-pub", "subscribers.contract.net.tick") == 1
+        metric(&a.report(), "lone-pub", "subscribers.loopback.lone.tick") == 1
     });
     let sent = Instant::now();
     feed.publish(Tick(7)).expect("publish");

@@ -1,14 +1,15 @@
 //! The bridge's protocol behaviour end to end, two buses (or a bus and a raw socket) over
 //! loopback: a fingerprint mismatch, subscription expiry and unsubscribe, a publisher restart,
 //! malformed datagrams counted by reason, a publisher that is not there (ICMP), and a message
-//! too large for a datagram.
+//! too large for a datagram; and a socket that breaks, reported through `BridgeStatus` as an
+//! error naming the bridge while the bus stops with it (SECURITY.md, "Stopping the bridge from
+//! the network").
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::fixtures::loopback;
 use llbus::BusError;
 use llbus::{Actor, Bus, BusBuilder, Context, Idle, Message, Out, Report, RunningBus, Setup};
 use llbus_net::{
@@ -17,6 +18,10 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
+
+use crate::fixtures::drop_count;
+use crate::fixtures::loopback;
+use crate::fixtures::Beat;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -86,10 +91,6 @@ fn add_collect<T: Message + Clone>(bus: &mut BusBuilder, name: &str) -> Arc<Mute
     .idle(Idle::Park)
     .subscribes::<T>();
     seen
-}
-
-fn drop_count(r: &Report, actor: &str, reason: DropReason) -> u64 {
-    metric(r, actor, &format!("drop.{}", reason.name()))
 }
 
 fn len<T>(seen: &Mutex<Vec<T>>) -> usize {
@@ -216,6 +217,7 @@ fn start_mismatch() -> Mismatch {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn fingerprint_mismatch_is_refused_and_reported_naming_topic_and_both_fingerprints() {
+    let _cpu = crate::fixtures::cpu_shared();
     assert_eq!(ours::Quote::TOPIC_ID, theirs::Quote::TOPIC_ID);
     assert_ne!(ours::Quote::FINGERPRINT, theirs::Quote::FINGERPRINT);
     let m = start_mismatch();
@@ -256,6 +258,7 @@ fn fingerprint_mismatch_is_refused_and_reported_naming_topic_and_both_fingerprin
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_refused_import_stops_renewing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let m = start_mismatch();
     wait_for("the refusal", 10, || {
         metric(&m.b.report(), "sub", "refused") >= 1
@@ -274,6 +277,7 @@ fn a_refused_import_stops_renewing() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscription_that_is_not_renewed_expires() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         subscriber_timeout: Duration::from_secs(2),
         ..BridgeConfig::default()
@@ -360,6 +364,7 @@ fn a_subscription_that_is_not_renewed_expires() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_graceful_stop_unsubscribes() {
+    let _cpu = crate::fixtures::cpu_shared();
     let publisher = Bridge::bind(loopback()).unwrap().name("pub"); // timeout 60 s
     let subscriber = Bridge::bind(loopback())
         .unwrap()
@@ -442,6 +447,7 @@ impl Actor for RangeFeed {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_publisher_restart_is_noticed_without_a_false_gap() {
+    let _cpu = crate::fixtures::cpu_shared();
     // A fixed port, chosen by the system once and reused by the second publisher.
     let addr = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -545,6 +551,7 @@ fn start_garbage(probe_publisher: SocketAddr) -> Garbage {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows() {
+    let _cpu = crate::fixtures::cpu_shared();
     use DropReason::*;
     let raw = raw_socket();
     let g = start_garbage(raw.local_addr().unwrap());
@@ -694,10 +701,10 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
         // acknowledgement established (`unknown_session`); undecodable payloads are covered by
         // the decoder's tests.
         PayloadDecode,
-        // Tests of their own: tests/net_spoof.rs, and the MAC's replay window (bus-net).
+        // Tests of their own: tests/it/net/spoof.rs, and the MAC's replay window (bus-net).
         BadSource,
         // Needs an import that holds its token (here the raw socket never acknowledges):
-        // tests/net_spoof.rs, and the session machines' and simulator's tests in bus-net.
+        // tests/it/net/spoof.rs, and the session machines' and simulator's tests in bus-net.
         BadToken,
         Replayed,
         TooLarge,
@@ -708,7 +715,7 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
         NotAllowed,
         TopicFull,
         // Fragments reach reassembly only in the session the import follows: tests of their
-        // own (tests/net_large.rs, the reassembler's and the simulation's in bus-net, fuzz).
+        // own (`large`, the reassembler's and the simulation's in bus-net, fuzz).
         BadFragment,
         Incomplete,
     ];
@@ -755,6 +762,7 @@ fn send_oversized() -> (Report, Report, Vec<Probe>) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_oversized_datagram_is_dropped_whole_and_harmless() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (ra, rb, probes) = send_oversized();
     assert!(
         probes.is_empty(),
@@ -776,6 +784,7 @@ fn an_oversized_datagram_is_dropped_whole_and_harmless() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_oversized_datagram_is_counted() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (ra, rb, _) = send_oversized();
     assert_eq!(drop_count(&rb, "sub", DropReason::TooLarge), 1);
     assert_eq!(drop_count(&ra, "pub", DropReason::TooLarge), 1);
@@ -787,6 +796,7 @@ fn an_oversized_datagram_is_counted() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn data_for_an_exported_topic_sent_to_its_publisher_is_an_unknown_sender() {
+    let _cpu = crate::fixtures::cpu_shared();
     let raw = raw_socket();
     let g = start_garbage(raw.local_addr().unwrap());
     let frame = raw_frame(
@@ -827,6 +837,7 @@ fn len_of(r: &Report, sink: &str) -> u64 {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn importing_from_a_closed_port_is_not_fatal() {
+    let _cpu = crate::fixtures::cpu_shared();
     let closed = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -878,7 +889,8 @@ struct Blob {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_message_too_large_is_refused_and_nothing_truncated_arrives() {
-    // Larger than a datagram goes in fragments (tests/net_large.rs); larger than the maximum
+    let _cpu = crate::fixtures::cpu_shared();
+    // Larger than a datagram goes in fragments (`large`); larger than the maximum
     // message size is refused.
     let config = BridgeConfig {
         reassembly: ReassemblyConfig {
@@ -943,6 +955,7 @@ fn a_message_too_large_is_refused_and_nothing_truncated_arrives() {
 /// with valid fields makes frames that parse, byte for byte like the public encoder's.
 #[test]
 fn raw_frames_with_valid_fields_match_the_encoder() {
+    let _cpu = crate::fixtures::cpu_shared();
     let valid = raw_frame(
         b"LLU",
         VERSION,
@@ -993,10 +1006,6 @@ fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
     true
 }
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[message(topic = "contract.net.tick")]
-struct Beat(u64);
-
 /// Every descriptor of this process that is a UDP socket bound to `addr`.
 fn socket_fds(addr: SocketAddr) -> Vec<i32> {
     let mut fds = Vec::new();
@@ -1026,6 +1035,7 @@ fn socket_fds(addr: SocketAddr) -> Vec<i32> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_broken_socket_is_reported_through_the_bridge_status_and_stops_the_bus() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         renew_every: Duration::from_millis(20),
         ..BridgeConfig::default()

@@ -5,18 +5,14 @@
 //! `spy --decode`, `llbus play`, `llbus record`) are checked as processes in the workspace's
 //! `tests/it/net/schema_cli.rs`.
 use std::net::{SocketAddr, UdpSocket};
-
 use std::time::{Duration, Instant};
 
 use llbus::schema::{decode, Fields, Primitive, Shape};
-
 use llbus_net::{
     parse_datagram, Allowlist, BatchEncoder, BridgeConfig, Endpoint, Event, ExportSpec,
     SchemaFailure, SchemaReply, SchemaRequest, Wire, DEFAULT_MAX_DATAGRAM, HEADER_LEN,
 };
-
 use tests::bridges::{export, long_names, HostilePub, NoData};
-
 use tests::spoof::RawSender;
 
 const MS: u64 = 1_000_000;
@@ -91,6 +87,7 @@ fn attacker() -> UdpSocket {
 // through schema frames").
 #[test]
 fn requests_of_every_size_are_answered_with_no_more_bytes_than_they_carried() {
+    let _cpu = crate::fixtures::cpu_shared();
     let shape = wide(200);
     let publ = HostilePub::start(
         BridgeConfig::default(),
@@ -127,6 +124,7 @@ fn requests_of_every_size_are_answered_with_no_more_bytes_than_they_carried() {
 
 #[test]
 fn a_request_flood_from_one_source_gets_no_more_answers_than_the_rate_limit() {
+    let _cpu = crate::fixtures::cpu_shared();
     let shape = wide(10);
     let publ = HostilePub::start(
         BridgeConfig::default(),
@@ -158,6 +156,7 @@ fn a_request_flood_from_one_source_gets_no_more_answers_than_the_rate_limit() {
 
 #[test]
 fn with_a_key_unsealed_requests_and_hosts_outside_the_allowlist_get_nothing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let shape = wide(10);
     let keyed = HostilePub::start(
         BridgeConfig {
@@ -205,6 +204,7 @@ fn with_a_key_unsealed_requests_and_hosts_outside_the_allowlist_get_nothing() {
 
 #[test]
 fn a_spoofed_request_earns_its_victim_no_more_than_the_forger_sent_requires_root() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(mut raw) = RawSender::for_test("schema_spoof") else {
         return;
     };
@@ -313,6 +313,7 @@ fn events(ep: &mut Endpoint) -> Vec<Event> {
 
 #[test]
 fn forged_replies_are_never_accepted() {
+    let _cpu = crate::fixtures::cpu_shared();
     let good = Shape::structure(
         "Px",
         Fields::named([("v", Shape::Primitive(Primitive::F64))]),
@@ -404,6 +405,7 @@ fn nested_vecs(n: u64) -> Vec<u8> {
 
 #[test]
 fn a_hostile_shape_of_deep_nesting_or_huge_claims_is_refused_without_harm() {
+    let _cpu = crate::fixtures::cpu_shared();
     // 16 000 levels (64 KiB), and a node list claiming 2^60 nodes.
     let deep = nested_vecs(16_000);
     let mut claims = (1u64 << 60).to_le_bytes().to_vec();
@@ -497,6 +499,7 @@ fn fetch_in_memory(max_datagram: usize) -> Vec<Event> {
 
 #[test]
 fn requesters_of_the_default_or_a_smaller_datagram_get_a_shape_of_many_pages() {
+    let _cpu = crate::fixtures::cpu_shared();
     for max in [DEFAULT_MAX_DATAGRAM, 1200, 200] {
         let got = fetch_in_memory(max);
         assert!(
@@ -508,6 +511,7 @@ fn requesters_of_the_default_or_a_smaller_datagram_get_a_shape_of_many_pages() {
 
 #[test]
 fn a_requester_with_a_larger_datagram_than_the_publisher_still_gets_the_schema() {
+    let _cpu = crate::fixtures::cpu_shared();
     let got = fetch_in_memory(9000);
     assert!(
         matches!(got.as_slice(), [Event::SchemaReceived { .. }]),
@@ -520,6 +524,7 @@ fn a_requester_with_a_larger_datagram_than_the_publisher_still_gets_the_schema()
 // "Decoding a message without its type": "allocates in proportion to its input").
 #[test]
 fn a_message_of_no_bytes_cannot_decode_into_megabytes() {
+    let _cpu = crate::fixtures::cpu_shared();
     let shape = long_names(30_000, 2_000);
     let encoded = shape.to_bytes().expect("a shape a publisher may serve");
     assert!(encoded.len() < 64 * 1024);
@@ -535,6 +540,7 @@ fn a_message_of_no_bytes_cannot_decode_into_megabytes() {
 
 #[test]
 fn with_a_key_sealed_requests_get_sealed_answers_no_larger_and_a_replay_gets_nothing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let key = [4; 32];
     let shape = wide(200);
     let publ = HostilePub::start(
@@ -600,6 +606,7 @@ fn with_a_key_sealed_requests_get_sealed_answers_no_larger_and_a_replay_gets_not
 
 #[test]
 fn fetches_are_bounded_and_an_unanswered_one_asks_ten_times_then_fails() {
+    let _cpu = crate::fixtures::cpu_shared();
     let mut ep = Endpoint::new(
         &BridgeConfig::default(),
         DEFAULT_MAX_DATAGRAM,
@@ -653,6 +660,7 @@ struct Deep {
 
 #[test]
 fn a_bridge_refuses_at_start_a_type_too_deep_to_describe() {
+    let _cpu = crate::fixtures::cpu_shared();
     let bridge = llbus_net::Bridge::bind("127.0.0.1:0").expect("binds");
     let mut b = llbus::Bus::builder();
     b.add(bridge.export::<Deep>());
@@ -671,6 +679,7 @@ fn a_bridge_refuses_at_start_a_type_too_deep_to_describe() {
 
 #[test]
 fn a_direct_topic_too_deep_to_describe_is_refused_at_start_too() {
+    let _cpu = crate::fixtures::cpu_shared();
     let mut bridge = llbus_net::Bridge::bind("127.0.0.1:0").expect("binds");
     let _sender = bridge.direct::<Deep>().expect("a direct sender");
     let mut b = llbus::Bus::builder();

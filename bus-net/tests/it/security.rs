@@ -1,14 +1,14 @@
 //! The bridge's control plane under hostile input: the allowlist, the address-proving cookie
 //! handshake (no data and no larger reply to an unproven address; a cookie does not work from
 //! another address), the per-source rate limit, the per-topic subscriber cap, and the
-//! pre-shared-key MAC.
+//! pre-shared-key MAC, whose replay windows cover 256 senders and evict the least recently
+//! seen (SECURITY.md, "Limits and their defaults").
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fixtures::loopback;
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, Allowlist, BatchEncoder, Bridge, BridgeConfig, Control, Cookie, Kind,
@@ -17,6 +17,9 @@ use llbus_net::{
 use llbus_net::{FrameMac, MAC_TAG_LEN};
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
+
+use crate::fixtures::loopback;
+use crate::fixtures::Beat;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
 #[message(topic = "sec.tick")]
@@ -141,6 +144,7 @@ fn challenge_cookie(datagram: &[u8]) -> Cookie {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_address_outside_the_allowlist_gets_no_answer_at_all() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         allow: Allowlist::parse(["10.0.0.0/8"]).unwrap(),
         ..BridgeConfig::default()
@@ -161,6 +165,7 @@ fn an_address_outside_the_allowlist_gets_no_answer_at_all() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_unproven_address_gets_one_small_challenge_and_no_data_and_a_cookie_is_bound_to_its_address() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (bus, addr) = publisher(BridgeConfig::default());
     let victim = raw_socket();
     let request = subscribe(None);
@@ -201,6 +206,7 @@ fn an_unproven_address_gets_one_small_challenge_and_no_data_and_a_cookie_is_boun
 #[test]
 #[cfg_attr(miri, ignore)]
 fn unproven_control_messages_are_rate_limited_per_source() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         rate_limit: RateLimit {
             per_second: 10,
@@ -233,6 +239,7 @@ fn unproven_control_messages_are_rate_limited_per_source() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         subscribers_per_topic: 1,
         ..BridgeConfig::default()
@@ -270,6 +277,7 @@ fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_pre_shared_key_admits_its_holders_and_drops_everyone_else() {
+    let _cpu = crate::fixtures::cpu_shared();
     let key = [42u8; 32];
     let with_key = BridgeConfig {
         psk: Some(key),
@@ -310,6 +318,7 @@ struct Private {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn each_export_can_have_its_own_allowlist() {
+    let _cpu = crate::fixtures::cpu_shared();
     // "sec.tick" follows the bridge's allowlist (loopback); "sec.private" only 10.0.0.0/8.
     let bridge = Bridge::bind(loopback())
         .unwrap()
@@ -438,6 +447,7 @@ impl Drop for Recorder {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn captured_sealed_datagrams_replayed_are_dropped() {
+    let _cpu = crate::fixtures::cpu_shared();
     let keyed = BridgeConfig {
         psk: Some([9u8; 32]),
         ..BridgeConfig::default()
@@ -490,10 +500,6 @@ fn captured_sealed_datagrams_replayed_are_dropped() {
     }
 }
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[message(topic = "contract.net.tick")]
-struct Beat(u64);
-
 /// A heartbeat datagram of sender session `session`, sealed with `mac` (each seal takes the
 /// next packet number of `mac`'s lane).
 fn sealed_heartbeat(mac: &FrameMac, session: u64) -> Vec<u8> {
@@ -515,6 +521,7 @@ fn sealed_heartbeat(mac: &FrameMac, session: u64) -> Vec<u8> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn the_bridge_tracks_256_replay_senders_and_evicts_the_least_recently_seen() {
+    let _cpu = crate::fixtures::cpu_shared();
     let key = [5u8; 32];
     let bridge = Bridge::bind(loopback())
         .expect("bind")

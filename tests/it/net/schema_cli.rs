@@ -4,19 +4,15 @@
 //! ("Schema frames"), SECURITY.md, docs/RECORDING.md or the modules' docs. The frames
 //! themselves are checked in `bus-net/tests/it/schema.rs`.
 use std::net::{SocketAddr, UdpSocket};
-
 use std::time::{Duration, Instant};
 
 use llbus::schema::{decode, Fields, Primitive, Shape, Variant};
-
 use llbus_net::{
     BridgeConfig, Endpoint, Event, RecvBatch, SendBatch, SocketConfig, SocketWire, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM,
 };
-
-use tests::cli::{llbus, llbus_bin, CountersDir};
-
 use tests::bridges::{export, long_names, HostilePub, NoData};
+use tests::cli::{llbus, llbus_bin, CountersDir};
 
 // ---------------------------------------------------------------------------------------------
 // A hostile publisher feeding `llbus echo` and `llbus spy --decode`.

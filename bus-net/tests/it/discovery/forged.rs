@@ -6,13 +6,14 @@
 //! (or another 127/8 address), so an attacker here needs no raw socket to send "from the
 //! publisher's IP"; off loopback the same datagrams need a forged source address.
 
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
 use llbus::{Actor, Bus, Context, Message, RunningBus, Setup};
 use llbus_net::{
     Allowlist, BatchEncoder, Bridge, Cidr, Control, DiscoveryConfig, SocketConfig, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM, HEADER_LEN,
 };
-use std::net::{SocketAddr, UdpSocket};
-use std::time::{Duration, Instant};
 use tests::bridges::discovery::{
     announce_quote, ask_group, discovery, drain, group, publisher, socket, subscriber, Feed, Quote,
     LO, SUBSCRIBE,
@@ -27,6 +28,7 @@ use tests::{metric, wait_for};
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_forged_short_period_announcement_cannot_drop_a_live_publisher() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(0) else { return };
     // The real publisher announces every 2 s: followed for 6 s without hearing it.
     let (publisher, pub_addr) = publisher(discovery(group, Duration::from_secs(2)));
@@ -83,6 +85,7 @@ fn a_forged_short_period_announcement_cannot_drop_a_live_publisher() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn short_period_announcements_do_not_retry_a_third_party_before_the_try_timeout() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(1) else { return };
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -131,6 +134,7 @@ fn short_period_announcements_do_not_retry_a_third_party_before_the_try_timeout(
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscribe_and_a_query_in_one_datagram_draw_no_more_than_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(2) else { return };
     let (publisher, pub_addr) = publisher(discovery(group, Duration::from_secs(1)));
     let asker = socket([127, 0, 0, 1]);
@@ -175,6 +179,7 @@ fn a_subscribe_and_a_query_in_one_datagram_draw_no_more_than_it() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn queries_are_answered_within_their_size_and_rate_limited() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(3) else { return };
     let (publisher, pub_addr) = publisher(discovery(group, Duration::from_secs(1)));
     let asker = socket([127, 0, 0, 1]);
@@ -210,6 +215,7 @@ fn queries_are_answered_within_their_size_and_rate_limited() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn announcements_and_queries_from_outside_the_allowlist_do_nothing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(4) else { return };
     let only_one: Cidr = "127.0.0.1/32".parse().unwrap();
     let bridge = Bridge::bind("127.0.0.1:0")
@@ -254,6 +260,7 @@ fn announcements_and_queries_from_outside_the_allowlist_do_nothing() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn with_a_key_unsealed_announcements_and_queries_do_nothing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(5) else { return };
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -298,6 +305,7 @@ fn with_a_key_unsealed_announcements_and_queries_do_nothing() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_flood_of_distinct_announcements_stays_within_the_caps() {
+    let _cpu = crate::fixtures::cpu_hungry();
     let Some(group) = group(6) else { return };
     let (publisher, pub_addr) = publisher(discovery(group, Duration::from_millis(200)));
     let bridge = Bridge::bind("127.0.0.1:0")
@@ -399,6 +407,7 @@ fn three_publishers(group: SocketAddr) -> Vec<RunningBus> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_query_to_the_group_draws_no_more_bytes_than_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(9) else { return };
     // Announcing every 30 s: after the first announcements, only a query brings one forward.
     let publishers: Vec<_> = (0..3)
@@ -446,6 +455,7 @@ fn a_query_to_the_group_draws_no_more_bytes_than_it() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscribe_to_the_group_draws_no_more_bytes_than_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(10) else { return };
     let publishers = three_publishers(group);
     std::thread::sleep(Duration::from_millis(500));
@@ -494,6 +504,7 @@ impl Actor for Count {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_forged_announcement_cannot_make_a_bridge_subscribe_to_itself() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(11) else { return };
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -575,6 +586,7 @@ fn publisher_at(group: SocketAddr, addr: SocketAddr, every: Duration) -> Running
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(12) else { return };
     let addr = SocketAddr::from(([127, 0, 0, 1], tests::example_bins::free_udp_port()));
     let every = Duration::from_millis(300);
@@ -645,6 +657,7 @@ fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn discovery_works_on_an_ipv6_group() {
+    let _cpu = crate::fixtures::cpu_shared();
     let port = 20_000 + (std::process::id() % 20_000) as u16;
     let group = SocketAddr::from((
         std::net::Ipv6Addr::new(0xff15, 0, 0, 0, 0, 0, 0x7476, 0x24),
@@ -711,6 +724,7 @@ fn discovery_works_on_an_ipv6_group() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_forged_new_session_at_a_followed_address_changes_no_import() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(13) else { return };
     let (publisher, pub_addr) = publisher(discovery(group, Duration::from_secs(1)));
     let bridge = Bridge::bind("127.0.0.1:0")
@@ -747,8 +761,14 @@ fn a_forged_new_session_at_a_followed_address_changes_no_import() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // Quotes keep arriving after the forgeries: 300 more (0.6 s of the feed) within 20 s, and
+    // not before 1.5 s, so that the forged announcements had their time to act.
     let before = counted.load(std::sync::atomic::Ordering::Relaxed);
-    std::thread::sleep(Duration::from_millis(1500));
+    let forged = Instant::now();
+    wait_for("quotes after the forgeries", 20, || {
+        forged.elapsed() >= Duration::from_millis(1500)
+            && counted.load(std::sync::atomic::Ordering::Relaxed) > before + 300
+    });
     let after = counted.load(std::sync::atomic::Ordering::Relaxed);
     let now = established();
     publisher.stop();

@@ -7,35 +7,29 @@
 mod forged;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-
 use std::sync::{Arc, Mutex};
-
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
-
 use llbus_net::{
     AnnounceHead, BatchEncoder, Bridge, DataMeta, DiscoveryConfig, DEFAULT_MAX_DATAGRAM,
 };
-
 use serde::{Deserialize, Serialize};
-
 use tests::spoof::RawSender;
-
 use tests::{metric, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "disc.quote")]
-struct Quote {
-    source: u64,
-    n: u64,
+pub(crate) struct Quote {
+    pub(crate) source: u64,
+    pub(crate) n: u64,
 }
 
 /// Publishes a quote of `source` every tick.
-struct Feed {
-    out: Out<Quote>,
-    source: u64,
-    n: u64,
+pub(crate) struct Feed {
+    pub(crate) out: Out<Quote>,
+    pub(crate) source: u64,
+    pub(crate) n: u64,
 }
 
 impl Actor for Feed {
@@ -53,8 +47,8 @@ impl Actor for Feed {
     }
 }
 
-struct Seen {
-    by_source: Arc<Mutex<[u64; 3]>>,
+pub(crate) struct Seen {
+    pub(crate) by_source: Arc<Mutex<[u64; 3]>>,
 }
 
 impl Actor for Seen {
@@ -68,12 +62,12 @@ impl Actor for Seen {
 
 /// Test `test`'s group: its own address, and a port of this run's own (from the process id),
 /// so that tests and runs in parallel on one machine do not hear each other.
-fn group(test: u8) -> SocketAddr {
+pub(crate) fn group(test: u8) -> SocketAddr {
     let port = 20_000 + (std::process::id() % 20_000) as u16;
     SocketAddr::from(([239, 255, 76, 80 + test], port))
 }
 
-fn discovery(test: u8) -> DiscoveryConfig {
+pub(crate) fn discovery(test: u8) -> DiscoveryConfig {
     DiscoveryConfig {
         group: Some(group(test)),
         announce_every: Duration::from_millis(100),
@@ -103,6 +97,7 @@ fn publisher(test: u8, source: u64) -> (RunningBus, SocketAddr) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Multicast on loopback needs no route but the loopback interface itself.
     if !tests::loopback_group_or_skip(group(0)) {
         return;
@@ -193,6 +188,7 @@ fn forged_announce(session: u64, port: u16) -> Vec<u8> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn forged_announcements_from_raw_sockets_redirect_nothing_requires_root() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(mut raw) = RawSender::for_test("forged_announcements_from_raw_sockets") else {
         return;
     };
@@ -297,6 +293,7 @@ fn forged_announcements_from_raw_sockets_redirect_nothing_requires_root() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn more_discovery_peers_than_the_subscriber_cap_fail_the_start() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = llbus_net::BridgeConfig {
         subscribers_per_topic: 2,
         ..llbus_net::BridgeConfig::default()

@@ -4,10 +4,11 @@
 //! multicast export or to the data group draw no more than they carry, and an admitted
 //! subscriber's NAK flood cannot starve the others.
 
-use llbus::{Actor, Bus, Context, Message, RunningBus, Setup};
-use llbus_net::{BatchEncoder, Bridge, BridgeConfig, DEFAULT_MAX_DATAGRAM};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
+
+use llbus::{Actor, Bus, Context, Message, RunningBus, Setup};
+use llbus_net::{BatchEncoder, Bridge, BridgeConfig, DEFAULT_MAX_DATAGRAM};
 use tests::bridges::discovery::{
     ask_group, drain, group, socket, subscribes, Counter, Feed, Quote,
 };
@@ -94,13 +95,14 @@ fn multicast_publisher_keyed(group: SocketAddr, key: Option<[u8; 32]>) -> (Runni
 
 /// SECURITY.md ("Forged multicast data"): without a key, multicast data is as open as the
 /// group (its group token travels in clear, so a host that joins the group can read it and
-/// inject); with a key, group datagrams are sealed. The brief: an off-path forger sending to
-/// the group with the publisher's source address cannot inject. A host that merely joins the
+/// inject); with a key, group datagrams are sealed, so an off-path forger sending to the
+/// group with the publisher's source address cannot inject. A host that merely joins the
 /// group of a keyed export (no subscription, no key) must not be able to inject quotes into a
 /// subscriber by replaying what it overhears with its own payload.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_host_that_only_joins_the_group_cannot_inject_requires_root() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(mut raw) = tests::spoof::RawSender::for_test("a_host_that_only_joins_the_group")
     else {
         return;
@@ -161,6 +163,7 @@ fn a_host_that_only_joins_the_group_cannot_inject_requires_root() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscriber_asking_for_unicast_is_served_beside_a_group_member() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(data_group) = group(15) else { return };
     let (publisher, pub_addr) = multicast_publisher(data_group);
     let (member, m_all, m_forged) = importer(pub_addr, false);
@@ -192,6 +195,7 @@ fn a_subscriber_asking_for_unicast_is_served_beside_a_group_member() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_renewal_of_twenty_frames_to_a_multicast_export_draws_one_datagram() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(data_group) = group(16) else { return };
     let (publisher, pub_addr) = multicast_publisher(data_group);
     let me = socket([127, 0, 0, 1]);
@@ -240,6 +244,7 @@ fn a_renewal_of_twenty_frames_to_a_multicast_export_draws_one_datagram() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscribe_to_the_data_group_draws_no_more_bytes_than_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(data_group) = group(17) else { return };
     let (publisher, pub_addr) = multicast_publisher(data_group);
     let subs: Vec<_> = (0..3).map(|_| importer(pub_addr, false)).collect();
@@ -415,8 +420,8 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
 }
 
 /// SECURITY.md: an admitted subscriber's NAKs are bounded by its host's budget, suppressed
-/// ones too, and checked in one linear pass; the brief: NAK suppression must not be usable
-/// against the other subscribers. An admitted subscriber repeats one NAK of 1024 messages as
+/// ones too, and checked in one linear pass, so NAK suppression cannot be used against the
+/// other subscribers. An admitted subscriber repeats one NAK of 1024 messages as
 /// fast as it can: the genuine subscriber is still served (it keeps receiving), and the
 /// publisher charges the suppressed NAKs to the NAKer's host until its budget is spent, then
 /// drops them (`drop.rate_limited`). The rates are printed, not asserted: timing on a shared
@@ -424,6 +429,7 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn suppressed_naks_cannot_starve_the_publisher() {
+    let _cpu = crate::fixtures::cpu_hungry();
     let Some(data_group) = group(19) else { return };
     let (quiet_u, stormy_u, _) = nak_storm(None);
     let (quiet_m, stormy_m, limited_m) = nak_storm(Some(data_group));

@@ -6,22 +6,16 @@
 //! only; the forgeries that need another source address use a raw socket (`tests::spoof`).
 
 use std::net::{SocketAddr, UdpSocket};
-
 use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::sync::Arc;
-
 use std::time::{Duration, Instant};
 
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
-
 use llbus_net::{
     BatchEncoder, Bridge, BridgeConfig, Control, Cookie, DataMeta, DiscoveryConfig,
     DEFAULT_MAX_DATAGRAM,
 };
-
 use serde::{Deserialize, Serialize};
-
 use tests::{le, loopback_members, overhear_data, wait_for};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -230,6 +224,7 @@ fn forged_data(session: u64, seq: u64, token: u64) -> Vec<u8> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_publisher_restarting_with_another_group_is_followed_and_the_old_group_left() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (Some(old), Some(new)) = (group(1), group(2)) else {
         return;
     };
@@ -269,6 +264,7 @@ fn a_publisher_restarting_with_another_group_is_followed_and_the_old_group_left(
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_publisher_restarting_without_a_group_is_no_reason_to_stay_in_its_old_group() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(old) = group(3) else { return };
     if loopback_members(old).is_none() {
         return;
@@ -304,6 +300,7 @@ fn a_publisher_restarting_without_a_group_is_no_reason_to_stay_in_its_old_group(
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_old_sessions_group_token_opens_nothing_after_a_restart_requires_root() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(mut raw) = tests::spoof::RawSender::for_test("an_old_sessions_group_token") else {
         return;
     };
@@ -365,6 +362,7 @@ fn an_old_sessions_group_token_opens_nothing_after_a_restart_requires_root() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn every_exports_group_is_checked_at_start() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(good) = group(5) else { return };
     let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
     victim
@@ -427,6 +425,7 @@ fn every_exports_group_is_checked_at_start() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_bridge_stopped_without_join_leaves_its_data_groups() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(data) = group(6) else { return };
     if loopback_members(data).is_none() {
         return;
@@ -482,6 +481,7 @@ fn free_addr() -> SocketAddr {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn what_a_departed_publishers_import_counted_stays_counted() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(disc) = group(7) else { return };
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -553,6 +553,7 @@ fn what_a_departed_publishers_import_counted_stays_counted() {
 #[cfg_attr(miri, ignore)]
 #[ignore = "known limit without a key (SECURITY.md, Forged multicast data: a captured Subscribe replayed within its cookie's life moves its member off the group; with a key it is dropped, endpoint::discovery_sim::with_a_key_replayed_subscribes_cannot_move_a_subscriber_onto_or_off_the_group)"]
 fn a_replayed_subscribe_does_not_double_a_members_data_requires_root() {
+    let _cpu = crate::fixtures::cpu_shared();
     let Some(mut raw) = tests::spoof::RawSender::for_test("a_replayed_subscribe") else {
         return;
     };
@@ -693,6 +694,7 @@ fn subscribes_to_a_slow_group(group: SocketAddr, heartbeat: Duration) -> u64 {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_member_of_a_working_group_does_not_flap_with_a_slower_heartbeat() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (Some(one), Some(two)) = (group(11), group(12)) else {
         return;
     };

@@ -6,76 +6,14 @@
 mod forged;
 mod membership;
 
-use std::net::SocketAddr;
-
 use std::sync::{Arc, Mutex};
-
 use std::time::Duration;
 
-use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
-
-use llbus_net::{Bridge, DiscoveryConfig};
-
-use serde::{Deserialize, Serialize};
-
+use llbus::{Bus, Setup};
+use llbus_net::Bridge;
 use tests::{loopback_members, metric, wait_for};
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[message(topic = "disc.quote")]
-struct Quote {
-    source: u64,
-    n: u64,
-}
-
-/// Publishes a quote of `source` every tick.
-struct Feed {
-    out: Out<Quote>,
-    source: u64,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(
-            self.out,
-            Quote {
-                source: self.source,
-                n: self.n,
-            },
-        );
-    }
-}
-
-struct Seen {
-    by_source: Arc<Mutex<[u64; 3]>>,
-}
-
-impl Actor for Seen {
-    type In = Quote;
-    fn on_message(&mut self, q: Quote, _ctx: &mut Context<'_>) {
-        if let Some(count) = self.by_source.lock().unwrap().get_mut(q.source as usize) {
-            *count += 1;
-        }
-    }
-}
-
-/// Test `test`'s group: its own address, and a port of this run's own (from the process id),
-/// so that tests and runs in parallel on one machine do not hear each other.
-fn group(test: u8) -> SocketAddr {
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
-    SocketAddr::from(([239, 255, 76, 80 + test], port))
-}
-
-fn discovery(test: u8) -> DiscoveryConfig {
-    DiscoveryConfig {
-        group: Some(group(test)),
-        announce_every: Duration::from_millis(100),
-        ..DiscoveryConfig::default()
-    }
-}
+use crate::discovery::{discovery, group, Feed, Quote, Seen};
 
 /// Multicast data between real bridges over loopback: a publisher exports to a group, two
 /// subscribers import it (by address) and are told the group; each batch leaves the publisher
@@ -83,6 +21,7 @@ fn discovery(test: u8) -> DiscoveryConfig {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
+    let _cpu = crate::fixtures::cpu_shared();
     let data = group(2);
     if !tests::loopback_group_or_skip(data) {
         return;
@@ -159,6 +98,7 @@ fn a_multicast_export_sends_each_batch_once_for_every_subscriber() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_bridge_leaves_a_data_group_once_no_import_uses_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let data = group(4);
     if !tests::loopback_group_or_skip(data) || loopback_members(data).is_none() {
         return;

@@ -119,7 +119,7 @@ fn run(reliable: bool, flap: Duration) -> (Fields, Fields, tests::netns::WireCou
     let published = result(publ, "PUBLISHED ");
     let wire = hosts.counts(2);
     eprintln!(
-        "review_discovery2: {} multicast, flapping every {flap:?} ({switches} switches)\n  \
+        "multicast_ns::fallback: {} multicast, flapping every {flap:?} ({switches} switches)\n  \
          steady: {}\n  flapping: {}\n  wire of the flapping host: {wire:?}\n  \
          publisher: {published}",
         if reliable { "reliable" } else { "best-effort" },
@@ -136,7 +136,7 @@ fn run(reliable: bool, flap: Duration) -> (Fields, Fields, tests::netns::WireCou
 }
 
 fn prerequisites() -> bool {
-    tests::netns::prerequisites("review_discovery2::namespaces", Hosts::available())
+    tests::netns::prerequisites("net::multicast_ns::fallback", Hosts::available())
 }
 
 /// PROTOCOL.md ("Multicast data"): a member whose multicast stops falls back to unicast
@@ -266,11 +266,11 @@ fn an_ipv6_link_local_group_carries_the_data() {
         .collect();
     let results: Vec<Fields> = subs.into_iter().map(|s| result(s, "RESULT ")).collect();
     let published = result(publ, "PUBLISHED ");
-    eprintln!("review_discovery2: ff02 publisher: {published}");
+    eprintln!("multicast_ns::fallback: ff02 publisher: {published}");
     for (i, r) in results.iter().enumerate() {
         let host = i + 1;
         let wire = hosts.counts(host);
-        eprintln!("review_discovery2: ff02 subscriber in host {host}: {r}\n  wire: {wire:?}");
+        eprintln!("multicast_ns::fallback: ff02 subscriber in host {host}: {r}\n  wire: {wire:?}");
         assert!(r.u64("received") >= WANT, "host {host}: {r}");
         let multicast = wire.multicast_in - before[host].multicast_in;
         let unicast = wire.unicast_in - before[host].unicast_in;
@@ -405,7 +405,7 @@ fn a_replayed_group_subscribe_does_not_silence_a_member_that_fell_back() {
     publ.kill();
     let (_, said, _) = replayer.finish(Duration::from_secs(5));
     eprintln!(
-        "review_discovery2: datagrams by unicast to the member, 1.5 s each: {fallen_back} \
+        "multicast_ns::fallback: datagrams by unicast to the member, 1.5 s each: {fallen_back} \
          once fallen back, {replayed} while its Subscribe was replayed; the \
          eavesdropper: {said:?}"
     );

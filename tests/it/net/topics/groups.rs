@@ -2,13 +2,10 @@
 //! all (PROTOCOL.md "Discovery").
 
 use std::net::SocketAddr;
-
 use std::time::Duration;
 
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
-
 use llbus_net::{Bridge, DiscoveryConfig};
-
 use serde::{Deserialize, Serialize};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -68,8 +65,8 @@ fn stop(bus: RunningBus) -> llbus::Report {
 }
 
 /// PROTOCOL.md ("Discovery"): an announcement carries "the multicast group the topics' data
-/// goes to"; the issue: `llbus topics` lists each publisher's "reliable or not, multicast
-/// group". A bridge serving one topic by a group and another by unicast only must not be
+/// goes to", and `llbus topics` lists each publisher's topics with it (reliable or not,
+/// multicast group). A bridge serving one topic by a group and another by unicast only must not be
 /// listed as sending the second to the first's group (a subscriber or operator reading it
 /// would look for that topic's data on a group that never carries it).
 #[test]

@@ -6,12 +6,13 @@
 
 mod groups;
 
-use llbus::{Actor, Bus, Context, Message, Out, Setup};
-use llbus_net::Bridge;
-use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use llbus::{Actor, Bus, Context, Message, Out, Setup};
+use llbus_net::Bridge;
+use serde::{Deserialize, Serialize};
 use tests::bridges::discovery::{
     announce, discovery, group, group_sender, subscriber, Counter, Feed, Quote, Silent,
 };
@@ -56,8 +57,8 @@ fn topics_during(
 }
 
 /// cli/src/topics.rs: "what the listener keeps is bounded (at most MAX_PUBLISHERS publishers,
-/// of at most what one datagram holds each)"; the brief: it returns promptly under a flood and
-/// `--json` stays valid. One source sending announcement parts of one session, each with
+/// of at most what one datagram holds each)": it returns promptly under a flood and `--json`
+/// stays valid. One source sending announcement parts of one session, each with
 /// fresh topics, must not make one publisher's list grow past what a datagram holds.
 #[test]
 #[cfg_attr(miri, ignore)]
