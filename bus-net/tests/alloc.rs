@@ -351,7 +351,6 @@ fn claimed_lengths_allocate_nothing_beyond_their_bytes() {
 
 /// Whole bridges on loopback, counted on every thread but the harness's own.
 mod bridges {
-    use super::serial;
     use std::net::SocketAddr;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
@@ -361,6 +360,8 @@ mod bridges {
     use llbus_net::Bridge;
     use serde::{Deserialize, Serialize};
     use tests::metric;
+
+    use super::serial;
 
     #[derive(Message, Serialize, Deserialize, Clone, Debug)]
     #[message(topic = "net.alloc.quote")]
