@@ -13,36 +13,7 @@ use llbus_net::{Bridge, BridgeConfig};
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug)]
-#[message(topic = "dual.tick")]
-struct Tick {
-    n: u64,
-}
-
-struct Feed {
-    out: Out<Tick>,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Tick { n: self.n });
-    }
-}
-
-struct Sink {
-    got: Arc<AtomicU64>,
-}
-
-impl Actor for Sink {
-    type In = Tick;
-    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
-        self.got.fetch_add(1, Ordering::Relaxed);
-    }
-}
+use crate::fixtures::{Feed, Sink, Tick};
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -94,7 +65,7 @@ fn stream(pub_bind: &str, pub_ip: &str, sub_bind: &str) {
     wait_for(&format!("ticks from {pub_bind} to {sub_bind}"), 10, || {
         got.load(Ordering::Relaxed) > 50
     });
-    assert_eq!(metric(&p.report(), "pub", "subscribers.dual.tick"), 1);
+    assert_eq!(metric(&p.report(), "pub", "subscribers.net.tick"), 1);
     s.stop();
     p.stop();
     let rs = s.join().unwrap();
@@ -137,7 +108,7 @@ fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
         .name("v4only")
         .import::<Tick>(addr("[::1]:7000"));
     let e = bridge.check().unwrap_err();
-    for needle in ["v4only", "dual.tick", "[::1]:7000", "127.0.0.1", "[::]"] {
+    for needle in ["v4only", "net.tick", "[::1]:7000", "127.0.0.1", "[::]"] {
         assert!(e.contains(needle), "{e:?} does not name {needle}");
     }
     let mut bus = Bus::builder();
@@ -148,7 +119,7 @@ fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
     bus.add(bridge);
     match bus.start() {
         Err(StartError::Invalid(message)) => {
-            for needle in ["v4only", "dual.tick", "[::1]:7000"] {
+            for needle in ["v4only", "net.tick", "[::1]:7000"] {
                 assert!(
                     message.contains(needle),
                     "{message:?} does not name {needle}"

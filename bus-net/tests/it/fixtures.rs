@@ -1,8 +1,10 @@
 //! Set-ups that several modules of this binary use.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use llbus::{Message, Report};
+use llbus::{Actor, Context, Message, Out, Report};
 use llbus_net::DropReason;
 use serde::{Deserialize, Serialize};
 use tests::metric;
@@ -16,6 +18,40 @@ pub fn loopback() -> SocketAddr {
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.beat")]
 pub struct Beat(pub u64);
+
+/// A numbered tick.
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "net.tick")]
+pub struct Tick {
+    pub n: u64,
+}
+
+/// Publishes a tick, numbered from 1, every tick of its own.
+pub struct Feed {
+    pub out: Out<Tick>,
+    pub n: u64,
+}
+
+impl Actor for Feed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        self.n += 1;
+        ctx.publish(self.out, Tick { n: self.n });
+    }
+}
+
+/// Counts the ticks it takes.
+pub struct Sink {
+    pub got: Arc<AtomicU64>,
+}
+
+impl Actor for Sink {
+    type In = Tick;
+    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
+        self.got.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// The drops of `actor` in `report` counted under `reason`.
 pub fn drop_count(report: &Report, actor: &str, reason: DropReason) -> u64 {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
+use llbus::{Actor, Bus, Context, Message, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, Allowlist, BatchEncoder, Bridge, BridgeConfig, Control, Cookie, Kind,
     RateLimit, DEFAULT_MAX_DATAGRAM,
@@ -20,37 +20,7 @@ use tests::{metric, wait_for};
 
 use crate::fixtures::loopback;
 use crate::fixtures::Beat;
-
-#[derive(Message, Serialize, Deserialize, Clone, Debug)]
-#[message(topic = "sec.tick")]
-struct Tick {
-    n: u64,
-}
-
-struct Feed {
-    out: Out<Tick>,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Tick { n: self.n });
-    }
-}
-
-struct Sink {
-    got: Arc<AtomicU64>,
-}
-
-impl Actor for Sink {
-    type In = Tick;
-    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
-        self.got.fetch_add(1, Ordering::Relaxed);
-    }
-}
+use crate::fixtures::{Feed, Sink, Tick};
 
 /// A publisher bus exporting `Tick` every millisecond through a bridge made with `config`.
 fn publisher(config: BridgeConfig) -> (RunningBus, SocketAddr) {
@@ -256,7 +226,7 @@ fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
         !second_status.warnings().is_empty()
     });
     let warnings = second_status.warnings();
-    assert!(warnings[0].contains("sec.tick"), "{warnings:?}");
+    assert!(warnings[0].contains("net.tick"), "{warnings:?}");
     assert!(warnings[0].contains("retrying"), "{warnings:?}");
     assert!(second_status.errors().is_empty());
     assert_eq!(second_got.load(Ordering::Relaxed), 0);
@@ -319,7 +289,7 @@ struct Private {
 #[cfg_attr(miri, ignore)]
 fn each_export_can_have_its_own_allowlist() {
     let _cpu = crate::fixtures::cpu_shared();
-    // "sec.tick" follows the bridge's allowlist (loopback); "sec.private" only 10.0.0.0/8.
+    // "net.tick" follows the bridge's allowlist (loopback); "sec.private" only 10.0.0.0/8.
     let bridge = Bridge::bind(loopback())
         .unwrap()
         .name("pub")
