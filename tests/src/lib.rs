@@ -1,6 +1,7 @@
 //! Shared helpers for llbus's cross-crate integration tests.
 #![deny(missing_docs)]
 
+pub mod bridges;
 pub mod cli;
 pub mod example_bins;
 pub mod local;

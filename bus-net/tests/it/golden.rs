@@ -11,7 +11,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 
-const PROTOCOL_MD: &str = include_str!("../../docs/PROTOCOL.md");
+const PROTOCOL_MD: &str = include_str!("../../../docs/PROTOCOL.md");
 
 /// The example message of the vectors: a quote.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

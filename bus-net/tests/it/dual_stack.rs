@@ -13,36 +13,7 @@ use llbus_net::{Bridge, BridgeConfig};
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug)]
-#[message(topic = "dual.tick")]
-struct Tick {
-    n: u64,
-}
-
-struct Feed {
-    out: Out<Tick>,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Tick { n: self.n });
-    }
-}
-
-struct Sink {
-    got: Arc<AtomicU64>,
-}
-
-impl Actor for Sink {
-    type In = Tick;
-    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
-        self.got.fetch_add(1, Ordering::Relaxed);
-    }
-}
+use crate::fixtures::{Feed, Sink, Tick};
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
@@ -94,7 +65,7 @@ fn stream(pub_bind: &str, pub_ip: &str, sub_bind: &str) {
     wait_for(&format!("ticks from {pub_bind} to {sub_bind}"), 10, || {
         got.load(Ordering::Relaxed) > 50
     });
-    assert_eq!(metric(&p.report(), "pub", "subscribers.dual.tick"), 1);
+    assert_eq!(metric(&p.report(), "pub", "subscribers.net.tick"), 1);
     s.stop();
     p.stop();
     let rs = s.join().unwrap();
@@ -109,12 +80,14 @@ fn stream(pub_bind: &str, pub_ip: &str, sub_bind: &str) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_dual_stack_publisher_serves_an_ipv4_subscriber() {
+    let _cpu = crate::fixtures::cpu_shared();
     stream("[::]:0", "127.0.0.1", "127.0.0.1:0");
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_dual_stack_subscriber_imports_from_an_ipv4_publisher() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Its socket reports the publisher as ::ffff:127.0.0.1; the import names 127.0.0.1.
     stream("127.0.0.1:0", "127.0.0.1", "[::]:0");
 }
@@ -122,18 +95,20 @@ fn a_dual_stack_subscriber_imports_from_an_ipv4_publisher() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn two_bridges_over_ipv6_loopback() {
+    let _cpu = crate::fixtures::cpu_shared();
     stream("[::1]:0", "::1", "[::1]:0");
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
+    let _cpu = crate::fixtures::cpu_shared();
     let bridge = Bridge::bind(addr("127.0.0.1:0"))
         .unwrap()
         .name("v4only")
         .import::<Tick>(addr("[::1]:7000"));
     let e = bridge.check().unwrap_err();
-    for needle in ["v4only", "dual.tick", "[::1]:7000", "127.0.0.1", "[::]"] {
+    for needle in ["v4only", "net.tick", "[::1]:7000", "127.0.0.1", "[::]"] {
         assert!(e.contains(needle), "{e:?} does not name {needle}");
     }
     let mut bus = Bus::builder();
@@ -144,7 +119,7 @@ fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
     bus.add(bridge);
     match bus.start() {
         Err(StartError::Invalid(message)) => {
-            for needle in ["v4only", "dual.tick", "[::1]:7000"] {
+            for needle in ["v4only", "net.tick", "[::1]:7000"] {
                 assert!(
                     message.contains(needle),
                     "{message:?} does not name {needle}"
@@ -163,6 +138,7 @@ fn an_import_of_the_other_family_is_refused_at_start_naming_it() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn the_default_datagram_size_follows_the_family() {
+    let _cpu = crate::fixtures::cpu_shared();
     let c = BridgeConfig::default();
     assert_eq!(c.max_datagram_for(addr("127.0.0.1:1")), 1472);
     assert_eq!(c.max_datagram_for(addr("[::1]:1")), 1452);
@@ -211,6 +187,7 @@ impl Actor for BigSink {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_dual_stack_subscriber_accepts_what_an_ipv4_publisher_sends() {
+    let _cpu = crate::fixtures::cpu_shared();
     let publisher = Bridge::bind(addr("127.0.0.1:0")).unwrap().name("pub");
     let pub_addr = publisher.local_addr();
     let mut a = Bus::builder();

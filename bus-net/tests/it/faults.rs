@@ -10,6 +10,10 @@
 //! and applies a plan to data frames by sequence number. Every frame is relayed in a datagram of
 //! its own (a datagram that carries several frames is split), so the plan applies per message
 //! whatever batching the publisher did.
+//!
+//! Beside it, through a lossy relay (`tests::relay`): NAKs to a publisher that exports nothing
+//! reliably are ignored, and the subscriber's gaps run into their deadline, are reported
+//! unrecovered, and delivery goes on (PROTOCOL.md, "Reliable topics").
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -21,7 +25,12 @@ use std::time::Duration;
 use llbus::{Actor, Bus, Context, Idle, Message, Out, Report, Setup};
 use llbus_net::{parse_datagram, Bridge, BridgeConfig, Header, Kind, LatePolicy, HEADER_LEN};
 use serde::{Deserialize, Serialize};
+use tests::readme::ticker;
+use tests::relay::{Loss, LossyRelay};
 use tests::{metric, wait_for};
+
+use crate::fixtures::loopback;
+use crate::fixtures::Beat;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.fault.tick")]
@@ -252,10 +261,6 @@ impl Actor for Sink {
     }
 }
 
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
-
 /// Every drop reason of a bridge, summed.
 fn drops(r: &Report, actor: &str) -> u64 {
     llbus_net::DropReason::ALL
@@ -425,6 +430,7 @@ fn assert_common(r: &Report) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn loss_duplicates_and_reordering_are_counted_exactly_late_delivered() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Delivered: 100 sent, 5, 6 and 50 lost, duplicates dropped, 20 delivered late.
     let (r, seen, _log) = run_faults(LatePolicy::Deliver, 97);
     assert_common(&r);
@@ -445,6 +451,7 @@ fn loss_duplicates_and_reordering_are_counted_exactly_late_delivered() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn loss_duplicates_and_reordering_are_counted_exactly_late_dropped() {
+    let _cpu = crate::fixtures::cpu_shared();
     // Delivered: as above, less 20, which arrives late and is dropped by the policy.
     let (r, seen, _log) = run_faults(LatePolicy::Drop, 96);
     assert_common(&r);
@@ -457,6 +464,7 @@ fn loss_duplicates_and_reordering_are_counted_exactly_late_dropped() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn loss_at_the_end_of_a_burst_is_noticed_thanks_to_heartbeats() {
+    let _cpu = crate::fixtures::cpu_shared();
     const N: u64 = 30;
     let plan = Plan {
         drop: vec![28, 29, 30],
@@ -504,6 +512,7 @@ fn loss_at_the_end_of_a_burst_is_noticed_thanks_to_heartbeats() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn reliable_topic_delivers_every_message_in_order_at_5_percent_loss() {
+    let _cpu = crate::fixtures::cpu_shared();
     const N: u64 = 600;
     let plan = Plan {
         drop: vec![5, 6, 50, N - 1, N],
@@ -537,4 +546,58 @@ fn reliable_topic_delivers_every_message_in_order_at_5_percent_loss() {
     );
     assert_eq!(drops(&r, "sub"), 0, "no datagram was malformed or refused");
     assert_eq!(metric(&r, "sub", "messages_in"), N);
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn naks_to_a_best_effort_export_are_ignored_and_the_gaps_end_unrecovered() {
+    let _cpu = crate::fixtures::cpu_shared();
+    let served = Bridge::bind(loopback())
+        .expect("bind")
+        .name("be-pub")
+        .export::<Beat>();
+    let relay = LossyRelay::start(served.local_addr(), Loss::EveryNth(10));
+    let mut a = Bus::builder();
+    a.actor("feed", ticker(Beat))
+        .tick_every(Duration::from_millis(1))
+        .publishes::<Beat>();
+    a.add(served);
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("rel-sub")
+            .import_reliable::<Beat>(relay.addr),
+    );
+    b.actor("sink", tests::readme::sink::<Beat>())
+        .subscribes::<Beat>();
+    let (a, b) = (a.start().expect("a"), b.start().expect("b"));
+    wait_for("NAKs sent and gaps given up", 60, || {
+        let r = b.report();
+        metric(&r, "rel-sub", "nak_sent") > 0 && metric(&r, "rel-sub", "unrecovered") > 0
+    });
+    // Delivery goes on past the unrecovered gaps.
+    let before = metric(&b.report(), "rel-sub", "messages_in");
+    wait_for("delivery after an unrecovered gap", 60, || {
+        metric(&b.report(), "rel-sub", "messages_in") > before + 50
+    });
+    a.stop();
+    b.stop();
+    let (ra, rb) = (a.join().expect("a"), b.join().expect("b"));
+    assert!(relay.dropped() > 0);
+    assert_eq!(
+        metric(&ra, "be-pub", "retransmitted"),
+        0,
+        "a best-effort export retransmitted"
+    );
+    assert_eq!(
+        metric(&ra, "be-pub", "unavailable"),
+        0,
+        "a best-effort export answered a NAK"
+    );
+    assert!(
+        metric(&ra, "be-pub", "drop.unknown_topic") > 0,
+        "the NAKs were not counted as for a topic not exported reliably"
+    );
+    assert!(metric(&rb, "rel-sub", "unrecovered") > 0);
 }

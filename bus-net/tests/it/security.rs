@@ -1,55 +1,26 @@
 //! The bridge's control plane under hostile input: the allowlist, the address-proving cookie
 //! handshake (no data and no larger reply to an unproven address; a cookie does not work from
 //! another address), the per-source rate limit, the per-topic subscriber cap, and the
-//! pre-shared-key MAC.
+//! pre-shared-key MAC, whose replay windows cover 256 senders and evict the least recently
+//! seen (SECURITY.md, "Limits and their defaults").
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
+use llbus::{Actor, Bus, Context, Message, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, Allowlist, BatchEncoder, Bridge, BridgeConfig, Control, Cookie, Kind,
     RateLimit, DEFAULT_MAX_DATAGRAM,
 };
+use llbus_net::{FrameMac, MAC_TAG_LEN};
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
 
-#[derive(Message, Serialize, Deserialize, Clone, Debug)]
-#[message(topic = "sec.tick")]
-struct Tick {
-    n: u64,
-}
-
-struct Feed {
-    out: Out<Tick>,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Tick { n: self.n });
-    }
-}
-
-struct Sink {
-    got: Arc<AtomicU64>,
-}
-
-impl Actor for Sink {
-    type In = Tick;
-    fn on_message(&mut self, _t: Tick, _ctx: &mut Context<'_>) {
-        self.got.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
+use crate::fixtures::loopback;
+use crate::fixtures::Beat;
+use crate::fixtures::{Feed, Sink, Tick};
 
 /// A publisher bus exporting `Tick` every millisecond through a bridge made with `config`.
 fn publisher(config: BridgeConfig) -> (RunningBus, SocketAddr) {
@@ -143,6 +114,7 @@ fn challenge_cookie(datagram: &[u8]) -> Cookie {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_address_outside_the_allowlist_gets_no_answer_at_all() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         allow: Allowlist::parse(["10.0.0.0/8"]).unwrap(),
         ..BridgeConfig::default()
@@ -163,6 +135,7 @@ fn an_address_outside_the_allowlist_gets_no_answer_at_all() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_unproven_address_gets_one_small_challenge_and_no_data_and_a_cookie_is_bound_to_its_address() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (bus, addr) = publisher(BridgeConfig::default());
     let victim = raw_socket();
     let request = subscribe(None);
@@ -203,6 +176,7 @@ fn an_unproven_address_gets_one_small_challenge_and_no_data_and_a_cookie_is_boun
 #[test]
 #[cfg_attr(miri, ignore)]
 fn unproven_control_messages_are_rate_limited_per_source() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         rate_limit: RateLimit {
             per_second: 10,
@@ -235,6 +209,7 @@ fn unproven_control_messages_are_rate_limited_per_source() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         subscribers_per_topic: 1,
         ..BridgeConfig::default()
@@ -251,7 +226,7 @@ fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
         !second_status.warnings().is_empty()
     });
     let warnings = second_status.warnings();
-    assert!(warnings[0].contains("sec.tick"), "{warnings:?}");
+    assert!(warnings[0].contains("net.tick"), "{warnings:?}");
     assert!(warnings[0].contains("retrying"), "{warnings:?}");
     assert!(second_status.errors().is_empty());
     assert_eq!(second_got.load(Ordering::Relaxed), 0);
@@ -272,6 +247,7 @@ fn a_topic_serves_at_most_its_cap_and_the_next_subscriber_is_told_why() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_pre_shared_key_admits_its_holders_and_drops_everyone_else() {
+    let _cpu = crate::fixtures::cpu_shared();
     let key = [42u8; 32];
     let with_key = BridgeConfig {
         psk: Some(key),
@@ -312,7 +288,8 @@ struct Private {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn each_export_can_have_its_own_allowlist() {
-    // "sec.tick" follows the bridge's allowlist (loopback); "sec.private" only 10.0.0.0/8.
+    let _cpu = crate::fixtures::cpu_shared();
+    // "net.tick" follows the bridge's allowlist (loopback); "sec.private" only 10.0.0.0/8.
     let bridge = Bridge::bind(loopback())
         .unwrap()
         .name("pub")
@@ -440,6 +417,7 @@ impl Drop for Recorder {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn captured_sealed_datagrams_replayed_are_dropped() {
+    let _cpu = crate::fixtures::cpu_shared();
     let keyed = BridgeConfig {
         psk: Some([9u8; 32]),
         ..BridgeConfig::default()
@@ -490,4 +468,86 @@ fn captured_sealed_datagrams_replayed_are_dropped() {
         bus.stop();
         bus.join().unwrap();
     }
+}
+
+/// A heartbeat datagram of sender session `session`, sealed with `mac` (each seal takes the
+/// next packet number of `mac`'s lane).
+fn sealed_heartbeat(mac: &FrameMac, session: u64) -> Vec<u8> {
+    let mut buf = [0u8; DEFAULT_MAX_DATAGRAM];
+    let mut enc = BatchEncoder::new(&mut buf[..DEFAULT_MAX_DATAGRAM - MAC_TAG_LEN]);
+    enc.push_control(&Control::Heartbeat {
+        topic_id: Beat::TOPIC_ID,
+        fingerprint: Beat::FINGERPRINT,
+        session,
+        last_seq: 0,
+        timestamp_ns: 0,
+    })
+    .expect("a heartbeat fits a datagram");
+    let len = enc.len();
+    let sealed = mac.seal(&mut buf, len).expect("room for the trailer");
+    buf[..sealed].to_vec()
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn the_bridge_tracks_256_replay_senders_and_evicts_the_least_recently_seen() {
+    let _cpu = crate::fixtures::cpu_shared();
+    let key = [5u8; 32];
+    let bridge = Bridge::bind(loopback())
+        .expect("bind")
+        .psk(key, true)
+        .name("replay")
+        .export::<Beat>();
+    let target = bridge.local_addr();
+    let mut bus = Bus::builder();
+    let _feed = bus.publisher::<Beat>("feed"); // the export's publisher, never used
+    bus.add(bridge);
+    let running = bus.start().expect("start");
+    let sock = UdpSocket::bind(loopback()).expect("bind the sender");
+    let mac = FrameMac::new(&key);
+    // Paced: never more than 32 datagrams ahead of the bridge, so none overflows its socket.
+    let sent = std::cell::Cell::new(0u64);
+    let send = |d: &[u8]| {
+        sock.send_to(d, target).expect("send");
+        sent.set(sent.get() + 1);
+        if sent.get() % 32 == 0 {
+            wait_for("the bridge to take what was sent", 30, || {
+                metric(&running.report(), "replay", "datagrams_in") >= sent.get()
+            });
+        }
+    };
+    let replayed = || metric(&running.report(), "replay", "drop.replayed");
+    let wait_replayed = |n: u64| wait_for(&format!("drop.replayed == {n}"), 30, || replayed() >= n);
+
+    // The first sender, then 255 others: 256 windows, the first still among them.
+    let first = sealed_heartbeat(&mac, 1_000_000);
+    send(&first);
+    for s in 1..=255 {
+        send(&sealed_heartbeat(&mac, s));
+    }
+    send(&first);
+    wait_replayed(1);
+    // Its replay made it the most recently seen: a 257th sender evicts sender 1 instead.
+    send(&sealed_heartbeat(&mac, 256));
+    send(&first);
+    wait_replayed(2);
+    // 256 more senders since it was last seen: now it is evicted, its window forgotten, and its
+    // replay passes the guard (the MAC still holds: only a key holder can send it). A replay of
+    // the newest sender, sent after it, shows that it was handled.
+    for s in 257..=511 {
+        send(&sealed_heartbeat(&mac, s));
+    }
+    let newest = sealed_heartbeat(&mac, 512);
+    send(&newest);
+    send(&first);
+    send(&newest);
+    wait_replayed(3);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        replayed(),
+        3,
+        "the first sender's window outlived 256 newer senders"
+    );
+    running.stop();
+    running.join().expect("join");
 }

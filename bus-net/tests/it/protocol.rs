@@ -1,13 +1,16 @@
 //! The bridge's protocol behaviour end to end, two buses (or a bus and a raw socket) over
 //! loopback: a fingerprint mismatch, subscription expiry and unsubscribe, a publisher restart,
 //! malformed datagrams counted by reason, a publisher that is not there (ICMP), and a message
-//! too large for a datagram.
+//! too large for a datagram; and a socket that breaks, reported through `BridgeStatus` as an
+//! error naming the bridge while the bus stops with it (SECURITY.md, "Stopping the bridge from
+//! the network").
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use llbus::BusError;
 use llbus::{Actor, Bus, BusBuilder, Context, Idle, Message, Out, Report, RunningBus, Setup};
 use llbus_net::{
     parse_datagram, BatchEncoder, Bridge, BridgeConfig, Control, DataMeta, DropReason, Kind,
@@ -15,6 +18,10 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
+
+use crate::fixtures::drop_count;
+use crate::fixtures::loopback;
+use crate::fixtures::Beat;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -84,14 +91,6 @@ fn add_collect<T: Message + Clone>(bus: &mut BusBuilder, name: &str) -> Arc<Mute
     .idle(Idle::Park)
     .subscribes::<T>();
     seen
-}
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
-
-fn drop_count(r: &Report, actor: &str, reason: DropReason) -> u64 {
-    metric(r, actor, &format!("drop.{}", reason.name()))
 }
 
 fn len<T>(seen: &Mutex<Vec<T>>) -> usize {
@@ -218,6 +217,7 @@ fn start_mismatch() -> Mismatch {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn fingerprint_mismatch_is_refused_and_reported_naming_topic_and_both_fingerprints() {
+    let _cpu = crate::fixtures::cpu_shared();
     assert_eq!(ours::Quote::TOPIC_ID, theirs::Quote::TOPIC_ID);
     assert_ne!(ours::Quote::FINGERPRINT, theirs::Quote::FINGERPRINT);
     let m = start_mismatch();
@@ -258,6 +258,7 @@ fn fingerprint_mismatch_is_refused_and_reported_naming_topic_and_both_fingerprin
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_refused_import_stops_renewing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let m = start_mismatch();
     wait_for("the refusal", 10, || {
         metric(&m.b.report(), "sub", "refused") >= 1
@@ -276,6 +277,7 @@ fn a_refused_import_stops_renewing() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_subscription_that_is_not_renewed_expires() {
+    let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
         subscriber_timeout: Duration::from_secs(2),
         ..BridgeConfig::default()
@@ -362,6 +364,7 @@ fn a_subscription_that_is_not_renewed_expires() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_graceful_stop_unsubscribes() {
+    let _cpu = crate::fixtures::cpu_shared();
     let publisher = Bridge::bind(loopback()).unwrap().name("pub"); // timeout 60 s
     let subscriber = Bridge::bind(loopback())
         .unwrap()
@@ -444,6 +447,7 @@ impl Actor for RangeFeed {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_publisher_restart_is_noticed_without_a_false_gap() {
+    let _cpu = crate::fixtures::cpu_shared();
     // A fixed port, chosen by the system once and reused by the second publisher.
     let addr = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -547,6 +551,7 @@ fn start_garbage(probe_publisher: SocketAddr) -> Garbage {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows() {
+    let _cpu = crate::fixtures::cpu_shared();
     use DropReason::*;
     let raw = raw_socket();
     let g = start_garbage(raw.local_addr().unwrap());
@@ -696,10 +701,10 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
         // acknowledgement established (`unknown_session`); undecodable payloads are covered by
         // the decoder's tests.
         PayloadDecode,
-        // Tests of their own: tests/net_spoof.rs, and the MAC's replay window (bus-net).
+        // Tests of their own: tests/it/net/spoof.rs, and the MAC's replay window (bus-net).
         BadSource,
         // Needs an import that holds its token (here the raw socket never acknowledges):
-        // tests/net_spoof.rs, and the session machines' and simulator's tests in bus-net.
+        // tests/it/net/spoof.rs, and the session machines' and simulator's tests in bus-net.
         BadToken,
         Replayed,
         TooLarge,
@@ -710,7 +715,7 @@ fn every_malformed_datagram_is_dropped_and_counted_by_reason_while_traffic_flows
         NotAllowed,
         TopicFull,
         // Fragments reach reassembly only in the session the import follows: tests of their
-        // own (tests/net_large.rs, the reassembler's and the simulation's in bus-net, fuzz).
+        // own (`large`, the reassembler's and the simulation's in bus-net, fuzz).
         BadFragment,
         Incomplete,
     ];
@@ -757,6 +762,7 @@ fn send_oversized() -> (Report, Report, Vec<Probe>) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_oversized_datagram_is_dropped_whole_and_harmless() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (ra, rb, probes) = send_oversized();
     assert!(
         probes.is_empty(),
@@ -778,6 +784,7 @@ fn an_oversized_datagram_is_dropped_whole_and_harmless() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn an_oversized_datagram_is_counted() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (ra, rb, _) = send_oversized();
     assert_eq!(drop_count(&rb, "sub", DropReason::TooLarge), 1);
     assert_eq!(drop_count(&ra, "pub", DropReason::TooLarge), 1);
@@ -789,6 +796,7 @@ fn an_oversized_datagram_is_counted() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn data_for_an_exported_topic_sent_to_its_publisher_is_an_unknown_sender() {
+    let _cpu = crate::fixtures::cpu_shared();
     let raw = raw_socket();
     let g = start_garbage(raw.local_addr().unwrap());
     let frame = raw_frame(
@@ -829,6 +837,7 @@ fn len_of(r: &Report, sink: &str) -> u64 {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn importing_from_a_closed_port_is_not_fatal() {
+    let _cpu = crate::fixtures::cpu_shared();
     let closed = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -880,7 +889,8 @@ struct Blob {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_message_too_large_is_refused_and_nothing_truncated_arrives() {
-    // Larger than a datagram goes in fragments (tests/net_large.rs); larger than the maximum
+    let _cpu = crate::fixtures::cpu_shared();
+    // Larger than a datagram goes in fragments (`large`); larger than the maximum
     // message size is refused.
     let config = BridgeConfig {
         reassembly: ReassemblyConfig {
@@ -945,6 +955,7 @@ fn a_message_too_large_is_refused_and_nothing_truncated_arrives() {
 /// with valid fields makes frames that parse, byte for byte like the public encoder's.
 #[test]
 fn raw_frames_with_valid_fields_match_the_encoder() {
+    let _cpu = crate::fixtures::cpu_shared();
     let valid = raw_frame(
         b"LLU",
         VERSION,
@@ -993,4 +1004,78 @@ fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     true
+}
+
+/// Every descriptor of this process that is a UDP socket bound to `addr`.
+fn socket_fds(addr: SocketAddr) -> Vec<i32> {
+    let mut fds = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd") {
+        let Some(fd) = entry
+            .ok()
+            .and_then(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        else {
+            continue;
+        };
+        // SAFETY: an all-zero `sockaddr_in` is a valid value of that plain C struct.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `sa` and `len` are valid for writes of `len` bytes; a descriptor that is not
+        // a socket (or is closed meanwhile) only makes the call fail.
+        let rc = unsafe { libc::getsockname(fd, (&raw mut sa).cast(), &mut len) };
+        if rc == 0
+            && i32::from(sa.sin_family) == libc::AF_INET
+            && u16::from_be(sa.sin_port) == addr.port()
+        {
+            fds.push(fd);
+        }
+    }
+    fds
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_broken_socket_is_reported_through_the_bridge_status_and_stops_the_bus() {
+    let _cpu = crate::fixtures::cpu_shared();
+    let config = BridgeConfig {
+        renew_every: Duration::from_millis(20),
+        ..BridgeConfig::default()
+    };
+    let bridge = Bridge::bind_with(loopback(), config)
+        .expect("bind")
+        .name("breaks")
+        .export::<Beat>()
+        // Nobody there: the import only makes the bridge send renewals through its socket.
+        .import::<Beat>(SocketAddr::from(([127, 0, 0, 1], 9)));
+    let (addr, status) = (bridge.local_addr(), bridge.status());
+    let mut bus = Bus::builder();
+    bus.add(bridge);
+    let running = bus.start().expect("start");
+    wait_for("the bridge to run", 30, || {
+        metric(&running.report(), "breaks", "datagrams_out") > 0
+    });
+    let fds = socket_fds(addr);
+    assert!(!fds.is_empty(), "no descriptor is bound to {addr}");
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    for fd in fds {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `fd` is the bridge's socket, which stays open (as /dev/null) for as long as
+        // the bridge owns it; dup2 replaces it atomically, so no other file lands on that number.
+        let rc = unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        assert_eq!(rc, fd, "dup2: {}", std::io::Error::last_os_error());
+    }
+    let outcome = tests::bounded("the broken bridge's bus", 60, move || running.join());
+    match outcome {
+        Err(BusError::ActorFailed { actor, error, .. }) => {
+            assert_eq!(actor, "breaks");
+            assert!(error.contains("bridge 'breaks'"), "{error}");
+        }
+        other => panic!("the bus did not stop with the bridge's error: {other:?}"),
+    }
+    let errors = status.errors();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("bridge 'breaks'") && e.contains("failed")),
+        "{errors:?}"
+    );
 }

@@ -5,6 +5,9 @@
 //! The wire: data is bincode 1 of `Packet<T> { data: T, sent_ts: i64 }` (for `i64`, 16 bytes:
 //! the value LE, then `CLOCK_REALTIME` ns LE); control, subscriber to publisher, is a `u32` LE,
 //! `0` Subscribe, `1` Unsubscribe, sent once a second from the socket that receives the data.
+//! `limits` checks its control under the allowlist, the cap and the rate limit.
+
+mod limits;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,12 +20,14 @@ use serde::{Deserialize, Serialize};
 use tests::example_bins::free_udp_addr;
 use tests::{metric, wait_for};
 
+use crate::fixtures::drop_count;
+use crate::fixtures::COMPAT_SUBSCRIBE;
+
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(transparent)]
 #[message(topic = "compat.count")]
 struct Count(i64);
 
-const SUBSCRIBE: [u8; 4] = [0, 0, 0, 0];
 const UNSUBSCRIBE: [u8; 4] = [1, 0, 0, 0];
 
 /// Publishes `Count(1)`, `Count(2)`, ... one per tick once `ready`.
@@ -52,10 +57,6 @@ impl Actor for Collect {
     fn on_message(&mut self, c: Count, _ctx: &mut Context<'_>) {
         self.seen.lock().unwrap().push(c.0);
     }
-}
-
-fn drop_count(r: &Report, actor: &str, reason: DropReason) -> u64 {
-    metric(r, actor, &format!("drop.{}", reason.name()))
 }
 
 fn stop(bus: RunningBus) -> Report {
@@ -95,6 +96,7 @@ fn drain(s: &UdpSocket, within: Duration) -> Vec<(Vec<u8>, SocketAddr, i64)> {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn export_compat_serves_a_raw_ll_udp_pubsub_subscriber_byte_for_byte() {
+    let _cpu = crate::fixtures::cpu_shared();
     let compat = free_udp_addr();
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -136,7 +138,7 @@ fn export_compat_serves_a_raw_ll_udp_pubsub_subscriber_byte_for_byte() {
     });
 
     // Subscribe: 16-byte packets, the counter then the send time, both i64 LE.
-    raw.send_to(&SUBSCRIBE, compat).unwrap();
+    raw.send_to(&COMPAT_SUBSCRIBE, compat).unwrap();
     let got = drain(&raw, Duration::from_millis(500));
     assert!(got.len() >= 20, "only {} packets in 500 ms", got.len());
     let mut values = Vec::new();
@@ -185,6 +187,7 @@ fn export_compat_serves_a_raw_ll_udp_pubsub_subscriber_byte_for_byte() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn import_compat_subscribes_to_a_raw_ll_udp_pubsub_publisher_and_republishes() {
+    let _cpu = crate::fixtures::cpu_shared();
     let raw = raw_socket();
     let publisher = raw.local_addr().unwrap();
     let bridge = Bridge::bind("127.0.0.1:0")
@@ -215,9 +218,9 @@ fn import_compat_subscribes_to_a_raw_ll_udp_pubsub_publisher_and_republishes() {
         }
     };
     let (first, subscriber, t1) = next_control(5);
-    assert_eq!(first, SUBSCRIBE);
+    assert_eq!(first, COMPAT_SUBSCRIBE);
     let (second, from, t2) = next_control(5);
-    assert_eq!(second, SUBSCRIBE);
+    assert_eq!(second, COMPAT_SUBSCRIBE);
     assert_eq!(from, subscriber, "renewed from the same socket");
     let interval = t2 - t1;
     assert!(
@@ -254,7 +257,7 @@ fn import_compat_subscribes_to_a_raw_ll_udp_pubsub_publisher_and_republishes() {
     let r = stop(b);
     let (last, from, _) = loop {
         let c = next_control(5);
-        if c.0 != SUBSCRIBE {
+        if c.0 != COMPAT_SUBSCRIBE {
             break c;
         }
     };

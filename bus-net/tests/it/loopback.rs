@@ -1,15 +1,21 @@
 //! Two buses in one process joined by two bridges over loopback: topics cross in both
-//! directions, in order, and the figures land in each bus's report.
+//! directions, in order, and the figures land in each bus's report; a direct sender publishes
+//! from the actor's own thread; late joiners start with the last messages; and a lone message
+//! goes out at once, without waiting to fill a datagram (PROTOCOL.md, "Batching").
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 
+use llbus::Backpressure;
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
 use llbus_net::Bridge;
+use llbus_net::BridgeConfig;
 use serde::{Deserialize, Serialize};
 use tests::{metric, wait_for};
+
+use crate::fixtures::loopback;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "net.quote")]
@@ -83,13 +89,10 @@ impl Actor for OrderSink {
     }
 }
 
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
-
 #[test]
 #[cfg_attr(miri, ignore)]
 fn topics_cross_between_two_buses_in_both_directions() {
+    let _cpu = crate::fixtures::cpu_shared();
     const COUNT: u64 = 20_000;
     let bridge_a = Bridge::bind(loopback()).unwrap().name("net-a");
     let bridge_b = Bridge::bind(loopback()).unwrap().name("net-b");
@@ -268,6 +271,7 @@ impl Actor for BlobSink {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_direct_sender_publishes_from_the_actors_own_thread() {
+    let _cpu = crate::fixtures::cpu_shared();
     const COUNT: u64 = 2_000;
     let mut bridge_a = Bridge::bind(loopback()).unwrap().name("direct-a");
     let sender = bridge_a.direct::<Blob>().unwrap();
@@ -422,11 +426,60 @@ fn late_joiner_starts_with_the_last_three(reliable_import: bool) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn reliable_late_joiner_starts_with_the_last_three() {
+    let _cpu = crate::fixtures::cpu_shared();
     late_joiner_starts_with_the_last_three(true);
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn plain_late_joiner_starts_with_the_last_three() {
+    let _cpu = crate::fixtures::cpu_shared();
     late_joiner_starts_with_the_last_three(false);
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "loopback.lone.tick")]
+struct Tick(u64);
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_lone_message_goes_out_at_once_without_waiting_to_fill_a_datagram() {
+    let _cpu = crate::fixtures::cpu_shared();
+    // Heartbeats once an hour: nothing but the message itself could carry it out.
+    let config = BridgeConfig {
+        heartbeat_every: Duration::from_secs(3600),
+        ..BridgeConfig::default()
+    };
+    let served = Bridge::bind_with(loopback(), config)
+        .expect("bind")
+        .name("lone-pub")
+        .export::<Tick>();
+    let there = served.local_addr();
+    let mut a = Bus::builder();
+    let feed = a.publisher::<Tick>("feed");
+    a.add(served);
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("lone-sub")
+            .import::<Tick>(there),
+    );
+    let tap = b.subscription_with::<Tick>("tap", Backpressure::Block, 16);
+    let (mut a, mut b) = (a.start().expect("a"), b.start().expect("b"));
+    let mut feed = a.publisher(feed).expect("feed");
+    let mut tap = b.subscription(tap).expect("tap");
+    wait_for("the subscription", 30, || {
+        metric(&a.report(), "lone-pub", "subscribers.loopback.lone.tick") == 1
+    });
+    let sent = Instant::now();
+    feed.publish(Tick(7)).expect("publish");
+    let got = tap.recv_timeout(Duration::from_secs(2));
+    let took = sent.elapsed();
+    assert_eq!(got.ok(), Some(Tick(7)), "a lone message waited {took:?}");
+    assert_eq!(metric(&a.report(), "lone-pub", "messages_out"), 1);
+    a.stop();
+    b.stop();
+    a.join().expect("a");
+    b.join().expect("b");
 }

@@ -13,13 +13,13 @@
 //! would only delay the start until the next renewal a second later.
 //!
 //! Needs root. Without root it prints a SKIPPED banner and passes, except under CI (`CI` set),
-//! where it fails, like `netns_harness`. The link is veth + `tc netem` when the kernel has
+//! where it fails, like the harness's own tests. The link is veth + `tc netem` when the kernel has
 //! netem, else the harness's userspace tun wire; each report line names it. Run it with
-//! `sudo -E cargo test -p tests --test net_netns -- --nocapture`.
+//! `sudo -E cargo test -p tests --test it net::netns -- --nocapture`.
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -35,12 +35,10 @@ macro_rules! loud {
 }
 
 fn prerequisites() -> bool {
-    tests::netns::prerequisites("net_netns", TwoHosts::available())
+    tests::netns::prerequisites("net::netns", TwoHosts::available())
 }
 
-/// One case at a time: the cases share two cores with the link (the tun wire is a thread of
-/// this process) and would otherwise add loss of their own.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::net::NAMESPACES as SERIAL;
 
 /// Messages the publisher sends in every case, and how fast.
 const COUNT: u64 = 10_000;
@@ -191,7 +189,7 @@ fn run_case_with(name: &str, shape: Netem, compat: bool, reliable: bool, load: L
         )
     };
     loud!(
-        "net_netns report [{name}] link={} published={} sent={} subscriber window={}..={} \
+        "netns report [{name}] link={} published={} sent={} subscriber window={}..={} \
          received={received} lost={lost} delivered={:.2}% duplicates={} reordered={} stale={} invalid={} \
          datagrams out={} in={} one-way latency {latency}",
         hosts.link(),
@@ -361,7 +359,7 @@ fn reliable_case(name: &str, shape: Netem) {
     let r = run_case_in(name, shape, false, true);
     let (first, highest, received) = (r.u64("first"), r.u64("highest"), r.u64("received"));
     loud!(
-        "net_netns report [{name}] reliable: received={received} unrecovered={} nak_sent={} \
+        "netns report [{name}] reliable: received={received} unrecovered={} nak_sent={} \
          out_of_order={}",
         r.u64("unrecovered"),
         r.u64("nak_sent"),
@@ -446,7 +444,7 @@ fn reliable_1mb_messages_at_30_per_second_under_1pct_loss() {
     let r = run_case_with(name, shape, false, true, load);
     let (first, highest, received) = (r.u64("first"), r.u64("highest"), r.u64("received"));
     loud!(
-        "net_netns report [{name}] received={received} unrecovered={} incomplete={} nak_sent={} \
+        "netns report [{name}] received={received} unrecovered={} incomplete={} nak_sent={} \
          out_of_order={} corrupt={} datagrams_in={}",
         r.u64("unrecovered"),
         r.u64("incomplete"),

@@ -12,12 +12,13 @@ use serde::{Deserialize, Serialize};
 use tests::example_bins::free_udp_addr;
 use tests::{metric, wait_for};
 
+use super::raw_socket;
+use crate::fixtures::COMPAT_SUBSCRIBE;
+
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(transparent)]
-#[message(topic = "contract.compat.count")]
+#[message(topic = "compat.limits.count")]
 struct Count(i64);
-
-const SUBSCRIBE: [u8; 4] = [0, 0, 0, 0];
 
 struct Counter {
     out: Out<Count>,
@@ -53,12 +54,6 @@ fn publisher(config: BridgeConfig) -> (RunningBus, SocketAddr) {
     (bus.start().expect("bus starts"), compat)
 }
 
-fn raw_socket() -> UdpSocket {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-    s
-}
-
 /// Datagrams `s` receives within `within`.
 fn received(s: &UdpSocket, within: Duration) -> usize {
     let deadline = Instant::now() + within;
@@ -84,13 +79,14 @@ fn stop(bus: RunningBus) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_compat_subscribe_from_outside_the_allowlist_gets_nothing() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (bus, compat) = publisher(BridgeConfig {
         allow: Allowlist::parse(["10.0.0.0/8"]).unwrap(),
         ..BridgeConfig::default()
     });
     let raw = raw_socket();
     for _ in 0..3 {
-        raw.send_to(&SUBSCRIBE, compat).unwrap();
+        raw.send_to(&COMPAT_SUBSCRIBE, compat).unwrap();
     }
     wait_for("the refused subscribes counted", 10, || {
         drops(&bus, DropReason::NotAllowed) == 3
@@ -102,18 +98,19 @@ fn a_compat_subscribe_from_outside_the_allowlist_gets_nothing() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_compat_topic_serves_at_most_its_cap() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (bus, compat) = publisher(BridgeConfig {
         subscribers_per_topic: 1,
         ..BridgeConfig::default()
     });
     let first = raw_socket();
-    first.send_to(&SUBSCRIBE, compat).unwrap();
+    first.send_to(&COMPAT_SUBSCRIBE, compat).unwrap();
     assert!(
         received(&first, Duration::from_millis(500)) > 10,
         "the first subscriber gets the counter"
     );
     let second = raw_socket();
-    second.send_to(&SUBSCRIBE, compat).unwrap();
+    second.send_to(&COMPAT_SUBSCRIBE, compat).unwrap();
     // Counted as a full table: compat mode has no Refuse to give the reason in.
     wait_for("the second subscribe refused", 10, || {
         drops(&bus, DropReason::TopicFull) + drops(&bus, DropReason::TableFull) >= 1
@@ -129,6 +126,7 @@ fn a_compat_topic_serves_at_most_its_cap() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn compat_control_is_rate_limited_per_source() {
+    let _cpu = crate::fixtures::cpu_shared();
     let (bus, compat) = publisher(BridgeConfig {
         rate_limit: RateLimit {
             per_second: 1,
@@ -138,7 +136,7 @@ fn compat_control_is_rate_limited_per_source() {
     });
     let raw = raw_socket();
     for _ in 0..10 {
-        raw.send_to(&SUBSCRIBE, compat).unwrap();
+        raw.send_to(&COMPAT_SUBSCRIBE, compat).unwrap();
     }
     // At most the burst and what one second refills pass; the rest is counted.
     wait_for("the subscribes over the limit counted", 10, || {

@@ -13,12 +13,14 @@
 //! - The same over IPv6: announcements and data on IPv6 groups.
 //!
 //! Needs root. Without root it prints a SKIPPED banner and passes, except under CI (`CI` set),
-//! where it fails, like `net_netns`. Run it with
-//! `sudo -E cargo test -p tests --test net_multicast_ns -- --nocapture`.
+//! where it fails, like `netns`. Run it with
+//! `sudo -E cargo test -p tests --test it net::multicast_ns -- --nocapture`.
+
+mod fallback;
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -34,12 +36,10 @@ macro_rules! loud {
 }
 
 fn prerequisites() -> bool {
-    tests::netns::prerequisites("net_multicast_ns", Hosts::available())
+    tests::netns::prerequisites("net::multicast_ns", Hosts::available())
 }
 
-/// One case at a time: the wire is a thread of this process, sharing two cores with every
-/// example, and would otherwise add loss of its own.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::net::NAMESPACES as SERIAL;
 
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;
@@ -155,7 +155,7 @@ fn a_multicast_export_reaches_three_namespaces_and_the_one_without_the_group_by_
     let counts: Vec<_> = (0..4).map(|i| hosts.counts(i)).collect();
     for (i, r) in results.iter().enumerate() {
         loud!(
-            "net_multicast_ns: subscriber in host {} ({}): {r}\n  wire: {:?}",
+            "multicast_ns: subscriber in host {} ({}): {r}\n  wire: {:?}",
             i + 1,
             if i + 1 == NO_GROUP {
                 "multicast dropped"
@@ -165,7 +165,7 @@ fn a_multicast_export_reaches_three_namespaces_and_the_one_without_the_group_by_
             counts[i + 1]
         );
     }
-    loud!("net_multicast_ns: publisher: {published}");
+    loud!("multicast_ns: publisher: {published}");
     for (i, r) in results.iter().enumerate() {
         // Every message from the first it got: nothing lost, nothing out of order.
         assert!(r.u64("received") >= WANT, "host {}: {r}", i + 1);
@@ -231,11 +231,11 @@ fn ipv6_groups_carry_the_announcements_and_the_data() {
     let results: Vec<Fields> = subs.into_iter().map(|s| result(s, "RESULT ")).collect();
     let published = result(publ, "PUBLISHED ");
     let counts: Vec<_> = (0..3).map(|i| hosts.counts(i)).collect();
-    loud!("net_multicast_ns: IPv6 publisher: {published}");
+    loud!("multicast_ns: IPv6 publisher: {published}");
     for (i, r) in results.iter().enumerate() {
         let host = i + 1;
         loud!(
-            "net_multicast_ns: IPv6 subscriber in host {host}: {r}\n  wire: {:?}",
+            "multicast_ns: IPv6 subscriber in host {host}: {r}\n  wire: {:?}",
             counts[host]
         );
         assert!(r.u64("received") >= WANT, "host {host}: {r}");
@@ -335,7 +335,7 @@ fn a_discovering_subscriber_follows_publishers_that_join_restart_and_leave() {
     let mut p2 = publisher(&hosts, 2, 200, 1_000_000, &announce);
     found(&mut sub, two);
     loud!(
-        "net_multicast_ns: discovered both after {:?}: {first}",
+        "multicast_ns: discovered both after {:?}: {first}",
         start.elapsed()
     );
 
@@ -350,7 +350,7 @@ fn a_discovering_subscriber_follows_publishers_that_join_restart_and_leave() {
         }
     };
     loud!(
-        "net_multicast_ns: followed the restart after {:?}: {again}",
+        "multicast_ns: followed the restart after {:?}: {again}",
         start.elapsed()
     );
 
@@ -359,7 +359,7 @@ fn a_discovering_subscriber_follows_publishers_that_join_restart_and_leave() {
     let _ = result(p2, "PUBLISHED ");
     let gone = format!("discovered: publisher {two} is gone");
     wait_line(&mut sub, Duration::from_secs(20), |l| l == gone);
-    loud!("net_multicast_ns: {gone} after {:?}", start.elapsed());
+    loud!("multicast_ns: {gone} after {:?}", start.elapsed());
     p1.kill();
     if let Some(sub) = sub {
         sub.kill();
@@ -432,7 +432,7 @@ fn reliable_run(multicast: bool) -> Repairs {
     for (i, r) in results.iter().enumerate() {
         let wire = hosts.counts(i + 1);
         loud!(
-            "net_multicast_ns: reliable {how} subscriber in host {}: {r}\n  wire: {wire:?}",
+            "multicast_ns: reliable {how} subscriber in host {}: {r}\n  wire: {wire:?}",
             i + 1
         );
         assert!(r.u64("received") >= WANT, "host {}: {r}", i + 1);
@@ -458,7 +458,7 @@ fn reliable_run(multicast: bool) -> Repairs {
     }
     let retransmitted = published.u64("retransmitted");
     loud!(
-        "net_multicast_ns: reliable {how}, 5% loss, 4 subscribers: losses seen {lost} in total, \
+        "multicast_ns: reliable {how}, 5% loss, 4 subscribers: losses seen {lost} in total, \
          NAKs sent {naks}, messages retransmitted {retransmitted}; publisher: {published}"
     );
     assert!(
@@ -486,7 +486,7 @@ fn a_reliable_multicast_topic_at_5_percent_loss_reaches_4_subscribers_with_naks_
     let unicast = reliable_run(false);
     let ratio = |r: &Repairs| r.retransmitted as f64 / r.lost as f64;
     loud!(
-        "net_multicast_ns: retransmitted per loss seen: multicast {:.2} ({} / {}, {} NAKs), \
+        "multicast_ns: retransmitted per loss seen: multicast {:.2} ({} / {}, {} NAKs), \
          unicast {:.2} ({} / {}, {} NAKs)",
         ratio(&group),
         group.retransmitted,

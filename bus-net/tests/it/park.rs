@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use tests::example_bins::free_udp_addr;
 use tests::wait_for;
 
+use crate::fixtures::COMPAT_SUBSCRIBE;
+
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(transparent)]
 #[message(topic = "park.count")]
@@ -27,8 +29,6 @@ const TICK: Duration = Duration::from_secs(3600);
 
 /// Long enough for an idle bridge to spin, yield and go to sleep (microseconds, unloaded).
 const SETTLE: Duration = Duration::from_millis(300);
-
-const SUBSCRIBE: [u8; 4] = [0, 0, 0, 0];
 
 /// A compat data packet (`Packet<i64>`: the value, then a timestamp; both LE).
 fn packet(n: i64) -> [u8; 16] {
@@ -102,24 +102,28 @@ fn assert_asleep(bus: &RunningBus, actor: &str) {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_parked_bridge_wakes_for_a_datagram_before_its_tick() {
+    let _cpu = crate::fixtures::cpu_shared();
     datagram_wakes(Idle::Park);
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_backoff_bridge_sleeps_on_its_socket_and_wakes_for_a_datagram() {
+    let _cpu = crate::fixtures::cpu_shared();
     datagram_wakes(Idle::Backoff);
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_local_publish_wakes_a_bridge_parked_on_its_sockets() {
+    let _cpu = crate::fixtures::cpu_shared();
     local_publish_wakes(Idle::Park);
 }
 
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_local_publish_wakes_a_backoff_bridge_asleep_on_its_sockets() {
+    let _cpu = crate::fixtures::cpu_shared();
     local_publish_wakes(Idle::Backoff);
 }
 
@@ -192,7 +196,7 @@ fn local_publish_wakes(idle: Idle) {
     // The subscribe is a datagram: it wakes the parked bridge, which adds the subscriber. A
     // message published before that is dropped (no subscriber), so ask until one arrives.
     std::thread::sleep(SETTLE);
-    raw.send_to(&SUBSCRIBE, compat).unwrap();
+    raw.send_to(&COMPAT_SUBSCRIBE, compat).unwrap();
     let give_up = Instant::now() + Duration::from_secs(30);
     let mut last = None;
     while last.is_none() {
