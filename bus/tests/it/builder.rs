@@ -77,7 +77,7 @@ fn refused(
 }
 
 #[test]
-fn settings_that_cannot_work_are_outcome_ofors_naming_them() {
+fn settings_that_cannot_work_are_start_errors_naming_them() {
     let why = refused(
         |bus| {
             bus.stop_timeout(Duration::ZERO);
