@@ -18,7 +18,7 @@ use crate::netns::{output_with_timeout, KillOnDrop};
 /// # Panics
 /// If it is missing and cannot be built in time.
 pub fn llbus_bin() -> PathBuf {
-    crate::example_bins::binary("llbus")
+    crate::example_bins::bin("llbus")
 }
 
 /// A counters directory of one test, removed (with what is left in it) when dropped.

@@ -8,9 +8,9 @@
 //! is the parent of the `deps/` directory that holds the running test binary.
 //!
 //! A binary is built only where it is missing (`cargo test -p tests` builds neither): once per
-//! test process, one `cargo build --workspace --bins --examples` in that target directory and
-//! profile, bounded in time, with the workspace's feature resolution, so that it reuses every
-//! crate `cargo test --workspace` builds.
+//! test process, by `cargo build --workspace --example NAME` (or `--bin NAME`) in that target
+//! directory and profile, bounded in time. `--workspace` gives it the workspace's feature
+//! resolution, so that it reuses the crates `cargo test` has built.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -18,7 +18,7 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::netns::{output_with_timeout, KillOnDrop};
@@ -102,21 +102,33 @@ fn cargo_build(profile: &Profile, args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// The path of binary `relative` under the test binary's profile directory (`llbus`,
-/// `examples/publisher`), built first if it is missing.
+/// The path of a binary cargo builds into the test binary's profile directory: `kind` is
+/// `"bin"` (`<profile>/NAME`) or `"example"` (`<profile>/examples/NAME`). Built first if it is
+/// missing, alone (`cargo build --workspace --KIND NAME`: the workspace's feature resolution
+/// with only that binary's crates), once per test process.
 ///
 /// # Panics
 /// If the build fails or does not finish in time, with cargo's output, or if the binary is not
 /// there after it.
-pub fn binary(relative: &str) -> PathBuf {
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+fn built(kind: &str, name: &str) -> PathBuf {
+    static BUILDS: Mutex<Vec<(String, Result<(), String>)>> = Mutex::new(Vec::new());
     let profile = profile().unwrap_or_else(|e| panic!("cannot find the built binaries: {e}"));
-    let path = profile.dir.join(relative);
+    let path = match kind {
+        "example" => profile.dir.join("examples").join(name),
+        _ => profile.dir.join(name),
+    };
     if !path.is_file() {
-        let built =
-            BUILT.get_or_init(|| cargo_build(profile, &["--workspace", "--bins", "--examples"]));
-        if let Err(e) = built {
-            panic!("cannot build the workspace's binaries: {e}");
+        let target = format!("--{kind} {name}");
+        let mut builds = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = builds.iter().position(|(t, _)| *t == target);
+        let at = known.unwrap_or_else(|| {
+            let flag = format!("--{kind}");
+            let outcome = cargo_build(profile, &["--workspace", &flag, name]);
+            builds.push((target, outcome));
+            builds.len() - 1
+        });
+        if let Err(e) = &builds[at].1 {
+            panic!("cannot build {name}: {e}");
         }
     }
     assert!(
@@ -127,12 +139,20 @@ pub fn binary(relative: &str) -> PathBuf {
     path
 }
 
+/// The path of the workspace's binary `name` (the `llbus` command).
+///
+/// # Panics
+/// As [`example`].
+pub fn bin(name: &str) -> PathBuf {
+    built("bin", name)
+}
+
 /// The path of example `name`.
 ///
 /// # Panics
-/// As [`binary`].
+/// If it is missing and cannot be built in time.
 pub fn example(name: &str) -> PathBuf {
-    binary(&format!("examples/{name}"))
+    built("example", name)
 }
 
 /// The directory of the examples built with their feature `zenoh`, after building them once per
