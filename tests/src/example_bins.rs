@@ -7,9 +7,10 @@
 //! tests). [`example`] and [`crate::cli::llbus_bin`] take them from there: `<target>/<profile>`
 //! is the parent of the `deps/` directory that holds the running test binary.
 //!
-//! A binary is built only where it is missing (`cargo test -p tests` builds neither): once per
-//! test process, by `cargo build --workspace --example NAME` (or `--bin NAME`) in that target
-//! directory and profile, bounded in time. `--workspace` gives it the workspace's feature
+//! A binary is built only where it is missing or older than its sources (`cargo test -p tests`
+//! builds neither, and leaves an earlier build's in place): once per test process, by
+//! `cargo build --workspace --example NAME` (or `--bin NAME`) in that target directory and
+//! profile, bounded in time. `--workspace` gives it the workspace's feature
 //! resolution, so that it reuses the crates `cargo test` has built.
 
 use std::collections::HashMap;
@@ -104,7 +105,7 @@ fn cargo_build(profile: &Profile, args: &[&str]) -> Result<(), String> {
 
 /// The path of a binary cargo builds into the test binary's profile directory: `kind` is
 /// `"bin"` (`<profile>/NAME`) or `"example"` (`<profile>/examples/NAME`). Built first if it is
-/// missing, alone (`cargo build --workspace --KIND NAME`: the workspace's feature resolution
+/// missing or older than its sources, alone (`cargo build --workspace --KIND NAME`: the workspace's feature resolution
 /// with only that binary's crates), once per test process.
 ///
 /// # Panics
@@ -117,7 +118,7 @@ fn built(kind: &str, name: &str) -> PathBuf {
         "example" => profile.dir.join("examples").join(name),
         _ => profile.dir.join(name),
     };
-    if !path.is_file() {
+    if !path.is_file() || older_than_sources(&path) {
         let target = format!("--{kind} {name}");
         let mut builds = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
         let known = builds.iter().position(|(t, _)| *t == target);
@@ -137,6 +138,48 @@ fn built(kind: &str, name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Whether a source file (`*.rs`, not tests) of the crates the binaries are built from changed
+/// after `binary` was built, as cargo would see it: `cargo test -p tests` leaves the binaries of
+/// an earlier build in place.
+fn older_than_sources(binary: &Path) -> bool {
+    fn newest(dir: &Path, newest_seen: &mut std::time::SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "tests" && name != "target" {
+                    newest(&path, newest_seen);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                    *newest_seen = (*newest_seen).max(modified);
+                }
+            }
+        }
+    }
+    let Ok(built) = std::fs::metadata(binary).and_then(|m| m.modified()) else {
+        return true;
+    };
+    let root = workspace_root();
+    let mut newest_seen = std::time::SystemTime::UNIX_EPOCH;
+    for dir in [
+        "bus",
+        "bus-net",
+        "bus-ipc",
+        "bus-macros",
+        "bus-record",
+        "bus-zenoh",
+        "cli",
+        "examples",
+    ] {
+        newest(&root.join(dir), &mut newest_seen);
+    }
+    newest_seen > built
 }
 
 /// The path of the workspace's binary `name` (the `llbus` command).
