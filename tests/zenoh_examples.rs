@@ -1,10 +1,13 @@
-//! The publisher and subscriber examples with `--transport zenoh` (the examples' feature
-//! `zenoh`), as a user runs them in two processes: peers on loopback with scouting off deliver
-//! every message in order, with the same `RESULT` line as over UDP, in bincode and in JSON.
+//! A binary of its own: it rebuilds the `publisher` and `subscriber` examples with their
+//! feature `zenoh`, which replaces the plain ones that other tests of a process would run.
 //!
-//! The examples are built in the debug profile, in which `cargo test --workspace` has built
-//! zenoh already: a release build would build zenoh a second time (minutes of CI).
-//! Children are killed if a test fails; every wait is bounded.
+//! The publisher and subscriber examples with `--transport zenoh`, as a user runs them in two
+//! processes: peers on loopback with scouting off deliver every message in order, with the same
+//! `RESULT` line as over UDP, in bincode and in JSON.
+//!
+//! The examples are built in the test's own profile (debug under `cargo test`), with the
+//! workspace's feature resolution ([`zenoh_examples_dir`]); children are killed if a test
+//! fails; every wait is bounded.
 
 use std::process::Command;
 use std::time::Duration;

@@ -8,42 +8,17 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::netns::{output_with_timeout, KillOnDrop};
 
-/// How long building the command may take (a release build on two busy cores).
-const BUILD_TIMEOUT: Duration = Duration::from_secs(1200);
-
-/// The `llbus` binary, built once per test process in release mode.
+/// The `llbus` command that cargo built beside the running test binary (built first if it is
+/// missing; see [`crate::example_bins`]).
 ///
 /// # Panics
-/// If the build fails or does not finish in time.
+/// If it is missing and cannot be built in time.
 pub fn llbus_bin() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let root = tests.parent().map(PathBuf::from).unwrap_or(tests);
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(&root)
-            .args(["build", "--release", "-p", "llbus-cli"]);
-        let out = output_with_timeout(&mut cmd, BUILD_TIMEOUT).map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "`cargo build --release -p llbus-cli` failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        Ok(target.join("release").join("llbus"))
-    });
-    match built {
-        Ok(p) => p.clone(),
-        Err(e) => panic!("cannot build the llbus command: {e}"),
-    }
+    crate::example_bins::bin("llbus")
 }
 
 /// A counters directory of one test, removed (with what is left in it) when dropped.
@@ -86,12 +61,21 @@ impl Drop for CountersDir {
     }
 }
 
-/// Runs `llbus ARGS` with the counters directory `dir`, bounded to 60 s.
+/// Runs `llbus ARGS` ([`llbus_bin`]) with the counters directory `dir`, bounded to 60 s.
 ///
 /// # Panics
 /// If it cannot run or does not end in time.
 pub fn llbus(dir: &CountersDir, args: &[&str]) -> Output {
-    let mut cmd = Command::new(llbus_bin());
+    run(&llbus_bin(), dir, args)
+}
+
+/// Runs the `llbus` command at `bin` with `args` and the counters directory `dir`, bounded to
+/// 60 s (the command's own tests name the binary cargo built for them).
+///
+/// # Panics
+/// If it cannot run or does not end in time.
+pub fn run(bin: &Path, dir: &CountersDir, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin);
     cmd.args(args).env("LLBUS_COUNTERS_DIR", dir.path());
     output_with_timeout(&mut cmd, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("llbus {args:?}: {e}"))

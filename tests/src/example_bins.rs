@@ -1,24 +1,81 @@
-//! The example programs of `examples/` run as child processes, for the multi-process and
-//! two-host tests of the network bridge.
+//! The example programs of `examples/` and the `llbus` command, as child processes, for the
+//! tests that run them as a user does.
 //!
-//! `cargo test --workspace` does not build another package's examples, so [`example`] builds
-//! them once per test process (`cargo build --release -p examples --examples`, with the `cargo`
-//! that runs the tests, bounded in time) and returns the path of the binary under
-//! `<target>/release/examples/`.
+//! `cargo test` builds them beside the test binaries, in the same profile and with the same
+//! features: every example of the selected packages into `<target>/<profile>/examples/`, and
+//! the `llbus` command into `<target>/<profile>/` (its package, `cli`, has integration
+//! tests). [`example`] and [`crate::cli::llbus_bin`] take them from there: `<target>/<profile>`
+//! is the parent of the `deps/` directory that holds the running test binary.
+//!
+//! A binary is built only where it is missing or older than its sources (`cargo test -p tests`
+//! builds neither, and leaves an earlier build's in place): once per test process, by
+//! `cargo build --workspace --example NAME` (or `--bin NAME`) in that target directory and
+//! profile, bounded in time. `--workspace` gives it the workspace's feature
+//! resolution, so that it reuses the crates `cargo test` has built.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::netns::{output_with_timeout, KillOnDrop};
 
-/// How long building the examples may take (a cold release build on two busy cores).
+/// How long building the binaries may take (a cold debug build on two busy cores).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(1200);
+
+/// Where the running test binary's cargo puts binaries, and how to ask it for more.
+#[derive(Debug)]
+struct Profile {
+    /// `<target>/<profile>` (or `<target>/<triple>/<profile>` when built for `--target`).
+    dir: PathBuf,
+    /// The arguments that make `cargo build` write into `dir`.
+    cargo_args: Vec<String>,
+}
+
+/// The profile of the running test binary, `<target>[/<triple>]/<profile>/deps/<test>-<hash>`.
+fn profile() -> Result<&'static Profile, String> {
+    static PROFILE: OnceLock<Result<Profile, String>> = OnceLock::new();
+    PROFILE
+        .get_or_init(|| {
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find the running test binary: {e}"))?;
+            let dir = exe
+                .parent()
+                .filter(|deps| deps.file_name().is_some_and(|n| n == "deps"))
+                .and_then(Path::parent)
+                .ok_or_else(|| {
+                    format!(
+                        "{} is not in a cargo target's deps/ directory",
+                        exe.display()
+                    )
+                })?
+                .to_path_buf();
+            let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+            let profile = name(&dir).unwrap_or_default();
+            let mut cargo_args = match profile.as_str() {
+                "debug" => Vec::new(),
+                "release" => vec!["--release".to_owned()],
+                other => vec!["--profile".to_owned(), other.to_owned()],
+            };
+            let mut target = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+            // Cargo marks the root of a target directory with CACHEDIR.TAG; a directory between
+            // it and the profile's is the `--target` triple's.
+            if !target.join("CACHEDIR.TAG").exists() {
+                if let Some(root) = target.parent().filter(|r| r.join("CACHEDIR.TAG").exists()) {
+                    cargo_args.extend(["--target".to_owned(), name(&target).unwrap_or_default()]);
+                    target = root.to_path_buf();
+                }
+            }
+            cargo_args.extend(["--target-dir".to_owned(), target.display().to_string()]);
+            Ok(Profile { dir, cargo_args })
+        })
+        .as_ref()
+        .map_err(String::clone)
+}
 
 /// The workspace root: the parent of this package's directory.
 fn workspace_root() -> PathBuf {
@@ -26,85 +83,152 @@ fn workspace_root() -> PathBuf {
     tests.parent().map(PathBuf::from).unwrap_or(tests)
 }
 
-/// `<target>/release/examples`, after building the examples once (later calls reuse the first
-/// build's outcome).
-///
-/// # Panics
-/// If the build fails or does not finish within its time limit, with cargo's output.
-pub fn examples_dir() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    built_examples(
-        &BUILT,
-        &["build", "--release", "-p", "examples", "--examples"],
-        "release",
-    )
-}
-
-/// `<target>/debug/examples`, after building the examples with their feature `zenoh` once: in
-/// the debug profile and with the workspace's feature resolution, so that the zenoh that
-/// `cargo test --workspace` has built is reused (a release build, or a `-p examples` one with
-/// other features for zenoh's dependencies, would build it a second time).
-///
-/// # Panics
-/// As [`examples_dir`].
-pub fn zenoh_examples_dir() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    built_examples(
-        &BUILT,
-        &[
-            "build",
-            "--workspace",
-            "--examples",
-            "--features",
-            "examples/zenoh",
-        ],
-        "debug",
-    )
-}
-
-/// Runs `cargo ARGS` once per test process (bounded in time), and returns
-/// `<target>/PROFILE/examples`.
-fn built_examples(
-    built: &OnceLock<Result<PathBuf, String>>,
-    args: &[&str],
-    profile: &str,
-) -> PathBuf {
-    let built = built.get_or_init(|| {
-        let root = workspace_root();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(&root).args(args);
-        let out = output_with_timeout(&mut cmd, BUILD_TIMEOUT).map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "`cargo {}` failed ({}):\n{}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        Ok(target.join(profile).join("examples"))
-    });
-    match built {
-        Ok(dir) => dir.clone(),
-        Err(e) => panic!("cannot build the examples: {e}"),
+/// Runs `cargo build ARGS` in the test binary's target directory and profile, bounded in time.
+fn cargo_build(profile: &Profile, args: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .arg("build")
+        .args(args)
+        .args(&profile.cargo_args);
+    let out = output_with_timeout(&mut cmd, BUILD_TIMEOUT).map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{cmd:?}` failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 }
 
-/// The path of example `name`, built.
+/// The path of a binary cargo builds into the test binary's profile directory: `kind` is
+/// `"bin"` (`<profile>/NAME`) or `"example"` (`<profile>/examples/NAME`). Built first if it is
+/// missing or older than its sources, alone (`cargo build --workspace --KIND NAME`: the workspace's feature resolution
+/// with only that binary's crates), once per test process.
 ///
 /// # Panics
-/// As [`examples_dir`], or if the binary is not there after the build.
-pub fn example(name: &str) -> PathBuf {
-    let path = examples_dir().join(name);
+/// If the build fails or does not finish in time, with cargo's output, or if the binary is not
+/// there after it.
+fn built(kind: &str, name: &str) -> PathBuf {
+    static BUILDS: Mutex<Vec<(String, Result<(), String>)>> = Mutex::new(Vec::new());
+    let profile = profile().unwrap_or_else(|e| panic!("cannot find the built binaries: {e}"));
+    let path = match kind {
+        "example" => profile.dir.join("examples").join(name),
+        _ => profile.dir.join(name),
+    };
+    if !path.is_file() || older_than_sources(&path) {
+        let target = format!("--{kind} {name}");
+        let mut builds = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = builds.iter().position(|(t, _)| *t == target);
+        let at = known.unwrap_or_else(|| {
+            let flag = format!("--{kind}");
+            let outcome = cargo_build(profile, &["--workspace", &flag, name]);
+            builds.push((target, outcome));
+            builds.len() - 1
+        });
+        if let Err(e) = &builds[at].1 {
+            panic!("cannot build {name}: {e}");
+        }
+    }
     assert!(
         path.is_file(),
-        "example binary {} missing after the build",
+        "{} is missing after the build",
         path.display()
     );
     path
+}
+
+/// Whether a source file (`*.rs`, not tests) of the crates the binaries are built from changed
+/// after `binary` was built, as cargo would see it: `cargo test -p tests` leaves the binaries of
+/// an earlier build in place.
+fn older_than_sources(binary: &Path) -> bool {
+    fn newest(dir: &Path, newest_seen: &mut std::time::SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "tests" && name != "target" {
+                    newest(&path, newest_seen);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                    *newest_seen = (*newest_seen).max(modified);
+                }
+            }
+        }
+    }
+    let Ok(built) = std::fs::metadata(binary).and_then(|m| m.modified()) else {
+        return true;
+    };
+    let root = workspace_root();
+    let mut newest_seen = std::time::SystemTime::UNIX_EPOCH;
+    for dir in [
+        "bus",
+        "bus-net",
+        "bus-ipc",
+        "bus-macros",
+        "bus-record",
+        "bus-zenoh",
+        "cli",
+        "examples",
+    ] {
+        newest(&root.join(dir), &mut newest_seen);
+    }
+    newest_seen > built
+}
+
+/// The path of the workspace's binary `name` (the `llbus` command).
+///
+/// # Panics
+/// As [`example`].
+pub fn bin(name: &str) -> PathBuf {
+    built("bin", name)
+}
+
+/// The path of example `name`.
+///
+/// # Panics
+/// If it is missing and cannot be built in time.
+pub fn example(name: &str) -> PathBuf {
+    built("example", name)
+}
+
+/// The directory of the examples built with their feature `zenoh`, after building them once per
+/// test process: `cargo build --workspace --examples --features examples/zenoh`, in the test
+/// binary's profile and with the workspace's feature resolution, so that the zenoh that
+/// `cargo test --workspace` has built is reused. The build replaces the examples of
+/// [`example`] with these (the same programs, with one more transport), so the tests that use it
+/// have a binary of their own.
+///
+/// # Panics
+/// If the build fails or does not finish in time, with cargo's output.
+pub fn zenoh_examples_dir() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let profile = profile()?;
+        cargo_build(
+            profile,
+            &[
+                "--workspace",
+                "--example",
+                "publisher",
+                "--example",
+                "subscriber",
+                "--features",
+                "examples/zenoh",
+            ],
+        )?;
+        Ok(profile.dir.join("examples"))
+    });
+    match built {
+        Ok(dir) => dir.clone(),
+        Err(e) => panic!("cannot build the examples with zenoh: {e}"),
+    }
 }
 
 /// A loopback UDP port that was free a moment ago (bound to port 0, read, released).

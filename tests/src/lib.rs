@@ -14,8 +14,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A global allocator that counts allocations (and reallocations), for the tests that prove a
-/// hot path allocates nothing. Install it with `#[global_allocator]` in a test binary of its own
-/// (one `#[test]` per binary, so no other test allocates meanwhile).
+/// hot path allocates nothing. Install it with `#[global_allocator]` in a test binary of its own,
+/// whose tests serialize themselves (a static `Mutex`) so that no other test allocates meanwhile.
 #[derive(Debug)]
 pub struct CountingAlloc {
     allocations: AtomicU64,

@@ -49,7 +49,7 @@ impl fmt::Display for NetnsError {
         match self {
             NetnsError::NotRoot => f.write_str(
                 "not root: network namespaces need root (or CAP_SYS_ADMIN and CAP_NET_ADMIN); \
-                 run as root, e.g. `sudo -E cargo test -p tests --test netns_harness`",
+                 run as root, e.g. `sudo -E cargo test -p tests netns`",
             ),
             NetnsError::IpMissing => f.write_str(
                 "ip not found: install iproute2 (`apt-get install -y iproute2`, or run \

@@ -466,11 +466,11 @@ impl Drop for TwoHosts {
     }
 }
 
-/// Whether a namespace test binary `test` (its name, as `cargo test --test` takes it) may run,
-/// given what its harness says (`TwoHosts::available()` or `Hosts::available()`): under CI
-/// (`$CI` set, not empty, `0` or `false`) a harness that cannot run fails the test; without
-/// root it is skipped with a banner written straight to stderr (past libtest's capture);
-/// any other missing prerequisite fails.
+/// Whether the namespace tests `test` (a filter that selects them, as `cargo test` takes it:
+/// `netns_harness`, `net::netns`) may run, given what their harness says
+/// (`TwoHosts::available()` or `Hosts::available()`): under CI (`$CI` set, not empty, `0` or
+/// `false`) a harness that cannot run fails the test; without root it is skipped with a banner
+/// written straight to stderr (past libtest's capture); any other missing prerequisite fails.
 ///
 /// # Panics
 /// As said: under CI when the harness cannot run, and anywhere for anything but missing root.
@@ -488,7 +488,7 @@ pub fn prerequisites(test: &str, available: Result<(), NetnsError>) -> bool {
             let _ = writeln!(
                 std::io::stderr().lock(),
                 "\n{bar}\n!!! SKIPPED: {test} needs root (network namespaces, veth/tun, tc).\n\
-                 !!! Nothing was tested. Run: sudo -E cargo test -p tests --test {test} -- --nocapture\n\
+                 !!! Nothing was tested. Run: sudo -E cargo test -p tests {test} -- --nocapture\n\
                  !!! (Under CI, with CI set, this is a failure instead.)\n{bar}\n"
             );
             false

@@ -9,7 +9,9 @@ use std::time::Duration;
 use llbus::{Actor, Bus, Context, Message, Out, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
-use tests::cli::{llbus, llbus_bin, CountersDir};
+use tests::cli::CountersDir;
+
+use crate::llbus;
 use tests::relay::{Loss, LossyRelay};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -43,7 +45,6 @@ impl Actor for Feed {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_recording_at_5_percent_loss_marks_exactly_the_gaps() {
-    let _ = llbus_bin();
     let bridge = Bridge::bind("127.0.0.1:0").expect("binds");
     let addr = bridge.local_addr();
     let mut b = Bus::builder();

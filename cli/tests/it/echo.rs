@@ -11,7 +11,9 @@ use std::time::Duration;
 use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
 use llbus_net::Bridge;
 use serde::{Deserialize, Serialize};
-use tests::cli::{llbus, llbus_bin, CountersDir};
+use tests::cli::CountersDir;
+
+use crate::llbus;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug)]
 enum Side {
@@ -127,7 +129,6 @@ impl Drop for KeyFile {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn echo_prints_each_message_as_json_with_the_key_and_nothing_without_it() {
-    let _ = llbus_bin();
     let key = [0x5a; 32];
     let (bus, addr) = serve(Some(key));
     let dir = CountersDir::new("echo");
@@ -171,7 +172,6 @@ fn echo_prints_each_message_as_json_with_the_key_and_nothing_without_it() {
 #[test]
 #[cfg_attr(miri, ignore)]
 fn spy_decode_shows_the_fields_beside_each_header() {
-    let _ = llbus_bin();
     let (bus, addr) = serve(None);
     let dir = CountersDir::new("spy-decode");
     let addr = addr.to_string();

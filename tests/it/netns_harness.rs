@@ -7,7 +7,8 @@
 //! normal run).
 //!
 //! Needs root. Without root it prints a SKIPPED banner and passes, except under CI (`CI` set),
-//! where it fails. Run it with `sudo -E cargo test -p tests --test netns_harness -- --nocapture`.
+//! where it fails. Run it with
+//! `sudo -E cargo test -p tests --test it netns_harness -- --nocapture`.
 
 use std::collections::HashMap;
 use std::env;
@@ -234,12 +235,19 @@ fn prerequisites() -> bool {
     tests::netns::prerequisites("netns_harness", TwoHosts::available())
 }
 
+/// The name libtest gives `netns_child_role`: its module path without the crate's name.
+fn child_test_name() -> String {
+    let module = module_path!();
+    let module = module.split_once("::").map_or(module, |(_, rest)| rest);
+    format!("{module}::netns_child_role")
+}
+
 /// The child command: this test binary, running only `netns_child_role`.
 fn child(role: &str) -> Command {
     let exe = env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
     cmd.args([
-        "netns_child_role",
+        child_test_name().as_str(),
         "--exact",
         "--nocapture",
         "--test-threads=1",
@@ -248,7 +256,7 @@ fn child(role: &str) -> Command {
     cmd
 }
 
-/// The part of `line` from `tag` on. (libtest prints "test netns_child_role ... " without a
+/// The part of `line` from `tag` on. (libtest prints "test ...::netns_child_role ... " without a
 /// newline, so the child's first line starts after it.)
 fn tagged<'a>(line: &'a str, tag: &str) -> Option<&'a str> {
     line.find(tag).map(|i| &line[i..])

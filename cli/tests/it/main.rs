@@ -1,0 +1,21 @@
+//! The `llbus` command as a process against buses of this test process (bridges on loopback):
+//! `echo` and `spy --decode` print what they receive, `record` writes it to a file.
+//!
+//! Its tests against the examples as processes (`list`, `stat`, `top`, `hz`, `spy`, `topics`,
+//! `play`) are in the workspace's `tests/it/cli/`.
+
+use std::path::Path;
+use std::process::Output;
+
+use tests::cli::CountersDir;
+
+/// `echo` and `spy --decode`: JSON lines from the topic's schema, with and without the key.
+mod echo;
+/// `record` through a lossy proxy: every message, and the gaps marked.
+mod record;
+
+/// Runs the `llbus` command that cargo built for these tests with `args` and the counters
+/// directory `dir`, bounded in time.
+fn llbus(dir: &CountersDir, args: &[&str]) -> Output {
+    tests::cli::run(Path::new(env!("CARGO_BIN_EXE_llbus")), dir, args)
+}

@@ -1,0 +1,85 @@
+//! `llbus topics` against the `publisher` example announcing on loopback multicast, and the
+//! `subscriber` example finding that publisher with no address given: separate processes.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tests::cli::{llbus, llbus_bin, CountersDir};
+use tests::example_bins::{example, free_udp_port, Running};
+
+/// `llbus topics` lists what a `publisher --announce` announces, and `subscriber --discover`
+/// finds that publisher with no address given, as separate processes over loopback multicast.
+#[test]
+fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
+    let group = format!("239.255.76.79:{}", free_udp_port());
+    if !tests::loopback_group_or_skip(group.parse().unwrap()) {
+        return;
+    }
+    let port = free_udp_port();
+    let dir = CountersDir::new("topics");
+    // Both built before the publisher starts, so that it is still running when asked.
+    let _ = (llbus_bin(), example("subscriber"));
+    let mut cmd = Command::new(example("publisher"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
+    cmd.args([
+        "--bind",
+        &format!("127.0.0.1:{port}"),
+        "--rate",
+        "1000",
+        "--count",
+        "600000",
+        "--announce",
+        &group,
+    ]);
+    let mut publisher = Running::spawn("publisher", cmd);
+    publisher
+        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
+        .expect("the publisher starts");
+    let out = llbus(
+        &dir,
+        &[
+            "topics",
+            "--group",
+            &group,
+            "--interface",
+            "127.0.0.1",
+            "--listen-ms",
+            "1500",
+            "--json",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+    let topic = &listed["topics"][0];
+    assert_eq!(topic["topic"], "demo.counter", "{text}");
+    assert_eq!(topic["fingerprint_mismatch"], false);
+    assert_eq!(
+        topic["publishers"][0]["address"],
+        format!("127.0.0.1:{port}"),
+        "{text}"
+    );
+
+    let mut cmd = Command::new(example("subscriber"));
+    cmd.args([
+        "--bind",
+        &format!("127.0.0.1:{}", free_udp_port()),
+        "--discover",
+        &group,
+        "--count",
+        "200",
+        "--timeout-s",
+        "20",
+    ]);
+    let (status, out, err) = Running::spawn("subscriber", cmd).finish(Duration::from_secs(60));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{out}\n{err}");
+    assert!(
+        out.contains(&format!("discovered: publisher 127.0.0.1:{port}")),
+        "{out}"
+    );
+    publisher.kill();
+}
