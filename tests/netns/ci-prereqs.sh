@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prerequisites of the network-namespace system tests (tests/netns_harness.rs and the bridge
+# Prerequisites of the network-namespace system tests (tests/it/netns_harness.rs and the bridge
 # tests built on tests::netns): root, iproute2 (`ip`, `tc`), and a shapable link, i.e. the
 # kernel's netem qdisc or, failing that, TUN devices for the harness's userspace wire.
 #
