@@ -165,7 +165,7 @@ fn a_best_effort_member_switching_between_group_and_unicast_gets_no_duplicate() 
         "{wire:?}"
     );
     assert!(
-        wire.unicast_in > 1_000,
+        wire.unicast_in > 100,
         "it never fell back to unicast: {wire:?}"
     );
 }
@@ -194,7 +194,7 @@ fn a_reliable_member_switching_between_group_and_unicast_gets_every_message() {
         "{wire:?}"
     );
     assert!(
-        wire.unicast_in > 1_000,
+        wire.unicast_in > 100,
         "it never fell back to unicast: {wire:?}"
     );
 }
