@@ -11,6 +11,7 @@ use crate::fixtures::*;
 
 #[test]
 fn a_json_export_is_read_without_llbus_and_serves_its_json_schema() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Quote>("app");
@@ -84,6 +85,7 @@ fn a_json_export_is_read_without_llbus_and_serves_its_json_schema() {
 
 #[test]
 fn hostile_samples_on_an_import_key_are_counted_malformed_and_good_ones_still_pass() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription::<Quote>("app");

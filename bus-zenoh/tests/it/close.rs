@@ -17,6 +17,7 @@ use crate::fixtures::*;
 /// publisher keeps publishing (a user who closes the gateway first, or on an error path).
 #[test]
 fn close_returns_while_a_publisher_keeps_sending() {
+    let _zenoh = crate::fixtures::zenoh_threads(true);
     let (a, _b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Quote>("app");
@@ -72,6 +73,7 @@ fn close_returns_while_a_publisher_keeps_sending() {
 /// time (zenoh's `Block` congestion control gives up on the link), and the books balance.
 #[test]
 fn close_returns_while_a_zenoh_peer_stays_stalled() {
+    let _zenoh = crate::fixtures::zenoh_threads(true);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Blob>("app");
@@ -140,6 +142,7 @@ fn close_returns_while_a_zenoh_peer_stays_stalled() {
 /// narrow.
 #[test]
 fn close_while_samples_arrive_returns_final_figures() {
+    let _zenoh = crate::fixtures::zenoh_threads(true);
     let mut failures = Vec::new();
     for _ in 0..20 {
         if let Err(e) = close_while_samples_arrive() {
@@ -232,6 +235,7 @@ fn close_while_samples_arrive() -> Result<(), String> {
 /// the bus then counts the rest lost on the edge, and the edge balances.
 #[test]
 fn close_on_a_running_bus_behind_a_stalled_peer_returns_within_its_drain_bound() {
+    let _zenoh = crate::fixtures::zenoh_threads(true);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Blob>("app");
@@ -345,6 +349,7 @@ fn flood<T: Message>(
 /// join: nothing counted after close.
 #[test]
 fn close_while_two_imports_are_flooded_returns_final_figures_promptly() {
+    let _zenoh = crate::fixtures::zenoh_threads(true);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let ticks = bus.subscription_with::<Tick>("ticks", Backpressure::DropNewest, 64);

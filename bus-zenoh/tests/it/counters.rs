@@ -15,6 +15,7 @@ use crate::fixtures::*;
 #[cfg(unix)]
 #[test]
 fn the_live_counters_file_shows_the_gateways_figures() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     bus.name(&format!("test-zenoh-{}", std::process::id()));

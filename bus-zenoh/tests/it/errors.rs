@@ -14,6 +14,7 @@ use crate::fixtures::*;
 /// fresh stream still passes.
 #[test]
 fn thousands_of_streams_are_all_counted_and_the_errors_stay_bounded() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 8192);
@@ -73,6 +74,7 @@ fn thousands_of_streams_are_all_counted_and_the_errors_stay_bounded() {
 /// `Gateway::errors` (what the subscriber example prints in its RESULT).
 #[test]
 fn a_flood_of_refused_streams_does_not_hide_later_errors() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
@@ -129,6 +131,7 @@ fn a_flood_of_refused_streams_does_not_hide_later_errors() {
 /// The latest refusal is A's; the line must not call B's the latest.
 #[test]
 fn the_errors_line_names_the_latest_refusal() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
@@ -184,6 +187,7 @@ fn the_errors_line_names_the_latest_refusal() {
 /// schema with line breaks must not forge extra lines in the table or the log.
 #[test]
 fn a_hostile_encoding_cannot_forge_error_lines() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);

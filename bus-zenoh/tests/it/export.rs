@@ -19,6 +19,7 @@ use crate::fixtures::*;
 /// lost at the export.
 #[test]
 fn a_stop_without_join_ends_the_export_thread_and_the_books_balance() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, _b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Quote>("app");
@@ -62,6 +63,7 @@ fn a_stop_without_join_ends_the_export_thread_and_the_books_balance() {
 /// and sent = put + put failed + dropped + lost.
 #[test]
 fn a_stalled_then_vanished_zenoh_peer_never_blocks_the_publisher() {
+    let _zenoh = crate::fixtures::zenoh_threads(true);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Blob>("app");
@@ -149,6 +151,7 @@ fn a_stalled_then_vanished_zenoh_peer_never_blocks_the_publisher() {
 /// on two keys) starts; each key then carries every message in its encoding.
 #[test]
 fn one_topic_exported_in_both_encodings_on_two_keys() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
@@ -228,6 +231,7 @@ struct Grid {
 /// a failed encode is not a gap the other end counts lost.
 #[test]
 fn a_message_that_does_not_encode_is_counted_put_failed_and_leaves_no_gap() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Grid>("app");
@@ -283,6 +287,7 @@ fn a_message_that_does_not_encode_is_counted_put_failed_and_leaves_no_gap() {
 /// `Duration::MAX`: the wait must not panic on the deadline's arithmetic.
 #[test]
 fn wait_matched_with_the_longest_timeout_does_not_panic() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");

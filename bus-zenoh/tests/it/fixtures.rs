@@ -181,3 +181,30 @@ pub fn put_tick(
     }
     .expect("the hostile put");
 }
+
+/// Zenoh runs every session's callbacks on runtimes shared by the whole process, so a test that
+/// holds a callback (a stalled peer) slows every other session of this binary. Such a test takes
+/// this lock alone (`holds_callbacks: true`); the others share it, and run beside each other.
+pub fn zenoh_threads(holds_callbacks: bool) -> ZenohThreads {
+    static LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+    if holds_callbacks {
+        ZenohThreads::Alone(
+            LOCK.write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    } else {
+        ZenohThreads::Shared(
+            LOCK.read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// The guard [`zenoh_threads`] returns: held for the test's length.
+#[allow(dead_code)]
+pub enum ZenohThreads {
+    /// A test that holds zenoh's callbacks.
+    Alone(std::sync::RwLockWriteGuard<'static, ()>),
+    /// Any other test.
+    Shared(std::sync::RwLockReadGuard<'static, ()>),
+}

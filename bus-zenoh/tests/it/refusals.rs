@@ -16,6 +16,7 @@ use crate::fixtures::*;
 /// running and stops normally without a publisher ever waiting.
 #[test]
 fn a_refused_declaration_fails_start_and_closes_what_was_started() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, _b) = peers();
     let mut bus = Bus::builder();
     let quotes = bus.publisher::<Quote>("quotes");
@@ -66,6 +67,7 @@ fn a_refused_declaration_fails_start_and_closes_what_was_started() {
 /// the bus still stops normally.
 #[test]
 fn exporting_and_importing_one_topic_is_refused_at_start() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, _b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
@@ -99,6 +101,7 @@ fn exporting_and_importing_one_topic_is_refused_at_start() {
 /// handles are on one bus for `start` to see. One message published must be put once.
 #[test]
 fn two_gateways_on_one_bus_cannot_echo_a_topic() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
@@ -141,6 +144,7 @@ fn two_gateways_on_one_bus_cannot_echo_a_topic() {
 /// `start()` refuses (two handles cannot share a name): the user learns of the mistake at once.
 #[test]
 fn one_topic_exported_twice_on_one_given_key_is_refused_at_start() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let mut bus = Bus::builder();
     let _app = bus.publisher::<Tick>("app");
     let mut gateway = Gateway::builder();
@@ -165,6 +169,7 @@ fn one_topic_exported_twice_on_one_given_key_is_refused_at_start() {
 /// message twice.
 #[test]
 fn one_topic_exported_on_its_default_key_twice_arrives_once() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.publisher::<Tick>("app");
@@ -219,6 +224,7 @@ fn one_topic_exported_on_its_default_key_twice_arrives_once() {
 /// `llbus/<topic>` start side by side, and each sample is published twice into the bus.
 #[test]
 fn one_topic_imported_on_its_default_key_twice_is_published_once() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 256);

@@ -14,6 +14,7 @@ use crate::fixtures::*;
 /// figures and must not overflow.
 #[test]
 fn forged_sequence_jumps_cannot_make_the_gateway_figures_panic() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let quotes = bus.subscription_with::<Quote>("quotes", Backpressure::DropNewest, 64);
@@ -97,6 +98,7 @@ fn tally(samples: &[(u64, bool)]) -> Tally {
 /// genuine samples behind it count late (the documented limit).
 #[test]
 fn one_forged_sample_within_max_jump_skews_the_figures_not_the_delivery() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let mut samples: Vec<(u64, bool)> = (0..100).map(|s| (s, false)).collect();
     samples.push((100 + MAX_JUMP, true));
     samples.extend((100..1100).map(|s| (s, false)));
@@ -111,6 +113,7 @@ fn one_forged_sample_within_max_jump_skews_the_figures_not_the_delivery() {
 /// for the forged jump.
 #[test]
 fn a_forged_confirmation_pair_skews_the_figures_not_the_delivery() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let far = 1u64 << 40;
     let mut samples: Vec<(u64, bool)> = (0..100).map(|s| (s, false)).collect();
     samples.push((far, true));
@@ -126,6 +129,7 @@ fn a_forged_confirmation_pair_skews_the_figures_not_the_delivery() {
 /// lost, and the genuine samples in between keep their gaps counted and are never late.
 #[test]
 fn a_forger_alternating_far_claims_counts_nothing_and_the_genuine_stream_is_unharmed() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let claims = [1u64 << 40, 1 << 50, u64::MAX, 3 * MAX_JUMP + 1_000_000];
     let mut samples = Vec::new();
     for s in 0..2000u64 {
@@ -151,6 +155,7 @@ fn a_forger_alternating_far_claims_counts_nothing_and_the_genuine_stream_is_unha
 /// claims, but the genuine gaps after the jump go uncounted (the documented limit).
 #[test]
 fn forged_claims_after_a_genuine_jump_skew_the_figures_not_the_delivery() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let jump = 10 * MAX_JUMP;
     let mut samples: Vec<(u64, bool)> = (0..100).map(|s| (s, false)).collect();
     for s in (jump..jump + 1000).filter(|s| s % 100 != 50) {
@@ -167,6 +172,7 @@ fn forged_claims_after_a_genuine_jump_skew_the_figures_not_the_delivery() {
 /// figure so that a change to the rule shows here.
 #[test]
 fn each_forged_sample_adds_at_most_max_jump_lost() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let mut samples = vec![(0u64, false)];
     let mut next = 1u64;
     for _ in 0..1000 {

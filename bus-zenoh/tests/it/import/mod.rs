@@ -17,6 +17,7 @@ use crate::fixtures::*;
 /// before it); a gap is counted lost. Backwards jumps and duplicates through zenoh.
 #[test]
 fn backward_jumps_and_duplicates_are_late_and_delivered_gaps_lost() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Quote>("app", Backpressure::DropNewest, 64);
@@ -73,6 +74,7 @@ fn backward_jumps_and_duplicates_are_late_and_delivered_gaps_lost() {
 /// another topic; then a good sample still passes.
 #[test]
 fn wrong_types_deep_nesting_and_huge_payloads_are_malformed_never_a_panic() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Quote>("app", Backpressure::DropNewest, 64);
@@ -156,6 +158,7 @@ fn wrong_types_deep_nesting_and_huge_payloads_are_malformed_never_a_panic() {
 /// flight, and the import's own figures balance.
 #[test]
 fn a_slow_import_reader_drops_and_counts_on_its_edge() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::Block, 16);
@@ -205,6 +208,7 @@ fn a_slow_import_reader_drops_and_counts_on_its_edge() {
 /// `received` ahead of the outcomes, and balances once the traffic settles.
 #[test]
 fn the_import_row_balances_in_every_live_snapshot() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
@@ -309,6 +313,7 @@ fn the_import_row_balances_in_every_live_snapshot() {
 /// to stop or has joined.
 #[test]
 fn samples_after_a_stop_are_counted_stopped_and_the_import_balances() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
@@ -367,6 +372,7 @@ fn samples_after_a_stop_are_counted_stopped_and_the_import_balances() {
 /// put, and every sample the import received is published or counted malformed.
 #[test]
 fn a_json_export_of_a_nan_float_is_counted_malformed_by_an_llbus_import() {
+    let _zenoh = crate::fixtures::zenoh_threads(false);
     let (a, b) = peers();
     let mut out = Bus::builder();
     let app = out.publisher::<Quote>("app");
