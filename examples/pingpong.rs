@@ -16,16 +16,12 @@
 //! A ping that gets no answer within 100 ms (UDP may lose it, and the first ones leave before
 //! the subscriptions are in place) is sent again and counted as a retry.
 
-#[path = "common/cli.rs"]
-#[allow(dead_code)] // pingpong takes no key, address or duration
-mod cli;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use cli::IdleArg;
+use examples::cli::{self, IdleArg};
 use hdrhistogram::Histogram;
 use llbus::{Actor, Backpressure, Bus, Context, Idle, Message, Out, Setup};
 use llbus_net::Bridge;

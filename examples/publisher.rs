@@ -26,10 +26,8 @@
 //!     --zenoh-listen tcp/127.0.0.1:7447 --count 10000 --wait-subscriber [--zenoh-encoding json]
 //! ```
 
-#[path = "common/cli.rs"]
-mod cli;
-#[path = "common/payload.rs"]
-mod payload;
+use examples::messages::{Count, Counter};
+use examples::{cli, payload};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,24 +37,6 @@ use clap::Parser;
 use cli::{Compat, IdleArg, Transport, ZenohArgs};
 use llbus::{Actor, ActorBuilder, Backpressure, Bus, Context, Idle, Message, Out, Setup};
 use llbus_net::{realtime_ns, Bridge, BridgeConfig};
-use serde::{Deserialize, Serialize};
-
-/// The counter in llbus's own format (native).
-#[derive(Message, Serialize, Deserialize, Clone, Debug)]
-#[message(topic = "demo.counter")]
-struct Counter {
-    n: u64,
-    sent_ns: i64,
-    /// `--size` bytes derived from `n` (`payload::fill`).
-    payload: Vec<u8>,
-}
-
-/// The counter in the ll-udp-pubsub v0.1 format: exactly a bincode `i64` on the wire
-/// (`transparent`, so serde sees the `i64` itself, not a one-field struct).
-#[derive(Message, Serialize, Deserialize, Clone, Copy, Debug)]
-#[message(topic = "demo.count")]
-#[serde(transparent)]
-struct Count(i64);
 
 /// Messages published in one tick at most (a catch-up after the thread was descheduled).
 const BURST: u64 = 1024;
@@ -545,20 +525,4 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("SHM moved={} dropped={}", shm.moved(), shm.dropped());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The compat payload is exactly a bincode `i64`: a datagram is 16 bytes, `data` then
-    /// `sent_ts`, as ll-udp-pubsub's own `Packet<i64>`.
-    #[test]
-    fn compat_count_is_sixteen_bytes_on_the_wire() {
-        let mut buf = [0u8; 1472];
-        let n = llbus_net::encode_compat_packet(&mut buf, Count::TOPIC_ID, &Count(-2), 7).unwrap();
-        assert_eq!(n, 16);
-        assert_eq!(buf[..8], (-2i64).to_le_bytes());
-        assert_eq!(buf[8..16], 7i64.to_le_bytes());
-    }
 }

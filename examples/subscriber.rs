@@ -44,10 +44,8 @@
 //!     --zenoh-connect tcp/127.0.0.1:7447 --count 10000
 //! ```
 
-#[path = "common/cli.rs"]
-mod cli;
-#[path = "common/payload.rs"]
-mod payload;
+use examples::messages::{Count, Counter};
+use examples::{cli, payload};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -58,24 +56,6 @@ use cli::{Compat, IdleArg, Transport, ZenohArgs};
 use hdrhistogram::Histogram;
 use llbus::{Actor, ActorBuilder, Bus, Context, Idle, Message};
 use llbus_net::{realtime_ns, Bridge, LatePolicy, LossCounts, SeqTracker, WINDOW};
-use serde::{Deserialize, Serialize};
-
-/// The counter in llbus's own format (native); must match the publisher's definition (the
-/// fingerprint check refuses the subscription otherwise).
-#[derive(Message, Serialize, Deserialize, Clone, Debug)]
-#[message(topic = "demo.counter")]
-struct Counter {
-    n: u64,
-    sent_ns: i64,
-    /// The publisher's `--size` bytes derived from `n` (`payload::fill`).
-    payload: Vec<u8>,
-}
-
-/// The counter in the ll-udp-pubsub v0.1 format: a bare bincode `i64`.
-#[derive(Message, Serialize, Deserialize, Clone, Copy, Debug)]
-#[message(topic = "demo.count")]
-#[serde(transparent)]
-struct Count(i64);
 
 /// What the sink saw, handed to `main` when the bus stops.
 struct Summary {

@@ -100,7 +100,6 @@ impl ZenohArgs {
     }
 
     /// The gateway's payload encoding.
-    #[allow(dead_code)] // the subscriber's import reads either encoding
     pub fn payload_encoding(&self) -> llbus_zenoh::PayloadEncoding {
         match self.encoding {
             ZenohEncoding::Bincode => llbus_zenoh::PayloadEncoding::Bincode,

@@ -1,8 +1,6 @@
 //! The `--size BYTES` payload of the publisher and subscriber examples: bytes derived from the
 //! message's counter value, so the subscriber can check each message's content (a misplaced,
 //! stale or corrupted fragment shows).
-// The publisher uses `fill`, the subscriber `check`.
-#![allow(dead_code)]
 
 /// Word `j` of message `n`'s payload (splitmix64 of both).
 fn word(n: u64, j: u64) -> u64 {

@@ -14,8 +14,8 @@
 //! The examples and the `llbus` command come from `tests::example_bins` and `tests::cli`: the
 //! binaries `cargo test --workspace` has built beside this one.
 //!
-//! Binaries of their own, where the process is the fixture: `counters_env.rs` (its tests set
-//! the environment) and `zenoh_examples.rs` (rebuilds examples others run).
+//! A binary of its own, where the process is the fixture: `counters_env.rs` (its tests set the
+//! environment).
 
 mod cli;
 mod docs;

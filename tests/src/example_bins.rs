@@ -105,8 +105,9 @@ fn cargo_build(profile: &Profile, args: &[&str]) -> Result<(), String> {
 
 /// The path of a binary cargo builds into the test binary's profile directory: `kind` is
 /// `"bin"` (`<profile>/NAME`) or `"example"` (`<profile>/examples/NAME`). Built first if it is
-/// missing or older than its sources, alone (`cargo build --workspace --KIND NAME`: the workspace's feature resolution
-/// with only that binary's crates), once per test process.
+/// missing or older than its sources, alone (`cargo build --workspace --KIND NAME`: the
+/// workspace's feature resolution with only that binary's crates; an example with its feature
+/// `zenoh`, as `cargo test --workspace` builds it), once per test process.
 ///
 /// # Panics
 /// If the build fails or does not finish in time, with cargo's output, or if the binary is not
@@ -124,7 +125,12 @@ fn built(kind: &str, name: &str) -> PathBuf {
         let known = builds.iter().position(|(t, _)| *t == target);
         let at = known.unwrap_or_else(|| {
             let flag = format!("--{kind}");
-            let outcome = cargo_build(profile, &["--workspace", &flag, name]);
+            let mut args = vec!["--workspace", &flag, name];
+            if kind == "example" {
+                // As `cargo test --workspace` builds them: this package asks for the feature.
+                args.extend(["--features", "examples/zenoh"]);
+            }
+            let outcome = cargo_build(profile, &args);
             builds.push((target, outcome));
             builds.len() - 1
         });
@@ -196,39 +202,6 @@ pub fn bin(name: &str) -> PathBuf {
 /// If it is missing and cannot be built in time.
 pub fn example(name: &str) -> PathBuf {
     built("example", name)
-}
-
-/// The directory of the examples built with their feature `zenoh`, after building them once per
-/// test process: `cargo build --workspace --examples --features examples/zenoh`, in the test
-/// binary's profile and with the workspace's feature resolution, so that the zenoh that
-/// `cargo test --workspace` has built is reused. The build replaces the examples of
-/// [`example`] with these (the same programs, with one more transport), so the tests that use it
-/// have a binary of their own.
-///
-/// # Panics
-/// If the build fails or does not finish in time, with cargo's output.
-pub fn zenoh_examples_dir() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let profile = profile()?;
-        cargo_build(
-            profile,
-            &[
-                "--workspace",
-                "--example",
-                "publisher",
-                "--example",
-                "subscriber",
-                "--features",
-                "examples/zenoh",
-            ],
-        )?;
-        Ok(profile.dir.join("examples"))
-    });
-    match built {
-        Ok(dir) => dir.clone(),
-        Err(e) => panic!("cannot build the examples with zenoh: {e}"),
-    }
 }
 
 /// A loopback UDP port that was free a moment ago (bound to port 0, read, released).

@@ -1,18 +1,13 @@
-//! A binary of its own: it rebuilds the `publisher` and `subscriber` examples with their
-//! feature `zenoh`, which replaces the plain ones that other tests of a process would run.
-//!
 //! The publisher and subscriber examples with `--transport zenoh`, as a user runs them in two
 //! processes: peers on loopback with scouting off deliver every message in order, with the same
-//! `RESULT` line as over UDP, in bincode and in JSON.
-//!
-//! The examples are built in the test's own profile (debug under `cargo test`), with the
-//! workspace's feature resolution ([`zenoh_examples_dir`]); children are killed if a test
-//! fails; every wait is bounded.
+//! `RESULT` line as over UDP, in bincode and in JSON. `cargo test --workspace` builds the
+//! examples with their feature `zenoh` (this package's dev-dependency on `examples` asks for it);
+//! children are killed if a test fails; every wait is bounded.
 
 use std::process::Command;
 use std::time::Duration;
 
-use tests::example_bins::{free_udp_port, zenoh_examples_dir, Fields, Running};
+use tests::example_bins::{example, free_udp_port, Fields, Running};
 
 const COUNT: u64 = 2000;
 
@@ -38,9 +33,8 @@ fn finished(run: Running, timeout: Duration) -> String {
 /// Runs the pair through zenoh in `encoding` and checks the subscriber's RESULT and the
 /// publisher's ZENOH line.
 fn pair_delivers_everything(encoding: &str) {
-    let dir = zenoh_examples_dir();
     let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
-    let mut publ = Command::new(dir.join("publisher"));
+    let mut publ = Command::new(example("publisher"));
     publ.args([
         "--transport",
         "zenoh",
@@ -59,7 +53,7 @@ fn pair_delivers_everything(encoding: &str) {
         "park",
     ]);
     let publ = Running::spawn("publisher", publ);
-    let mut sub = Command::new(dir.join("subscriber"));
+    let mut sub = Command::new(example("subscriber"));
     sub.args([
         "--transport",
         "zenoh",
