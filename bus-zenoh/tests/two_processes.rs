@@ -9,11 +9,15 @@
 //! `LLBUS_ZENOH_PEER_CHILD`), so the tests need no other build. A child prints `READY` once its
 //! gateway runs and `BOOKS k=v ...` at the end; the test adds the books of both ends up:
 //! every message the publishing app published is delivered to the subscribing app or counted
-//! by one of the two buses or gateways.
+//! by one of the two buses or gateways. The importer ends when its gateway has received or
+//! counted lost every sample the exporter put (the test writes `END put=N` to its stdin once the
+//! exporter's books are in), or after a time without messages.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llbus::{Backpressure, Bus, Message, RecvTimeoutError};
@@ -144,9 +148,25 @@ fn export<T: Message + Clone + Serialize>(role: &Role, config: zenoh::Config, ma
     );
 }
 
-/// Receives through a gateway import until `idle` passes without a message (after the first),
-/// stopping the bus after `stop_after` received.
+/// How many samples the exporter put, once the test says so on stdin (`END put=N`).
+fn expected_from_stdin() -> Arc<AtomicU64> {
+    let expected = Arc::new(AtomicU64::new(u64::MAX));
+    let told = Arc::clone(&expected);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if let Some(n) = line.strip_prefix("END put=").and_then(|n| n.parse().ok()) {
+                told.store(n, Ordering::Relaxed);
+            }
+        }
+    });
+    expected
+}
+
+/// Receives through a gateway import until its gateway has received or counted lost every
+/// sample the exporter put (told on stdin) and the app has read what arrived, or until `idle`
+/// passes without a message (after the first); stops the bus after `stop_after` received.
 fn import(role: &Role, config: zenoh::Config) {
+    let expected = expected_from_stdin();
     let mut bus = Bus::builder();
     let app = bus.subscription_with::<Tick>("app", Backpressure::Block, 1 << 16);
     let mut gateway = Gateway::builder();
@@ -175,6 +195,9 @@ fn import(role: &Role, config: zenoh::Config) {
             Err(RecvTimeoutError::Closed) | Err(RecvTimeoutError::Timeout) => {
                 // Refusals and samples after the stop are activity too.
                 let counts = gateway.counts();
+                if counts.received + counts.lost >= expected.load(Ordering::Relaxed) {
+                    break;
+                }
                 if counts != last_counts {
                     last_counts = counts;
                     seen_any = true;
@@ -217,6 +240,7 @@ fn import(role: &Role, config: zenoh::Config) {
 /// A child process of this binary in `role`, with its output read line by line.
 struct ChildProc {
     child: Child,
+    stdin: Option<ChildStdin>,
     lines: std::sync::mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -232,6 +256,7 @@ impl ChildProc {
         ])
         .env("LLBUS_ZENOH_CHILD", role)
         .env("LLBUS_ZENOH_CONFIG", config)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
@@ -247,6 +272,7 @@ impl ChildProc {
             }
         });
         ChildProc {
+            stdin: child.stdin.take(),
             child,
             lines,
             seen: Vec::new(),
@@ -274,6 +300,14 @@ impl ChildProc {
                     );
                 }
             }
+        }
+    }
+
+    /// Tells an importer how many samples the exporter put: it ends once all are accounted for.
+    fn expect_put(&mut self, put: u64) {
+        if let Some(stdin) = &mut self.stdin {
+            // A child that has already ended does not need to be told.
+            let _ = writeln!(stdin, "END put={put}");
         }
     }
 
@@ -325,6 +359,7 @@ fn run_pair(
         "the exporter never saw the importer"
     );
     let (out, _) = exporter.books();
+    importer.expect_put(out["put"]);
     let (inn, said) = importer.books();
     (out, inn, said)
 }
@@ -476,9 +511,9 @@ fn a_router_that_goes_away_and_comes_back_messages_flow_again_and_losses_are_cou
             .expect("the router session opens")
     };
     let router = open_router();
-    // Clients retry their router every 100-500 ms instead of zenoh's 1-4 s, and the importer
-    // waits 10 s without a message before it gives up: the router's return is seen in time
-    // even on a loaded machine.
+    // Clients retry their router every 100-500 ms instead of zenoh's 1-4 s (the export runs
+    // 2.5 s past the router's return), and the importer waits up to 10 s without a message
+    // through the outage: the router's return is seen in time even on a loaded machine.
     let client = config("client", &[], &[endpoint(port)]).replacen(
         "connect: {",
         "connect: { retry: { period_init_ms: 100, period_max_ms: 500, period_increase_factor: 2 },",
@@ -494,7 +529,7 @@ fn a_router_that_goes_away_and_comes_back_messages_flow_again_and_losses_are_cou
         "export",
         &client,
         &[
-            ("LLBUS_ZENOH_COUNT", "8000".to_owned()),
+            ("LLBUS_ZENOH_COUNT", "5000".to_owned()),
             ("LLBUS_ZENOH_INTERVAL_US", "1000".to_owned()),
         ],
     );
@@ -506,12 +541,13 @@ fn a_router_that_goes_away_and_comes_back_messages_flow_again_and_losses_are_cou
     std::thread::sleep(Duration::from_millis(1000));
     let router = open_router();
     let (out, _) = exporter.books();
+    importer.expect_put(out["put"]);
     let (inn, _) = importer.books();
     router.close().wait().expect("the router closes");
     assert_books_balance(&out, &inn);
     assert!(inn["lost"] > 0, "the outage shows as a gap: {inn:?}");
     assert_eq!(
-        inn["last"], 7999,
+        inn["last"], 4999,
         "messages flow again after the outage, to the last: {inn:?} {out:?}"
     );
 }
