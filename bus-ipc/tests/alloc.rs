@@ -160,9 +160,10 @@ fn export_and_import_allocate_nothing_while_messages_flow() {
     let from = handled.load(Ordering::Relaxed);
     wait_until(&handled, from + 200_000);
     let after = ALLOC.allocations();
+    // The exporting bus first, while the import still reads: its stop drains into the ring.
     a.stop();
-    b.stop();
     a.join().expect("export bus stops");
+    b.stop();
     b.join().expect("import bus stops");
     let show = |s: &llbus_ipc::IpcStatus| {
         format!(
