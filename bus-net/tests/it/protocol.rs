@@ -285,7 +285,7 @@ fn a_refused_import_stops_renewing() {
 fn a_subscription_that_is_not_renewed_expires() {
     let _cpu = crate::fixtures::cpu_shared();
     let config = BridgeConfig {
-        subscriber_timeout: Duration::from_secs(2),
+        subscriber_timeout: Duration::from_secs(1),
         ..BridgeConfig::default()
     };
     let publisher = Bridge::bind_with(loopback(), config).unwrap().name("pub");
@@ -316,7 +316,7 @@ fn a_subscription_that_is_not_renewed_expires() {
     };
     let request = subscribe(None);
     raw.send_to(&request, addr).unwrap();
-    let challenge = drain(&raw, Duration::from_millis(300));
+    let challenge = drain(&raw, Duration::from_millis(200));
     assert_eq!(
         challenge.len(),
         1,
@@ -347,8 +347,8 @@ fn a_subscription_that_is_not_renewed_expires() {
     assert_eq!(kinds.first(), Some(&Kind::SubscribeAck), "{kinds:?}");
     assert!(kinds.contains(&Kind::Data), "{kinds:?}");
     wait_for("the gauge to show the subscriber", 5, || gauge() == 1);
-    // Still there before the 2 s timeout...
-    while subscribed_at.elapsed() < Duration::from_millis(1700) {
+    // Still there before the 1 s timeout...
+    while subscribed_at.elapsed() < Duration::from_millis(850) {
         assert_eq!(gauge(), 1, "expired early at {:?}", subscribed_at.elapsed());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -356,12 +356,12 @@ fn a_subscription_that_is_not_renewed_expires() {
     wait_for("the subscriber to expire", 6, || gauge() == 0);
     let expired_after = subscribed_at.elapsed();
     assert!(
-        expired_after >= Duration::from_secs(2) && expired_after < Duration::from_secs(5),
+        expired_after >= Duration::from_secs(1) && expired_after < Duration::from_secs(4),
         "expired after {expired_after:?}"
     );
     // And nothing more is sent to it (data or heartbeats, every 100 ms while subscribed).
-    let _ = drain(&raw, Duration::from_millis(200));
-    let after = drain(&raw, Duration::from_millis(500));
+    let _ = drain(&raw, Duration::from_millis(100));
+    let after = drain(&raw, Duration::from_millis(300));
     assert!(after.is_empty(), "{} datagrams after expiry", after.len());
     let ra = stop(a, "publisher");
     assert_eq!(metric(&ra, "pub", "subscribers.net.proto.tick"), 0);
@@ -867,7 +867,10 @@ fn importing_from_a_closed_port_is_not_fatal() {
     let mut r = b.report();
     let deadline = Instant::now() + Duration::from_secs(10);
     while metric(&r, "sub", "datagrams_out") < 3 {
-        assert!(Instant::now() < deadline, "three subscribe attempts in 10 s");
+        assert!(
+            Instant::now() < deadline,
+            "three subscribe attempts in 10 s"
+        );
         std::thread::sleep(Duration::from_millis(10));
         r = b.report();
     }

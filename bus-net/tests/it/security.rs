@@ -260,13 +260,19 @@ fn a_pre_shared_key_admits_its_holders_and_drops_everyone_else() {
         good_got.load(Ordering::Relaxed) > 20
     });
     // Wrong key: everything it sends is dropped as a bad MAC, and it receives nothing usable.
+    // The strangers renew every 100 ms, so that each has sent two Subscribes at once.
     let wrong = BridgeConfig {
         psk: Some([7u8; 32]),
+        renew_every: Duration::from_millis(100),
         ..BridgeConfig::default()
     };
     let (bad, bad_got, _) = subscriber(wrong, addr, "wrongkey");
     // No key: same.
-    let (none, none_got, _) = subscriber(BridgeConfig::default(), addr, "nokey");
+    let no_key = BridgeConfig {
+        renew_every: Duration::from_millis(100),
+        ..BridgeConfig::default()
+    };
+    let (none, none_got, _) = subscriber(no_key, addr, "nokey");
     wait_for("the strangers' datagrams dropped", 10, || {
         metric(&pub_bus.report(), "pub", "drop.bad_mac") >= 4
     });
