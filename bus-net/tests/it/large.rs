@@ -435,6 +435,8 @@ fn reliable_large_messages_at_30_per_second_with_mac_through_1_percent_loss() {
 /// Best-effort 20 KiB messages (15 fragments each) with planned losses: message 3 loses one
 /// fragment, message 5 all of them, message 8 two. Exactly those are not delivered; 3 and 8 are
 /// counted `incomplete` (5 left nothing to reassemble), and `lost` is exactly the frames dropped.
+/// A reassembly is given up after 300 ms (default 1 s), so that the incomplete ones are
+/// counted soon.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn best_effort_drops_and_counts_a_message_missing_a_fragment() {
@@ -450,14 +452,14 @@ fn best_effort_drops_and_counts_a_message_missing_a_fragment() {
         drop_seqs: drop_seqs.clone(),
         ..Faults::default()
     };
-    let rig = Rig::start(
-        BridgeConfig::default(),
-        faults,
-        false,
-        N,
-        Duration::from_millis(20),
-        size,
-    );
+    let config = BridgeConfig {
+        reassembly: ReassemblyConfig {
+            timeout: Duration::from_millis(300),
+            ..ReassemblyConfig::default()
+        },
+        ..BridgeConfig::default()
+    };
+    let rig = Rig::start(config, faults, false, N, Duration::from_millis(20), size);
     wait_for("the delivered and the incomplete", 30, || {
         let r = rig.b.report();
         rig.delivered() == N - 3 && metric(&r, "sub", "drop.incomplete") == 2

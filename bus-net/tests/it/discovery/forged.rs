@@ -593,14 +593,14 @@ fn publisher_at(group: SocketAddr, addr: SocketAddr, every: Duration) -> Running
 /// `Bridge::discover`: "one that restarts is followed, one that stops announcing is dropped
 /// after three of its periods". A publisher restarted on its address (a new session) is
 /// followed under the new session and feeds again; one that stops is dropped after about
-/// three of its periods (here 300 ms each), not before.
+/// three of its periods (here 150 ms each), not before.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
     let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(12) else { return };
     let addr = SocketAddr::from(([127, 0, 0, 1], tests::example_bins::free_udp_port()));
-    let every = Duration::from_millis(300);
+    let every = Duration::from_millis(150);
     let first = publisher_at(group, addr, every);
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -652,7 +652,7 @@ fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
         every * 3
     );
     // Three periods after its last announcement (which came up to one period before the
-    // stop), checked at the housekeeping rate (1 s).
+    // stop), with slack for a loaded machine.
     assert!(after >= every * 2, "dropped after {after:?}: too early");
     assert!(
         after <= every * 3 + Duration::from_millis(1500),
@@ -775,11 +775,13 @@ fn a_forged_new_session_at_a_followed_address_changes_no_import() {
         }
     }
     // Quotes keep arriving after the forgeries: 300 more (0.6 s of the feed) within 20 s, and
-    // not before 1.5 s, so that the forged announcements had their time to act.
+    // not before 600 ms, so that the forged announcements had their time to act (an
+    // announcement is acted on when it arrives, a try at the next timer, within a
+    // millisecond).
     let before = counted.load(std::sync::atomic::Ordering::Relaxed);
     let forged = Instant::now();
     wait_for("quotes after the forgeries", 20, || {
-        forged.elapsed() >= Duration::from_millis(1500)
+        forged.elapsed() >= Duration::from_millis(600)
             && counted.load(std::sync::atomic::Ordering::Relaxed) > before + 300
     });
     let after = counted.load(std::sync::atomic::Ordering::Relaxed);

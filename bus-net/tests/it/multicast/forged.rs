@@ -454,8 +454,12 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
 fn suppressed_naks_cannot_starve_the_publisher() {
     let _cpu = crate::fixtures::cpu_hungry();
     let Some(data_group) = group(19) else { return };
-    let (quiet_u, stormy_u, _) = nak_storm(None);
-    let (quiet_m, stormy_m, limited_m) = nak_storm(Some(data_group));
+    // The unicast and the multicast export, each with its own subscribers, at once.
+    let ((quiet_u, stormy_u, _), (quiet_m, stormy_m, limited_m)) = std::thread::scope(|scope| {
+        let unicast = scope.spawn(|| nak_storm(None));
+        let multicast = scope.spawn(|| nak_storm(Some(data_group)));
+        (unicast.join().unwrap(), multicast.join().unwrap())
+    });
     println!(
         "unicast: {stormy_u}/{quiet_u} = {:.2}; multicast: {stormy_m}/{quiet_m} = {:.2}, \
          {limited_m} NAKs over the host's budget",
