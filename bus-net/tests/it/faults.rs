@@ -400,18 +400,12 @@ fn fault_plan() -> Plan {
 fn run_faults(late: LatePolicy, expect_delivered: u64) -> (Report, Vec<u64>, ProxyLog) {
     const N: u64 = 100;
     let rig = Rig::start(fault_plan(), late, N, true);
-    let late_metric = match late {
-        LatePolicy::Deliver => "reordered",
-        LatePolicy::Drop => "late_dropped",
-    };
-    wait_for("every message delivered or accounted for", 30, || {
-        let r = rig.b.report();
+    // The losses and the late message are counted as the messages after them arrive, so by
+    // the last delivery; the report at stop is refreshed with them, and the callers check it.
+    wait_for("every message delivered", 30, || {
         rig.delivered() == expect_delivered
-            && metric(&r, "sub", "lost") == 3
-            && metric(&r, "sub", late_metric) == 1
     });
-    // Several heartbeats (every 100 ms) later, nothing has moved; the report at stop is
-    // refreshed.
+    // Several heartbeats (every 100 ms) later, nothing has moved.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(rig.delivered(), expect_delivered);
     let (report, seen, log) = rig.stop();
