@@ -253,8 +253,11 @@ fn a_subscribe_to_the_data_group_draws_no_more_bytes_than_it() {
             all.load(std::sync::atomic::Ordering::Relaxed) > 100
         });
     }
-    // Let them see the group and say so.
-    std::thread::sleep(Duration::from_millis(500));
+    // Let them see the group (all three join it) and say so (they renew at once).
+    wait_for("the subscribers on the group", 20, || {
+        tests::loopback_members(data_group).is_none_or(|n| n >= 3)
+    });
+    std::thread::sleep(Duration::from_millis(100));
     let request = subscribes(1, None);
     let got = ask_group(data_group, &request);
     publisher.stop();
