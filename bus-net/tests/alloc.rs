@@ -462,12 +462,14 @@ mod bridges {
     }
 
     /// A relay on loopback that forwards both ways and drops every 100th datagram from the
-    /// publisher; its buffer is allocated before the measurement, and it allocates nothing after.
+    /// publisher, counting them in `dropped`; its buffer is allocated before the measurement,
+    /// and it allocates nothing after. Its thread returns the allocations it made.
     fn relay(
         subscriber: SocketAddr,
         publisher: SocketAddr,
         stop: Arc<AtomicBool>,
-    ) -> (SocketAddr, std::thread::JoinHandle<(u64, u64)>) {
+        dropped: Arc<AtomicU64>,
+    ) -> (SocketAddr, std::thread::JoinHandle<u64>) {
         let sub_side = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let pub_side = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         sub_side.set_nonblocking(true).unwrap();
@@ -475,7 +477,7 @@ mod bridges {
         let addr = sub_side.local_addr().unwrap();
         let thread = std::thread::spawn(move || {
             let mut buf = vec![0u8; 65_536];
-            let (mut n_from_pub, mut dropped) = (0u64, 0u64);
+            let mut n_from_pub = 0u64;
             let allocations_before = super::ALLOC.thread_allocations();
             while !stop.load(Ordering::Acquire) {
                 let mut idle = true;
@@ -492,7 +494,7 @@ mod bridges {
                     }
                     n_from_pub += 1;
                     if n_from_pub % 100 == 0 {
-                        dropped += 1;
+                        dropped.fetch_add(1, Ordering::Relaxed);
                     } else {
                         let _ = sub_side.send_to(&buf[..n], subscriber);
                     }
@@ -501,10 +503,7 @@ mod bridges {
                     std::thread::sleep(Duration::from_micros(100));
                 }
             }
-            (
-                dropped,
-                super::ALLOC.thread_allocations() - allocations_before,
-            )
+            super::ALLOC.thread_allocations() - allocations_before
         });
         (addr, thread)
     }
@@ -623,7 +622,9 @@ mod bridges {
         ready: Arc<AtomicBool>,
         count: Arc<AtomicU64>,
         stop_relay: Arc<AtomicBool>,
-        relay: Option<std::thread::JoinHandle<(u64, u64)>>,
+        /// The relay's drops so far, for a reliable run.
+        dropped: Option<Arc<AtomicU64>>,
+        relay: Option<std::thread::JoinHandle<u64>>,
     }
 
     impl Rig {
@@ -653,15 +654,18 @@ mod bridges {
             let publisher = Bridge::bind_with(loopback(), config()).unwrap().name("pub");
             let subscriber = Bridge::bind_with(loopback(), config()).unwrap().name("sub");
             let stop_relay = Arc::new(AtomicBool::new(false));
-            let (subscriber, relay) = if reliable {
-                let (addr, thread) = relay(
-                    subscriber.local_addr(),
-                    publisher.local_addr(),
-                    Arc::clone(&stop_relay),
-                );
-                (subscriber.import_reliable::<M>(addr), Some(thread))
-            } else {
-                (subscriber.import::<M>(publisher.local_addr()), None)
+            let dropped = reliable.then(|| Arc::new(AtomicU64::new(0)));
+            let (subscriber, relay) = match &dropped {
+                Some(dropped) => {
+                    let (addr, thread) = relay(
+                        subscriber.local_addr(),
+                        publisher.local_addr(),
+                        Arc::clone(&stop_relay),
+                        Arc::clone(dropped),
+                    );
+                    (subscriber.import_reliable::<M>(addr), Some(thread))
+                }
+                None => (subscriber.import::<M>(publisher.local_addr()), None),
             };
             let publisher = if reliable {
                 publisher.export_reliable::<M>()
@@ -698,6 +702,7 @@ mod bridges {
                 ready,
                 count,
                 stop_relay,
+                dropped,
                 relay,
             }
         }
@@ -710,6 +715,13 @@ mod bridges {
             self.count.load(Ordering::Relaxed)
         }
 
+        /// Whether the relay, if any, has dropped enough datagrams for recovery to be shown.
+        fn dropped_enough(&self) -> bool {
+            self.dropped
+                .as_ref()
+                .is_none_or(|d| d.load(Ordering::Relaxed) > 10)
+        }
+
         /// Stops both buses and the relay: the publisher's and the subscriber's reports, and
         /// the relay's drops and allocations.
         fn stop(self) -> (llbus::Report, llbus::Report, Option<(u64, u64)>) {
@@ -718,8 +730,9 @@ mod bridges {
             let ra = self.a.join().expect("bus a stops cleanly");
             let rb = self.b.join().expect("bus b stops cleanly");
             self.stop_relay.store(true, Ordering::Release);
-            let relay = self.relay.map(|r| r.join().expect("the relay ends"));
-            (ra, rb, relay)
+            let allocations = self.relay.map(|r| r.join().expect("the relay ends"));
+            let dropped = self.dropped.map(|d| d.load(Ordering::Relaxed));
+            (ra, rb, dropped.zip(allocations))
         }
     }
 
@@ -742,7 +755,7 @@ mod bridges {
         let all_past = |base: &[u64]| {
             rigs.iter()
                 .enumerate()
-                .all(|(i, r)| r.crossed() >= base[i] + least(i))
+                .all(|(i, r)| r.crossed() >= base[i] + least(i) && r.dropped_enough())
         };
         // Warm-up: every thread has run its loop many times and every buffer has grown.
         let zero = vec![0; rigs.len()];
