@@ -142,12 +142,14 @@ impl Proxy {
                                         rng ^= rng << 13;
                                         rng ^= rng >> 7;
                                         rng ^= rng << 17;
-                                        if rng % 1000 < plan.loss_permille {
+                                        // The plan's drops come first, so that the random
+                                        // loss never takes a planned one's place.
+                                        if planned && plan.drop.contains(&seq) {
+                                            log.dropped.push(seq);
+                                        } else if rng % 1000 < plan.loss_permille {
                                             log.random_drops += 1;
                                         } else if !planned {
                                             out.push(bytes);
-                                        } else if plan.drop.contains(&seq) {
-                                            log.dropped.push(seq);
                                         } else if plan.hold.is_some_and(|(h, _)| h == seq) {
                                             held = Some(bytes);
                                         } else {
