@@ -3,7 +3,9 @@
 //! buffer overflowed, by the kernel's drop counter for that socket), nothing panics, and
 //! resident memory stays flat.
 //!
-//! The flood size is `LLBUS_FLOOD` datagrams (default 1,000,000; CI uses the default).
+//! The flood size is `LLBUS_FLOOD` datagrams (default 100,000; CI uses the default). Resident
+//! memory may grow by 4 MiB at most over the flood: at the default size a leak of 42 bytes a
+//! datagram (less than one small allocation each) fails it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,7 +138,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     let flood: u64 = std::env::var("LLBUS_FLOOD")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+        .unwrap_or(100_000);
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let publisher = Bridge::bind(loopback).unwrap().name("flood-pub");
     let subscriber = Bridge::bind(loopback).unwrap().name("flood-sub");
@@ -340,7 +342,7 @@ fn a_flood_of_bad_datagrams_is_counted_and_real_traffic_still_flows() {
     assert!(metric(&report_a, "flood-pub", "drop.bad_cookie") > 0);
     assert_eq!(metric(&report_a, "flood-pub", "subscribers.net.tick"), 1);
     assert!(
-        after_rss < before_rss + 16 * 1024,
+        after_rss < before_rss + 4 * 1024,
         "resident memory grew from {before_rss} KiB to {after_rss} KiB"
     );
 }

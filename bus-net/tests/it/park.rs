@@ -27,8 +27,13 @@ struct Count(i64);
 /// Far beyond every wait in these tests: a bridge woken only by its tick never delivers.
 const TICK: Duration = Duration::from_secs(3600);
 
-/// Long enough for an idle bridge to spin, yield and go to sleep (microseconds, unloaded).
-const SETTLE: Duration = Duration::from_millis(300);
+/// Long enough for an idle bridge to spin, yield and go to sleep (microseconds unloaded; the
+/// yield stage, `llbus::BACKOFF_YIELD`, is a millisecond).
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// How long an idle bridge is watched for rounds: one asleep runs none, one that spins or
+/// yields runs thousands.
+const WATCH: Duration = Duration::from_millis(250);
 
 /// A compat data packet (`Packet<i64>`: the value, then a timestamp; both LE).
 fn packet(n: i64) -> [u8; 16] {
@@ -79,9 +84,9 @@ impl Actor for OnRequest {
     }
 }
 
-/// Asserts that the bridge `actor` of `bus` is asleep: over a second it runs (almost) no
-/// round. A thread that spins or yields runs thousands; one asleep in `epoll` with its tick an
-/// hour away runs none.
+/// Asserts that the bridge `actor` of `bus` is asleep: over [`WATCH`] it runs (almost) no
+/// round, fewer than 100 a second. A thread that spins or yields runs thousands; one asleep
+/// in `epoll` with its tick an hour away runs none.
 fn assert_asleep(bus: &RunningBus, actor: &str) {
     let rounds = || {
         bus.report()
@@ -91,11 +96,11 @@ fn assert_asleep(bus: &RunningBus, actor: &str) {
     };
     std::thread::sleep(SETTLE);
     let before = rounds();
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(WATCH);
     let ran = rounds() - before;
     assert!(
-        ran < 100,
-        "the idle bridge ran {ran} rounds in a second: not asleep"
+        ran < 25,
+        "the idle bridge ran {ran} rounds in {WATCH:?}: not asleep"
     );
 }
 

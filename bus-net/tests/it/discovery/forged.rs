@@ -52,7 +52,8 @@ fn a_forged_short_period_announcement_cannot_drop_a_live_publisher() {
     attacker
         .send_to(&announce_quote(0x0bad, 100, pub_addr.port()), sub_addr)
         .unwrap();
-    let until = Instant::now() + Duration::from_millis(2500);
+    // A claimed 100 ms period would expire it 300 ms after the forgery; watched for 1 s.
+    let until = Instant::now() + Duration::from_secs(1);
     let mut dropped_after = None;
     let start = Instant::now();
     while Instant::now() < until {
@@ -81,7 +82,9 @@ fn a_forged_short_period_announcement_cannot_drop_a_live_publisher() {
 /// address left alone as long", and a replay can make the subscriber "try its address again
 /// once per try_timeout". Forged announcements pointing at a third party (here a socket that
 /// counts what it receives) with a short period must not make the subscriber try it more
-/// often than that: within 4 s (less than one try timeout) one try at most.
+/// often than that: with a try timeout of 1.5 s, within 1.2 s (less than the claimed
+/// period's expiry, 300 ms, and one try timeout) one try at most, though the try expires
+/// and is announced again twice.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn short_period_announcements_do_not_retry_a_third_party_before_the_try_timeout() {
@@ -90,15 +93,18 @@ fn short_period_announcements_do_not_retry_a_third_party_before_the_try_timeout(
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
         .name("sub")
-        .discovery(discovery(group, Duration::from_secs(1)))
+        .discovery(DiscoveryConfig {
+            try_timeout: Duration::from_millis(1500),
+            ..discovery(group, Duration::from_secs(1))
+        })
         .discover::<Quote>();
     let sub_addr = bridge.local_addr();
     let sub = subscriber(bridge);
     let victim = socket([127, 0, 0, 1]);
     let victim_port = victim.local_addr().unwrap().port();
     let attacker = socket([127, 0, 0, 1]);
-    let counter = std::thread::spawn(move || drain(&victim, Duration::from_millis(4200)));
-    let until = Instant::now() + Duration::from_secs(4);
+    let counter = std::thread::spawn(move || drain(&victim, Duration::from_millis(1400)));
+    let until = Instant::now() + Duration::from_millis(1200);
     let mut session = 1u64;
     while Instant::now() < until {
         session += 1;
@@ -244,7 +250,8 @@ fn announcements_and_queries_from_outside_the_allowlist_do_nothing() {
             .send_to(&announce_quote(session, 1000, outsider_port), group)
             .ok();
     }
-    let got = drain(&outsider, Duration::from_millis(1500));
+    // A try or an answer would come within a round trip on loopback.
+    let got = drain(&outsider, Duration::from_millis(500));
     let found = status.discovered();
     sub.stop();
     let report = sub.join().expect("subscriber stops cleanly");
@@ -287,7 +294,8 @@ fn with_a_key_unsealed_announcements_and_queries_do_nothing() {
             .ok();
         attacker.send_to(&query, sub_addr).unwrap();
     }
-    let got = drain(&attacker, Duration::from_millis(1500));
+    // A try or an answer would come within a round trip on loopback.
+    let got = drain(&attacker, Duration::from_millis(500));
     let found = status.discovered();
     sub.stop();
     let report = sub.join().expect("subscriber stops cleanly");
@@ -331,13 +339,13 @@ fn a_flood_of_distinct_announcements_stays_within_the_caps() {
         .collect();
     let counters: Vec<_> = sinks
         .into_iter()
-        .map(|s| std::thread::spawn(move || drain(&s, Duration::from_millis(3200))))
+        .map(|s| std::thread::spawn(move || drain(&s, Duration::from_millis(1700))))
         .collect();
     let attacker = socket([127, 0, 0, 1]);
     let start = Instant::now();
     let mut sent = 0u64;
     let mut most = 0usize;
-    while start.elapsed() < Duration::from_secs(3) {
+    while start.elapsed() < Duration::from_millis(1500) {
         for i in 0..50u64 {
             sent += 1;
             let port = match ports.get((sent % 64) as usize) {
@@ -382,11 +390,11 @@ fn a_flood_of_distinct_announcements_stays_within_the_caps() {
         "the genuine publisher was dropped during the flood"
     );
     assert!(most <= 1 + 4, "{most} publishers followed at once");
-    // 4 slots, each held for the 5 s try timeout: within 3 s, 4 tries (and the genuine one).
+    // 4 slots, each held for the 5 s try timeout: within 1.5 s, 4 tries (and the genuine one).
     assert!(tries <= 1 + 4, "{tries} tries");
-    // Each try sends a Subscribe now and one per renewal (1 s): at most 4 each in 3.2 s.
+    // Each try sends a Subscribe now and one per renewal (1 s): at most 2 each in 1.7 s.
     assert!(
-        received <= 4 * 4,
+        received <= 4 * 2,
         "{received} Subscribes to the flood's addresses"
     );
     assert!(metric(&report, "sub", "discovery.ignored") > 0);
@@ -413,7 +421,8 @@ fn a_query_to_the_group_draws_no_more_bytes_than_it() {
     let publishers: Vec<_> = (0..3)
         .map(|_| publisher(discovery(group, Duration::from_secs(30))).0)
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // Their first announcements go at their first timer, at once.
+    std::thread::sleep(Duration::from_millis(200));
     let mut member = UdpEndpoint::bind_group(group, LO, &SocketConfig::default()).unwrap();
     let answer_len = HEADER_LEN + 52 + 18 + Quote::TOPIC.len();
     let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
@@ -458,7 +467,7 @@ fn a_subscribe_to_the_group_draws_no_more_bytes_than_it() {
     let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(10) else { return };
     let publishers = three_publishers(group);
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(200));
     let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
     let mut enc = BatchEncoder::new(&mut buf);
     enc.push_control(&Control::Subscribe {
@@ -535,7 +544,7 @@ fn a_forged_announcement_cannot_make_a_bridge_subscribe_to_itself() {
             return;
         }
     };
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(200));
     let before = counted.load(std::sync::atomic::Ordering::Relaxed);
     let attacker = socket([127, 0, 0, 1]);
     for session in 1..5u64 {
@@ -544,13 +553,15 @@ fn a_forged_announcement_cannot_make_a_bridge_subscribe_to_itself() {
             .unwrap();
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // A try is made at once and established in a round trip; its quotes would follow within
+    // milliseconds (the feed publishes every 5 ms), and the final report counts them.
+    std::thread::sleep(Duration::from_millis(500));
     let found = status.discovered();
     running.stop();
     let report = running.join().expect("relay stops cleanly");
     let published = metric(&report, "relay", "messages_in");
     println!(
-        "followed {found:?}; counted {before} quotes in the first 0.5 s, {} in all (2.4 s); \
+        "followed {found:?}; counted {before} quotes in the first 0.2 s, {} in all (1.1 s); \
          relay messages_in {published}",
         counted.load(std::sync::atomic::Ordering::Relaxed)
     );
@@ -582,14 +593,14 @@ fn publisher_at(group: SocketAddr, addr: SocketAddr, every: Duration) -> Running
 /// `Bridge::discover`: "one that restarts is followed, one that stops announcing is dropped
 /// after three of its periods". A publisher restarted on its address (a new session) is
 /// followed under the new session and feeds again; one that stops is dropped after about
-/// three of its periods (here 300 ms each), not before.
+/// three of its periods (here 150 ms each), not before.
 #[test]
 #[cfg_attr(miri, ignore)]
 fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
     let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(12) else { return };
     let addr = SocketAddr::from(([127, 0, 0, 1], tests::example_bins::free_udp_port()));
-    let every = Duration::from_millis(300);
+    let every = Duration::from_millis(150);
     let first = publisher_at(group, addr, every);
     let bridge = Bridge::bind("127.0.0.1:0")
         .unwrap()
@@ -627,9 +638,9 @@ fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
     wait_for("quotes from the restarted publisher", 20, || {
         counted.load(std::sync::atomic::Ordering::Relaxed) > before + 100
     });
+    let stopped = Instant::now();
     second.stop();
     second.join().expect("second publisher stops");
-    let stopped = Instant::now();
     wait_for("the stopped publisher dropped", 20, || {
         status.discovered().iter().all(|d| d.publisher != addr)
     });
@@ -641,7 +652,7 @@ fn a_restarted_publisher_is_followed_and_a_stopped_one_dropped_in_time() {
         every * 3
     );
     // Three periods after its last announcement (which came up to one period before the
-    // stop), checked at the housekeeping rate (1 s).
+    // stop), with slack for a loaded machine.
     assert!(after >= every * 2, "dropped after {after:?}: too early");
     assert!(
         after <= every * 3 + Duration::from_millis(1500),
@@ -696,8 +707,10 @@ fn discovery_works_on_an_ipv6_group() {
         .discover::<Quote>();
     let status = bridge.status();
     let sub = subscriber(bridge);
+    // Found, or a bridge says why not (at its first failed send), within 5 s.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && status.discovered().is_empty() {
+    while Instant::now() < deadline && status.discovered().is_empty() && status.errors().is_empty()
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     let found = status.discovered();
@@ -762,11 +775,13 @@ fn a_forged_new_session_at_a_followed_address_changes_no_import() {
         }
     }
     // Quotes keep arriving after the forgeries: 300 more (0.6 s of the feed) within 20 s, and
-    // not before 1.5 s, so that the forged announcements had their time to act.
+    // not before 600 ms, so that the forged announcements had their time to act (an
+    // announcement is acted on when it arrives, a try at the next timer, within a
+    // millisecond).
     let before = counted.load(std::sync::atomic::Ordering::Relaxed);
     let forged = Instant::now();
     wait_for("quotes after the forgeries", 20, || {
-        forged.elapsed() >= Duration::from_millis(1500)
+        forged.elapsed() >= Duration::from_millis(600)
             && counted.load(std::sync::atomic::Ordering::Relaxed) > before + 300
     });
     let after = counted.load(std::sync::atomic::Ordering::Relaxed);

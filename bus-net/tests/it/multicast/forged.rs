@@ -253,8 +253,11 @@ fn a_subscribe_to_the_data_group_draws_no_more_bytes_than_it() {
             all.load(std::sync::atomic::Ordering::Relaxed) > 100
         });
     }
-    // Let them see the group and say so.
-    std::thread::sleep(Duration::from_millis(500));
+    // Let them see the group (all three join it) and say so (they renew at once).
+    wait_for("the subscribers on the group", 20, || {
+        tests::loopback_members(data_group).is_none_or(|n| n >= 3)
+    });
+    std::thread::sleep(Duration::from_millis(100));
     let request = subscribes(1, None);
     let got = ask_group(data_group, &request);
     publisher.stop();
@@ -334,10 +337,31 @@ fn rate_while(all: &Counter, window: Duration, during: &mut dyn FnMut(Instant)) 
     all.load(std::sync::atomic::Ordering::Relaxed) - before
 }
 
-/// One run: a reliable export (to `group` if any) fed every 1 ms, a genuine reliable
-/// subscriber, and an admitted subscriber that NAKs 1024 messages with 16 frames at once,
-/// then repeats the same NAKs as fast as it can. Returns the genuine subscriber's quotes in
-/// 1.5 s without, then with, the NAKs.
+/// Publishes two quotes every tick: a reliable export's history (1024 messages) fills in half
+/// a second at a 1 ms tick.
+struct PairFeed {
+    out: llbus::Out<Quote>,
+    n: u64,
+}
+
+impl Actor for PairFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        for _ in 0..2 {
+            self.n += 1;
+            ctx.publish(self.out, Quote { n: self.n });
+        }
+    }
+}
+
+/// How long the genuine subscriber's quotes are counted without, then with, the NAKs.
+const STORM_WINDOW: Duration = Duration::from_millis(500);
+
+/// One run: a reliable export (to `group` if any) fed two quotes every 1 ms, a genuine
+/// reliable subscriber, and an admitted subscriber that NAKs 1024 messages with 16 frames at
+/// once, then repeats the same NAKs as fast as it can. Returns the genuine subscriber's quotes
+/// in [`STORM_WINDOW`] without, then with, the NAKs.
 fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
     // A host budget of 1 MiB/s (1 MiB bursts) instead of 64 MiB/s: the storm spends it
     // whatever the machine's load (a suppressed NAK of 16 x 1024 messages is charged 768 KiB),
@@ -353,7 +377,7 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
     };
     let pub_addr = bridge.local_addr();
     let mut bus = Bus::builder();
-    bus.actor("feed", |s: &mut Setup<'_>| Feed {
+    bus.actor("feed", |s: &mut Setup<'_>| PairFeed {
         out: s.output(),
         n: 0,
     })
@@ -380,15 +404,16 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
         all.load(std::sync::atomic::Ordering::Relaxed) > 1300
     });
     let (attacker, cookie) = subscribe_by_hand(pub_addr, group.is_some());
-    let quiet = rate_while(&all, Duration::from_millis(1500), &mut |_| {});
+    let quiet = rate_while(&all, STORM_WINDOW, &mut |_| {});
     let mut sent = 0u64;
-    let stormy = rate_while(&all, Duration::from_millis(1500), &mut |until| {
+    let stormy = rate_while(&all, STORM_WINDOW, &mut |until| {
         let mut renewed = Instant::now();
         while Instant::now() < until {
             // Messages surely still in history: the genuine subscriber's count is the
-            // publisher's sequence number, near enough.
+            // publisher's sequence number, near enough, and the 1024 from 800 back reach
+            // beyond it.
             let top = all.load(std::sync::atomic::Ordering::Relaxed);
-            let base = top.saturating_sub(900).max(1);
+            let base = top.saturating_sub(800).max(1);
             let primer = naks(cookie, (0..16).map(|k| (base + 64 * k, base + 64 * k + 63)));
             let _ = attacker.send_to(&primer, pub_addr);
             let same = naks(cookie, (0..16).map(|_| (base, base + 1023)));
@@ -412,7 +437,8 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
     sub.stop();
     sub.join().expect("subscriber stops cleanly");
     println!(
-        "group {group:?}: {quiet} quotes in 1.5 s quiet, {stormy} under {sent} NAK datagrams; \
+        "group {group:?}: {quiet} quotes in {STORM_WINDOW:?} quiet, {stormy} under {sent} NAK \
+         datagrams; \
          publisher retransmitted {}",
         metric(&report, "pub", "retransmitted")
     );
@@ -431,8 +457,12 @@ fn nak_storm(group: Option<SocketAddr>) -> (u64, u64, u64) {
 fn suppressed_naks_cannot_starve_the_publisher() {
     let _cpu = crate::fixtures::cpu_hungry();
     let Some(data_group) = group(19) else { return };
-    let (quiet_u, stormy_u, _) = nak_storm(None);
-    let (quiet_m, stormy_m, limited_m) = nak_storm(Some(data_group));
+    // The unicast and the multicast export, each with its own subscribers, at once.
+    let ((quiet_u, stormy_u, _), (quiet_m, stormy_m, limited_m)) = std::thread::scope(|scope| {
+        let unicast = scope.spawn(|| nak_storm(None));
+        let multicast = scope.spawn(|| nak_storm(Some(data_group)));
+        (unicast.join().unwrap(), multicast.join().unwrap())
+    });
     println!(
         "unicast: {stormy_u}/{quiet_u} = {:.2}; multicast: {stormy_m}/{quiet_m} = {:.2}, \
          {limited_m} NAKs over the host's budget",
