@@ -565,7 +565,7 @@ fn what_a_departed_publishers_import_counted_stays_counted() {
 /// the replays go on.
 #[test]
 #[cfg_attr(miri, ignore)]
-#[ignore = "known limit without a key (SECURITY.md, Forged multicast data: a captured Subscribe replayed within its cookie's life moves its member off the group; with a key it is dropped, endpoint::discovery_sim::with_a_key_replayed_subscribes_cannot_move_a_subscriber_onto_or_off_the_group)"]
+#[ignore = "known limit without a key (SECURITY.md, Forged multicast data: a captured Subscribe replayed within its cookie's life moves its member off the group; with a key it is dropped, bus-net/src/tests/multicast/forged.rs::with_a_key_replayed_subscribes_cannot_move_a_subscriber_onto_or_off_the_group)"]
 fn a_replayed_subscribe_does_not_double_a_members_data_requires_root() {
     let _cpu = crate::fixtures::cpu_shared();
     let Some(mut raw) = tests::spoof::RawSender::for_test("a_replayed_subscribe") else {
