@@ -19,7 +19,6 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -38,7 +37,7 @@ fn prerequisites() -> bool {
     tests::netns::prerequisites("net::netns", TwoHosts::available())
 }
 
-use crate::net::NAMESPACES as SERIAL;
+use crate::net::NAMESPACES as SLOTS;
 
 /// Messages the publisher sends in every case, and how fast.
 const COUNT: u64 = 10_000;
@@ -85,7 +84,7 @@ fn run_case_with(name: &str, shape: Netem, compat: bool, reliable: bool, load: L
     let Load { count, rate, size } = load;
     // Built (once) before the namespaces exist.
     let (pub_bin, sub_bin) = (example("publisher"), example("subscriber"));
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let hosts = TwoHosts::create().unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     hosts
         .shape(Side::A, shape)

@@ -7,13 +7,12 @@
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use tests::example_bins::{example, Fields, Running};
 use tests::netns::Hosts;
 
-use crate::net::NAMESPACES as SERIAL;
+use crate::net::NAMESPACES as SLOTS;
 
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;
@@ -149,7 +148,7 @@ fn a_best_effort_member_switching_between_group_and_unicast_gets_no_duplicate() 
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let (steady, flapping, wire) = run(false, Duration::from_millis(700));
     for r in [&steady, &flapping] {
         assert_eq!(r.u64("out_of_order"), 0, "{r}");
@@ -180,7 +179,7 @@ fn a_reliable_member_switching_between_group_and_unicast_gets_every_message() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let (steady, flapping, wire) = run(true, Duration::from_millis(700));
     for r in [&steady, &flapping] {
         assert_eq!(r.u64("unrecovered"), 0, "{r}");
@@ -208,7 +207,7 @@ fn an_ipv6_link_local_group_carries_the_data() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     const COUNT: u64 = 6_000;
     const WANT: u64 = COUNT * 6 / 10;
     let hosts = Hosts::create(3).unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
@@ -333,7 +332,7 @@ fn a_replayed_group_subscribe_does_not_silence_a_member_that_fell_back() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let hosts = Hosts::create(2).unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     let (pub_ip, sub_ip) = (hosts.addr(0).to_string(), hosts.addr(1).to_string());
     let at = |i: usize, port: u16| SocketAddr::from((hosts.addr(i), port)).to_string();

@@ -20,7 +20,6 @@ mod fallback;
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -39,7 +38,7 @@ fn prerequisites() -> bool {
     tests::netns::prerequisites("net::multicast_ns", Hosts::available())
 }
 
-use crate::net::NAMESPACES as SERIAL;
+use crate::net::NAMESPACES as SLOTS;
 
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;
@@ -134,7 +133,7 @@ fn a_multicast_export_reaches_three_namespaces_and_the_one_without_the_group_by_
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     const COUNT: u64 = 6_000;
     const RATE: u64 = 1_000;
     // The subscribers start a moment after the publisher and count from the first message they
@@ -212,7 +211,7 @@ fn ipv6_groups_carry_the_announcements_and_the_data() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     const COUNT: u64 = 6_000;
     const RATE: u64 = 1_000;
     const WANT: u64 = COUNT * 6 / 10;
@@ -301,7 +300,7 @@ fn a_discovering_subscriber_follows_publishers_that_join_restart_and_leave() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let (pub_bin, sub_bin) = (example("publisher"), example("subscriber"));
     assert!(pub_bin.is_file() && sub_bin.is_file());
     let hosts = hosts(3);
@@ -478,7 +477,7 @@ fn a_reliable_multicast_topic_at_5_percent_loss_reaches_4_subscribers_with_naks_
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let (pub_bin, sub_bin) = (example("publisher"), example("subscriber"));
     assert!(pub_bin.is_file() && sub_bin.is_file());
     let group = reliable_run(true);
