@@ -137,7 +137,7 @@ fn publisher_to_subscriber_in_the_ll_udp_pubsub_format() {
 fn a_restarted_publisher_is_noticed_without_a_gap_storm() {
     const WANT: u64 = 6_000;
     let (pub_port, sub_port) = (free_udp_port(), free_udp_port());
-    let args = ["--rate", "2000", "--wait-subscriber"];
+    let args = ["--rate", "4000", "--wait-subscriber"];
     let first = publisher(pub_port, &args);
     let want = WANT.to_string();
     let mut sub = subscriber(sub_port, pub_port, &["--count", &want, "--timeout-s", "40"]);
@@ -375,7 +375,7 @@ fn reliable_through_loss(extra: &[&str]) -> Fields {
         "--count",
         &count,
         "--rate",
-        "500",
+        "1000",
         "--wait-subscriber",
         "--reliable",
     ];
