@@ -43,7 +43,7 @@ fn hz_accounts_for_every_message_the_publisher_sent() {
             "--publisher",
             &addr,
             "--duration-s",
-            "4",
+            "3",
         ],
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
