@@ -30,18 +30,21 @@ pub(crate) static NAMESPACES: Slots = Slots::new(2);
 
 /// A counting semaphore: [`Slots::take`] blocks while every slot is held.
 pub(crate) struct Slots {
+    /// Slots not held; at most `all`.
     free: Mutex<usize>,
     freed: Condvar,
+    all: usize,
 }
 
-/// A slot of [`Slots`], given back when dropped.
-pub(crate) struct Slot<'a>(&'a Slots);
+/// Slots of [`Slots`] (how many), given back when dropped.
+pub(crate) struct Slot<'a>(&'a Slots, usize);
 
 impl Slots {
     const fn new(n: usize) -> Slots {
         Slots {
             free: Mutex::new(n),
             freed: Condvar::new(),
+            all: n,
         }
     }
 
@@ -57,7 +60,21 @@ impl Slots {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         *free -= 1;
-        Slot(self)
+        Slot(self, 1)
+    }
+
+    /// Waits until no slot is held and holds them all until the returned guard is dropped:
+    /// for a case that needs the cores to itself.
+    pub(crate) fn take_all(&self) -> Slot<'_> {
+        let mut free = self.lock();
+        while *free < self.all {
+            free = self
+                .freed
+                .wait(free)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *free = 0;
+        Slot(self, self.all)
     }
 
     fn lock(&self) -> MutexGuard<'_, usize> {
@@ -67,7 +84,9 @@ impl Slots {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        *self.0.lock() += 1;
-        self.0.freed.notify_one();
+        let mut free = self.0.lock();
+        *free += self.1;
+        debug_assert!(*free <= self.0.all);
+        self.0.freed.notify_all();
     }
 }

@@ -94,7 +94,13 @@ fn run_case_with(name: &str, shape: Netem, compat: bool, reliable: bool, load: L
     let Load { count, rate, size } = load;
     // Built (once) before the namespaces exist.
     let (pub_bin, sub_bin) = (example("publisher"), example("subscriber"));
-    let _slot = SLOTS.take();
+    // A megabyte a message keeps the debug-built examples busy encoding and checking: such a
+    // case runs alone among the namespace cases, so that no other starves it of a core.
+    let _slot = if size.is_some_and(|s| s > 100_000) {
+        SLOTS.take_all()
+    } else {
+        SLOTS.take()
+    };
     let hosts = TwoHosts::create().unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     hosts
         .shape(Side::A, shape)
