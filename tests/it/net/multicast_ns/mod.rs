@@ -137,7 +137,7 @@ fn a_multicast_export_reaches_three_namespaces_and_the_one_without_the_group_by_
     // About one datagram a message at this rate, which the comparisons of the wire's datagram
     // counts below need: a faster publisher packs several messages a datagram, while the
     // unicast handshake, renewals and heartbeats stay as many a second.
-    const COUNT: u64 = 4_000;
+    const COUNT: u64 = 3_000;
     const RATE: u64 = 1_000;
     // The subscribers start a moment after the publisher and count from the first message they
     // get; they stop well short of the end so that they finish while it still sends.
@@ -216,7 +216,7 @@ fn ipv6_groups_carry_the_announcements_and_the_data() {
     }
     let _slot = SLOTS.take();
     // As in the IPv4 export: about one datagram a message, for the comparison of datagrams.
-    const COUNT: u64 = 4_000;
+    const COUNT: u64 = 3_000;
     const RATE: u64 = 1_000;
     const WANT: u64 = COUNT * 6 / 10;
     const DISCOVERY6: &str = "[ff15::7476]:7476";
@@ -398,9 +398,9 @@ struct Repairs {
 /// should: every message arrives in order at each, and each is still served that way at the
 /// end.
 fn reliable_run(multicast: bool) -> Repairs {
-    // Thousands of datagrams to each subscriber at 5% loss: losses, NAKs and repairs by the
-    // hundred, enough to compare the two runs' repairs per loss.
-    const COUNT: u64 = 3_000;
+    // Over a thousand datagrams to each subscriber at 5% loss: hundreds of losses, NAKs and
+    // repairs in all, enough to compare the two runs' repairs per loss.
+    const COUNT: u64 = 2_000;
     const RATE: u64 = 1_500;
     const WANT: u64 = COUNT * 6 / 10;
     let how = if multicast { "multicast" } else { "unicast" };
