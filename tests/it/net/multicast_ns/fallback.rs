@@ -212,7 +212,7 @@ fn an_ipv6_link_local_group_carries_the_data() {
     }
     let _slot = SLOTS.take();
     // About one datagram a message at 1000 a second, for the comparison of datagrams below.
-    const COUNT: u64 = 4_000;
+    const COUNT: u64 = 3_000;
     const WANT: u64 = COUNT * 6 / 10;
     let hosts = Hosts::create(3).unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     let at = |i: usize, port: u16| SocketAddr::from((hosts.addr6(i), port)).to_string();
