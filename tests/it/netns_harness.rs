@@ -379,7 +379,9 @@ fn udp_under_loss_duplication_reorder_and_delay() {
     if env::var_os(ROLE).is_some() || !prerequisites() {
         return;
     }
-    const N: u64 = 20_000;
+    // Hundreds of losses and of duplicates expected: the loss band is many standard deviations
+    // wide, and duplicates and reordering are certain.
+    const N: u64 = 5_000;
     let hosts = TwoHosts::create().unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     hosts
         .shape(

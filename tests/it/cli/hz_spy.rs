@@ -30,10 +30,11 @@ fn publisher(dir: &CountersDir, port: u16, rate: &str, count: &str) -> Running {
 fn hz_accounts_for_every_message_the_publisher_sent() {
     let port = free_udp_port();
     let dir = CountersDir::new("hz");
-    let publisher = publisher(&dir, port, "2000", "3000");
+    let publisher = publisher(&dir, port, "5000", "3000");
     let _ = llbus_bin();
     let addr = format!("127.0.0.1:{port}");
-    // Long enough for the publisher to count 3000 at 2000/s after admitting us, and its grace.
+    // Long enough for the publisher to count 3000 at 5000/s after admitting us, and its grace
+    // of a second, with room for a slow start on a busy machine.
     let out = llbus(
         &dir,
         &[
@@ -42,7 +43,7 @@ fn hz_accounts_for_every_message_the_publisher_sent() {
             "--publisher",
             &addr,
             "--duration-s",
-            "8",
+            "3",
         ],
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -19,7 +19,6 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use tests::example_bins::{example, Fields, Running};
@@ -38,26 +37,37 @@ fn prerequisites() -> bool {
     tests::netns::prerequisites("net::netns", TwoHosts::available())
 }
 
-use crate::net::NAMESPACES as SERIAL;
+use crate::net::NAMESPACES as SLOTS;
 
-/// Messages the publisher sends in every case, and how fast.
-const COUNT: u64 = 10_000;
+/// How fast the publisher sends in the counter cases. At this rate the debug-built publisher
+/// packs a few messages into each datagram, and the link draws its loss per datagram: a
+/// case's statistical power is the number of datagrams, so each case sends as many messages
+/// as its check needs (see the callers of [`run_case`]).
 const RATE: u64 = 2_500;
+/// Messages for the loss bands at 5% and 20%, and for the reliable topic at 1% (which must
+/// see losses to NAK): enough datagrams that the measured loss is many standard deviations
+/// inside its band, and that no loss at all is out of the question.
+const COUNT: u64 = 6_000;
+/// Messages for the 1% loss band, whose losses are the fewest: the most datagrams.
+const COUNT_1PCT: u64 = 10_000;
+/// Messages for checks that need no loss statistics (a clean link; a reliable topic at 5% or
+/// 20%, where NAKs are certain after a few hundred datagrams).
+const COUNT_SHORT: u64 = 3_000;
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;
 
-/// Runs the publisher in A and the subscriber in B over a link shaped by `shape` (A -> B) and
-/// returns the subscriber's RESULT fields, after checking that both exited cleanly and that the
-/// counts add up.
-fn run_case(name: &str, shape: Netem) -> Fields {
-    run_case_in(name, shape, false, false)
+/// Runs the publisher in A, sending `count` messages, and the subscriber in B over a link
+/// shaped by `shape` (A -> B) and returns the subscriber's RESULT fields, after checking that
+/// both exited cleanly and that the counts add up.
+fn run_case(name: &str, shape: Netem, count: u64) -> Fields {
+    run_case_in(name, shape, false, false, count)
 }
 
 /// [`run_case`], in the ll-udp-pubsub v0.1 format when `compat`, on a reliable topic when
 /// `reliable` (the subscriber then expects every message and fails on any unrecovered or out
 /// of order).
-fn run_case_in(name: &str, shape: Netem, compat: bool, reliable: bool) -> Fields {
-    run_case_with(name, shape, compat, reliable, Load::counter())
+fn run_case_in(name: &str, shape: Netem, compat: bool, reliable: bool, count: u64) -> Fields {
+    run_case_with(name, shape, compat, reliable, Load::counter(count))
 }
 
 /// What the publisher sends in a case: how many messages, how fast, and how large a payload.
@@ -70,10 +80,10 @@ struct Load {
 }
 
 impl Load {
-    /// The counter cases: [`COUNT`] messages at [`RATE`] a second, no payload.
-    fn counter() -> Load {
+    /// The counter cases: `count` messages at [`RATE`] a second, no payload.
+    fn counter(count: u64) -> Load {
         Load {
-            count: COUNT,
+            count,
             rate: RATE,
             size: None,
         }
@@ -85,7 +95,13 @@ fn run_case_with(name: &str, shape: Netem, compat: bool, reliable: bool, load: L
     let Load { count, rate, size } = load;
     // Built (once) before the namespaces exist.
     let (pub_bin, sub_bin) = (example("publisher"), example("subscriber"));
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    // A megabyte a message keeps the debug-built examples busy encoding and checking: such a
+    // case runs alone among the namespace cases, so that no other starves it of a core.
+    let _slot = if size.is_some_and(|s| s > 100_000) {
+        SLOTS.take_all()
+    } else {
+        SLOTS.take()
+    };
     let hosts = TwoHosts::create().unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     hosts
         .shape(Side::A, shape)
@@ -255,7 +271,7 @@ fn counter_over_a_clean_link() {
     if !prerequisites() {
         return;
     }
-    let r = run_case("clean", Netem::default());
+    let r = run_case("clean", Netem::default(), COUNT_SHORT);
     assert!(loss_pct(&r) <= 0.5, "[clean] {r}");
     assert_eq!(r.u64("duplicates"), 0, "[clean] {r}");
 }
@@ -270,7 +286,7 @@ fn counter_under_1pct_loss() {
         loss_pct: 1.0,
         ..Netem::default()
     };
-    let r = run_case("loss 1%", shape);
+    let r = run_case("loss 1%", shape, COUNT_1PCT);
     check_loss("loss 1%", &r, 0.3..=3.0);
     assert_eq!(r.u64("duplicates"), 0, "[loss 1%] {r}");
 }
@@ -285,7 +301,7 @@ fn counter_under_5pct_loss() {
         loss_pct: 5.0,
         ..Netem::default()
     };
-    let r = run_case("loss 5%", shape);
+    let r = run_case("loss 5%", shape, COUNT);
     check_loss("loss 5%", &r, 2.5..=10.0);
     assert_eq!(r.u64("duplicates"), 0, "[loss 5%] {r}");
 }
@@ -300,7 +316,7 @@ fn counter_under_20pct_loss() {
         loss_pct: 20.0,
         ..Netem::default()
     };
-    let r = run_case("loss 20%", shape);
+    let r = run_case("loss 20%", shape, COUNT);
     check_loss("loss 20%", &r, 15.0..=27.0);
     assert_eq!(r.u64("duplicates"), 0, "[loss 20%] {r}");
 }
@@ -319,7 +335,7 @@ fn counter_under_loss_duplication_reorder_and_delay() {
         delay_ms: 1,
         ..Netem::default()
     };
-    let r = run_case(name, shape);
+    let r = run_case(name, shape, COUNT);
     check_loss(name, &r, 2.5..=10.0);
     assert!(r.u64("duplicates") > 0, "[{name}] no duplicates: {r}");
     assert!(r.u64("reordered") > 0, "[{name}] nothing reordered: {r}");
@@ -345,7 +361,7 @@ fn compat_counter_under_loss_duplication_reorder_and_delay() {
         delay_ms: 1,
         ..Netem::default()
     };
-    let r = run_case_in(name, shape, true, false);
+    let r = run_case_in(name, shape, true, false, COUNT);
     // One message per datagram in this format, so message loss is datagram loss.
     check_loss(name, &r, 2.5..=10.0);
     assert!(r.u64("duplicates") > 0, "[{name}] no duplicates: {r}");
@@ -354,9 +370,10 @@ fn compat_counter_under_loss_duplication_reorder_and_delay() {
 }
 
 /// A reliable topic over the shaped link: every message from the first the subscriber sees to
-/// the last, in order, none unrecovered, none counted lost; and NAKs were needed.
-fn reliable_case(name: &str, shape: Netem) {
-    let r = run_case_in(name, shape, false, true);
+/// the last, in order, none unrecovered, none counted lost; and NAKs were needed. The
+/// publisher sends `count` messages.
+fn reliable_case(name: &str, shape: Netem, count: u64) {
+    let r = run_case_in(name, shape, false, true, count);
     let (first, highest, received) = (r.u64("first"), r.u64("highest"), r.u64("received"));
     loud!(
         "netns report [{name}] reliable: received={received} unrecovered={} nak_sent={} \
@@ -389,7 +406,7 @@ fn reliable_counter_under_1pct_loss() {
         loss_pct: 1.0,
         ..Netem::default()
     };
-    reliable_case("reliable, loss 1%", shape);
+    reliable_case("reliable, loss 1%", shape, COUNT);
 }
 
 #[test]
@@ -405,7 +422,11 @@ fn reliable_counter_under_5pct_loss_duplication_and_reorder() {
         delay_ms: 1,
         ..Netem::default()
     };
-    reliable_case("reliable, loss 5% dup 1% reorder 10% delay 1ms", shape);
+    reliable_case(
+        "reliable, loss 5% dup 1% reorder 10% delay 1ms",
+        shape,
+        COUNT_SHORT,
+    );
 }
 
 #[test]
@@ -418,7 +439,7 @@ fn reliable_counter_under_20pct_loss() {
         loss_pct: 20.0,
         ..Netem::default()
     };
-    reliable_case("reliable, loss 20%", shape);
+    reliable_case("reliable, loss 20%", shape, COUNT_SHORT);
 }
 
 /// 1 MB messages (about 700 fragments each) for 2.5 s on a reliable topic under 1% loss: every

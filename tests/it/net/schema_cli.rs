@@ -578,6 +578,9 @@ fn echo_output_of_an_empty_message_stays_small() {
     );
     let dir = CountersDir::new("schema-echo-bomb");
     let addr = publ.addr.to_string();
+    // The publisher sends a message every 5 ms: `echo` refuses each (it does not fit the
+    // schema within the decoder's bound), so `--count 1` is not reached and the command runs
+    // its `--duration-s`, long enough for hundreds of them.
     let out = llbus(
         &dir,
         &[
@@ -589,7 +592,7 @@ fn echo_output_of_an_empty_message_stays_small() {
             "--count",
             "1",
             "--duration-s",
-            "5",
+            "2",
             "--setup-timeout-s",
             "5",
         ],
@@ -683,6 +686,9 @@ fn record_holds_bounded_memory_while_a_publisher_withholds_one_subscription() {
     );
     let out_file = TempFile::new("mem", b"");
     let addr = publ.addr.to_string();
+    // The withheld subscription keeps `record` in its setup until the timeout, while the other
+    // topic floods it with a burst of 60 KB messages every 5 ms: past the byte bound within
+    // a fraction of a second, so the whole timeout is spent over it.
     let child = std::process::Command::new(llbus_bin())
         .args([
             "record",
@@ -695,7 +701,7 @@ fn record_holds_bounded_memory_while_a_publisher_withholds_one_subscription() {
             "--output",
             out_file.path(),
             "--setup-timeout-s",
-            "8",
+            "3",
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

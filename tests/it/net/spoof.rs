@@ -52,7 +52,9 @@ struct Counter {
 const IDLE: &str = "park";
 const COUNT: u64 = 6_000;
 const WANT: u64 = 5_900;
-const RATE: &str = "2000";
+/// Fast enough that a case is short, slow enough that the stream outlasts each attack (at most
+/// a second and a half after the subscriber's admission).
+const RATE: &str = "3000";
 
 fn loopback(port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)
@@ -721,15 +723,20 @@ fn allowed_host_cannot_squat_a_topic_and_another_host_still_subscribes() {
     // Counting from the start (the squatters would be its first subscribers), long enough for
     // the second host to take its share.
     cmd.args(["--bind", &publisher.to_string(), "--idle", IDLE])
-        .args(["--count", "12000", "--rate", RATE])
+        .args(["--count", "6000", "--rate", RATE])
         .args([
             "--subscribers-per-topic",
             "4",
             "--subscribers-per-host",
             "2",
         ]);
-    let publ = Running::spawn("publisher", cmd);
-    std::thread::sleep(Duration::from_millis(300));
+    let mut publ = Running::spawn("publisher", cmd);
+    assert!(
+        publ.wait_line(Duration::from_secs(20), |l| l
+            .starts_with("publisher: topic"))
+            .is_some(),
+        "the publisher did not start"
+    );
     // One host tries six ports: two are admitted, the others refused with the reason.
     let mut admitted = Vec::new();
     let mut refusals = Vec::new();

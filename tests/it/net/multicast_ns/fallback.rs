@@ -7,13 +7,12 @@
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use tests::example_bins::{example, Fields, Running};
 use tests::netns::Hosts;
 
-use crate::net::NAMESPACES as SERIAL;
+use crate::net::NAMESPACES as SLOTS;
 
 const PUB_PORT: u16 = 7000;
 const SUB_PORT: u16 = 7001;
@@ -41,12 +40,15 @@ fn result(p: Running, tag: &str) -> Fields {
 /// switches between the group and unicast a dozen times. Returns both RESULT lines and the
 /// wire's counts of the flapping host.
 fn run(reliable: bool, flap: Duration) -> (Fields, Fields, tests::netns::WireCounts) {
-    const COUNT: u64 = 8_000;
     const RATE: u64 = 1_000;
-    const WANT: u64 = COUNT * 6 / 10;
+    // The subscribers run long enough for the switches the caller asserts; the publisher sends
+    // a margin more, for their late start and, on a best-effort topic, for what the flapping
+    // one loses before each fallback (a reliable one repairs it).
+    const WANT: u64 = 4_800;
+    let count: u64 = if reliable { 5_500 } else { 7_000 };
     let hosts = Hosts::create(3).unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     let at = |i: usize, port: u16| SocketAddr::from((hosts.addr(i), port)).to_string();
-    let (bind, count, rate) = (at(0, PUB_PORT), COUNT.to_string(), RATE.to_string());
+    let (bind, count, rate) = (at(0, PUB_PORT), count.to_string(), RATE.to_string());
     let mut args = vec![
         "--bind",
         &bind,
@@ -149,7 +151,7 @@ fn a_best_effort_member_switching_between_group_and_unicast_gets_no_duplicate() 
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let (steady, flapping, wire) = run(false, Duration::from_millis(700));
     for r in [&steady, &flapping] {
         assert_eq!(r.u64("out_of_order"), 0, "{r}");
@@ -180,7 +182,7 @@ fn a_reliable_member_switching_between_group_and_unicast_gets_every_message() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let (steady, flapping, wire) = run(true, Duration::from_millis(700));
     for r in [&steady, &flapping] {
         assert_eq!(r.u64("unrecovered"), 0, "{r}");
@@ -208,8 +210,9 @@ fn an_ipv6_link_local_group_carries_the_data() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    const COUNT: u64 = 6_000;
+    let _slot = SLOTS.take();
+    // About one datagram a message at 1000 a second, for the comparison of datagrams below.
+    const COUNT: u64 = 3_000;
     const WANT: u64 = COUNT * 6 / 10;
     let hosts = Hosts::create(3).unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     let at = |i: usize, port: u16| SocketAddr::from((hosts.addr6(i), port)).to_string();
@@ -333,7 +336,7 @@ fn a_replayed_group_subscribe_does_not_silence_a_member_that_fell_back() {
     if !prerequisites() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _slot = SLOTS.take();
     let hosts = Hosts::create(2).unwrap_or_else(|e| panic!("\n\n*** {e} ***\n"));
     let (pub_ip, sub_ip) = (hosts.addr(0).to_string(), hosts.addr(1).to_string());
     let at = |i: usize, port: u16| SocketAddr::from((hosts.addr(i), port)).to_string();
