@@ -331,7 +331,7 @@ print("replayed", n, flush=True)
 /// the member's address, once the member's network stops carrying multicast: the member
 /// must still be served by unicast.
 #[test]
-#[ignore = "known limit without a key (SECURITY.md, Forged multicast data: a captured GROUP Subscribe replayed within its cookie's life silences a member that fell back; with a key it is dropped, endpoint::discovery_sim::with_a_key_replayed_subscribes_cannot_move_a_subscriber_onto_or_off_the_group)"]
+#[ignore = "known limit without a key (SECURITY.md, Forged multicast data: a captured GROUP Subscribe replayed within its cookie's life silences a member that fell back; with a key it is dropped, bus-net/src/tests/multicast/forged.rs::with_a_key_replayed_subscribes_cannot_move_a_subscriber_onto_or_off_the_group)"]
 fn a_replayed_group_subscribe_does_not_silence_a_member_that_fell_back() {
     if !prerequisites() {
         return;
