@@ -144,8 +144,10 @@ fn prerequisites() -> bool {
 /// PROTOCOL.md ("Multicast data"): a member whose multicast stops falls back to unicast
 /// and returns when it works again; "the sequence tracker drops the duplicates of a
 /// switch". A best-effort subscriber switching a dozen times may lose what was sent while
-/// it had not yet noticed, but it is never handed a message twice or out of order, and
-/// what it lost is counted, as its own counter check confirms.
+/// it had not yet noticed, but it is never handed a message twice, and what it lost is
+/// counted, as its own counter check confirms. Its bridge delivers a late message
+/// (`LatePolicy::Deliver`, the default): the group's and the unicast path's datagrams may
+/// cross at a switch, so a message handed out of order is one the bridge counted reordered.
 #[test]
 fn a_best_effort_member_switching_between_group_and_unicast_gets_no_duplicate() {
     if !prerequisites() {
@@ -154,7 +156,8 @@ fn a_best_effort_member_switching_between_group_and_unicast_gets_no_duplicate() 
     let _slot = SLOTS.take();
     let (steady, flapping, wire) = run(false, Duration::from_millis(700));
     for r in [&steady, &flapping] {
-        assert_eq!(r.u64("out_of_order"), 0, "{r}");
+        // Counter values that did not exceed the one before: late ones only, no duplicate.
+        assert_eq!(r.u64("out_of_order"), r.u64("reordered"), "{r}");
         assert_eq!(r.u64("corrupt"), 0, "{r}");
         assert_eq!(r.u64("errors"), 0, "{r}");
         // The bridge's loss count agrees with the counter values' gaps.
