@@ -42,8 +42,6 @@ use llbus_net::{realtime_ns, Bridge, BridgeConfig};
 const BURST: u64 = 1024;
 /// The feed-to-exporter ring when they share a thread: four bursts.
 const RING: usize = 4 * BURST as usize;
-/// How long the bridge keeps running after the last message: ten heartbeats.
-const GRACE: Duration = Duration::from_secs(1);
 
 /// Set by the SIGINT/SIGTERM handler.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -126,7 +124,7 @@ struct Args {
     /// Messages a second; 0 publishes as fast as the bus takes them.
     #[arg(long, default_value_t = 1000, value_name = "MSGS_PER_S")]
     rate: u64,
-    /// Stop after N messages and a one-second grace period in which heartbeats tell
+    /// Stop after N messages and a grace period (`--grace-ms`) in which heartbeats tell
     /// subscribers the last sequence number [default: unlimited, until Ctrl-C].
     #[arg(long, value_name = "N")]
     count: Option<u64>,
@@ -142,6 +140,10 @@ struct Args {
     /// the void).
     #[arg(long)]
     wait_subscriber: bool,
+    /// With --count, how long the bridge keeps running after the last message: its heartbeats
+    /// (ten a second) tell subscribers the last sequence number and NAKs are still answered.
+    #[arg(long = "grace-ms", default_value_t = 1000, value_name = "MS")]
+    grace_ms: u64,
     /// Forget a subscriber not heard from for S seconds [default: 60]; subscribers renew every
     /// second, and one that stops cleanly unsubscribes at once.
     #[arg(long = "subscriber-timeout-s", value_name = "S", value_parser = cli::parse_secs)]
@@ -430,6 +432,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let subscribers = format!("subscribers.{}", Counter::TOPIC);
     let mut next_line = Instant::now() + Duration::from_secs(1);
     let mut done_at: Option<Instant> = None;
+    let grace = Duration::from_millis(args.grace_ms);
     let mut last_published = 0;
     loop {
         std::thread::sleep(Duration::from_millis(1));
@@ -475,7 +478,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         if done_at.is_none() && shared.done.load(Ordering::Acquire) {
             done_at = Some(now);
         }
-        if done_at.is_some_and(|t| now - t >= GRACE) || INTERRUPTED.load(Ordering::Relaxed) {
+        if done_at.is_some_and(|t| now - t >= grace) || INTERRUPTED.load(Ordering::Relaxed) {
             break;
         }
     }

@@ -133,6 +133,10 @@ fn run_case_with(name: &str, shape: Netem, compat: bool, reliable: bool, load: L
         // The subscriber is on the other namespace's address, outside the loopback default.
         "--allow",
         "10.213.0.0/16",
+        // The subscriber finishes while the publisher is still sending (above): nobody needs
+        // the heartbeats of a grace period after the last message.
+        "--grace-ms",
+        "0",
     ]);
     if compat {
         publ.args(["--compat", "ll-udp"]);

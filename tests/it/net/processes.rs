@@ -66,7 +66,16 @@ fn one_stream(compat: bool) {
     let mode: &[&str] = if compat { &["--compat", "ll-udp"] } else { &[] };
     let count = COUNT.to_string();
     let want = WANT.to_string();
-    let mut pub_args = vec!["--count", &count, "--rate", "5000", "--wait-subscriber"];
+    // The subscriber stops short of the count: no grace period after the last message.
+    let mut pub_args = vec![
+        "--count",
+        &count,
+        "--rate",
+        "5000",
+        "--wait-subscriber",
+        "--grace-ms",
+        "0",
+    ];
     pub_args.extend_from_slice(mode);
     let publ = publisher(pub_port, &pub_args);
     let mut sub_args = vec!["--count", &want, "--timeout-s", "30"];
@@ -383,6 +392,9 @@ fn reliable_through_loss(extra: &[&str]) -> Fields {
         "500",
         "--wait-subscriber",
         "--reliable",
+        // The subscriber stops short of the count: no grace period after the last message.
+        "--grace-ms",
+        "0",
     ];
     pub_args.extend_from_slice(extra);
     let publ = publisher(pub_port, &pub_args);

@@ -95,6 +95,9 @@ impl Pair {
                 "--rate",
                 RATE,
                 "--wait-subscriber",
+                // The subscriber stops short of the count: no grace after the last message.
+                "--grace-ms",
+                "0",
             ])
             .args(mode)
             .args(pub_extra);
