@@ -62,6 +62,9 @@ fn run(reliable: bool, flap: Duration) -> (Fields, Fields, tests::netns::WireCou
         "10.214.0.0/16",
         "--multicast",
         DATA_GROUP,
+        // The subscribers stop short of the count: no grace period after the last message.
+        "--grace-ms",
+        "0",
     ];
     if reliable {
         args.push("--reliable");
