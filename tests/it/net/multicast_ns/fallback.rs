@@ -159,8 +159,10 @@ fn a_best_effort_member_switching_between_group_and_unicast_gets_no_duplicate() 
     let _slot = SLOTS.take();
     let (steady, flapping, wire) = run(false, Duration::from_millis(700));
     for r in [&steady, &flapping] {
-        // Counter values that did not exceed the one before: late ones only, no duplicate.
-        assert_eq!(r.u64("out_of_order"), r.u64("reordered"), "{r}");
+        // Counter values that did not exceed the one before: late ones the bridge counted
+        // reordered (a late datagram it counts may also carry nothing out of order), never a
+        // duplicate.
+        assert!(r.u64("out_of_order") <= r.u64("reordered"), "{r}");
         assert_eq!(r.u64("corrupt"), 0, "{r}");
         assert_eq!(r.u64("errors"), 0, "{r}");
         // The bridge's loss count agrees with the counter values' gaps.
