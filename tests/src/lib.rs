@@ -135,6 +135,36 @@ macro_rules! message {
     };
 }
 
+/// An actor that publishes `make(n)`, `n` counting from 1, on each of its ticks (give it
+/// `tick_every`): the feed of the tests that need a steady stream of one topic.
+pub struct TickFeed<M> {
+    out: llbus::Out<M>,
+    n: u64,
+    make: fn(u64) -> M,
+}
+
+impl<M> std::fmt::Debug for TickFeed<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TickFeed").field("n", &self.n).finish()
+    }
+}
+
+impl<M> TickFeed<M> {
+    /// A feed on `out` whose `n`-th message is `make(n)`.
+    pub fn new(out: llbus::Out<M>, make: fn(u64) -> M) -> TickFeed<M> {
+        TickFeed { out, n: 0, make }
+    }
+}
+
+impl<M: llbus::Message + Clone> llbus::Actor for TickFeed<M> {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut llbus::Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut llbus::Context<'_>) {
+        self.n += 1;
+        ctx.publish(self.out, (self.make)(self.n));
+    }
+}
+
 /// A named metric of an actor in a bus report, or 0 if the actor or the metric is missing.
 pub fn metric(report: &llbus::Report, actor: &str, name: &str) -> u64 {
     report

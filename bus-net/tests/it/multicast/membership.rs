@@ -16,7 +16,7 @@ use llbus_net::{
     DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
-use tests::{le, loopback_members, overhear_data, wait_for};
+use tests::{le, loopback_members, overhear_data, wait_for, TickFeed};
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "multicast.quote")]
@@ -32,36 +32,6 @@ struct Other {
 
 /// The payload of the quotes a forger injects.
 const FORGED: u64 = 0xdead_beef_0bad_f00d;
-
-/// Publishes a quote every tick.
-struct Feed {
-    out: Out<Quote>,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Quote { n: self.n });
-    }
-}
-
-/// Publishes an `Other` every tick.
-struct OtherFeed {
-    out: Out<Other>,
-    n: u64,
-}
-
-impl Actor for OtherFeed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Other { n: self.n });
-    }
-}
 
 /// Counts the quotes it takes, and the forged ones apart.
 struct Marks {
@@ -96,9 +66,8 @@ fn publisher_at(addr: SocketAddr, group: Option<SocketAddr>) -> (RunningBus, Soc
     };
     let addr = bridge.local_addr();
     let mut bus = Bus::builder();
-    bus.actor("feed", |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        n: 0,
+    bus.actor("feed", |s: &mut Setup<'_>| {
+        TickFeed::new(s.output(), |n| Quote { n })
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Quote>();
@@ -386,15 +355,13 @@ fn every_exports_group_is_checked_at_start() {
         .export_multicast::<Other>(not_a_group);
     let addr = bridge.local_addr();
     let mut bus = Bus::builder();
-    bus.actor("feed", |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        n: 0,
+    bus.actor("feed", |s: &mut Setup<'_>| {
+        TickFeed::new(s.output(), |n| Quote { n })
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Quote>();
-    bus.actor("other", |s: &mut Setup<'_>| OtherFeed {
-        out: s.output(),
-        n: 0,
+    bus.actor("other", |s: &mut Setup<'_>| {
+        TickFeed::new(s.output(), |n| Other { n })
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Other>();
@@ -470,9 +437,8 @@ fn announcer_at(addr: SocketAddr, group: SocketAddr) -> RunningBus {
         })
         .export::<Quote>();
     let mut bus = Bus::builder();
-    bus.actor("feed", |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        n: 0,
+    bus.actor("feed", |s: &mut Setup<'_>| {
+        TickFeed::new(s.output(), |n| Quote { n })
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Quote>();

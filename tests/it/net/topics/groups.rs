@@ -4,9 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
+use llbus::{Bus, Message, RunningBus, Setup};
 use llbus_net::{Bridge, DiscoveryConfig};
 use serde::{Deserialize, Serialize};
+use tests::TickFeed;
 
 #[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[message(topic = "multicast.quote")]
@@ -18,36 +19,6 @@ struct Quote {
 #[message(topic = "multicast.other")]
 struct Other {
     n: u64,
-}
-
-/// Publishes a quote every tick.
-struct Feed {
-    out: Out<Quote>,
-    n: u64,
-}
-
-impl Actor for Feed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Quote { n: self.n });
-    }
-}
-
-/// Publishes an `Other` every tick.
-struct OtherFeed {
-    out: Out<Other>,
-    n: u64,
-}
-
-impl Actor for OtherFeed {
-    type In = ();
-    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
-    fn on_tick(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        ctx.publish(self.out, Other { n: self.n });
-    }
 }
 
 /// Test `test`'s data group: an address of its own and a port of this run's. `None` (and a
@@ -86,15 +57,13 @@ fn topics_lists_the_group_of_each_export_not_of_the_first() {
         .export_multicast::<Quote>(data)
         .export::<Other>();
     let mut bus = Bus::builder();
-    bus.actor("feed", |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        n: 0,
+    bus.actor("feed", |s: &mut Setup<'_>| {
+        TickFeed::new(s.output(), |n| Quote { n })
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Quote>();
-    bus.actor("other", |s: &mut Setup<'_>| OtherFeed {
-        out: s.output(),
-        n: 0,
+    bus.actor("other", |s: &mut Setup<'_>| {
+        TickFeed::new(s.output(), |n| Other { n })
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Other>();
