@@ -513,6 +513,18 @@ fragile!(FragileOne, "bcast.fragile.one", 21);
 fragile!(FragileControl, "bcast.fragile.control", 21);
 fragile!(FragileSlice, "bcast.fragile.slice", 23);
 
+/// The feed panicked once, the books balance after `join`, and no value leaked or was dropped
+/// twice (`live`, the values alive once the bus is gone).
+fn assert_one_panic_balanced_and_nothing_leaked(report: &Report, live: i64) {
+    assert_eq!(
+        report.actor("feed").map(|a| a.panics),
+        Some(1),
+        "{report:?}"
+    );
+    assert_books_balance(report);
+    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+}
+
 /// `publish` whose `Clone` unwinds in the middle of a fan-out into three rings of their own
 /// (`DropNewest`, never full here): the control for the broadcast case below.
 #[test]
@@ -520,13 +532,7 @@ fn control_a_clone_that_panics_mid_publish_into_separate_rings_leaks_nothing() {
     let (report, live) = run_fragile(FragileControl::new, false, Backpressure::DropNewest, || {
         FragileControl::live().load(Ordering::SeqCst)
     });
-    assert_eq!(
-        report.actor("feed").map(|a| a.panics),
-        Some(1),
-        "{report:?}"
-    );
-    assert_books_balance(&report);
-    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+    assert_one_panic_balanced_and_nothing_leaked(&report, live);
 }
 
 /// `publish` whose `Clone` unwinds in the middle of a broadcast write: the books balance after
@@ -537,13 +543,7 @@ fn a_clone_that_panics_mid_publish_leaves_the_books_balanced_and_nothing_leaked(
     let (report, live) = run_fragile(FragileOne::new, false, Backpressure::Block, || {
         FragileOne::live().load(Ordering::SeqCst)
     });
-    assert_eq!(
-        report.actor("feed").map(|a| a.panics),
-        Some(1),
-        "{report:?}"
-    );
-    assert_books_balance(&report);
-    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+    assert_one_panic_balanced_and_nothing_leaked(&report, live);
 }
 
 /// The same through `publish_slice`, whose docs promise "the clones made before it published
@@ -553,13 +553,7 @@ fn a_clone_that_panics_mid_publish_slice_leaves_the_books_balanced_and_nothing_l
     let (report, live) = run_fragile(FragileSlice::new, true, Backpressure::Block, || {
         FragileSlice::live().load(Ordering::SeqCst)
     });
-    assert_eq!(
-        report.actor("feed").map(|a| a.panics),
-        Some(1),
-        "{report:?}"
-    );
-    assert_books_balance(&report);
-    assert_eq!(live, 0, "values leaked (>0) or dropped twice (<0)");
+    assert_one_panic_balanced_and_nothing_leaked(&report, live);
 }
 
 /// A feed that `try_publish`es (or, declared `never_waits`, `publish`es) one message per
