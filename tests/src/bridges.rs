@@ -182,8 +182,8 @@ pub mod discovery {
 
     use llbus::{Actor, Bus, Context, Message, Out, RunningBus, Setup};
     use llbus_net::{
-        AnnounceHead, BatchEncoder, Bridge, Control, DiscoveryConfig, SocketConfig, UdpEndpoint,
-        DEFAULT_MAX_DATAGRAM,
+        AnnounceHead, BatchEncoder, Bridge, BridgeStatus, Control, DiscoveryConfig, SocketConfig,
+        UdpEndpoint, DEFAULT_MAX_DATAGRAM,
     };
     use serde::{Deserialize, Serialize};
 
@@ -269,6 +269,52 @@ pub mod discovery {
             .subscribes::<Quote>();
         bus.add(bridge);
         bus.start().expect("subscriber starts")
+    }
+
+    /// A publisher announcing `Quote` on `group` every `every`, and a subscriber bus around a
+    /// bridge named `sub` that discovers it there: returned once the subscriber follows the
+    /// publisher and its subscription is established.
+    #[derive(Debug)]
+    pub struct Followed {
+        /// The publishing bus (its bridge is named `pub`).
+        pub publisher: RunningBus,
+        /// The publisher's bridge address.
+        pub pub_addr: SocketAddr,
+        /// The subscriber bridge's status: what it discovered.
+        pub status: BridgeStatus,
+        /// The subscriber bridge's address.
+        pub sub_addr: SocketAddr,
+        /// The subscribing bus.
+        pub sub: RunningBus,
+    }
+
+    /// See [`Followed`].
+    ///
+    /// # Panics
+    /// If the publisher is not followed and established within 20 s.
+    pub fn followed(group: SocketAddr, every: Duration) -> Followed {
+        let (publisher, pub_addr) = publisher(discovery(group, every));
+        let bridge = Bridge::bind("127.0.0.1:0")
+            .expect("a loopback bridge")
+            .name("sub")
+            .discovery(discovery(group, every))
+            .discover::<Quote>();
+        let status = bridge.status();
+        let sub_addr = bridge.local_addr();
+        let sub = subscriber(bridge);
+        crate::wait_for("the publisher discovered and established", 20, || {
+            status
+                .discovered()
+                .iter()
+                .any(|d| d.publisher == pub_addr && d.established)
+        });
+        Followed {
+            publisher,
+            pub_addr,
+            status,
+            sub_addr,
+            sub,
+        }
     }
 
     /// An announcement as a forger makes it: `session`, announcing every `period_ms`, data at

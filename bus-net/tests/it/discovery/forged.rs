@@ -15,8 +15,8 @@ use llbus_net::{
     DEFAULT_MAX_DATAGRAM, HEADER_LEN,
 };
 use tests::bridges::discovery::{
-    announce_quote, ask_group, discovery, drain, group, publisher, socket, subscriber, Feed, Quote,
-    LO, SUBSCRIBE,
+    announce_quote, ask_group, discovery, drain, followed, group, publisher, socket, subscriber,
+    Feed, Followed, Quote, LO, SUBSCRIBE,
 };
 use tests::{metric, wait_for};
 
@@ -31,21 +31,13 @@ fn a_forged_short_period_announcement_cannot_drop_a_live_publisher() {
     let _cpu = crate::fixtures::cpu_shared();
     let Some(group) = group(0) else { return };
     // The real publisher announces every 2 s: followed for 6 s without hearing it.
-    let (publisher, pub_addr) = publisher(discovery(group, Duration::from_secs(2)));
-    let bridge = Bridge::bind("127.0.0.1:0")
-        .unwrap()
-        .name("sub")
-        .discovery(discovery(group, Duration::from_secs(2)))
-        .discover::<Quote>();
-    let status = bridge.status();
-    let sub_addr = bridge.local_addr();
-    let sub = subscriber(bridge);
-    wait_for("the publisher discovered and established", 20, || {
-        status
-            .discovered()
-            .iter()
-            .any(|d| d.publisher == pub_addr && d.established)
-    });
+    let Followed {
+        publisher,
+        pub_addr,
+        status,
+        sub_addr,
+        sub,
+    } = followed(group, Duration::from_secs(2));
     // The forger, on the publisher's IP (any host with a forged source IP elsewhere): one
     // announcement of the publisher's data port, claiming a 100 ms period.
     let attacker = socket([127, 0, 0, 1]);
@@ -315,21 +307,13 @@ fn with_a_key_unsealed_announcements_and_queries_do_nothing() {
 fn a_flood_of_distinct_announcements_stays_within_the_caps() {
     let _cpu = crate::fixtures::cpu_hungry();
     let Some(group) = group(6) else { return };
-    let (publisher, pub_addr) = publisher(discovery(group, Duration::from_millis(200)));
-    let bridge = Bridge::bind("127.0.0.1:0")
-        .unwrap()
-        .name("sub")
-        .discovery(discovery(group, Duration::from_millis(200)))
-        .discover::<Quote>();
-    let status = bridge.status();
-    let sub_addr = bridge.local_addr();
-    let sub = subscriber(bridge);
-    wait_for("the publisher discovered and established", 20, || {
-        status
-            .discovered()
-            .iter()
-            .any(|d| d.publisher == pub_addr && d.established)
-    });
+    let Followed {
+        publisher,
+        pub_addr,
+        status,
+        sub_addr,
+        sub,
+    } = followed(group, Duration::from_millis(200));
     // Sinks at 16 ports, counting what the subscriber sends them; announcements name those
     // ports and thousands of others where nothing listens.
     let sinks: Vec<UdpSocket> = (0..16).map(|_| socket([127, 0, 0, 1])).collect();
