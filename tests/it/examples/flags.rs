@@ -1,9 +1,10 @@
 //! The network examples' command lines, as a new user meets them: `--help` describes every
 //! flag, a mistake is refused in words (never a `Debug` dump of an OS error), and by default
-//! each process runs its bridge and its actor on one thread, `--split` on two.
+//! each process runs its bridge and its actor on one thread, `--split` on two; the publisher
+//! keeps serving for `--grace-ms` after its `--count`.
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tests::example_bins::{example, free_udp_port, Running};
 
@@ -27,6 +28,7 @@ fn help_describes_every_flag() {
                 "--compat",
                 "--allow",
                 "--wait-subscriber",
+                "--grace-ms",
                 "--subscriber-timeout-s",
                 "--idle",
                 "--split",
@@ -148,5 +150,39 @@ fn bridge_and_actor_share_a_thread_unless_split() {
     assert!(
         bridge.is_some() && feed.is_some() && bridge != feed,
         "--split gives each its own thread:\n{out}"
+    );
+}
+
+/// `publisher --help`: "With --count, how long the bridge keeps running after the last
+/// message". A publisher of a few messages with no subscriber runs at least its grace period
+/// after them, then exits 0 having published them all.
+#[test]
+fn the_publisher_keeps_serving_for_its_grace_period_after_the_count() {
+    let started = Instant::now();
+    let bind = format!("127.0.0.1:{}", free_udp_port());
+    let (code, out, err) = run(
+        "publisher",
+        &[
+            "--bind",
+            &bind,
+            "--count",
+            "5",
+            "--rate",
+            "1000",
+            "--idle",
+            "park",
+            "--grace-ms",
+            "2500",
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("PUBLISHED published=5 "),
+        "every message published:\n{out}"
+    );
+    assert!(
+        took >= Duration::from_millis(2500),
+        "exited {took:?} after its start, before its 2.5 s grace:\n{out}"
     );
 }
