@@ -154,16 +154,12 @@ fn close_while_samples_arrive_returns_final_figures() {
 
 /// One round of `close_while_samples_arrive_returns_final_figures`: what did not hold.
 fn close_while_samples_arrive() -> Result<(), String> {
-    let (a, b) = peers();
-    let mut bus = Bus::builder();
-    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
-    let mut gateway = Gateway::builder();
-    gateway.import::<Tick>(&mut bus, Import::new());
-    let mut running = bus.start().expect("the bus starts");
-    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
-    let app = running.subscription(app).expect("the handle");
-
-    let client = zenoh::open(b).wait().expect("the client session opens");
+    let TickImport {
+        running,
+        gateway,
+        app,
+        client,
+    } = tick_import();
     let sending = Arc::new(AtomicBool::new(true));
     let sender = {
         let client = client.clone();

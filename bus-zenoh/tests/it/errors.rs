@@ -75,16 +75,12 @@ fn thousands_of_streams_are_all_counted_and_the_errors_stay_bounded() {
 #[test]
 fn a_flood_of_refused_streams_does_not_hide_later_errors() {
     let _zenoh = crate::fixtures::zenoh_threads(false);
-    let (a, b) = peers();
-    let mut bus = Bus::builder();
-    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
-    let mut gateway = Gateway::builder();
-    gateway.import::<Tick>(&mut bus, Import::new());
-    let mut running = bus.start().expect("the bus starts");
-    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
-    let app = running.subscription(app).expect("the handle");
-
-    let client = zenoh::open(b).wait().expect("the client session opens");
+    let TickImport {
+        running,
+        gateway,
+        app,
+        client,
+    } = tick_import();
     let t = matched_publisher(&client, "llbus/test.tick");
     for s in 0..100u64 {
         t.put(bincode_of(&Tick { n: s }))

@@ -4,9 +4,9 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use llbus::{EdgeReport, Message, Report};
+use llbus::{Backpressure, Bus, EdgeReport, Message, Report, RunningBus, Subscription};
 use llbus_zenoh::zenoh::{self, Wait};
-use llbus_zenoh::{Attachment, Counts, Gateway, BINCODE_ENCODING};
+use llbus_zenoh::{Attachment, Counts, Gateway, Import, BINCODE_ENCODING};
 use serde::{Deserialize, Serialize};
 
 /// The longest any wait in these tests takes.
@@ -207,4 +207,32 @@ pub enum ZenohThreads {
     Alone(std::sync::RwLockWriteGuard<'static, ()>),
     /// Any other test.
     Shared(std::sync::RwLockReadGuard<'static, ()>),
+}
+
+/// A bus whose app takes `Tick` (`DropNewest`, 64) from a gateway import, and a zenoh client
+/// session peered with the gateway: what a hostile or ordinary client sends to an import.
+pub struct TickImport {
+    pub running: RunningBus,
+    pub gateway: Gateway,
+    pub app: Subscription<Tick>,
+    pub client: zenoh::Session,
+}
+
+/// See [`TickImport`].
+pub fn tick_import() -> TickImport {
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
+    let mut gateway = Gateway::builder();
+    gateway.import::<Tick>(&mut bus, Import::new());
+    let mut running = bus.start().expect("the bus starts");
+    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
+    let app = running.subscription(app).expect("the handle");
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    TickImport {
+        running,
+        gateway,
+        app,
+        client,
+    }
 }

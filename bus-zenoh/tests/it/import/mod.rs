@@ -209,16 +209,12 @@ fn a_slow_import_reader_drops_and_counts_on_its_edge() {
 #[test]
 fn the_import_row_balances_in_every_live_snapshot() {
     let _zenoh = crate::fixtures::zenoh_threads(false);
-    let (a, b) = peers();
-    let mut bus = Bus::builder();
-    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
-    let mut gateway = Gateway::builder();
-    gateway.import::<Tick>(&mut bus, Import::new());
-    let mut running = bus.start().expect("the bus starts");
-    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
-    let app = running.subscription(app).expect("the handle");
-
-    let client = zenoh::open(b).wait().expect("the client session opens");
+    let TickImport {
+        running,
+        gateway,
+        app,
+        client,
+    } = tick_import();
     let total = 30_000u64;
     let sender = {
         let client = client.clone();
