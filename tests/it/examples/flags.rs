@@ -186,3 +186,24 @@ fn the_publisher_keeps_serving_for_its_grace_period_after_the_count() {
         "exited {took:?} after its start, before its 2.5 s grace:\n{out}"
     );
 }
+
+/// docs/CONTRACT.md, "The examples": "a bad flag value is a usage error naming the flag". A
+/// negative number is a bad value of each numeric flag, and the error names that flag (not only
+/// "unexpected argument '-1'").
+#[test]
+fn a_negative_number_is_a_usage_error_naming_its_flag() {
+    for (name, flag) in [
+        ("publisher", "--grace-ms"),
+        ("publisher", "--count"),
+        ("publisher", "--rate"),
+        ("subscriber", "--count"),
+        ("subscriber", "--timeout-s"),
+    ] {
+        let (code, out, err) = run(name, &[flag, "-1"]);
+        assert_eq!(code, Some(2), "{name} {flag} -1:\n{out}\n{err}");
+        assert!(
+            err.contains(flag),
+            "{name} {flag} -1 should name {flag}:\n{err}"
+        );
+    }
+}
