@@ -95,3 +95,39 @@ fn publisher_and_subscriber_over_zenoh_deliver_everything_in_bincode() {
 fn publisher_and_subscriber_over_zenoh_deliver_everything_in_json() {
     pair_delivers_everything("json");
 }
+
+/// README "Examples" shows this pair through zenoh: the publisher with `--count 10000
+/// --wait-subscriber` and the subscriber with `--count 10000`, every other flag at its default
+/// (here only the ports are this test's own). The subscriber receives its count and exits 0.
+#[test]
+fn the_readme_pair_through_zenoh_delivers_its_count_with_the_readme_flags() {
+    let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
+    let mut publ = Command::new(example("publisher"));
+    publ.args([
+        "--transport",
+        "zenoh",
+        "--zenoh-listen",
+        &endpoint,
+        "--bind",
+        &format!("127.0.0.1:{}", free_udp_port()),
+        "--count",
+        "10000",
+        "--wait-subscriber",
+    ]);
+    let publ = Running::spawn("publisher", publ);
+    let mut sub = Command::new(example("subscriber"));
+    sub.args([
+        "--transport",
+        "zenoh",
+        "--zenoh-connect",
+        &endpoint,
+        "--bind",
+        &format!("127.0.0.1:{}", free_udp_port()),
+        "--count",
+        "10000",
+    ]);
+    let out = finished(Running::spawn("subscriber", sub), Duration::from_secs(60));
+    let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
+    assert_eq!(r.u64("received"), 10_000, "{r}");
+    finished(publ, Duration::from_secs(30));
+}
