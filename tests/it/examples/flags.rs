@@ -207,3 +207,16 @@ fn a_negative_number_is_a_usage_error_naming_its_flag() {
         );
     }
 }
+
+/// README "Examples": "Each takes `--help`". Asked for it, each example prints how to run it
+/// and exits 0, without running.
+#[test]
+fn every_example_takes_help() {
+    for name in ["quickstart", "soak", "watched"] {
+        let (code, out, err) = run(name, &["--help"]);
+        assert!(
+            code == Some(0) && out.to_lowercase().contains("usage"),
+            "{name} --help exited {code:?}:\n{out}\n{err}"
+        );
+    }
+}
