@@ -150,7 +150,7 @@ impl Actor for Ponger {
 
 /// Bounces a timestamp between two actors and prints the round-trip percentiles.
 #[derive(Parser, Debug)]
-#[command(name = "pingpong", version, about)]
+#[command(name = "pingpong", version, about, allow_negative_numbers = true)]
 struct Args {
     /// How the threads wait for the next message.
     #[arg(long, visible_alias = "idle", value_enum, default_value_t = IdleArg::Backoff)]

@@ -116,7 +116,7 @@ impl<T: Message + Clone> Actor for Feed<T> {
 
 /// Publishes a counter topic over UDP (or shared memory) for the `subscriber` example.
 #[derive(Parser, Debug)]
-#[command(name = "publisher", version, about)]
+#[command(name = "publisher", version, about, allow_negative_numbers = true)]
 struct Args {
     /// Where the bridge listens for subscriptions (in --compat mode: that format's socket).
     #[arg(long, default_value = "127.0.0.1:7000", value_name = "ADDR")]
@@ -141,7 +141,9 @@ struct Args {
     #[arg(long)]
     wait_subscriber: bool,
     /// With --count, how long the bridge keeps running after the last message: its heartbeats
-    /// (ten a second) tell subscribers the last sequence number and NAKs are still answered.
+    /// (ten a second) tell subscribers the last sequence number and NAKs are still answered. Over
+    /// native UDP it ends sooner once every subscriber it had has left (a subscriber that stops
+    /// cleanly unsubscribes).
     #[arg(long = "grace-ms", default_value_t = 1000, value_name = "MS")]
     grace_ms: u64,
     /// Forget a subscriber not heard from for S seconds [default: 60]; subscribers renew every
@@ -434,6 +436,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut done_at: Option<Instant> = None;
     let grace = Duration::from_millis(args.grace_ms);
     let mut last_published = 0;
+    // Native UDP: a subscriber was admitted at some point (the grace ends once none is left).
+    let mut had_subscriber = false;
     loop {
         std::thread::sleep(Duration::from_millis(1));
         let now = Instant::now();
@@ -477,8 +481,23 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         if done_at.is_none() && shared.done.load(Ordering::Acquire) {
             done_at = Some(now);
+            println!(
+                "publisher: all {} published; serving for {} ms more",
+                shared.published.load(Ordering::Relaxed),
+                args.grace_ms
+            );
         }
-        if done_at.is_some_and(|t| now - t >= grace) || INTERRUPTED.load(Ordering::Relaxed) {
+        let native_udp = shm.is_none() && !zenoh_transport && !compat;
+        let subscribers_now = if native_udp {
+            metric(&r, &subscribers)
+        } else {
+            0
+        };
+        had_subscriber |= subscribers_now > 0;
+        let all_left = native_udp && had_subscriber && subscribers_now == 0;
+        if done_at.is_some_and(|t| now - t >= grace || all_left)
+            || INTERRUPTED.load(Ordering::Relaxed)
+        {
             break;
         }
     }

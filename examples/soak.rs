@@ -71,22 +71,23 @@ fn metric(r: &Report, actor: &str, name: &str) -> u64 {
     r.actor(actor).and_then(|a| a.metric(name)).unwrap_or(0)
 }
 
-fn usage() -> ! {
-    eprintln!("usage: soak [--minutes N] [--rate MSGS_PER_S]");
-    std::process::exit(2);
+/// Two buses joined by a network bridge on loopback, run for minutes: memory and counters
+/// printed as they go.
+#[derive(clap::Parser, Debug)]
+#[command(name = "soak", about, allow_negative_numbers = true)]
+struct Args {
+    /// How long to run.
+    #[arg(long, default_value_t = 10, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    minutes: u64,
+    /// Messages a second (at least 1000: the feed publishes rate/1000 each millisecond).
+    #[arg(long, default_value_t = 50_000, value_name = "MSGS_PER_S",
+          value_parser = clap::value_parser!(u64).range(1000..))]
+    rate: u64,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (mut minutes, mut rate) = (10u64, 50_000u64);
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let value = args.next().and_then(|v| v.parse::<u64>().ok());
-        match (arg.as_str(), value) {
-            ("--minutes", Some(v)) if v > 0 => minutes = v,
-            ("--rate", Some(v)) if v >= 1000 => rate = v,
-            _ => usage(),
-        }
-    }
+    let Args { minutes, rate } = <Args as clap::Parser>::parse();
 
     let publisher = Bridge::bind("127.0.0.1:0")?.name("net-pub");
     let subscriber = Bridge::bind("127.0.0.1:0")?.name("net-sub");

@@ -193,7 +193,7 @@ impl<T: Message + Clone> Actor for Sink<T> {
 
 /// Receives the `publisher` example's counter and reports loss, order and one-way latency.
 #[derive(Parser, Debug)]
-#[command(name = "subscriber", version, about)]
+#[command(name = "subscriber", version, about, allow_negative_numbers = true)]
 struct Args {
     /// This bridge's socket (in --compat mode: that format's socket).
     #[arg(long, default_value = "127.0.0.1:7001", value_name = "ADDR")]
@@ -205,7 +205,7 @@ struct Args {
     #[arg(long, default_value_t = 1000, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     count: u64,
-    /// Give up after S seconds (exit 1).
+    /// Give up when S seconds pass without a new message, or without the first one (exit 1).
     #[arg(long = "timeout-s", default_value = "10", value_name = "S", value_parser = cli::parse_secs)]
     timeout: Duration,
     /// Subscribe in the ll-udp-pubsub v0.1 format to an i64 counter. That format has no
@@ -454,6 +454,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let started = Instant::now();
     let mut next_line = started + Duration::from_secs(1);
+    // The last time a message arrived (or the start): `--timeout-s` counts from it, so a long
+    // stream that keeps arriving never times out.
+    let (mut seen, mut progress_at) = (0, started);
     let mut found = Vec::new();
     let outcome = loop {
         std::thread::sleep(Duration::from_millis(1));
@@ -475,16 +478,30 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 format!("the zenoh gateway reported: {}", errors.join("; ")),
             ));
         }
-        if now - started >= args.timeout {
+        let received = shared.received.load(Ordering::Relaxed);
+        if received != seen {
+            (seen, progress_at) = (received, now);
+        }
+        if now - progress_at >= args.timeout {
+            let from = match args.transport {
+                Transport::Udp => format!(
+                    "the publisher at {}: is it running there, in the same format (--compat)?",
+                    args.publisher
+                ),
+                Transport::Shm => format!(
+                    "the shared-memory channel {}: is a publisher with --transport shm running?",
+                    Counter::TOPIC
+                ),
+                Transport::Zenoh => {
+                    "zenoh: is a publisher with --transport zenoh running, and does --zenoh-connect reach it?"
+                        .to_owned()
+                }
+            };
             break Err((
                 1,
                 format!(
-                    "timed out after {:?} with {} of {} messages from {}: is the publisher \
-                     running there, in the same format (--compat)?",
-                    args.timeout,
-                    shared.received.load(Ordering::Relaxed),
-                    args.count,
-                    args.publisher
+                    "no message for {:?} ({received} of {} received) from {from}",
+                    args.timeout, args.count,
                 ),
             ));
         }

@@ -54,39 +54,23 @@ impl Actor for Audit {
     }
 }
 
+/// A bus that runs for a while under a name, for `llbus list`, `stat` and `top` to watch.
+#[derive(clap::Parser, Debug)]
+#[command(name = "watched", about, allow_negative_numbers = true)]
 struct Args {
+    /// The bus's name, as `llbus list` shows it.
+    #[arg(long, default_value = "watched")]
     name: String,
+    /// How many prices to publish.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
     count: u64,
+    /// Prices a second [default: as fast as the bus takes them].
+    #[arg(long, value_name = "HZ")]
     rate: Option<u64>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        name: "watched".to_owned(),
-        count: 100_000,
-        rate: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--name" => args.name = value()?,
-            "--count" => args.count = value()?.parse().map_err(|e| format!("--count: {e}"))?,
-            "--rate" => {
-                args.rate = Some(value()?.parse().map_err(|e| format!("--rate: {e}"))?);
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument {other}; use --name NAME, --count N or --rate HZ"
-                ))
-            }
-        }
-    }
-    Ok(args)
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args()?;
+    let args = <Args as clap::Parser>::parse();
     let mut bus = Bus::builder();
     bus.name(&args.name);
     bus.group("work").idle(Idle::Park);

@@ -12,18 +12,18 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Every `path::function` reference in backticks in `text`.
+/// Every `path::function` reference in backticks in `text`. The function may follow a module
+/// path (`path.rs::module::function`, checked as `function` in `path.rs`) and may end in `()`.
 fn references(text: &str) -> Vec<(String, String)> {
+    let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     text.split('`')
         .skip(1)
         .step_by(2)
         .filter_map(|span| {
-            let (path, function) = span.split_once(".rs::")?;
-            let ok = !path.is_empty()
-                && !function.is_empty()
-                && function
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            let (path, rest) = span.split_once(".rs::")?;
+            let rest = rest.strip_suffix("()").unwrap_or(rest);
+            let ok = !path.is_empty() && rest.split("::").all(ident);
+            let function = rest.rsplit("::").next()?;
             ok.then(|| (format!("{path}.rs"), function.to_owned()))
         })
         .collect()
@@ -99,6 +99,14 @@ fn the_checker_sees_a_missing_test_and_an_untested_promise() {
             "no_such_test_here".to_owned()
         )]
     );
+    // A module path and a call's parentheses name the same test.
+    for span in ["`a/b.rs::m::n::t`", "`a/b.rs::t()`"] {
+        assert_eq!(
+            references(span),
+            [("a/b.rs".to_owned(), "t".to_owned())],
+            "{span}"
+        );
+    }
     let p = promises(text);
     assert_eq!(p.len(), 2);
     assert!(references(&p[1]).is_empty());

@@ -154,36 +154,65 @@ fn bridge_and_actor_share_a_thread_unless_split() {
 }
 
 /// `publisher --help`: "With --count, how long the bridge keeps running after the last
-/// message". A publisher of a few messages with no subscriber runs at least its grace period
-/// after them, then exits 0 having published them all.
+/// message: its heartbeats (ten a second) tell subscribers the last sequence number and NAKs
+/// are still answered". After its count the publisher still admits a subscriber (its bridge
+/// serves), for `--grace-ms`, then exits 0 having published every message; by default for
+/// 1000 ms.
 #[test]
 fn the_publisher_keeps_serving_for_its_grace_period_after_the_count() {
-    let started = Instant::now();
-    let bind = format!("127.0.0.1:{}", free_udp_port());
-    let (code, out, err) = run(
-        "publisher",
-        &[
-            "--bind",
-            &bind,
-            "--count",
-            "5",
-            "--rate",
-            "1000",
-            "--idle",
-            "park",
-            "--grace-ms",
-            "2500",
-        ],
+    // A subscriber that arrives after the count is admitted during the grace.
+    let port = free_udp_port();
+    let mut cmd = Command::new(example("publisher"));
+    cmd.args([
+        "--bind",
+        &format!("127.0.0.1:{port}"),
+        "--count",
+        "5",
+        "--rate",
+        "1000",
+    ])
+    .args(["--idle", "park", "--grace-ms", "3000"]);
+    let mut publ = Running::spawn("publisher", cmd);
+    assert!(
+        publ.wait_line(Duration::from_secs(30), |l| l.contains("all 5 published"))
+            .is_some(),
+        "the publisher never finished its count"
     );
-    let took = started.elapsed();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    let mut cmd = Command::new(example("subscriber"));
+    cmd.args(["--bind", &format!("127.0.0.1:{}", free_udp_port())])
+        .args(["--publisher", &format!("127.0.0.1:{port}")])
+        .args(["--count", "1", "--timeout-s", "5", "--idle", "park"]);
+    let sub = Running::spawn("subscriber", cmd);
+    let admitted = publ.wait_line(Duration::from_secs(30), |l| l.contains("subscribers 1"));
+    drop(sub);
+    let (status, out, err) = publ.finish(Duration::from_secs(30));
+    assert!(
+        admitted.is_some(),
+        "no subscriber was admitted after the count, during the grace:\n{out}\n{err}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{out}\n{err}");
     assert!(
         out.contains("PUBLISHED published=5 "),
         "every message published:\n{out}"
     );
+
+    // By default the grace is a second: from the end of the count to the exit.
+    let mut cmd = Command::new(example("publisher"));
+    cmd.args(["--bind", &format!("127.0.0.1:{}", free_udp_port())])
+        .args(["--count", "5", "--rate", "1000", "--idle", "park"]);
+    let mut publ = Running::spawn("publisher", cmd);
+    let line = publ.wait_line(Duration::from_secs(30), |l| l.contains("all 5 published"));
+    let counted = Instant::now();
+    let (status, out, err) = publ.finish(Duration::from_secs(30));
+    let grace = counted.elapsed();
     assert!(
-        took >= Duration::from_millis(2500),
-        "exited {took:?} after its start, before its 2.5 s grace:\n{out}"
+        line.is_some_and(|l| l.contains("serving for 1000 ms")),
+        "{out}"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{out}\n{err}");
+    assert!(
+        grace >= Duration::from_millis(900),
+        "exited {grace:?} after its count, before its default 1 s grace:\n{out}"
     );
 }
 

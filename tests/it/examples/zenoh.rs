@@ -96,8 +96,8 @@ fn publisher_and_subscriber_over_zenoh_deliver_everything_in_json() {
     pair_delivers_everything("json");
 }
 
-/// README "Examples" shows this pair through zenoh: the publisher with `--count 10000
-/// --wait-subscriber` and the subscriber with `--count 10000`, every other flag at its default
+/// README "Examples" shows this pair through zenoh: the publisher with `--count 2000
+/// --wait-subscriber` and the subscriber with `--count 2000`, every other flag at its default
 /// (here only the ports are this test's own). The subscriber receives its count and exits 0.
 #[test]
 fn the_readme_pair_through_zenoh_delivers_its_count_with_the_readme_flags() {
@@ -111,7 +111,7 @@ fn the_readme_pair_through_zenoh_delivers_its_count_with_the_readme_flags() {
         "--bind",
         &format!("127.0.0.1:{}", free_udp_port()),
         "--count",
-        "10000",
+        "2000",
         "--wait-subscriber",
     ]);
     let publ = Running::spawn("publisher", publ);
@@ -124,10 +124,10 @@ fn the_readme_pair_through_zenoh_delivers_its_count_with_the_readme_flags() {
         "--bind",
         &format!("127.0.0.1:{}", free_udp_port()),
         "--count",
-        "10000",
+        "2000",
     ]);
     let out = finished(Running::spawn("subscriber", sub), Duration::from_secs(60));
     let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
-    assert_eq!(r.u64("received"), 10_000, "{r}");
+    assert_eq!(r.u64("received"), 2000, "{r}");
     finished(publ, Duration::from_secs(30));
 }

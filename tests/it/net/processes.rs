@@ -392,9 +392,10 @@ fn reliable_through_loss(extra: &[&str]) -> Fields {
         "500",
         "--wait-subscriber",
         "--reliable",
-        // The subscriber stops short of the count: no grace period after the last message.
+        // The subscriber may still need retransmissions after the count: the publisher serves
+        // until it leaves (a clean stop unsubscribes), at most a minute.
         "--grace-ms",
-        "0",
+        "60000",
     ];
     pub_args.extend_from_slice(extra);
     let publ = publisher(pub_port, &pub_args);

@@ -62,9 +62,11 @@ fn run(reliable: bool, flap: Duration) -> (Fields, Fields, tests::netns::WireCou
         "10.214.0.0/16",
         "--multicast",
         DATA_GROUP,
-        // The subscribers stop short of the count: no grace period after the last message.
+        // Best-effort subscribers stop short of the count: no grace period after the last
+        // message. Reliable ones may still need retransmissions: the publisher serves until
+        // they leave (a clean stop unsubscribes), at most a minute.
         "--grace-ms",
-        "0",
+        if reliable { "60000" } else { "0" },
     ];
     if reliable {
         args.push("--reliable");
