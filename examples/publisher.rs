@@ -140,10 +140,10 @@ struct Args {
     /// the void).
     #[arg(long)]
     wait_subscriber: bool,
-    /// With --count, how long the bridge keeps running after the last message: its heartbeats
-    /// (ten a second) tell subscribers the last sequence number and NAKs are still answered. Over
-    /// native UDP it ends sooner once every subscriber it had has left (a subscriber that stops
-    /// cleanly unsubscribes).
+    /// With --count, how long the publisher keeps running after the last message. Over native
+    /// UDP its bridge's heartbeats (ten a second) tell subscribers the last sequence number, NAKs
+    /// are still answered, and it ends sooner once every subscriber it had has left (a
+    /// subscriber that stops cleanly unsubscribes); --compat has no heartbeats.
     #[arg(long = "grace-ms", default_value_t = 1000, value_name = "MS")]
     grace_ms: u64,
     /// Forget a subscriber not heard from for S seconds [default: 60]; subscribers renew every
