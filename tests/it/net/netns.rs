@@ -139,6 +139,9 @@ fn run_case_with(name: &str, shape: Netem, compat: bool, reliable: bool, load: L
         // when the count is done (a debug-built subscriber on a busy machine lags): the
         // publisher serves until it leaves (a clean stop unsubscribes), at most a minute.
         if reliable { "60000" } else { "0" },
+        // A lost unsubscribe ends the grace when the subscription expires instead.
+        "--subscriber-timeout-s",
+        "5",
     ]);
     if compat {
         publ.args(["--compat", "ll-udp"]);

@@ -393,9 +393,12 @@ fn reliable_through_loss(extra: &[&str]) -> Fields {
         "--wait-subscriber",
         "--reliable",
         // The subscriber may still need retransmissions after the count: the publisher serves
-        // until it leaves (a clean stop unsubscribes), at most a minute.
+        // until it leaves (a clean stop unsubscribes), at most a minute; if the relay loses the
+        // unsubscribe, until the subscription expires, 5 s after the last renewal.
         "--grace-ms",
         "60000",
+        "--subscriber-timeout-s",
+        "5",
     ];
     pub_args.extend_from_slice(extra);
     let publ = publisher(pub_port, &pub_args);

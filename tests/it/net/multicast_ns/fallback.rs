@@ -67,6 +67,9 @@ fn run(reliable: bool, flap: Duration) -> (Fields, Fields, tests::netns::WireCou
         // they leave (a clean stop unsubscribes), at most a minute.
         "--grace-ms",
         if reliable { "60000" } else { "0" },
+        // A lost unsubscribe ends the grace when the subscription expires instead.
+        "--subscriber-timeout-s",
+        "5",
     ];
     if reliable {
         args.push("--reliable");
