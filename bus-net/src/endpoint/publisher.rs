@@ -162,7 +162,7 @@ impl PublisherSide {
         replies: &mut Replies,
         common: &mut Common,
     ) -> Result<(), DropReason> {
-        let (src, now_ns) = (incoming.src, incoming.now_ns.wrapping_add(0));
+        let (src, now_ns) = (incoming.src, incoming.now_ns);
         if let Control::Subscribe { session, .. } = control {
             if *session == common.session {
                 // Our own Subscribe, sent to ourselves (an announcement naming one of our
