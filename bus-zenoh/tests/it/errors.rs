@@ -128,15 +128,12 @@ fn a_flood_of_refused_streams_does_not_hide_later_errors() {
 #[test]
 fn the_errors_line_names_the_latest_refusal() {
     let _zenoh = crate::fixtures::zenoh_threads(false);
-    let (a, b) = peers();
-    let mut bus = Bus::builder();
-    let app = bus.subscription_with::<Tick>("app", Backpressure::DropNewest, 64);
-    let mut gateway = Gateway::builder();
-    gateway.import::<Tick>(&mut bus, Import::new());
-    let mut running = bus.start().expect("the bus starts");
-    let gateway = gateway.start(&mut running, a).expect("the gateway starts");
-    let app = running.subscription(app).expect("the handle");
-    let client = zenoh::open(b).wait().expect("the client opens");
+    let TickImport {
+        running,
+        gateway,
+        app,
+        client,
+    } = tick_import();
     let t = matched_publisher(&client, "llbus/test.tick");
     let (fa, fb) = (0x0a0a_u64, 0x0b0b_u64);
     put_tick(

@@ -30,45 +30,41 @@ fn finished(run: Running, timeout: Duration) -> String {
     out
 }
 
+/// Starts the publisher through zenoh (listening on a free loopback port) with `pub_args`,
+/// then the subscriber (connecting to it) with `sub_args`; each on a free UDP port of its own.
+fn spawn_pair(pub_args: &[&str], sub_args: &[&str]) -> (Running, Running) {
+    let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
+    let mut publ = Command::new(example("publisher"));
+    publ.args(["--transport", "zenoh", "--zenoh-listen", &endpoint])
+        .args(["--bind", &format!("127.0.0.1:{}", free_udp_port())])
+        .args(pub_args);
+    let publ = Running::spawn("publisher", publ);
+    let mut sub = Command::new(example("subscriber"));
+    sub.args(["--transport", "zenoh", "--zenoh-connect", &endpoint])
+        .args(["--bind", &format!("127.0.0.1:{}", free_udp_port())])
+        .args(sub_args);
+    (publ, Running::spawn("subscriber", sub))
+}
+
 /// Runs the pair through zenoh in `encoding` and checks the subscriber's RESULT and the
 /// publisher's ZENOH line.
 fn pair_delivers_everything(encoding: &str) {
-    let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
-    let mut publ = Command::new(example("publisher"));
-    publ.args([
-        "--transport",
-        "zenoh",
-        "--zenoh-listen",
-        &endpoint,
-        "--zenoh-encoding",
-        encoding,
-        "--bind",
-        &format!("127.0.0.1:{}", free_udp_port()),
-        "--count",
-        &COUNT.to_string(),
-        "--rate",
-        "5000",
-        "--wait-subscriber",
-        "--idle",
-        "park",
-    ]);
-    let publ = Running::spawn("publisher", publ);
-    let mut sub = Command::new(example("subscriber"));
-    sub.args([
-        "--transport",
-        "zenoh",
-        "--zenoh-connect",
-        &endpoint,
-        "--bind",
-        &format!("127.0.0.1:{}", free_udp_port()),
-        "--count",
-        &COUNT.to_string(),
-        "--timeout-s",
-        "40",
-        "--idle",
-        "park",
-    ]);
-    let out = finished(Running::spawn("subscriber", sub), Duration::from_secs(50));
+    let count = COUNT.to_string();
+    let (publ, sub) = spawn_pair(
+        &[
+            "--zenoh-encoding",
+            encoding,
+            "--count",
+            &count,
+            "--rate",
+            "5000",
+        ]
+        .into_iter()
+        .chain(["--wait-subscriber", "--idle", "park"])
+        .collect::<Vec<_>>(),
+        &["--count", &count, "--timeout-s", "40", "--idle", "park"],
+    );
+    let out = finished(sub, Duration::from_secs(50));
     let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
     assert_eq!(r.u64("received"), COUNT, "{r}");
     assert_eq!(r.u64("datagrams_in"), COUNT, "every sample arrived: {r}");
@@ -101,32 +97,11 @@ fn publisher_and_subscriber_over_zenoh_deliver_everything_in_json() {
 /// (here only the ports are this test's own). The subscriber receives its count and exits 0.
 #[test]
 fn the_readme_pair_through_zenoh_delivers_its_count_with_the_readme_flags() {
-    let endpoint = format!("tcp/127.0.0.1:{}", free_tcp_port());
-    let mut publ = Command::new(example("publisher"));
-    publ.args([
-        "--transport",
-        "zenoh",
-        "--zenoh-listen",
-        &endpoint,
-        "--bind",
-        &format!("127.0.0.1:{}", free_udp_port()),
-        "--count",
-        "2000",
-        "--wait-subscriber",
-    ]);
-    let publ = Running::spawn("publisher", publ);
-    let mut sub = Command::new(example("subscriber"));
-    sub.args([
-        "--transport",
-        "zenoh",
-        "--zenoh-connect",
-        &endpoint,
-        "--bind",
-        &format!("127.0.0.1:{}", free_udp_port()),
-        "--count",
-        "2000",
-    ]);
-    let out = finished(Running::spawn("subscriber", sub), Duration::from_secs(60));
+    let (publ, sub) = spawn_pair(
+        &["--count", "2000", "--wait-subscriber"],
+        &["--count", "2000"],
+    );
+    let out = finished(sub, Duration::from_secs(60));
     let r = Fields::find(&out, "RESULT ").unwrap_or_else(|| panic!("no RESULT line:\n{out}"));
     assert_eq!(r.u64("received"), 2000, "{r}");
     finished(publ, Duration::from_secs(30));
