@@ -124,6 +124,7 @@ mod ring;
 mod runtime;
 pub mod schema;
 mod sync;
+mod topic;
 mod wait;
 
 #[cfg(unix)]
@@ -135,6 +136,7 @@ pub use counters::{
     RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
+pub use topic::{Topic, TopicName, TopicNameError, TopicPattern, TOPIC_NAME_MAX_LEN};
 /// The bounded bincode payload decoder that `llbus-net` and `llbus-ipc` share. Hidden, and not
 /// part of the public API: it may change in any release.
 #[doc(hidden)]

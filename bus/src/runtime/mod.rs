@@ -42,6 +42,7 @@ mod tokio_adapter;
 mod validate;
 
 pub use actor::{Actor, Context, Setup};
+pub(crate) use actor::short_type_name;
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
