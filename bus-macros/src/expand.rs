@@ -127,7 +127,7 @@ pub(crate) fn inbox(checked: &CheckedInbox<'_>) -> TokenStream {
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> ::llbus::TopicSpec::of::<#ty>()));
     let polls = variants.iter().zip(index.clone()).map(|((variant, _), i)| {
-        quote!(rx.#i.poll(budget, |message| handler(#ident::#variant(message))))
+        quote!(rx.#i.poll_topics(budget, |message, topic| handler(#ident::#variant(message), topic)))
     });
     // With no variant (already reported as an error) the arguments are unused: name them so.
     let arg = |name: &str| {
@@ -167,7 +167,7 @@ pub(crate) fn inbox(checked: &CheckedInbox<'_>) -> TokenStream {
                 (#(::llbus::Inputs::<#tys>::take(wiring),)*)
             }
 
-            fn poll<F: ::core::ops::FnMut(Self)>(
+            fn poll<F: ::core::ops::FnMut(Self, ::core::primitive::u64)>(
                 #rx: &mut Self::Receivers,
                 #budget: ::core::primitive::usize,
                 #handler: &mut F,

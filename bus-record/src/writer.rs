@@ -93,7 +93,7 @@ impl Channel {
             }
         };
         Channel {
-            topic: spec.name.to_owned(),
+            topic: spec.name.to_string(),
             message_encoding: MESSAGE_ENCODING.to_owned(),
             metadata: channel_metadata(spec),
             schema,

@@ -14,6 +14,7 @@ use std::any::TypeId;
 
 use crate::runtime::{Inputs, Wiring};
 use crate::schema::Shape;
+use crate::topic::TopicName;
 
 /// A type that can be published on the bus.
 ///
@@ -69,13 +70,12 @@ pub(crate) const fn fnv1a64(mut state: u64, bytes: &[u8]) -> u64 {
     state
 }
 
-/// One topic that an inbox subscribes to, as the wiring sees it.
-#[derive(Clone, Copy, Debug)]
+/// One topic that an inbox subscribes to or an actor publishes, as the wiring sees it: a name
+/// and a type.
+#[derive(Clone, Debug)]
 pub struct TopicSpec {
-    /// The topic name.
-    pub name: &'static str,
-    /// The topic id.
-    pub id: u64,
+    /// The topic name, with its id.
+    pub name: TopicName,
     /// The schema fingerprint.
     pub fingerprint: u64,
     /// The Rust type carried, for matching publishers to subscribers.
@@ -91,11 +91,15 @@ pub struct TopicSpec {
 }
 
 impl TopicSpec {
-    /// The spec of message type `M`.
+    /// The spec of message type `M` on its default topic (`M::TOPIC`).
     pub fn of<M: Message>() -> Self {
+        TopicSpec::named::<M>(TopicName::of::<M>())
+    }
+
+    /// The spec of message type `M` on topic `name`.
+    pub fn named<M: Message>(name: TopicName) -> Self {
         TopicSpec {
-            name: M::TOPIC,
-            id: M::TOPIC_ID,
+            name,
             fingerprint: M::FINGERPRINT,
             type_id: TypeId::of::<M>(),
             type_name: std::any::type_name::<M>(),
@@ -120,9 +124,11 @@ pub trait Inbox: Sized + Send + 'static {
     /// Takes this inbox's rings out of the wiring. Called in `start()` only.
     fn receivers(wiring: &mut Wiring) -> Self::Receivers;
 
-    /// Hands at most `budget` messages per topic to `handler`, visiting every topic once so that a
-    /// busy topic cannot starve another. Returns how many messages were handled.
-    fn poll<F: FnMut(Self)>(rx: &mut Self::Receivers, budget: usize, handler: &mut F) -> usize;
+    /// Hands at most `budget` messages per ring to `handler`, each with the id of the topic it
+    /// came on, visiting every ring once so that a busy topic cannot starve another. Returns
+    /// how many messages were handled.
+    fn poll<F: FnMut(Self, u64)>(rx: &mut Self::Receivers, budget: usize, handler: &mut F)
+        -> usize;
 
     /// True when every ring of every topic is empty and all of its publishers are gone.
     fn is_finished(rx: &Self::Receivers) -> bool;
@@ -139,8 +145,12 @@ impl<M: Message> Inbox for M {
         Inputs::take(wiring)
     }
 
-    fn poll<F: FnMut(Self)>(rx: &mut Self::Receivers, budget: usize, handler: &mut F) -> usize {
-        rx.poll(budget, handler)
+    fn poll<F: FnMut(Self, u64)>(
+        rx: &mut Self::Receivers,
+        budget: usize,
+        handler: &mut F,
+    ) -> usize {
+        rx.poll_topics(budget, handler)
     }
 
     fn is_finished(rx: &Self::Receivers) -> bool {
@@ -155,7 +165,7 @@ impl Inbox for () {
 
     fn receivers(_wiring: &mut Wiring) -> Self::Receivers {}
 
-    fn poll<F: FnMut(Self)>(_rx: &mut (), _budget: usize, _handler: &mut F) -> usize {
+    fn poll<F: FnMut(Self, u64)>(_rx: &mut (), _budget: usize, _handler: &mut F) -> usize {
         0
     }
 

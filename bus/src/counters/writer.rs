@@ -81,7 +81,7 @@ pub(crate) type Visitor<'a> = dyn FnMut(u32, &[u64], &[&str]) + 'a;
 impl Source for Report {
     fn visit(&self, rec: &mut Visitor<'_>) {
         for e in &self.edges {
-            let label = [e.topic, &e.publisher, &e.subscriber, policy_name(e.policy)];
+            let label = [e.topic.as_str(), &e.publisher, &e.subscriber, policy_name(e.policy)];
             rec(RECORD_EDGE, &edge_values(e), &label);
         }
         for a in &self.actors {
@@ -299,7 +299,7 @@ mod tests {
     fn sample() -> Report {
         Report {
             edges: vec![EdgeReport {
-                topic: "md.quote",
+                topic: crate::TopicName::new("md.quote").expect("a valid name"),
                 publisher: "feed".to_owned(),
                 subscriber: "strategy".to_owned(),
                 policy: Backpressure::DropNewest,

@@ -6,7 +6,9 @@ use std::time::Instant;
 use super::control::Control;
 use super::edge::{Inputs, Out, Output, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
+use super::decl::OutputKey;
 use crate::message::{Inbox, Message};
+use crate::topic::{Topic, TopicName};
 use crate::wait::IdleStrategy;
 
 /// A unit of work on the bus: it handles the messages of its inbox and publishes its outputs.
@@ -58,8 +60,7 @@ pub trait Actor: Send + 'static {
 /// What an actor's factory gets: its name and its output handles.
 pub struct Setup<'a> {
     pub(crate) actor: &'a str,
-    pub(crate) outputs: &'a [std::any::TypeId],
-    pub(crate) output_topics: &'a [&'static str],
+    pub(crate) outputs: &'a [OutputKey],
     pub(crate) errors: &'a mut Vec<String>,
     pub(crate) taken: &'a mut Wiring,
     pub(crate) counters: &'a ActorCounters,
@@ -69,7 +70,10 @@ impl std::fmt::Debug for Setup<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Setup")
             .field("actor", &self.actor)
-            .field("outputs", &self.output_topics)
+            .field(
+                "outputs",
+                &self.outputs.iter().map(|o| &o.declared).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -80,17 +84,30 @@ impl Setup<'_> {
         self.actor
     }
 
-    /// The handle for publishing `M`, which the actor must declare with `.publishes::<M>()`.
-    /// An undeclared output makes `start()` fail, naming the actor and the topic.
+    /// The handle for publishing `M` on its default topic, which the actor must declare with
+    /// `.publishes::<M>()`. An undeclared output makes `start()` fail, naming the actor and the
+    /// topic.
     pub fn output<M: Message + Clone>(&mut self) -> Out<M> {
+        self.output_on(&Topic::<M>::of())
+    }
+
+    /// The handle for publishing on `topic`, which the actor must declare with
+    /// `.publishes_to(&topic)` (or `.publishes::<M>()` for the type's default topic). The topic
+    /// is the one the actor's code names: if the bus remaps it, the handle publishes under the
+    /// new name.
+    pub fn output_on<M: Message + Clone>(&mut self, topic: &Topic<M>) -> Out<M> {
         let id = std::any::TypeId::of::<M>();
-        match self.outputs.iter().position(|t| *t == id) {
+        match self
+            .outputs
+            .iter()
+            .position(|o| o.type_id == id && o.declared == *topic.name())
+        {
             Some(index) => Out::new(index),
             None => {
                 self.errors.push(format!(
-                    "actor '{}' asks for an output of topic '{}' ({}) but does not declare it: add .publishes::<{}>() to its builder",
+                    "actor '{}' asks for an output of topic '{}' ({}) but does not declare it: add .publishes_to(&topic) (or .publishes::<{}>() for the type's own topic) to its builder",
                     self.actor,
-                    M::TOPIC,
+                    topic.name(),
                     std::any::type_name::<M>(),
                     short_type_name::<M>(),
                 ));
@@ -133,6 +150,10 @@ pub(crate) fn short_type_name<T>() -> &'static str {
 pub struct Context<'a> {
     pub(crate) actor: &'a str,
     pub(crate) outputs: &'a mut [Box<dyn std::any::Any + Send>],
+    /// The topics the actor receives, as they run.
+    pub(crate) topics: &'a [TopicName],
+    /// The id of the topic the message being handled came on (`on_message` only).
+    pub(crate) topic: Option<u64>,
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) now: &'a std::cell::Cell<Option<Instant>>,
     pub(crate) control: &'a Control,
@@ -268,6 +289,16 @@ impl Context<'_> {
                 self.actor, out
             ),
         }
+    }
+
+    /// The topic the message being handled came on, in `on_message` (`None` in the other
+    /// hooks): for an actor that subscribes to several topics of one type
+    /// (`.subscribes_to(&nyse).subscribes_to(&nasdaq)`). Compare its id with
+    /// [`Topic::id`] to branch without comparing names. Costs nothing on the message path: the
+    /// runner stores the id, and this looks the name up among the actor's few topics.
+    pub fn topic(&self) -> Option<&TopicName> {
+        let id = self.topic?;
+        self.topics.iter().find(|t| t.id() == id)
     }
 
     /// The time of the current round of this actor's thread: read from the clock the first

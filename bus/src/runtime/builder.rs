@@ -23,6 +23,7 @@ use super::runner::{ActorSlot, Slot};
 use super::running::RunningBus;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Inbox, Message, TopicSpec};
+use crate::topic::Topic;
 
 /// The default ring capacity of a subscription.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -54,6 +55,8 @@ pub struct BusBuilder {
     /// The bus's name (for its counters file), and whether to write that file.
     pub(super) name: Option<String>,
     pub(super) counters_file: Option<bool>,
+    /// Topic renamings (`remap`), applied in `start()`, in the order given.
+    pub(super) remaps: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for BusBuilder {
@@ -90,11 +93,13 @@ impl BusBuilder {
             supervision: Supervision::default(),
             subscribed: inbox.is_empty(),
             inbox,
+            named: Vec::new(),
             taken: Vec::new(),
             never_waits: false,
             watches_fds: false,
             inbox_name: super::actor::short_type_name::<A::In>(),
             settings: HashMap::new(),
+            topic_settings: HashMap::new(),
             default_capacity: DEFAULT_CAPACITY,
             outputs: Vec::new(),
             make_slot,
@@ -135,12 +140,22 @@ impl BusBuilder {
     /// vendor's callback, a `main` reading a file, a test) publishes through the [`Publisher`](crate::Publisher)
     /// that [`RunningBus::publisher`] gives for the returned key after `start()`. It is wired,
     /// checked and reported like an actor that publishes `T` (its name must not clash with an
-    /// actor's).
+    /// actor's). It publishes on `T`'s default topic; [`publisher_on`](Self::publisher_on)
+    /// names one.
     pub fn publisher<T: Message + Clone>(&mut self, name: &str) -> PublisherKey<T> {
+        self.publisher_on(&Topic::of(), name)
+    }
+
+    /// As [`publisher`](Self::publisher), publishing on `topic`.
+    pub fn publisher_on<T: Message + Clone>(
+        &mut self,
+        topic: &Topic<T>,
+        name: &str,
+    ) -> PublisherKey<T> {
         let index = self.declare_handle(name, make_publisher::<T>);
         let decl = self.actors.last_mut();
         if let Some(decl) = decl {
-            decl.outputs.push(OutputDecl::of::<T>());
+            decl.outputs.push(OutputDecl::on::<T>(topic.name().clone()));
         }
         PublisherKey {
             serial: self.serial,
@@ -159,19 +174,30 @@ impl BusBuilder {
     /// what every publisher of `T` publishes through the [`Subscription`](crate::Subscription) that
     /// [`RunningBus::subscription`] gives for the returned key after `start()`. One ring of
     /// `capacity` per publisher, under `policy`, as for an actor's subscription; `start()`
-    /// refuses it if nothing publishes `T`.
+    /// refuses it if nothing publishes `T`. It reads `T`'s default topic;
+    /// [`subscription_on`](Self::subscription_on) names one.
     pub fn subscription_with<T: Message>(
         &mut self,
         name: &str,
         policy: Backpressure,
         capacity: usize,
     ) -> SubscriptionKey<T> {
+        self.subscription_on(&Topic::of(), name, policy, capacity)
+    }
+
+    /// As [`subscription_with`](Self::subscription_with), reading `topic`.
+    pub fn subscription_on<T: Message>(
+        &mut self,
+        topic: &Topic<T>,
+        name: &str,
+        policy: Backpressure,
+        capacity: usize,
+    ) -> SubscriptionKey<T> {
         let index = self.declare_handle(name, make_subscription::<T>);
         if let Some(decl) = self.actors.last_mut() {
-            let spec = TopicSpec::of::<T>();
-            decl.taken.push(spec);
+            decl.taken.push(TopicSpec::named::<T>(topic.name().clone()));
             decl.settings.insert(
-                spec.type_id,
+                TypeId::of::<T>(),
                 SubscriptionDecl {
                     policy: Some(policy),
                     capacity: Some(capacity),
@@ -183,6 +209,39 @@ impl BusBuilder {
             index,
             _t: PhantomData,
         }
+    }
+
+    /// Renames topic `from` to `to` for everything on this bus that publishes or receives it,
+    /// as ROS 2's remapping does: a program's topics are renamed at deployment without a change
+    /// to its code. Applied in `start()`, to default and named topics alike, once (a name
+    /// renamed to is not renamed again); the renamed topic's id is that of `to`. `start()`
+    /// refuses an invalid name and a name renamed twice, naming both.
+    ///
+    /// ```
+    /// # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, llbus::Message)]
+    /// # #[message(topic = "md.quote")]
+    /// # struct Quote { px: f64 }
+    /// use llbus::{Backpressure, Bus, Topic};
+    ///
+    /// let mut bus = Bus::builder();
+    /// // The feed's code publishes `Quote` on its default topic, `md.quote`; this deployment
+    /// // is the NYSE one.
+    /// bus.remap("md.quote", "md.quote.nyse");
+    /// let feed = bus.publisher::<Quote>("feed");
+    /// let nyse = Topic::<Quote>::named("md.quote.nyse").unwrap();
+    /// let reader = bus.subscription_on(&nyse, "reader", Backpressure::Block, 16);
+    /// let mut running = bus.start().unwrap();
+    /// let mut feed = running.publisher(feed).unwrap();
+    /// let mut reader = running.subscription(reader).unwrap();
+    /// feed.publish(Quote { px: 1.5 }).unwrap();
+    /// assert_eq!(reader.recv().unwrap().px, 1.5);
+    /// assert!(running.report().edge("md.quote.nyse", "feed", "reader").is_some());
+    /// # drop((feed, reader));
+    /// # running.stop();
+    /// ```
+    pub fn remap(&mut self, from: &str, to: &str) -> &mut Self {
+        self.remaps.push((from.to_owned(), to.to_owned()));
+        self
     }
 
     /// Adds the declaration of a handle: an actor that no thread runs, on a "thread" of its own
@@ -206,12 +265,14 @@ impl BusBuilder {
             tick: None,
             supervision: Supervision::Stop,
             inbox: Vec::new(),
+            named: Vec::new(),
             taken: Vec::new(),
             never_waits: false,
             watches_fds: false,
             inbox_name: "()",
             subscribed: true,
-            settings: std::collections::HashMap::new(),
+            settings: HashMap::new(),
+            topic_settings: HashMap::new(),
             default_capacity: super::DEFAULT_CAPACITY,
             outputs: Vec::new(),
             make_slot,
@@ -316,18 +377,38 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
+    /// Subscribes the actor to `topic`, one of the topics of a message type its inbox takes,
+    /// instead of that type's default topic. Call it once per topic: an actor may receive
+    /// several topics of one type (two venues' quotes), and [`Context::topic`](crate::Context::topic)
+    /// tells which one each message came on. A type of the inbox that no `subscribes_to` names
+    /// keeps its default topic. `start()` refuses a topic whose type the inbox does not take,
+    /// and a topic named twice.
+    pub fn subscribes_to<M: Message>(mut self, topic: &Topic<M>) -> Self {
+        let decl = self.decl();
+        decl.subscribed = true;
+        decl.named.push(TopicSpec::named::<M>(topic.name().clone()));
+        self
+    }
+
     /// Subscribes the actor to topic `M` outside its inbox: one ring per publisher, as usual,
     /// but the rings are handed to its factory (`setup.inputs::<M>()`) for the actor to poll
     /// itself, in `poll`. For actors whose topics are known only at run time, such as the
     /// network bridge. Such an actor owns its rings, so it cannot use `Supervision::Restart`.
-    pub fn takes<M: Message>(mut self) -> Self {
-        let spec = TopicSpec::of::<M>();
+    pub fn takes<M: Message>(self) -> Self {
+        self.takes_on(&Topic::<M>::of())
+    }
+
+    /// As [`takes`](Self::takes), for `topic`. Several topics of one type can be taken: their
+    /// rings all come with `setup.inputs::<M>()`, and
+    /// [`Inputs::poll_topics`](crate::Inputs::poll_topics) tells them apart.
+    pub fn takes_on<M: Message>(mut self, topic: &Topic<M>) -> Self {
+        let spec = TopicSpec::named::<M>(topic.name().clone());
         let decl = self.decl();
         if decl
             .taken
             .iter()
             .chain(&decl.inbox)
-            .any(|t| t.type_id == spec.type_id)
+            .any(|t| t.name == spec.name)
         {
             decl.errors.push(format!(
                 "actor '{}' subscribes to topic '{}' twice (its inbox or .takes::<{}>())",
@@ -380,6 +461,26 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
+    /// Sets the backpressure of the actor's subscription to `topic`, over its type's setting.
+    pub fn backpressure_on<M: Message>(mut self, topic: &Topic<M>, policy: Backpressure) -> Self {
+        self.decl()
+            .topic_settings
+            .entry(topic.name().clone())
+            .or_default()
+            .policy = Some(policy);
+        self
+    }
+
+    /// Sets the ring capacity of the actor's subscription to `topic`, over its type's setting.
+    pub fn capacity_on<M: Message>(mut self, topic: &Topic<M>, capacity: usize) -> Self {
+        self.decl()
+            .topic_settings
+            .entry(topic.name().clone())
+            .or_default()
+            .capacity = Some(capacity);
+        self
+    }
+
     /// Sets the ring capacity of every subscription of this actor that has no capacity of its
     /// own (default [`DEFAULT_CAPACITY`]), whether those were declared before or after this.
     pub fn default_capacity(mut self, capacity: usize) -> Self {
@@ -387,18 +488,25 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
-    /// Declares that the actor publishes topic `M`; its factory gets the handle with
-    /// `setup.output::<M>()`.
-    pub fn publishes<M: Message + Clone>(mut self) -> Self {
-        let spec = TopicSpec::of::<M>();
+    /// Declares that the actor publishes topic `M` (its default topic); its factory gets the
+    /// handle with `setup.output::<M>()`.
+    pub fn publishes<M: Message + Clone>(self) -> Self {
+        self.publishes_to(&Topic::<M>::of())
+    }
+
+    /// Declares that the actor publishes `topic`; its factory gets the handle with
+    /// `setup.output_on(&topic)`. An actor may publish several topics of one type.
+    pub fn publishes_to<M: Message + Clone>(mut self, topic: &Topic<M>) -> Self {
         let decl = self.decl();
-        if decl.outputs.iter().any(|o| o.spec.type_id == spec.type_id) {
+        if decl.outputs.iter().any(|o| o.declared == *topic.name()) {
             decl.errors.push(format!(
-                "actor '{}' declares .publishes::<{}>() twice",
-                decl.name, spec.type_name
+                "actor '{}' declares that it publishes topic '{}' ({}) twice",
+                decl.name,
+                topic.name(),
+                std::any::type_name::<M>()
             ));
         } else {
-            decl.outputs.push(OutputDecl::of::<M>());
+            decl.outputs.push(OutputDecl::on::<M>(topic.name().clone()));
         }
         self
     }

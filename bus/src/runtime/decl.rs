@@ -15,20 +15,25 @@ use super::metrics::ActorCounters;
 use super::runner::Slot;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Message, TopicSpec};
+use crate::topic::TopicName;
 
 /// One declared output.
 pub(super) struct OutputDecl {
+    /// The topic it publishes: as declared until `start()` remaps it, then as it runs.
     pub(super) spec: TopicSpec,
+    /// The name the actor's code declared it under, which `Setup::output` looks up.
+    pub(super) declared: TopicName,
     pub(super) new_output: fn() -> Box<dyn AnyOutput>,
     pub(super) make_edge: EdgeMaker,
     pub(super) make_broadcast: BroadcastMaker,
 }
 
 impl OutputDecl {
-    /// The declaration of an output of topic `M`.
-    pub(super) fn of<M: Message + Clone>() -> Self {
+    /// The declaration of an output of type `M` on topic `name`.
+    pub(super) fn on<M: Message + Clone>(name: TopicName) -> Self {
         OutputDecl {
-            spec: TopicSpec::of::<M>(),
+            spec: TopicSpec::named::<M>(name.clone()),
+            declared: name,
             new_output: Output::<M>::new_erased,
             make_edge: edge_maker::<M>,
             make_broadcast: broadcast_maker::<M>,
@@ -42,11 +47,21 @@ pub(super) type SlotMaker = Box<dyn FnOnce(SlotParts) -> Box<dyn Slot>>;
 pub(super) struct SlotParts {
     pub(super) wiring: Wiring,
     pub(super) outputs: Vec<Box<dyn AnyOutput>>,
-    pub(super) output_types: Vec<TypeId>,
-    pub(super) output_topics: Vec<&'static str>,
+    pub(super) output_keys: Vec<OutputKey>,
+    /// The topics the actor receives (inbox and taken), as they run: what `Context::topic`
+    /// names.
+    pub(super) topics: Vec<TopicName>,
     pub(super) counters: Arc<ActorCounters>,
     pub(super) supervision: Supervision,
     pub(super) tick: Option<Duration>,
+}
+
+/// How a factory finds one of its actor's outputs: the type and the name the actor's code
+/// declared it under (it may run under another, remapped).
+#[derive(Clone, Debug)]
+pub(crate) struct OutputKey {
+    pub(crate) type_id: TypeId,
+    pub(crate) declared: TopicName,
 }
 
 /// Per-topic subscription settings, as declared: what is not set resolves in `start()`
@@ -65,7 +80,11 @@ pub(super) struct ActorDecl {
     pub(super) idle: Option<Idle>,
     pub(super) tick: Option<Duration>,
     pub(super) supervision: Supervision,
+    /// The inbox's topics: each inbox type's default topic until `start()` replaces a type's
+    /// default with the topics named for it (`subscribes_to`) and applies the remapping.
     pub(super) inbox: Vec<TopicSpec>,
+    /// Topics named for inbox types with `subscribes_to`, until `start()` merges them.
+    pub(super) named: Vec<TopicSpec>,
     /// Topics subscribed with `takes`: their rings go to the factory, not the inbox.
     pub(super) taken: Vec<TopicSpec>,
     /// Publishes only with `try_publish`: its edges can never make it wait.
@@ -76,6 +95,8 @@ pub(super) struct ActorDecl {
     pub(super) inbox_name: &'static str,
     pub(super) subscribed: bool,
     pub(super) settings: HashMap<TypeId, SubscriptionDecl>,
+    /// Settings for one named topic (`backpressure_on`, `capacity_on`), over the type's.
+    pub(super) topic_settings: HashMap<TopicName, SubscriptionDecl>,
     pub(super) default_capacity: usize,
     pub(super) outputs: Vec<OutputDecl>,
     pub(super) make_slot: SlotMaker,
@@ -102,4 +123,24 @@ impl std::fmt::Debug for GroupDecl {
 pub(super) struct HandleDecl {
     pub(super) index: usize,
     pub(super) make: fn(HandleParts) -> Box<dyn std::any::Any + Send>,
+}
+
+impl ActorDecl {
+    /// The subscription settings of `topic` as declared: the topic's own over its type's.
+    pub(super) fn setting(&self, topic: &TopicSpec) -> SubscriptionDecl {
+        let of_type = self
+            .settings
+            .get(&topic.type_id)
+            .copied()
+            .unwrap_or_default();
+        let of_topic = self
+            .topic_settings
+            .get(&topic.name)
+            .copied()
+            .unwrap_or_default();
+        SubscriptionDecl {
+            policy: of_topic.policy.or(of_type.policy),
+            capacity: of_topic.capacity.or(of_type.capacity),
+        }
+    }
 }

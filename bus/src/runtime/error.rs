@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::metrics::Report;
+use crate::topic::TopicName;
 use crate::wait::PinError;
 
 /// Why `start()` refused to run the bus. Each names the actor, topic or core at fault.
@@ -16,7 +17,7 @@ pub enum StartError {
         /// The subscribing actor.
         actor: String,
         /// The topic.
-        topic: &'static str,
+        topic: TopicName,
     },
     /// An actor's handler receives messages but its builder declares no subscription.
     NotSubscribed {
@@ -28,11 +29,21 @@ pub enum StartError {
     /// Two different Rust types claim the same topic name.
     TopicClash {
         /// The topic name.
-        topic: &'static str,
+        topic: TopicName,
         /// One type.
         first: &'static str,
         /// The other type.
         second: &'static str,
+    },
+    /// Two topic names whose ids ([`topic_id`](crate::topic_id)) are equal: the bus and the
+    /// wire route by id, so one of them must be renamed.
+    TopicIdCollision {
+        /// The id both names have.
+        id: u64,
+        /// One name.
+        first: TopicName,
+        /// The other name.
+        second: TopicName,
     },
     /// A core that exists but that this process may not use (outside its affinity mask, as set
     /// by `taskset` or a cpuset).
@@ -66,7 +77,7 @@ pub enum StartError {
     /// ring fills.
     SameThreadBlock {
         /// The topic.
-        topic: &'static str,
+        topic: TopicName,
         /// The publisher.
         publisher: String,
         /// The subscriber.
@@ -104,6 +115,7 @@ impl fmt::Display for StartError {
             StartError::NoPublisher { actor, topic } => write!(f, "actor '{actor}' subscribes to topic '{topic}', but no actor publishes it: add .publishes::<..>() to a publisher or drop the subscription"),
             StartError::NotSubscribed { actor, inbox } => write!(f, "actor '{actor}' receives {inbox} but its builder does not subscribe: add .subscribes::<{inbox}>()"),
             StartError::TopicClash { topic, first, second } => write!(f, "topic '{topic}' is claimed by two types, {first} and {second}: give one of them another topic name"),
+            StartError::TopicIdCollision { id, first, second } => write!(f, "topics '{first}' and '{second}' have the same id {id:#018x}: the bus routes by id, so rename one of them"),
             StartError::CoreNotAllowed { thread, core, allowed } => write!(f, "'{thread}' asks for core {core}, but this process may only run on cores {allowed:?} (its affinity mask): pick one of those, or widen the mask"),
             StartError::NoSuchCore { thread, core, online } => write!(f, "'{thread}' asks for core {core}, but this machine has {online} online cores (0..{online})"),
             StartError::SharedBusyCore { core, first, second } => write!(f, "'{first}' and '{second}' both busy-spin on core {core} and would starve each other: move one, or give one the Backoff or Park idle strategy"),

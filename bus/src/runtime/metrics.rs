@@ -10,6 +10,7 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::topic::TopicName;
 
 /// A counter with one writer: increments are a load and a store, not an atomic RMW.
 #[derive(Debug, Default)]
@@ -284,7 +285,7 @@ impl Metric {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EdgeReport {
     /// The topic name.
-    pub topic: &'static str,
+    pub topic: TopicName,
     /// The publishing actor.
     pub publisher: String,
     /// The subscribing actor.

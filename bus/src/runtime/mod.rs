@@ -33,6 +33,7 @@ mod handle;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod metrics;
+mod names;
 mod runner;
 mod running;
 mod start;

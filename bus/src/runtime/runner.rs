@@ -9,7 +9,7 @@
 //! thread's stop hooks done so that the stop protocol does not wait for it, and `join` reports
 //! the thread.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 
 use super::actor::{Actor, Context, Setup};
 use super::control::{Control, EXIT, GO_ABORT, GO_RUN, GO_WAIT, RUNNING, STOPPING};
-use super::decl::SlotParts;
+use super::decl::{OutputKey, SlotParts};
 use super::edge::{AnyOutput, Committer, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
+use crate::topic::TopicName;
 use crate::wait::IdleStrategy;
 
 /// Messages taken from one ring in one turn: bounds a turn's length, so group mates and other
@@ -136,8 +137,9 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     /// The outputs with broadcast rings, by index, and what commits each: run after every
     /// hook, so that what a hook published reaches each broadcast ring as one run.
     committers: Vec<(usize, Committer)>,
-    output_types: Vec<TypeId>,
-    output_topics: Vec<&'static str>,
+    output_keys: Vec<OutputKey>,
+    /// The topics the actor receives, as they run: what `Context::topic` looks up.
+    topics: Vec<TopicName>,
     counters: Arc<ActorCounters>,
     supervision: Supervision,
     tick: Option<Duration>,
@@ -173,8 +175,8 @@ where
             // one-thread feed-and-sink's profile (`benches/examples/one_thread_fanout.rs`;
             // docs/PERFORMANCE.md, "Where the time went (before)").
             outputs: parts.outputs.into_iter().map(AnyOutput::into_any).collect(),
-            output_types: parts.output_types,
-            output_topics: parts.output_topics,
+            output_keys: parts.output_keys,
+            topics: parts.topics,
             counters: parts.counters,
             supervision: parts.supervision,
             tick: parts.tick,
@@ -208,8 +210,7 @@ where
         let mut errors = Vec::new();
         let mut setup = Setup {
             actor: &self.name,
-            outputs: &self.output_types,
-            output_topics: &self.output_topics,
+            outputs: &self.output_keys,
             errors: &mut errors,
             taken: &mut self.taken,
             counters: &self.counters,
@@ -340,7 +341,7 @@ where
         };
         self.state = State::Alive;
         self.stopped = false;
-        let mut ctx = context(&self.name, &mut self.outputs, env);
+        let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
         let started = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
@@ -369,7 +370,7 @@ where
         let control: &Control = env.control;
         let tick = self.tick.is_some();
         let next_tick = self.next_tick;
-        let mut ctx = context(&self.name, &mut self.outputs, env);
+        let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
         let counters = &self.counters;
         // Messages whose handler returned, counted as they go so that a panic later in the
         // turn does not take the earlier ones out of the actor's figure (its edges count each
@@ -377,7 +378,8 @@ where
         let mut handled = 0u64;
         let mut tick_due = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let taken = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg| {
+            let taken = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg, topic| {
+                ctx.topic = Some(topic);
                 actor.on_message(msg, &mut ctx);
                 handled += 1;
             });
@@ -437,7 +439,7 @@ where
             return 0;
         };
         self.stopped = true;
-        let mut ctx = context(&self.name, &mut self.outputs, env);
+        let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
         let stopped = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
@@ -470,11 +472,14 @@ where
 fn context<'a>(
     name: &'a str,
     outputs: &'a mut [Box<dyn Any + Send>],
+    topics: &'a [TopicName],
     env: &'a mut Env<'_>,
 ) -> Context<'a> {
     Context {
         actor: name,
         outputs,
+        topics,
+        topic: None,
         idle: &mut *env.idle,
         now: &env.now,
         control: env.control,

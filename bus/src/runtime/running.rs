@@ -229,7 +229,7 @@ pub(super) fn edge_report_of(
     subscriber: String,
 ) -> EdgeReport {
     EdgeReport {
-        topic: e.topic,
+        topic: e.topic.clone(),
         publisher,
         subscriber,
         policy: e.policy,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::builder::BusBuilder;
 use super::control::{Control, GO_ABORT, GO_RUN};
-use super::decl::{ActorDecl, HandleDecl, SlotParts};
+use super::decl::{ActorDecl, HandleDecl, OutputKey, SlotParts};
 use super::edge::{AnyOutput, Wiring};
 use super::error::StartError;
 use super::handle::{handle_idle, HandleParts};
@@ -20,6 +20,7 @@ use super::stop::{Driver, Finished};
 use super::validate::{validate, Plan};
 use super::Backpressure;
 use crate::ring::Notify;
+use crate::topic::TopicName;
 use crate::wait::{Doorbell, IdleStrategy};
 
 /// How long a stop may take when the builder does not say.
@@ -34,6 +35,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     // The process's allowed cores, read once: pinned cores must be among them, and unpinned
     // threads run on all of them (not on whatever core the caller of `start()` is pinned to).
     let allowed = crate::wait::allowed_cores();
+    super::names::resolve(&mut bus)?;
     let plan = validate(
         &bus,
         &allowed,
@@ -195,7 +197,7 @@ fn make_rings(
             .inputs
             .entry(out.spec.type_id)
             .or_default()
-            .push(rx);
+            .push((out.spec.name.id(), rx));
     }
     for ((publisher, output, capacity), members) in broadcasts {
         let out = &decls[publisher].outputs[output];
@@ -210,7 +212,7 @@ fn make_rings(
                 .inputs
                 .entry(out.spec.type_id)
                 .or_default()
-                .push(rx);
+                .push((out.spec.name.id(), rx));
         }
     }
     let edges = plan
@@ -218,7 +220,7 @@ fn make_rings(
         .iter()
         .zip(counters)
         .map(|(e, counters)| EdgeInfo {
-            topic: decls[e.publisher].outputs[e.output].spec.name,
+            topic: decls[e.publisher].outputs[e.output].spec.name.clone(),
             publisher: decls[e.publisher].name.clone(),
             subscriber: decls[e.subscriber].name.clone(),
             policy: e.policy,
@@ -289,8 +291,20 @@ fn make_slots(
         let slot = (decl.make_slot)(SlotParts {
             wiring,
             outputs: outs,
-            output_types: decl.outputs.iter().map(|o| o.spec.type_id).collect(),
-            output_topics: decl.outputs.iter().map(|o| o.spec.name).collect(),
+            output_keys: decl
+                .outputs
+                .iter()
+                .map(|o| OutputKey {
+                    type_id: o.spec.type_id,
+                    declared: o.declared.clone(),
+                })
+                .collect(),
+            topics: decl
+                .inbox
+                .iter()
+                .chain(&decl.taken)
+                .map(|t| t.name.clone())
+                .collect(),
             counters,
             supervision: decl.supervision,
             tick: decl.tick,
@@ -423,7 +437,7 @@ fn open_counters_file(
 
 #[derive(Clone)]
 pub(super) struct EdgeInfo {
-    pub(super) topic: &'static str,
+    pub(super) topic: TopicName,
     pub(super) publisher: String,
     pub(super) subscriber: String,
     pub(super) policy: Backpressure,

@@ -140,21 +140,26 @@ fn check_actors(actors: &[ActorDecl], memory: u64) -> Result<(), StartError> {
                 )));
             }
         }
+        for name in a.topic_settings.keys() {
+            if !a.inbox.iter().chain(&a.taken).any(|t| t.name == *name) {
+                return Err(StartError::Invalid(format!(
+                    "actor '{}' sets backpressure or capacity for topic '{name}', which it does not receive",
+                    a.name
+                )));
+            }
+        }
         for topic in a.inbox.iter().chain(&a.taken) {
-            let capacity = a
-                .settings
-                .get(&topic.type_id)
-                .and_then(|s| s.capacity)
-                .unwrap_or(a.default_capacity);
+            let capacity = a.setting(topic).capacity.unwrap_or(a.default_capacity);
             check_capacity(&a.name, topic, capacity, memory)?;
         }
     }
     Ok(())
 }
 
-/// One Rust type per topic name.
+/// One Rust type per topic name, and one name per topic id.
 fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
-    let mut by_name: HashMap<&str, TopicSpec> = HashMap::new();
+    let mut by_name: HashMap<&str, &TopicSpec> = HashMap::new();
+    let mut by_id: HashMap<u64, &TopicSpec> = HashMap::new();
     for spec in actors.iter().flat_map(|a| {
         a.outputs
             .iter()
@@ -162,16 +167,28 @@ fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
             .chain(a.inbox.iter())
             .chain(a.taken.iter())
     }) {
-        match by_name.get(spec.name) {
+        match by_name.get(spec.name.as_str()) {
             Some(other) if other.type_id != spec.type_id => {
                 return Err(StartError::TopicClash {
-                    topic: spec.name,
+                    topic: spec.name.clone(),
                     first: other.type_name,
                     second: spec.type_name,
                 })
             }
             _ => {
-                by_name.insert(spec.name, *spec);
+                by_name.insert(spec.name.as_str(), spec);
+            }
+        }
+        match by_id.get(&spec.name.id()) {
+            Some(other) if other.name != spec.name => {
+                return Err(StartError::TopicIdCollision {
+                    id: spec.name.id(),
+                    first: other.name.clone(),
+                    second: spec.name.clone(),
+                })
+            }
+            _ => {
+                by_id.insert(spec.name.id(), spec);
             }
         }
     }
@@ -284,11 +301,7 @@ fn plan_edges(actors: &[ActorDecl], plan: &mut Plan) -> Result<(), StartError> {
     let mut edges = Vec::new();
     for (s, sub) in actors.iter().enumerate() {
         for topic in sub.inbox.iter().chain(&sub.taken) {
-            let setting = sub
-                .settings
-                .get(&topic.type_id)
-                .copied()
-                .unwrap_or_default();
+            let setting = sub.setting(topic);
             let policy = setting.policy.unwrap_or(Backpressure::Block);
             let capacity = setting.capacity.unwrap_or(sub.default_capacity);
             let mut found = false;
@@ -296,7 +309,7 @@ fn plan_edges(actors: &[ActorDecl], plan: &mut Plan) -> Result<(), StartError> {
                 let Some(output) = publisher
                     .outputs
                     .iter()
-                    .position(|o| o.spec.type_id == topic.type_id)
+                    .position(|o| o.spec.name == topic.name)
                 else {
                     continue;
                 };
@@ -306,7 +319,7 @@ fn plan_edges(actors: &[ActorDecl], plan: &mut Plan) -> Result<(), StartError> {
                     && thread_of[p] == thread_of[s]
                 {
                     return Err(StartError::SameThreadBlock {
-                        topic: topic.name,
+                        topic: topic.name.clone(),
                         publisher: publisher.name.clone(),
                         subscriber: sub.name.clone(),
                         thread: threads[thread_of[s]].clone(),
@@ -324,7 +337,7 @@ fn plan_edges(actors: &[ActorDecl], plan: &mut Plan) -> Result<(), StartError> {
             if !found {
                 return Err(StartError::NoPublisher {
                     actor: sub.name.clone(),
-                    topic: topic.name,
+                    topic: topic.name.clone(),
                 });
             }
         }

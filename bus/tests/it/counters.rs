@@ -53,7 +53,7 @@ fn a_running_bus_publishes_its_counters_and_removes_the_file_on_join() {
             e.policy.as_str()
         ),
         (
-            l.topic,
+            l.topic.as_str(),
             l.publisher.as_str(),
             l.subscriber.as_str(),
             "DropNewest"

@@ -151,7 +151,7 @@ fn topics_of<I: Inbox>() -> Vec<TopicSpec> {
 #[test]
 fn inbox_subscribes_to_every_variant_in_order() {
     let topics = topics_of::<StrategyIn>();
-    let names: Vec<_> = topics.iter().map(|t| t.name).collect();
+    let names: Vec<_> = topics.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(names, ["md.quote", "md.trade", "Heartbeat"]);
     let expected = [
         TopicSpec::of::<Quote>(),
@@ -159,12 +159,12 @@ fn inbox_subscribes_to_every_variant_in_order() {
         TopicSpec::of::<Heartbeat>(),
     ];
     for (got, want) in topics.iter().zip(&expected) {
-        assert_eq!(got.id, want.id);
+        assert_eq!(got.name, want.name);
         assert_eq!(got.fingerprint, want.fingerprint);
         assert_eq!(got.type_id, want.type_id);
     }
     assert_eq!(topics[1].type_id, TypeId::of::<Trade>());
-    assert_eq!(topics[1].id, llbus::topic_id("md.trade"));
+    assert_eq!(topics[1].name.id(), llbus::topic_id("md.trade"));
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn variant_types_may_be_paths() {
         Status(feed::Status),
         Quote(crate::inbox::Quote),
     }
-    let names: Vec<_> = topics_of::<ControlIn>().iter().map(|t| t.name).collect();
+    let names: Vec<_> = topics_of::<ControlIn>().iter().map(|t| t.name.to_string()).collect();
     assert_eq!(names, ["feed.status", "md.quote"]);
 }
 

@@ -109,10 +109,12 @@ impl Drop for HandledBatch<'_> {
     }
 }
 
-/// The rings of one topic that feed one actor: one per publisher. Made by the wiring in
-/// `start()` and polled by the actor's inbox.
+/// The rings of one message type that feed one actor: one per publisher of each topic of that
+/// type the actor receives. Made by the wiring in `start()` and polled by the actor's inbox.
 pub struct Inputs<M> {
     pub(super) edges: Vec<InEdge<M>>,
+    /// The topic id of each edge, in the edges' order.
+    pub(super) topics: Vec<u64>,
 }
 
 impl<M> std::fmt::Debug for Inputs<M> {
@@ -128,19 +130,28 @@ impl<M: Send + 'static> Inputs<M> {
     /// Takes this topic's rings out of the wiring (called by an inbox in `start()`).
     pub fn take(wiring: &mut Wiring) -> Self {
         let boxes = wiring.inputs.remove(&TypeId::of::<M>()).unwrap_or_default();
-        let edges = boxes
+        let (topics, edges) = boxes
             .into_iter()
-            .filter_map(|b| b.downcast::<InEdge<M>>().ok().map(|e| *e))
-            .collect();
-        Inputs { edges }
+            .filter_map(|(topic, b)| b.downcast::<InEdge<M>>().ok().map(|e| (topic, *e)))
+            .unzip();
+        Inputs { edges, topics }
     }
 
     /// Hands at most `budget` messages from each ring to `handler`, in each ring's order, and
     /// returns how many it handed over. Allocates nothing.
     #[inline]
     pub fn poll<F: FnMut(M)>(&mut self, budget: usize, mut handler: F) -> usize {
+        self.poll_topics(budget, |m, _| handler(m))
+    }
+
+    /// As [`poll`](Self::poll), handing `handler` each message with the id of the topic it
+    /// came on ([`Topic::id`](crate::Topic::id)), for an actor that receives several topics of
+    /// one type.
+    #[inline]
+    pub fn poll_topics<F: FnMut(M, u64)>(&mut self, budget: usize, mut handler: F) -> usize {
         let mut total = 0;
-        for edge in &mut self.edges {
+        for (edge, &topic) in self.edges.iter_mut().zip(&self.topics) {
+            let mut handler = |m| handler(m, topic);
             match edge {
                 InEdge::Ring { rx, counters } => {
                     let counters: &EdgeCounters = counters;

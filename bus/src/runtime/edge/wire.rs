@@ -25,10 +25,11 @@ use crate::runtime::metrics::EdgeCounters;
 use crate::runtime::Backpressure;
 
 /// The input rings made by `start()` for one actor, waiting to be taken by its inbox
-/// ([`Inputs::take`](super::Inputs::take)).
+/// ([`Inputs::take`](super::Inputs::take)): by message type, each ring with the id of the topic
+/// it carries.
 #[derive(Default)]
 pub struct Wiring {
-    pub(crate) inputs: HashMap<TypeId, Vec<Box<dyn Any + Send>>>,
+    pub(crate) inputs: HashMap<TypeId, Vec<(u64, Box<dyn Any + Send>)>>,
 }
 
 impl std::fmt::Debug for Wiring {
@@ -208,5 +209,5 @@ pub(crate) fn single_edge<M: Message + Clone>(
     if let Some(n) = wake_publisher {
         rx.notify_publisher(n);
     }
-    (Output { edges: vec![tx] }, Inputs { edges: vec![rx] })
+    (Output { edges: vec![tx] }, Inputs { edges: vec![rx], topics: vec![0] })
 }

@@ -318,7 +318,7 @@ fn start_checks_handles_like_actors() {
     let _tap = bus.subscription::<Doubled>("tap");
     match bus.start() {
         Err(StartError::NoPublisher { actor, topic }) => {
-            assert_eq!((actor.as_str(), topic), ("tap", "test.doubled"));
+            assert_eq!((actor.as_str(), topic.as_str()), ("tap", "test.doubled"));
         }
         other => panic!("expected NoPublisher, got {other:?}"),
     }

@@ -1,0 +1,104 @@
+//! Resolving a declaration's topic names in `start()`, before it is checked: the topics named
+//! for inbox types (`subscribes_to`) take the place of those types' default topics, and the
+//! bus's renamings (`remap`) apply to every topic declared. Pure: it only rewrites the
+//! declarations, so each rule is tested without running anything.
+
+use std::collections::HashMap;
+
+use super::builder::BusBuilder;
+use super::decl::ActorDecl;
+use super::error::StartError;
+use crate::topic::TopicName;
+
+/// Resolves every topic name of `bus` in place, or says which name or renaming is wrong.
+pub(super) fn resolve(bus: &mut BusBuilder) -> Result<(), StartError> {
+    let remaps = remaps(&bus.remaps)?;
+    for actor in &mut bus.actors {
+        merge_named(actor)?;
+        let rename = |name: &mut TopicName| {
+            if let Some(to) = remaps.get(name.as_str()) {
+                *name = to.clone();
+            }
+        };
+        for spec in actor.inbox.iter_mut().chain(&mut actor.taken) {
+            rename(&mut spec.name);
+        }
+        for out in &mut actor.outputs {
+            rename(&mut out.spec.name);
+        }
+        actor.topic_settings = std::mem::take(&mut actor.topic_settings)
+            .into_iter()
+            .map(|(mut name, setting)| {
+                rename(&mut name);
+                (name, setting)
+            })
+            .collect();
+        refuse_twice(actor)?;
+    }
+    Ok(())
+}
+
+/// The renamings as checked names: each `from` once, both names valid.
+fn remaps(given: &[(String, String)]) -> Result<HashMap<&str, TopicName>, StartError> {
+    let mut map: HashMap<&str, TopicName> = HashMap::new();
+    for (from, to) in given {
+        let check = |name: &str| {
+            TopicName::new(name).map_err(|e| {
+                StartError::Invalid(format!("remap(\"{from}\", \"{to}\"): {e}"))
+            })
+        };
+        let to_name = check(to)?;
+        check(from)?;
+        if let Some(earlier) = map.get(from.as_str()) {
+            return Err(StartError::Invalid(format!(
+                "topic '{from}' is remapped twice, to '{earlier}' and to '{to}': keep one"
+            )));
+        }
+        map.insert(from, to_name);
+    }
+    Ok(map)
+}
+
+/// Replaces each inbox type's default topic by the topics `subscribes_to` named for it.
+fn merge_named(actor: &mut ActorDecl) -> Result<(), StartError> {
+    if actor.named.is_empty() {
+        return Ok(());
+    }
+    let named = std::mem::take(&mut actor.named);
+    if let Some(stray) = named
+        .iter()
+        .find(|n| !actor.inbox.iter().any(|t| t.type_id == n.type_id))
+    {
+        return Err(StartError::Invalid(format!(
+            "actor '{}' subscribes to topic '{}' of type {}, which its inbox {} does not take: add the type to the inbox, or use .takes_on(&topic)",
+            actor.name, stray.name, stray.type_name, actor.inbox_name
+        )));
+    }
+    actor
+        .inbox
+        .retain(|t| !named.iter().any(|n| n.type_id == t.type_id));
+    actor.inbox.extend(named);
+    Ok(())
+}
+
+/// An actor that receives one topic twice, or publishes one topic twice, once resolved.
+fn refuse_twice(actor: &ActorDecl) -> Result<(), StartError> {
+    let received: Vec<&TopicName> = actor.inbox.iter().chain(&actor.taken).map(|t| &t.name).collect();
+    for (i, name) in received.iter().enumerate() {
+        if received[..i].contains(name) {
+            return Err(StartError::Invalid(format!(
+                "actor '{}' subscribes to topic '{name}' twice (named twice, or remapped onto a topic it already receives)",
+                actor.name
+            )));
+        }
+    }
+    for (i, out) in actor.outputs.iter().enumerate() {
+        if actor.outputs[..i].iter().any(|o| o.spec.name == out.spec.name) {
+            return Err(StartError::Invalid(format!(
+                "actor '{}' publishes topic '{}' twice (declared twice, or remapped onto a topic it already publishes)",
+                actor.name, out.spec.name
+            )));
+        }
+    }
+    Ok(())
+}
