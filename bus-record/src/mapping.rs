@@ -32,7 +32,10 @@ pub const GAPS_TOPIC: &str = "llbus.gaps";
 /// The Channel metadata of a topic.
 pub(crate) fn channel_metadata(spec: &TopicSpec) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (META_TOPIC_ID.to_owned(), format!("{:#018x}", spec.name.id())),
+        (
+            META_TOPIC_ID.to_owned(),
+            format!("{:#018x}", spec.name.id()),
+        ),
         (
             META_FINGERPRINT.to_owned(),
             format!("{:#018x}", spec.fingerprint),

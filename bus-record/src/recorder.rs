@@ -121,7 +121,11 @@ impl std::fmt::Debug for Recorder {
             .field("settings", &self.settings)
             .field(
                 "topics",
-                &self.topics.iter().map(|t| t.spec.name.as_str()).collect::<Vec<_>>(),
+                &self
+                    .topics
+                    .iter()
+                    .map(|t| t.spec.name.as_str())
+                    .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }

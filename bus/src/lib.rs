@@ -136,7 +136,6 @@ pub use counters::{
     RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
-pub use topic::{Topic, TopicName, TopicNameError, TopicPattern, TOPIC_NAME_MAX_LEN};
 /// The bounded bincode payload decoder that `llbus-net` and `llbus-ipc` share. Hidden, and not
 /// part of the public API: it may change in any release.
 #[doc(hidden)]
@@ -156,6 +155,7 @@ pub use runtime::{
     Wiring, DEFAULT_CAPACITY,
 };
 pub use schema::{Schema, ShapeHasher};
+pub use topic::{Topic, TopicName, TopicNameError, TopicPattern, TOPIC_NAME_MAX_LEN};
 pub use wait::{
     allowed_cores, online_cores, pin_to_core, run_on_cores, Backoff, BusySpin, Doorbell,
     IdleStrategy, Park, PinError, BACKOFF_YIELD,

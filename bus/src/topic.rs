@@ -148,9 +148,11 @@ fn check(name: &str, pattern: bool) -> Result<(), TopicNameError> {
             ),
         ));
     }
-    let allowed =
-        |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-') || is_separator(c);
-    if let Some(bad) = name.chars().find(|&c| !(allowed(c) || (pattern && c == '*'))) {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-') || is_separator(c);
+    if let Some(bad) = name
+        .chars()
+        .find(|&c| !(allowed(c) || (pattern && c == '*')))
+    {
         return Err(refuse(
             name,
             format!(
@@ -163,7 +165,9 @@ fn check(name: &str, pattern: bool) -> Result<(), TopicNameError> {
         if segment.is_empty() {
             return Err(refuse(
                 name,
-                format!("it has an empty segment (a leading, trailing or doubled separator); {EXAMPLE}"),
+                format!(
+                    "it has an empty segment (a leading, trailing or doubled separator); {EXAMPLE}"
+                ),
             ));
         }
         if pattern && segment.contains('*') && segment != "*" && segment != "**" {
@@ -378,7 +382,14 @@ mod tests {
 
     #[test]
     fn names_follow_the_rule_and_say_what_is_wrong() {
-        for good in ["md.quote", "md.quote.nyse", "robot7/odom", "a", "A-b_c.d/e", "x".repeat(64).as_str()] {
+        for good in [
+            "md.quote",
+            "md.quote.nyse",
+            "robot7/odom",
+            "a",
+            "A-b_c.d/e",
+            "x".repeat(64).as_str(),
+        ] {
             let name = TopicName::new(good).unwrap_or_else(|e| panic!("{good}: {e}"));
             assert_eq!(name.as_str(), good);
             assert_eq!(name.id(), topic_id(good));
@@ -408,8 +419,16 @@ mod tests {
     #[test]
     fn patterns_match_by_segment() {
         let cases: &[(&str, &[&str], &[&str])] = &[
-            ("md.quote.*", &["md.quote.nyse", "md.quote/nasdaq"], &["md.quote", "md.quote.nyse.l2", "md.trade.nyse"]),
-            ("md.**", &["md", "md.quote", "md.quote.nyse.l2"], &["mdx", "x.md"]),
+            (
+                "md.quote.*",
+                &["md.quote.nyse", "md.quote/nasdaq"],
+                &["md.quote", "md.quote.nyse.l2", "md.trade.nyse"],
+            ),
+            (
+                "md.**",
+                &["md", "md.quote", "md.quote.nyse.l2"],
+                &["mdx", "x.md"],
+            ),
             ("**", &["a", "a.b.c"], &[]),
             ("*.odom", &["robot7/odom", "r.odom"], &["odom", "a.b.odom"]),
             ("a.**.z", &["a.z", "a.b.z", "a.b.c.z"], &["a.b", "z"]),
@@ -463,12 +482,20 @@ mod tests {
         let mut checked = 0;
         for code in 0..4u32.pow(5) {
             let len = 1 + (code % 5) as usize;
-            let pat: Vec<&str> = (0..len).map(|i| parts[(code / 4u32.pow(i as u32)) as usize % 4]).collect();
+            let pat: Vec<&str> = (0..len)
+                .map(|i| parts[(code / 4u32.pow(i as u32)) as usize % 4])
+                .collect();
             let p = TopicPattern::new(&pat.join(".")).unwrap();
             for ncode in 0..2u32.pow(5) {
                 let nlen = (ncode % 5) as usize + 1;
-                let n: Vec<&str> = (0..nlen).map(|i| ["a", "b"][(ncode >> i) as usize & 1]).collect();
-                assert_eq!(p.matches(&n.join(".")), reference(&p.segments, &n), "{pat:?} {n:?}");
+                let n: Vec<&str> = (0..nlen)
+                    .map(|i| ["a", "b"][(ncode >> i) as usize & 1])
+                    .collect();
+                assert_eq!(
+                    p.matches(&n.join(".")),
+                    reference(&p.segments, &n),
+                    "{pat:?} {n:?}"
+                );
                 checked += 1;
             }
         }

@@ -81,7 +81,12 @@ pub(crate) type Visitor<'a> = dyn FnMut(u32, &[u64], &[&str]) + 'a;
 impl Source for Report {
     fn visit(&self, rec: &mut Visitor<'_>) {
         for e in &self.edges {
-            let label = [e.topic.as_str(), &e.publisher, &e.subscriber, policy_name(e.policy)];
+            let label = [
+                e.topic.as_str(),
+                &e.publisher,
+                &e.subscriber,
+                policy_name(e.policy),
+            ];
             rec(RECORD_EDGE, &edge_values(e), &label);
         }
         for a in &self.actors {

@@ -4,9 +4,9 @@
 use std::time::Instant;
 
 use super::control::Control;
+use super::decl::OutputKey;
 use super::edge::{Inputs, Out, Output, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
-use super::decl::OutputKey;
 use crate::message::{Inbox, Message};
 use crate::topic::{Topic, TopicName};
 use crate::wait::IdleStrategy;

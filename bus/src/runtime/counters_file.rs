@@ -50,7 +50,12 @@ impl Source for Live {
         for e in &self.edges {
             let snap = e.counters.snapshot();
             let report = super::running::edge_report_of(e, &snap, String::new(), String::new());
-            let label = [e.topic.as_str(), &e.publisher, &e.subscriber, policy_name(e.policy)];
+            let label = [
+                e.topic.as_str(),
+                &e.publisher,
+                &e.subscriber,
+                policy_name(e.policy),
+            ];
             rec(RECORD_EDGE, &edge_values(&report), &label);
         }
         for a in &self.actors {

@@ -42,8 +42,8 @@ mod stop;
 mod tokio_adapter;
 mod validate;
 
-pub use actor::{Actor, Context, Setup};
 pub(crate) use actor::short_type_name;
+pub use actor::{Actor, Context, Setup};
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};

@@ -43,9 +43,8 @@ fn remaps(given: &[(String, String)]) -> Result<HashMap<&str, TopicName>, StartE
     let mut map: HashMap<&str, TopicName> = HashMap::new();
     for (from, to) in given {
         let check = |name: &str| {
-            TopicName::new(name).map_err(|e| {
-                StartError::Invalid(format!("remap(\"{from}\", \"{to}\"): {e}"))
-            })
+            TopicName::new(name)
+                .map_err(|e| StartError::Invalid(format!("remap(\"{from}\", \"{to}\"): {e}")))
         };
         let to_name = check(to)?;
         check(from)?;
@@ -83,7 +82,12 @@ fn merge_named(actor: &mut ActorDecl) -> Result<(), StartError> {
 
 /// An actor that receives one topic twice, or publishes one topic twice, once resolved.
 fn refuse_twice(actor: &ActorDecl) -> Result<(), StartError> {
-    let received: Vec<&TopicName> = actor.inbox.iter().chain(&actor.taken).map(|t| &t.name).collect();
+    let received: Vec<&TopicName> = actor
+        .inbox
+        .iter()
+        .chain(&actor.taken)
+        .map(|t| &t.name)
+        .collect();
     for (i, name) in received.iter().enumerate() {
         if received[..i].contains(name) {
             return Err(StartError::Invalid(format!(
@@ -93,7 +97,10 @@ fn refuse_twice(actor: &ActorDecl) -> Result<(), StartError> {
         }
     }
     for (i, out) in actor.outputs.iter().enumerate() {
-        if actor.outputs[..i].iter().any(|o| o.spec.name == out.spec.name) {
+        if actor.outputs[..i]
+            .iter()
+            .any(|o| o.spec.name == out.spec.name)
+        {
             return Err(StartError::Invalid(format!(
                 "actor '{}' publishes topic '{}' twice (declared twice, or remapped onto a topic it already publishes)",
                 actor.name, out.spec.name

@@ -213,7 +213,10 @@ fn variant_types_may_be_paths() {
         Status(feed::Status),
         Quote(crate::inbox::Quote),
     }
-    let names: Vec<_> = topics_of::<ControlIn>().iter().map(|t| t.name.to_string()).collect();
+    let names: Vec<_> = topics_of::<ControlIn>()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
     assert_eq!(names, ["feed.status", "md.quote"]);
 }
 

@@ -15,7 +15,9 @@
 //! - `derive`: `#[derive(Message)]`'s topics and fingerprints;
 //! - `schema_decode`: the generic decoder against serde's own;
 //! - `counters`: the live counters file;
-//! - `pinning`: pinning inside the process's CPU set.
+//! - `pinning`: pinning inside the process's CPU set;
+//! - `topics`: named topics: several of one type, the topic of each message, remapping, and
+//!   the names `start()` refuses.
 //!
 //! `fixtures` holds the message types and actors several modules share. Allocation counting
 //! needs a process of its own: see `tests/alloc.rs`.
@@ -36,4 +38,5 @@ mod schema_decode;
 mod stop;
 mod supervision;
 mod tokio_edges;
+mod topics;
 mod wiring;

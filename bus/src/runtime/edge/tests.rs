@@ -61,7 +61,10 @@ fn fan_out(
         let counters = Arc::new(EdgeCounters::default());
         let (tx, rx) = make_edge::<V>(policy, capacity, true, false, Arc::clone(&counters));
         out.edges.push(tx);
-        inputs.push(Inputs { edges: vec![rx], topics: vec![0] });
+        inputs.push(Inputs {
+            edges: vec![rx],
+            topics: vec![0],
+        });
         all.push(counters);
     }
     (out, inputs, all)
@@ -198,7 +201,10 @@ fn a_clone_that_panics_in_a_burst_leaves_only_the_clones_made_counted() {
     let counters = Arc::new(EdgeCounters::default());
     let (tx, rx) = make_edge::<Fragile>(Backpressure::Block, 8, true, false, Arc::clone(&counters));
     let mut out = Output { edges: vec![tx] };
-    let mut rx = Inputs { edges: vec![rx], topics: vec![0] };
+    let mut rx = Inputs {
+        edges: vec![rx],
+        topics: vec![0],
+    };
     let burst: Vec<Fragile> = (0..5).map(Fragile).collect();
     CLONES_LEFT.with(|c| c.set(2));
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -209,5 +209,11 @@ pub(crate) fn single_edge<M: Message + Clone>(
     if let Some(n) = wake_publisher {
         rx.notify_publisher(n);
     }
-    (Output { edges: vec![tx] }, Inputs { edges: vec![rx], topics: vec![0] })
+    (
+        Output { edges: vec![tx] },
+        Inputs {
+            edges: vec![rx],
+            topics: vec![0],
+        },
+    )
 }

@@ -1,0 +1,412 @@
+//! Named topics: several topics of one type on one bus, chosen at run time; the topic each
+//! message came on; renaming at deployment; and the names `start()` refuses.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use llbus::{Actor, Backpressure, Bus, Context, Out, Setup, StartError, Topic};
+use tests::{assert_balanced, bounded};
+
+/// A quote, as two venues publish it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Quote(pub u64);
+tests::message!(Quote, "md.quote");
+
+/// A trade: a second type for inboxes of two types.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trade(pub u64);
+tests::message!(Trade, "md.trade");
+
+/// A message whose hand-written id is another name's: `x.collides` has the id of `md.quote.nyse`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Collides;
+impl llbus::Message for Collides {
+    const TOPIC: &'static str = "x.collides";
+    const TOPIC_ID: u64 = llbus::topic_id("md.quote.nyse");
+    const FINGERPRINT: u64 = 7;
+}
+
+fn topic<T: llbus::Message>(name: &str) -> Topic<T> {
+    Topic::named(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends `(topic name, value)` for every quote it handles, and `ctx.topic()` in its tick.
+struct Venues {
+    seen: mpsc::Sender<(Option<String>, u64)>,
+}
+
+impl Actor for Venues {
+    type In = Quote;
+    fn on_message(&mut self, Quote(px): Quote, ctx: &mut Context<'_>) {
+        let name = ctx.topic().map(|t| t.to_string());
+        let _ = self.seen.send((name, px));
+    }
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        // Outside `on_message` there is no current topic.
+        let _ = self
+            .seen
+            .send((ctx.topic().map(|t| t.to_string()), u64::MAX));
+    }
+}
+
+/// Takes `n` messages from `rx` that are not ticks (value `u64::MAX`), within 30 s.
+fn take(rx: &mpsc::Receiver<(Option<String>, u64)>, n: usize) -> Vec<(Option<String>, u64)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let m = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a message within 30 s");
+        if m.1 != u64::MAX {
+            got.push(m);
+        }
+    }
+    got
+}
+
+#[test]
+fn two_venues_of_one_type_reach_one_actor_that_learns_each_messages_topic() {
+    bounded("two venues, one actor", 60, || {
+        let (nyse, nasdaq) = (
+            topic::<Quote>("md.quote.nyse"),
+            topic::<Quote>("md.quote.nasdaq"),
+        );
+        let mut bus = Bus::builder();
+        let to_nyse = bus.publisher_on(&nyse, "nyse-feed");
+        let to_nasdaq = bus.publisher_on(&nasdaq, "nasdaq-feed");
+        let (tx, rx) = mpsc::channel();
+        bus.actor("strategy", move |_: &mut Setup<'_>| Venues {
+            seen: tx.clone(),
+        })
+        .subscribes_to(&nyse)
+        .subscribes_to(&nasdaq)
+        .tick_every(Duration::from_millis(5));
+        let mut running = bus.start().expect("start");
+        let mut to_nyse = running.publisher(to_nyse).expect("nyse");
+        let mut to_nasdaq = running.publisher(to_nasdaq).expect("nasdaq");
+        for i in 0..100 {
+            to_nyse.publish(Quote(i)).expect("publish");
+            to_nasdaq.publish(Quote(1000 + i)).expect("publish");
+        }
+        let got = take(&rx, 200);
+        for (name, px) in &got {
+            let want = if *px < 1000 {
+                "md.quote.nyse"
+            } else {
+                "md.quote.nasdaq"
+            };
+            assert_eq!(name.as_deref(), Some(want), "quote {px}");
+        }
+        // Each venue's quotes in order.
+        let order = |venue: &str| -> Vec<u64> {
+            got.iter()
+                .filter(|(n, _)| n.as_deref() == Some(venue))
+                .map(|(_, px)| *px)
+                .collect()
+        };
+        assert_eq!(order("md.quote.nyse"), (0..100).collect::<Vec<_>>());
+        assert_eq!(order("md.quote.nasdaq"), (1000..1100).collect::<Vec<_>>());
+        // And a tick sees no topic.
+        let tick = loop {
+            let m = rx.recv_timeout(Duration::from_secs(30)).expect("a tick");
+            if m.1 == u64::MAX {
+                break m;
+            }
+        };
+        assert_eq!(tick.0, None);
+        drop((to_nyse, to_nasdaq));
+        running.stop();
+        let report = running.join().expect("join");
+        assert_balanced(&report);
+        for (venue, feed) in [
+            ("md.quote.nyse", "nyse-feed"),
+            ("md.quote.nasdaq", "nasdaq-feed"),
+        ] {
+            let e = report.edge(venue, feed, "strategy").expect("edge");
+            assert_eq!((e.published, e.handled), (100, 100), "{venue}");
+        }
+        // The type's default topic is not subscribed once topics are named for it.
+        assert!(report.edges.iter().all(|e| e.topic != "md.quote"));
+    });
+}
+
+/// Publishes each number it gets on one of two topics of one type: even on `even`, odd on
+/// `odd`.
+struct Splitter {
+    even: Out<Quote>,
+    odd: Out<Quote>,
+}
+
+impl Actor for Splitter {
+    type In = Trade;
+    fn on_message(&mut self, Trade(n): Trade, ctx: &mut Context<'_>) {
+        let out = if n % 2 == 0 { self.even } else { self.odd };
+        ctx.publish(out, Quote(n));
+    }
+}
+
+#[test]
+fn an_actor_publishes_two_topics_of_one_type_and_each_subscriber_gets_its_own() {
+    bounded("two outputs of one type", 60, || {
+        let (even, odd) = (topic::<Quote>("q.even"), topic::<Quote>("q.odd"));
+        let mut bus = Bus::builder();
+        let feed = bus.publisher::<Trade>("feed");
+        let (e2, o2) = (even.clone(), odd.clone());
+        bus.actor("splitter", move |setup: &mut Setup<'_>| Splitter {
+            even: setup.output_on(&e2),
+            odd: setup.output_on(&o2),
+        })
+        .subscribes::<Trade>()
+        .publishes_to(&even)
+        .publishes_to(&odd);
+        let evens = bus.subscription_on(&even, "evens", Backpressure::Block, 64);
+        let odds = bus.subscription_on(&odd, "odds", Backpressure::Block, 64);
+        let mut running = bus.start().expect("start");
+        let mut feed = running.publisher(feed).expect("feed");
+        let mut evens = running.subscription(evens).expect("evens");
+        let mut odds = running.subscription(odds).expect("odds");
+        for n in 0..40 {
+            feed.publish(Trade(n)).expect("publish");
+        }
+        let mut got = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            got.0
+                .push(evens.recv_timeout(Duration::from_secs(30)).expect("even").0);
+            got.1
+                .push(odds.recv_timeout(Duration::from_secs(30)).expect("odd").0);
+        }
+        assert_eq!(got.0, (0..40).step_by(2).collect::<Vec<_>>());
+        assert_eq!(got.1, (1..40).step_by(2).collect::<Vec<_>>());
+        drop(feed);
+        running.stop();
+        let report = running.join().expect("join");
+        assert_balanced(&report);
+        assert_eq!(
+            report
+                .edge("q.even", "splitter", "evens")
+                .map(|e| e.handled),
+            Some(20)
+        );
+        assert_eq!(
+            report.edge("q.odd", "splitter", "odds").map(|e| e.handled),
+            Some(20)
+        );
+    });
+}
+
+#[test]
+fn a_remap_renames_a_programs_default_topic_for_its_publishers_and_subscribers() {
+    bounded("remap", 60, || {
+        let mut bus = Bus::builder();
+        bus.remap("md.quote", "site2.md.quote");
+        // Code written for the default topic, on both sides.
+        let feed = bus.publisher::<Quote>("feed");
+        let (tx, rx) = mpsc::channel();
+        bus.actor("strategy", move |_: &mut Setup<'_>| Venues {
+            seen: tx.clone(),
+        })
+        .subscribes::<Quote>();
+        let mut running = bus.start().expect("start");
+        let mut feed = running.publisher(feed).expect("feed");
+        feed.publish(Quote(7)).expect("publish");
+        assert_eq!(take(&rx, 1), [(Some("site2.md.quote".to_owned()), 7)]);
+        drop(feed);
+        running.stop();
+        let report = running.join().expect("join");
+        let e = report
+            .edge("site2.md.quote", "feed", "strategy")
+            .expect("renamed edge");
+        assert_eq!(e.handled, 1);
+        assert!(report.edge("md.quote", "feed", "strategy").is_none());
+    });
+}
+
+#[test]
+fn per_topic_settings_override_the_types() {
+    let (nyse, nasdaq) = (
+        topic::<Quote>("md.quote.nyse"),
+        topic::<Quote>("md.quote.nasdaq"),
+    );
+    let mut bus = Bus::builder();
+    let _a = bus.publisher_on(&nyse, "nyse-feed");
+    let _b = bus.publisher_on(&nasdaq, "nasdaq-feed");
+    let (tx, _rx) = mpsc::channel();
+    bus.actor("strategy", move |_: &mut Setup<'_>| Venues {
+        seen: tx.clone(),
+    })
+    .subscribes_to(&nyse)
+    .subscribes_to(&nasdaq)
+    .backpressure::<Quote>(Backpressure::DropNewest)
+    .backpressure_on(&nyse, Backpressure::Latest);
+    let running = bus.start().expect("start");
+    let report = running.snapshot();
+    let policy = |venue: &str, feed: &str| report.edge(venue, feed, "strategy").map(|e| e.policy);
+    assert_eq!(
+        policy("md.quote.nyse", "nyse-feed"),
+        Some(Backpressure::Latest)
+    );
+    assert_eq!(
+        policy("md.quote.nasdaq", "nasdaq-feed"),
+        Some(Backpressure::DropNewest)
+    );
+    running.stop();
+}
+
+/// The start error of `bus`, which must be refused.
+fn refused(bus: llbus::BusBuilder) -> StartError {
+    match bus.start() {
+        Err(e) => e,
+        Ok(running) => {
+            running.stop();
+            panic!("the bus started")
+        }
+    }
+}
+
+#[test]
+fn start_refuses_two_types_on_one_name_naming_both() {
+    let mut bus = Bus::builder();
+    let _q = bus.publisher_on(&topic::<Quote>("md.shared"), "quotes");
+    let _t = bus.publisher_on(&topic::<Trade>("md.shared"), "trades");
+    let e = refused(bus);
+    assert!(
+        matches!(&e, StartError::TopicClash { topic, .. } if topic == "md.shared"),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("Quote") && text.contains("Trade"), "{text}");
+}
+
+#[test]
+fn start_refuses_two_names_with_one_id_naming_both() {
+    let mut bus = Bus::builder();
+    let _q = bus.publisher_on(&topic::<Quote>("md.quote.nyse"), "quotes");
+    let _c = bus.publisher::<Collides>("collides");
+    let e = refused(bus);
+    match &e {
+        StartError::TopicIdCollision { id, first, second } => {
+            assert_eq!(*id, llbus::topic_id("md.quote.nyse"));
+            let mut names = [first.to_string(), second.to_string()];
+            names.sort();
+            assert_eq!(names, ["md.quote.nyse", "x.collides"]);
+        }
+        other => panic!("expected TopicIdCollision, got {other}"),
+    }
+    assert!(e.to_string().contains("md.quote.nyse") && e.to_string().contains("x.collides"));
+}
+
+#[test]
+fn start_refuses_a_named_topic_of_a_type_the_inbox_does_not_take() {
+    let mut bus = Bus::builder();
+    let _t = bus.publisher_on(&topic::<Trade>("md.trade.nyse"), "trades");
+    let (tx, _rx) = mpsc::channel();
+    bus.actor("strategy", move |_: &mut Setup<'_>| Venues {
+        seen: tx.clone(),
+    })
+    .subscribes_to(&topic::<Trade>("md.trade.nyse"));
+    let e = refused(bus).to_string();
+    assert!(
+        e.contains("strategy") && e.contains("md.trade.nyse") && e.contains("does not take"),
+        "{e}"
+    );
+}
+
+#[test]
+fn start_refuses_bad_and_conflicting_remaps_naming_them() {
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (&[("md.quote", "md..quote")], "md..quote"),
+        (&[("md quote", "md.quote")], "md quote"),
+        (
+            &[("md.quote", "a.b"), ("md.quote", "c.d")],
+            "remapped twice",
+        ),
+    ];
+    for (remaps, says) in cases {
+        let mut bus = Bus::builder();
+        for (from, to) in remaps {
+            bus.remap(from, to);
+        }
+        let _q = bus.publisher::<Quote>("quotes");
+        let e = refused(bus).to_string();
+        assert!(e.contains(says), "{remaps:?}: {e}");
+    }
+}
+
+#[test]
+fn start_refuses_a_topic_received_twice_once_remapped() {
+    let mut bus = Bus::builder();
+    bus.remap("md.quote.nasdaq", "md.quote.nyse");
+    let _a = bus.publisher_on(&topic::<Quote>("md.quote.nyse"), "feed");
+    let (tx, _rx) = mpsc::channel();
+    bus.actor("strategy", move |_: &mut Setup<'_>| Venues {
+        seen: tx.clone(),
+    })
+    .subscribes_to(&topic::<Quote>("md.quote.nyse"))
+    .subscribes_to(&topic::<Quote>("md.quote.nasdaq"));
+    let e = refused(bus).to_string();
+    assert!(
+        e.contains("strategy") && e.contains("md.quote.nyse") && e.contains("twice"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_factory_asking_for_an_undeclared_named_output_is_refused_naming_it() {
+    let mut bus = Bus::builder();
+    bus.actor("splitter", |setup: &mut Setup<'_>| Splitter {
+        even: setup.output_on(&topic::<Quote>("q.even")),
+        odd: setup.output_on(&topic::<Quote>("q.odd")),
+    })
+    .subscribes::<Trade>()
+    .publishes_to(&topic::<Quote>("q.even"));
+    let _feed = bus.publisher::<Trade>("feed");
+    let e = refused(bus).to_string();
+    assert!(e.contains("splitter") && e.contains("q.odd"), "{e}");
+}
+
+#[test]
+fn taken_rings_of_two_topics_come_with_their_topic_ids() {
+    bounded("takes_on", 60, || {
+        let (nyse, nasdaq) = (
+            topic::<Quote>("md.quote.nyse"),
+            topic::<Quote>("md.quote.nasdaq"),
+        );
+        let mut bus = Bus::builder();
+        let to_nyse = bus.publisher_on(&nyse, "nyse-feed");
+        let to_nasdaq = bus.publisher_on(&nasdaq, "nasdaq-feed");
+        let (tx, rx) = mpsc::channel::<(u64, u64)>();
+        struct Taker {
+            rings: llbus::Inputs<Quote>,
+            seen: mpsc::Sender<(u64, u64)>,
+        }
+        impl Actor for Taker {
+            type In = ();
+            fn on_message(&mut self, (): (), _: &mut Context<'_>) {}
+            fn poll(&mut self, _: &mut Context<'_>) -> usize {
+                let seen = &self.seen;
+                self.rings.poll_topics(64, |Quote(px), id| {
+                    let _ = seen.send((id, px));
+                })
+            }
+        }
+        bus.actor("taker", move |setup: &mut Setup<'_>| Taker {
+            rings: setup.inputs::<Quote>(),
+            seen: tx.clone(),
+        })
+        .supervision(llbus::Supervision::Stop)
+        .takes_on(&nyse)
+        .takes_on(&nasdaq);
+        let mut running = bus.start().expect("start");
+        let mut to_nyse = running.publisher(to_nyse).expect("nyse");
+        let mut to_nasdaq = running.publisher(to_nasdaq).expect("nasdaq");
+        to_nyse.publish(Quote(1)).expect("publish");
+        to_nasdaq.publish(Quote(2)).expect("publish");
+        let mut got: Vec<(u64, u64)> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(30)).expect("a quote"))
+            .collect();
+        got.sort_by_key(|(_, px)| *px);
+        assert_eq!(got, [(nyse.id(), 1), (nasdaq.id(), 2)]);
+        drop((to_nyse, to_nasdaq));
+        running.stop();
+        assert_balanced(&running.join().expect("join"));
+    });
+}
