@@ -2,7 +2,8 @@
 //! (`tests::CountingAlloc`) counts allocations, to show that the hot paths allocate nothing once
 //! set up. The ring after construction (a million single pushes and pops, batches, the
 //! latest-value slot, a doorbell ring); the bus after `start()` (a source, a relay with fan-out
-//! to two subscribers, one `Latest`, and a sink, in steady state); the external handles
+//! to two subscribers, one `Latest`, and a sink, in steady state; two named topics of one type,
+//! one remapped, into one actor that asks each message's topic); the external handles
 //! (a `Publisher` fanning out to a ring and a `Latest` slot, then into a full `DropNewest` ring,
 //! and a `Subscription` receiving), and the counters file's snapshotter.
 //!
@@ -154,6 +155,90 @@ fn publishing_and_handling_allocate_nothing_after_start() {
     assert_eq!(after - before, 0, "the bus allocated while messages flowed");
     assert!(report.edge("alloc.fill", "relay", "dashboard").is_some());
     assert!(latest.load(Ordering::Relaxed) > 0);
+}
+
+/// Publishes each tick on one of two topics of one type, by parity.
+struct TwoVenues {
+    n: u64,
+    a: Out<Tick>,
+    b: Out<Tick>,
+}
+impl Actor for TwoVenues {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        for _ in 0..16 {
+            self.n += 1;
+            let out = if self.n % 2 == 0 { self.a } else { self.b };
+            ctx.publish(out, Tick(self.n));
+        }
+        16
+    }
+}
+
+/// Counts the ticks that came on topic `a`, asking the context for each message's topic.
+struct ByVenue {
+    a: u64,
+    on_a: Arc<AtomicU64>,
+    handled: Arc<AtomicU64>,
+}
+impl Actor for ByVenue {
+    type In = Tick;
+    fn on_message(&mut self, _t: Tick, ctx: &mut Context<'_>) {
+        if ctx.topic().map(|t| t.id()) == Some(self.a) {
+            self.on_a.fetch_add(1, Ordering::Relaxed);
+        }
+        self.handled.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn named_topics_and_the_topic_of_each_message_allocate_nothing_after_start() {
+    let _alone = one_at_a_time();
+    let a = llbus::Topic::<Tick>::named("alloc.tick.a").expect("name");
+    let b = llbus::Topic::<Tick>::named("alloc.tick.b").expect("name");
+    let (handled, on_a) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut bus = Bus::builder();
+    bus.remap("alloc.tick.b", "alloc.tick.b2");
+    let (a2, b2) = (a.clone(), b.clone());
+    bus.actor("venues", move |s: &mut Setup<'_>| TwoVenues {
+        n: 0,
+        a: s.output_on(&a2),
+        b: s.output_on(&b2),
+    })
+    .publishes_to(&a)
+    .publishes_to(&b);
+    let (h, o, id) = (Arc::clone(&handled), Arc::clone(&on_a), a.id());
+    bus.actor("strategy", move |_: &mut Setup<'_>| ByVenue {
+        a: id,
+        on_a: Arc::clone(&o),
+        handled: Arc::clone(&h),
+    })
+    .subscribes_to(&a)
+    .subscribes_to(&llbus::Topic::<Tick>::named("alloc.tick.b2").expect("name"));
+    let running = bus.start().expect("valid");
+
+    wait_until(&handled, 20_000);
+    let before = ALLOC.allocations();
+    let from = handled.load(Ordering::Relaxed);
+    wait_until(&handled, from + 200_000);
+    let after = ALLOC.allocations();
+
+    running.stop();
+    let report = running.join().expect("clean stop");
+    assert_eq!(
+        after - before,
+        0,
+        "named topics allocated while messages flowed"
+    );
+    let total = handled.load(Ordering::Relaxed);
+    let a_count = on_a.load(Ordering::Relaxed);
+    // Half of the ticks came on each topic, and the handler told them apart.
+    assert!(
+        a_count * 2 >= total - 1 && a_count * 2 <= total + 1,
+        "{a_count} of {total}"
+    );
+    assert!(report.edge("alloc.tick.b2", "venues", "strategy").is_some());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -410,3 +410,75 @@ fn taken_rings_of_two_topics_come_with_their_topic_ids() {
         assert_balanced(&running.join().expect("join"));
     });
 }
+
+/// An inbox of two types, as `#[derive(Inbox)]` writes it.
+#[derive(llbus::Inbox)]
+enum Market {
+    Quote(Quote),
+    Trade(Trade),
+}
+
+/// Sends the topic and value of every message of its two-type inbox.
+struct MarketLog {
+    seen: mpsc::Sender<(Option<String>, u64)>,
+}
+
+impl Actor for MarketLog {
+    type In = Market;
+    fn on_message(&mut self, m: Market, ctx: &mut Context<'_>) {
+        let n = match m {
+            Market::Quote(Quote(n)) | Market::Trade(Trade(n)) => n,
+        };
+        let _ = self.seen.send((ctx.topic().map(|t| t.to_string()), n));
+    }
+}
+
+#[test]
+fn a_derived_inbox_takes_named_topics_for_one_type_and_the_default_for_the_other() {
+    bounded("derived inbox", 60, || {
+        let (nyse, nasdaq) = (
+            topic::<Quote>("md.quote.nyse"),
+            topic::<Quote>("md.quote.nasdaq"),
+        );
+        let mut bus = Bus::builder();
+        let to_nyse = bus.publisher_on(&nyse, "nyse-feed");
+        let to_nasdaq = bus.publisher_on(&nasdaq, "nasdaq-feed");
+        let trades = bus.publisher::<Trade>("trades");
+        let (tx, rx) = mpsc::channel();
+        bus.actor("log", move |_: &mut Setup<'_>| MarketLog {
+            seen: tx.clone(),
+        })
+        .subscribes::<Market>()
+        .subscribes_to(&nyse)
+        .subscribes_to(&nasdaq);
+        let mut running = bus.start().expect("start");
+        running
+            .publisher(to_nyse)
+            .expect("nyse")
+            .publish(Quote(1))
+            .expect("publish");
+        running
+            .publisher(to_nasdaq)
+            .expect("nasdaq")
+            .publish(Quote(2))
+            .expect("publish");
+        running
+            .publisher(trades)
+            .expect("trades")
+            .publish(Trade(3))
+            .expect("publish");
+        let mut got = take(&rx, 3);
+        got.sort_by_key(|(_, n)| *n);
+        let names: Vec<_> = got.iter().map(|(t, _)| t.as_deref()).collect();
+        assert_eq!(
+            names,
+            [
+                Some("md.quote.nyse"),
+                Some("md.quote.nasdaq"),
+                Some("md.trade")
+            ]
+        );
+        running.stop();
+        assert_balanced(&running.join().expect("join"));
+    });
+}
