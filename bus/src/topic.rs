@@ -460,7 +460,7 @@ mod tests {
     fn patterns_with_many_stars_match_as_a_backtracking_matcher_would() {
         // A naive recursive matcher takes about 32^12 steps on this pair; a `**` that
         // backtracks only to the last star takes at most 24 * 32.
-        let pattern = vec!["**.a"; 12].join(".");
+        let pattern = ["**.a"; 12].join(".");
         let p = TopicPattern::new(&pattern).unwrap();
         let mut name = vec!["a"; 31];
         name.push("b");

@@ -29,8 +29,11 @@ use crate::runtime::Backpressure;
 /// it carries.
 #[derive(Default)]
 pub struct Wiring {
-    pub(crate) inputs: HashMap<TypeId, Vec<(u64, Box<dyn Any + Send>)>>,
+    pub(crate) inputs: HashMap<TypeId, Vec<TopicRing>>,
 }
+
+/// One input ring, type-erased, with the id of the topic it carries.
+pub(crate) type TopicRing = (u64, Box<dyn Any + Send>);
 
 impl std::fmt::Debug for Wiring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
