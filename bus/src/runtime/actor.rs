@@ -7,6 +7,7 @@ use super::control::Control;
 use super::decl::OutputKey;
 use super::edge::{Inputs, Out, Output, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
+use super::names::Renames;
 use crate::message::{Inbox, Message};
 use crate::topic::{Topic, TopicName};
 use crate::wait::IdleStrategy;
@@ -61,6 +62,7 @@ pub trait Actor: Send + 'static {
 pub struct Setup<'a> {
     pub(crate) actor: &'a str,
     pub(crate) outputs: &'a [OutputKey],
+    pub(crate) renames: &'a Renames,
     pub(crate) errors: &'a mut Vec<String>,
     pub(crate) taken: &'a mut Wiring,
     pub(crate) counters: &'a ActorCounters,
@@ -82,6 +84,17 @@ impl Setup<'_> {
     /// The actor's name.
     pub fn name(&self) -> &str {
         self.actor
+    }
+
+    /// The name `topic` runs under on this bus: itself, or what [`BusBuilder::remap`](crate::BusBuilder::remap)
+    /// renamed it to. The bus routes by the running name; a component that puts topic ids on a
+    /// wire or in a file (a network bridge, a recorder) uses it too, so that a renamed topic is
+    /// renamed everywhere.
+    pub fn topic<M: Message>(&self, topic: &Topic<M>) -> Topic<M> {
+        match self.renames.get(topic.name().as_str()) {
+            Some(to) => Topic::with_name(to.clone()),
+            None => topic.clone(),
+        }
     }
 
     /// The handle for publishing `M` on its default topic, which the actor must declare with

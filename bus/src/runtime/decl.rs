@@ -12,6 +12,7 @@ use super::edge::{
 };
 use super::handle::HandleParts;
 use super::metrics::ActorCounters;
+use super::names::Renames;
 use super::runner::Slot;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Message, TopicSpec};
@@ -51,6 +52,8 @@ pub(super) struct SlotParts {
     /// The topics the actor receives (inbox and taken), as they run: what `Context::topic`
     /// names.
     pub(super) topics: Vec<TopicName>,
+    /// The bus's renamings, for `Setup::topic`.
+    pub(super) renames: Arc<Renames>,
     pub(super) counters: Arc<ActorCounters>,
     pub(super) supervision: Supervision,
     pub(super) tick: Option<Duration>,

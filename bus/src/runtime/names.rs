@@ -10,8 +10,12 @@ use super::decl::ActorDecl;
 use super::error::StartError;
 use crate::topic::TopicName;
 
-/// Resolves every topic name of `bus` in place, or says which name or renaming is wrong.
-pub(super) fn resolve(bus: &mut BusBuilder) -> Result<(), StartError> {
+/// The bus's renamings: from a declared name to the name it runs under.
+pub(crate) type Renames = HashMap<String, TopicName>;
+
+/// Resolves every topic name of `bus` in place, or says which name or renaming is wrong, and
+/// returns the renamings (for `Setup::topic`).
+pub(super) fn resolve(bus: &mut BusBuilder) -> Result<Renames, StartError> {
     let remaps = remaps(&bus.remaps)?;
     for actor in &mut bus.actors {
         merge_named(actor)?;
@@ -35,7 +39,10 @@ pub(super) fn resolve(bus: &mut BusBuilder) -> Result<(), StartError> {
             .collect();
         refuse_twice(actor)?;
     }
-    Ok(())
+    Ok(remaps
+        .into_iter()
+        .map(|(from, to)| (from.to_owned(), to))
+        .collect())
 }
 
 /// The renamings as checked names: each `from` once, both names valid.

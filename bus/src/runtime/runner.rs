@@ -21,6 +21,7 @@ use super::decl::{OutputKey, SlotParts};
 use super::edge::{AnyOutput, Committer, Wiring};
 use super::error::{panic_message, StartError};
 use super::metrics::ActorCounters;
+use super::names::Renames;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
 use crate::topic::TopicName;
@@ -140,6 +141,7 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     output_keys: Vec<OutputKey>,
     /// The topics the actor receives, as they run: what `Context::topic` looks up.
     topics: Vec<TopicName>,
+    renames: Arc<Renames>,
     counters: Arc<ActorCounters>,
     supervision: Supervision,
     tick: Option<Duration>,
@@ -177,6 +179,7 @@ where
             outputs: parts.outputs.into_iter().map(AnyOutput::into_any).collect(),
             output_keys: parts.output_keys,
             topics: parts.topics,
+            renames: parts.renames,
             counters: parts.counters,
             supervision: parts.supervision,
             tick: parts.tick,
@@ -211,6 +214,7 @@ where
         let mut setup = Setup {
             actor: &self.name,
             outputs: &self.output_keys,
+            renames: &self.renames,
             errors: &mut errors,
             taken: &mut self.taken,
             counters: &self.counters,

@@ -14,6 +14,7 @@ use super::edge::{AnyOutput, Wiring};
 use super::error::StartError;
 use super::handle::{handle_idle, HandleParts};
 use super::metrics::{ActorCounters, EdgeCounters};
+use super::names::Renames;
 use super::runner::{run_thread, ThreadPlan};
 use super::running::RunningBus;
 use super::stop::{Driver, Finished};
@@ -35,7 +36,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     // The process's allowed cores, read once: pinned cores must be among them, and unpinned
     // threads run on all of them (not on whatever core the caller of `start()` is pinned to).
     let allowed = crate::wait::allowed_cores();
-    super::names::resolve(&mut bus)?;
+    let renames = Arc::new(super::names::resolve(&mut bus)?);
     let plan = validate(
         &bus,
         &allowed,
@@ -51,7 +52,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     let bells: Vec<Option<Arc<Doorbell>>> = idles.iter().map(|i| i.doorbell()).collect();
     let (outputs, wirings, edges) = make_rings(&decls, &plan, &bells);
     let (thread_plans, actors, handle_decls) =
-        make_slots(decls, &plan, &allowed, idles, outputs, wirings);
+        make_slots(decls, &plan, &allowed, idles, outputs, wirings, &renames);
 
     // Handles' "threads" are never spawned: the handle takes the thread's idle strategy. The
     // others are numbered for `Control` in the order they are spawned.
@@ -250,6 +251,7 @@ fn make_slots(
     idles: Vec<Idle>,
     outputs: Outputs,
     wirings: Vec<Wiring>,
+    renames: &Arc<Renames>,
 ) -> (Vec<ThreadPlan>, Vec<ActorInfo>, Vec<PendingHandle>) {
     let mut plans: Vec<ThreadPlan> = plan
         .threads
@@ -299,6 +301,7 @@ fn make_slots(
                     declared: o.declared.clone(),
                 })
                 .collect(),
+            renames: Arc::clone(renames),
             topics: decl
                 .inbox
                 .iter()

@@ -482,3 +482,40 @@ fn a_derived_inbox_takes_named_topics_for_one_type_and_the_default_for_the_other
         assert_balanced(&running.join().expect("join"));
     });
 }
+
+#[test]
+fn a_factory_learns_the_name_each_declared_topic_runs_under() {
+    let mut bus = Bus::builder();
+    bus.remap("md.quote", "site2.md.quote");
+    let (tx, rx) = mpsc::channel();
+    bus.actor("feed", move |setup: &mut Setup<'_>| {
+        let renamed = setup.topic(&Topic::<Quote>::of());
+        let kept = setup.topic(&topic::<Quote>("md.quote.nyse"));
+        let _ = tx.send((
+            renamed.name().to_string(),
+            renamed.id(),
+            kept.name().to_string(),
+        ));
+        Splitter {
+            even: setup.output(),
+            odd: setup.output(),
+        }
+    })
+    .subscribes::<Trade>()
+    .publishes::<Quote>();
+    let _trades = bus.publisher::<Trade>("trades");
+    let _quotes = bus.subscription_on(
+        &topic::<Quote>("site2.md.quote"),
+        "tap",
+        Backpressure::Block,
+        8,
+    );
+    let running = bus.start().expect("start");
+    let (renamed, id, kept) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the factory ran");
+    assert_eq!(renamed, "site2.md.quote");
+    assert_eq!(id, llbus::topic_id("site2.md.quote"));
+    assert_eq!(kept, "md.quote.nyse");
+    running.stop();
+}
