@@ -127,7 +127,7 @@ pub(crate) fn inbox(checked: &CheckedInbox<'_>) -> TokenStream {
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> ::llbus::TopicSpec::of::<#ty>()));
     let polls = variants.iter().zip(index.clone()).map(|((variant, _), i)| {
-        quote!(rx.#i.poll_topics(budget, |message, topic| handler(#ident::#variant(message), topic)))
+        quote!(rx.#i.poll_edges(budget, &mut *on_topic, |message| handler(#ident::#variant(message))))
     });
     // With no variant (already reported as an error) the arguments are unused: name them so.
     let arg = |name: &str| {
@@ -137,11 +137,12 @@ pub(crate) fn inbox(checked: &CheckedInbox<'_>) -> TokenStream {
             format_ident!("{name}")
         }
     };
-    let (out, wiring, rx, budget, handler) = (
+    let (out, wiring, rx, budget, on_topic, handler) = (
         arg("out"),
         arg("wiring"),
         arg("rx"),
         arg("budget"),
+        arg("on_topic"),
         arg("handler"),
     );
     let froms = variants.iter().map(|(variant, ty)| {
@@ -167,9 +168,10 @@ pub(crate) fn inbox(checked: &CheckedInbox<'_>) -> TokenStream {
                 (#(::llbus::Inputs::<#tys>::take(wiring),)*)
             }
 
-            fn poll<F: ::core::ops::FnMut(Self, ::core::primitive::u64)>(
+            fn poll<T: ::core::ops::FnMut(::core::primitive::u64), F: ::core::ops::FnMut(Self)>(
                 #rx: &mut Self::Receivers,
                 #budget: ::core::primitive::usize,
+                #on_topic: &mut T,
                 #handler: &mut F,
             ) -> ::core::primitive::usize {
                 0 #(+ #polls)*

@@ -94,7 +94,7 @@ pub fn derive_message(input: TokenStream) -> TokenStream {
 ///
 /// let mut topics = Vec::new();
 /// StrategyIn::topics(&mut topics);
-/// let names: Vec<&str> = topics.iter().map(|t| t.name).collect();
+/// let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
 /// assert_eq!(names, ["Quote", "Trade"]);
 ///
 /// let input: StrategyIn = Quote { px: 1.5 }.into();

@@ -124,11 +124,15 @@ pub trait Inbox: Sized + Send + 'static {
     /// Takes this inbox's rings out of the wiring. Called in `start()` only.
     fn receivers(wiring: &mut Wiring) -> Self::Receivers;
 
-    /// Hands at most `budget` messages per ring to `handler`, each with the id of the topic it
-    /// came on, visiting every ring once so that a busy topic cannot starve another. Returns
-    /// how many messages were handled.
-    fn poll<F: FnMut(Self, u64)>(rx: &mut Self::Receivers, budget: usize, handler: &mut F)
-        -> usize;
+    /// Hands at most `budget` messages per ring to `handler`, visiting every ring once so that a
+    /// busy topic cannot starve another, and calls `on_topic` with a ring's topic id before its
+    /// messages. Returns how many messages were handled.
+    fn poll<T: FnMut(u64), F: FnMut(Self)>(
+        rx: &mut Self::Receivers,
+        budget: usize,
+        on_topic: &mut T,
+        handler: &mut F,
+    ) -> usize;
 
     /// True when every ring of every topic is empty and all of its publishers are gone.
     fn is_finished(rx: &Self::Receivers) -> bool;
@@ -145,12 +149,13 @@ impl<M: Message> Inbox for M {
         Inputs::take(wiring)
     }
 
-    fn poll<F: FnMut(Self, u64)>(
+    fn poll<T: FnMut(u64), F: FnMut(Self)>(
         rx: &mut Self::Receivers,
         budget: usize,
+        on_topic: &mut T,
         handler: &mut F,
     ) -> usize {
-        rx.poll_topics(budget, handler)
+        rx.poll_edges(budget, on_topic, handler)
     }
 
     fn is_finished(rx: &Self::Receivers) -> bool {
@@ -165,7 +170,12 @@ impl Inbox for () {
 
     fn receivers(_wiring: &mut Wiring) -> Self::Receivers {}
 
-    fn poll<F: FnMut(Self, u64)>(_rx: &mut (), _budget: usize, _handler: &mut F) -> usize {
+    fn poll<T: FnMut(u64), F: FnMut(Self)>(
+        _rx: &mut (),
+        _budget: usize,
+        _on_topic: &mut T,
+        _handler: &mut F,
+    ) -> usize {
         0
     }
 

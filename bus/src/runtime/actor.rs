@@ -165,8 +165,9 @@ pub struct Context<'a> {
     pub(crate) outputs: &'a mut [Box<dyn std::any::Any + Send>],
     /// The topics the actor receives, as they run.
     pub(crate) topics: &'a [TopicName],
-    /// The id of the topic the message being handled came on (`on_message` only).
-    pub(crate) topic: Option<u64>,
+    /// The id of the topic the messages being handled came on, set by the inbox once a ring
+    /// (`on_message` only; `None` in the other hooks).
+    pub(crate) topic: Option<&'a std::cell::Cell<Option<u64>>>,
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) now: &'a std::cell::Cell<Option<Instant>>,
     pub(crate) control: &'a Control,
@@ -310,7 +311,7 @@ impl Context<'_> {
     /// [`Topic::id`] to branch without comparing names. Costs nothing on the message path: the
     /// runner stores the id, and this looks the name up among the actor's few topics.
     pub fn topic(&self) -> Option<&TopicName> {
-        let id = self.topic?;
+        let id = self.topic?.get()?;
         self.topics.iter().find(|t| t.id() == id)
     }
 

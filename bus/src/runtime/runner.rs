@@ -374,7 +374,11 @@ where
         let control: &Control = env.control;
         let tick = self.tick.is_some();
         let next_tick = self.next_tick;
+        // The topic of the ring being handled: set once a ring by the inbox, read by
+        // `Context::topic`, cleared before the other hooks.
+        let current_topic = std::cell::Cell::new(None);
         let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
+        ctx.topic = Some(&current_topic);
         let counters = &self.counters;
         // Messages whose handler returned, counted as they go so that a panic later in the
         // turn does not take the earlier ones out of the actor's figure (its edges count each
@@ -382,11 +386,12 @@ where
         let mut handled = 0u64;
         let mut tick_due = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let taken = <A::In as Inbox>::poll(rx, BUDGET, &mut |msg, topic| {
-                ctx.topic = Some(topic);
+            let on_topic = &mut |topic| current_topic.set(Some(topic));
+            let taken = <A::In as Inbox>::poll(rx, BUDGET, on_topic, &mut |msg| {
                 actor.on_message(msg, &mut ctx);
                 handled += 1;
             });
+            current_topic.set(None);
             // A stop request moves the phase at once, and a handler may just have made one (or
             // another thread, meanwhile): after handling anything, look again (one load), so
             // that no `poll` or tick starts after the request.

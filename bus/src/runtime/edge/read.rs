@@ -112,9 +112,8 @@ impl Drop for HandledBatch<'_> {
 /// The rings of one message type that feed one actor: one per publisher of each topic of that
 /// type the actor receives. Made by the wiring in `start()` and polled by the actor's inbox.
 pub struct Inputs<M> {
-    pub(super) edges: Vec<InEdge<M>>,
-    /// The topic id of each edge, in the edges' order.
-    pub(super) topics: Vec<u64>,
+    /// Each edge with the id of the topic it carries.
+    pub(super) edges: Vec<(u64, InEdge<M>)>,
 }
 
 impl<M> std::fmt::Debug for Inputs<M> {
@@ -130,18 +129,18 @@ impl<M: Send + 'static> Inputs<M> {
     /// Takes this topic's rings out of the wiring (called by an inbox in `start()`).
     pub fn take(wiring: &mut Wiring) -> Self {
         let boxes = wiring.inputs.remove(&TypeId::of::<M>()).unwrap_or_default();
-        let (topics, edges) = boxes
+        let edges = boxes
             .into_iter()
             .filter_map(|(topic, b)| b.downcast::<InEdge<M>>().ok().map(|e| (topic, *e)))
-            .unzip();
-        Inputs { edges, topics }
+            .collect();
+        Inputs { edges }
     }
 
     /// Hands at most `budget` messages from each ring to `handler`, in each ring's order, and
     /// returns how many it handed over. Allocates nothing.
     #[inline]
-    pub fn poll<F: FnMut(M)>(&mut self, budget: usize, mut handler: F) -> usize {
-        self.poll_topics(budget, |m, _| handler(m))
+    pub fn poll<F: FnMut(M)>(&mut self, budget: usize, handler: F) -> usize {
+        self.poll_edges(budget, |_| {}, handler)
     }
 
     /// As [`poll`](Self::poll), handing `handler` each message with the id of the topic it
@@ -149,9 +148,23 @@ impl<M: Send + 'static> Inputs<M> {
     /// one type.
     #[inline]
     pub fn poll_topics<F: FnMut(M, u64)>(&mut self, budget: usize, mut handler: F) -> usize {
+        let current = std::cell::Cell::new(0);
+        self.poll_edges(budget, |t| current.set(t), |m| handler(m, current.get()))
+    }
+
+    /// As [`poll`](Self::poll), telling `on_edge` the topic id of each ring before handing its
+    /// messages to `handler`: one call a ring, none a message (how an inbox tells the runner
+    /// which topic the messages it hands over came on).
+    #[inline]
+    pub fn poll_edges<T: FnMut(u64), F: FnMut(M)>(
+        &mut self,
+        budget: usize,
+        mut on_edge: T,
+        mut handler: F,
+    ) -> usize {
         let mut total = 0;
-        for (edge, &topic) in self.edges.iter_mut().zip(&self.topics) {
-            let mut handler = |m| handler(m, topic);
+        for (topic, edge) in &mut self.edges {
+            on_edge(*topic);
             match edge {
                 InEdge::Ring { rx, counters } => {
                     let counters: &EdgeCounters = counters;
@@ -206,7 +219,7 @@ impl<M: Send + 'static> Inputs<M> {
     pub(crate) fn edge_counters(&self) -> Vec<Arc<EdgeCounters>> {
         self.edges
             .iter()
-            .map(|edge| match edge {
+            .map(|(_, edge)| match edge {
                 InEdge::Ring { counters, .. } | InEdge::Latest { counters, .. } => {
                     Arc::clone(counters)
                 }
@@ -220,7 +233,7 @@ impl<M: Send + 'static> Inputs<M> {
         for i in 0..n {
             let at = (*next + i) % n;
             let mut got = None;
-            let (depth, counters) = match &mut self.edges[at] {
+            let (depth, counters) = match &mut self.edges[at].1 {
                 InEdge::Ring { rx, counters } => {
                     rx.pop_batch(1, |m| got = Some(m));
                     (1 + rx.cached_len(), &**counters)
@@ -244,7 +257,7 @@ impl<M: Send + 'static> Inputs<M> {
 
     /// True when nothing is queued on any ring.
     pub(crate) fn is_empty(&self) -> bool {
-        self.edges.iter().all(|edge| match edge {
+        self.edges.iter().all(|(_, edge)| match edge {
             InEdge::Ring { rx, .. } => rx.is_empty(),
             InEdge::Latest { rx, .. } => !rx.has_fresh(),
         })
@@ -252,7 +265,7 @@ impl<M: Send + 'static> Inputs<M> {
 
     /// True when every ring is empty and every publisher is gone.
     pub fn is_finished(&self) -> bool {
-        self.edges.iter().all(|edge| match edge {
+        self.edges.iter().all(|(_, edge)| match edge {
             InEdge::Ring { rx, .. } => rx.is_abandoned() && rx.is_empty(),
             InEdge::Latest { rx, .. } => rx.is_abandoned() && !rx.has_fresh(),
         })

@@ -62,8 +62,7 @@ fn fan_out(
         let (tx, rx) = make_edge::<V>(policy, capacity, true, false, Arc::clone(&counters));
         out.edges.push(tx);
         inputs.push(Inputs {
-            edges: vec![rx],
-            topics: vec![0],
+            edges: vec![(0, rx)],
         });
         all.push(counters);
     }
@@ -202,8 +201,7 @@ fn a_clone_that_panics_in_a_burst_leaves_only_the_clones_made_counted() {
     let (tx, rx) = make_edge::<Fragile>(Backpressure::Block, 8, true, false, Arc::clone(&counters));
     let mut out = Output { edges: vec![tx] };
     let mut rx = Inputs {
-        edges: vec![rx],
-        topics: vec![0],
+        edges: vec![(0, rx)],
     };
     let burst: Vec<Fragile> = (0..5).map(Fragile).collect();
     CLONES_LEFT.with(|c| c.set(2));

@@ -215,8 +215,7 @@ pub(crate) fn single_edge<M: Message + Clone>(
     (
         Output { edges: vec![tx] },
         Inputs {
-            edges: vec![rx],
-            topics: vec![0],
+            edges: vec![(0, rx)],
         },
     )
 }
