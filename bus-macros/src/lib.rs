@@ -40,9 +40,10 @@ use syn::{parse_macro_input, DeriveInput};
 /// `#[message(topic = "...")]` names the topic. Without the attribute the topic is the type's
 /// name exactly as written, without its module path: `struct Quote` publishes on `"Quote"`.
 ///
-/// A topic name is 1 to 64 bytes of ASCII letters, digits, `.`, `_` and `-`, in segments
-/// separated by `.` that are not empty (so no leading, trailing or doubled dot). Names are case
-/// sensitive. Anything else is a compile error at the name.
+/// A topic name is 1 to 64 bytes of ASCII letters, digits, `_` and `-`, in segments separated by
+/// `.` or `/` that are not empty (so no leading, trailing or doubled separator): the rule of
+/// `llbus::TopicName`, which names topics at run time. Names are case sensitive. Anything else
+/// is a compile error at the name.
 ///
 /// `TOPIC_ID` is `llbus::topic_id(TOPIC)`: FNV-1a 64 over the name's bytes, the same on every
 /// host.

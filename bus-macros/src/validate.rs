@@ -90,8 +90,9 @@ pub(crate) fn message<'a>(def: MessageDef<'a>, errors: &mut Errors) -> Option<Ch
     })
 }
 
-/// What is wrong with a topic name, or `None` if it follows the rule: 1 to [`TOPIC_MAX_LEN`]
-/// bytes of ASCII letters, digits, `.`, `_` and `-`, with no empty segment between dots.
+/// What is wrong with a topic name, or `None` if it follows the rule (`llbus::TopicName`'s):
+/// 1 to [`TOPIC_MAX_LEN`] bytes of ASCII letters, digits, `_` and `-`, in segments separated by
+/// `.` or `/`, none of them empty.
 pub(crate) fn topic_problem(topic: &str) -> Option<String> {
     const EXAMPLE: &str = "write a name such as `md.quote`";
     if topic.is_empty() {
@@ -99,15 +100,16 @@ pub(crate) fn topic_problem(topic: &str) -> Option<String> {
     }
     if let Some(bad) = topic
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '_' | '-')))
     {
         return Some(format!(
-            "it contains {bad:?}; a topic name is made of ASCII letters, digits, `.`, `_` and `-`"
+            "it contains {bad:?}; a topic name is made of ASCII letters, digits, `_` and `-`, \
+             in segments separated by `.` or `/`"
         ));
     }
-    if topic.split('.').any(str::is_empty) {
+    if topic.split(['.', '/']).any(str::is_empty) {
         return Some(format!(
-            "`{topic}` has an empty segment (a leading, trailing or doubled `.`); {EXAMPLE}"
+            "`{topic}` has an empty segment (a leading, trailing or doubled separator); {EXAMPLE}"
         ));
     }
     if topic.len() > TOPIC_MAX_LEN {
@@ -220,6 +222,7 @@ mod tests {
             "Quote",
             "a",
             "md-feed_2.l2",
+            "robot7/odom",
             &"x".repeat(TOPIC_MAX_LEN),
         ] {
             assert_eq!(topic_problem(topic), None, "{topic}");
@@ -233,7 +236,7 @@ mod tests {
 
     #[test]
     fn topic_characters_are_checked() {
-        for (topic, bad) in [("md quote", "' '"), ("md/quote", "'/'"), ("grö", "'ö'")] {
+        for (topic, bad) in [("md quote", "' '"), ("md*", "'*'"), ("grö", "'ö'")] {
             let problem = topic_problem(topic).unwrap_or_default();
             assert!(problem.contains(bad), "{topic}: {problem}");
         }
@@ -241,7 +244,7 @@ mod tests {
 
     #[test]
     fn topic_segments_are_non_empty() {
-        for topic in [".md", "md.", "md..quote", "."] {
+        for topic in [".md", "md.", "md..quote", ".", "/md", "md/", "md./quote"] {
             let problem = topic_problem(topic).unwrap_or_default();
             assert!(problem.contains("empty segment"), "{topic}: {problem}");
         }

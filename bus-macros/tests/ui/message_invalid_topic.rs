@@ -1,7 +1,7 @@
 use llbus::Message;
 
 #[derive(Message)]
-#[message(topic = "md/quote")]
+#[message(topic = "md quote")]
 struct Quote {
     px: f64,
 }

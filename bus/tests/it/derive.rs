@@ -390,3 +390,18 @@ mod hygiene {
 fn derive_needs_no_prelude() {
     assert_eq!(hygiene::Bare::TOPIC, "hygiene.bare");
 }
+
+/// The derive's topic rule is `TopicName`'s: a name with `/` separators derives, and its
+/// constants are the run-time name's.
+#[test]
+fn a_derived_topic_is_a_valid_run_time_topic_name_slashes_included() {
+    #[derive(Message)]
+    #[message(topic = "robot7/odom")]
+    #[allow(dead_code)]
+    struct Odom {
+        x: f64,
+    }
+    let name = llbus::TopicName::new(Odom::TOPIC).expect("the derive's name is a valid name");
+    assert_eq!(name, llbus::TopicName::of::<Odom>());
+    assert_eq!(name.id(), topic_id("robot7/odom"));
+}
