@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use llbus_net::{Allowlist, DropReason, EncodedShape, ExportSpec, Sink};
 use llbus_record::{Frame, GAPS_TOPIC, MESSAGE_ENCODING};
 
-use crate::remote::{leak, read_psk, Link};
+use crate::remote::{read_psk, Link};
 
 /// What `llbus play` is asked.
 #[derive(Debug, clap::Args)]
@@ -96,7 +96,7 @@ fn exports(
         }
         let shape = EncodedShape::new(shape).map_err(|e| e.to_string())?;
         specs.push(ExportSpec {
-            topic: leak(&t.topic),
+            topic: t.topic.as_str().into(),
             topic_id: t.topic_id.unwrap_or_else(|| llbus::topic_id(&t.topic)),
             fingerprint,
             allow: None,

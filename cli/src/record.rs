@@ -86,7 +86,7 @@ fn channels(
             let name = match &t.shape {
                 llbus::schema::Shape::Struct { name, .. }
                 | llbus::schema::Shape::Enum { name, .. } => name.clone(),
-                _ => t.name.to_owned(),
+                _ => t.name.to_string(),
             };
             let (message_encoding, schema) = match encoding {
                 Encoding::Bincode => (
@@ -109,7 +109,7 @@ fn channels(
                 ),
             };
             Channel {
-                topic: t.name.to_owned(),
+                topic: t.name.to_string(),
                 message_encoding: message_encoding.to_owned(),
                 metadata,
                 schema,
@@ -184,7 +184,7 @@ impl Recorder {
         let Some(topic) = self.topics.get(import) else {
             return Ok(());
         };
-        let (name, topic_id) = (topic.name, topic.topic_id);
+        let (name, topic_id) = (topic.name.clone(), topic.topic_id);
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
@@ -199,7 +199,7 @@ impl Recorder {
         if let Some(first) = expected.filter(|&first| origin.seq > first) {
             let last = origin.seq - 1;
             let gap = serde_json::json!({
-                "topic": name,
+                "topic": &*name,
                 "topic_id": format!("{topic_id:#018x}"),
                 "session": format!("{:#018x}", origin.session),
                 "first": first,
@@ -367,7 +367,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                     }
                 }
                 Event::Refused { import, refusal } => {
-                    let name = recorder.topics.get(import).map_or("?", |t| t.name);
+                    let name = recorder.topics.get(import).map_or("?", |t| &*t.name);
                     return Err(format!(
                         "topic '{}' at {}: {refusal}",
                         crate::text::clean(name),

@@ -63,17 +63,10 @@ impl Subscription {
 /// A topic whose shape the publisher served.
 #[derive(Clone, Debug)]
 pub(crate) struct Topic {
-    pub(crate) name: &'static str,
+    pub(crate) name: std::sync::Arc<str>,
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
     pub(crate) shape: Shape,
-}
-
-/// A topic name for an [`ImportSpec`], which holds `&'static str` (the bridge's names are
-/// its types' constants). A command names a few topics once for its whole run, so leaking
-/// them costs a few bytes, once.
-pub(crate) fn leak(name: &str) -> &'static str {
-    Box::leak(name.to_owned().into_boxed_str())
 }
 
 /// The 32-byte pre-shared key in file `path`: 64 hex digits (whitespace around them
@@ -257,7 +250,7 @@ impl Link {
         let imports = topics
             .iter()
             .map(|t| ImportSpec {
-                topic: t.name,
+                topic: t.name.clone(),
                 topic_id: t.topic_id,
                 fingerprint: t.fingerprint,
                 publisher: self.publisher,
@@ -345,7 +338,7 @@ impl Link {
                         for (slot, name) in found.iter_mut().zip(names) {
                             if llbus::topic_id(name) == topic_id {
                                 *slot = Some(Topic {
-                                    name: leak(name),
+                                    name: name.as_str().into(),
                                     topic_id,
                                     fingerprint,
                                     shape: shape.clone(),

@@ -44,7 +44,7 @@ impl Sink for NoData {
 /// An export of `topic` with shape `shape` (served on request), best-effort, admitting `allow`.
 pub fn export(topic: &'static str, shape: &Shape, allow: Option<Allowlist>) -> ExportSpec {
     ExportSpec {
-        topic,
+        topic: topic.into(),
         topic_id: llbus::topic_id(topic),
         fingerprint: shape.fingerprint(),
         allow,

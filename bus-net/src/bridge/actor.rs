@@ -555,7 +555,7 @@ impl BridgeActor {
             .endpoint
             .discovered()
             .map(|(topic, publisher, session, import)| super::Discovered {
-                topic,
+                topic: topic.clone(),
                 publisher,
                 session,
                 established: matches!(
@@ -568,10 +568,10 @@ impl BridgeActor {
     }
 
     /// Import `i`'s topic name and publisher.
-    fn import_names(&self, i: usize) -> (&'static str, String) {
+    fn import_names(&self, i: usize) -> (String, String) {
         match self.endpoint.imports().nth(i) {
-            Some(spec) => (spec.topic, spec.publisher.to_string()),
-            None => ("?", String::from("?")),
+            Some(spec) => (spec.topic.to_string(), spec.publisher.to_string()),
+            None => (String::from("?"), String::from("?")),
         }
     }
 

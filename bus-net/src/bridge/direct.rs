@@ -26,7 +26,7 @@ pub(crate) type Destinations = Arc<[(SocketAddr, u64)]>;
 
 /// The bridge's end of a direct topic.
 pub(crate) struct DirectPort {
-    pub(crate) topic: &'static str,
+    pub(crate) topic: Arc<str>,
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
     /// The type's shape, served on request (`None` if it does not encode).
@@ -114,7 +114,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             _t: std::marker::PhantomData,
         };
         let port = DirectPort {
-            topic: T::TOPIC,
+            topic: std::sync::Arc::from(T::TOPIC),
             topic_id: T::TOPIC_ID,
             fingerprint: T::FINGERPRINT,
             shape: crate::EncodedShape::new(&T::schema()).ok(),

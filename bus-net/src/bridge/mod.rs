@@ -59,7 +59,7 @@ pub struct BridgeStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Discovered {
     /// The topic.
-    pub topic: &'static str,
+    pub topic: Arc<str>,
     /// The publisher's data address.
     pub publisher: SocketAddr,
     /// Its session: the one the subscription follows once established, the announced one
@@ -75,7 +75,7 @@ pub struct Discovered {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Missed {
     /// The exported topic.
-    pub topic: &'static str,
+    pub topic: Arc<str>,
     /// The subscriber's address.
     pub subscriber: std::net::SocketAddr,
     /// Sequence numbers it asked for that had left history.
@@ -120,14 +120,14 @@ impl BridgeStatus {
     /// news.
     pub(crate) fn set_missed(
         &self,
-        topic: &'static str,
+        topic: &Arc<str>,
         subscriber: std::net::SocketAddr,
         missed: u64,
     ) -> bool {
         let mut all = self.missed.lock().unwrap_or_else(PoisonError::into_inner);
         match all
             .iter_mut()
-            .find(|m| m.topic == topic && m.subscriber == subscriber)
+            .find(|m| m.topic == *topic && m.subscriber == subscriber)
         {
             Some(m) if m.missed == missed => false,
             Some(m) => {
@@ -136,7 +136,7 @@ impl BridgeStatus {
             }
             None => {
                 all.push(Missed {
-                    topic,
+                    topic: topic.clone(),
                     subscriber,
                     missed,
                 });

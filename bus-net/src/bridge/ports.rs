@@ -13,7 +13,7 @@ use crate::{decode_compat_packet, decode_payload, DropReason};
 
 /// A topic's name, id and fingerprint.
 pub(crate) trait Topic {
-    fn topic(&self) -> &'static str;
+    fn topic(&self) -> std::sync::Arc<str>;
     fn topic_id(&self) -> u64;
     fn fingerprint(&self) -> u64;
 }
@@ -57,8 +57,8 @@ pub(crate) trait CompatImportPort: Send {
 macro_rules! topic_of {
     ($t:ident) => {
         impl<T: Message> Topic for $t<T> {
-            fn topic(&self) -> &'static str {
-                T::TOPIC
+            fn topic(&self) -> std::sync::Arc<str> {
+                std::sync::Arc::from(T::TOPIC)
             }
             fn topic_id(&self) -> u64 {
                 T::TOPIC_ID

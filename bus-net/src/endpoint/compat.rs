@@ -13,6 +13,7 @@
 //! rate limit (one limit per source, whichever socket it uses) and the figures.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -43,7 +44,7 @@ impl Compat {
     /// packets of at most `max_datagram` bytes. Returns its index. Allocates.
     pub(crate) fn add_export(
         &mut self,
-        topic: &'static str,
+        topic: Arc<str>,
         topic_id: u64,
         config: &BridgeConfig,
         max_datagram: usize,
@@ -145,7 +146,7 @@ impl Compat {
 
 /// A topic served in the ll-udp-pubsub v0.1 format on a socket of its own.
 struct CompatExport {
-    topic: &'static str,
+    topic: Arc<str>,
     topic_id: u64,
     /// Its subscribers, all under topic id 0 (the socket has one topic).
     table: SubscriberTable<SocketAddr>,
@@ -158,7 +159,7 @@ struct CompatImport {
 }
 
 impl CompatExport {
-    fn new(topic: &'static str, topic_id: u64, table: SubscriberTable<SocketAddr>) -> Self {
+    fn new(topic: Arc<str>, topic_id: u64, table: SubscriberTable<SocketAddr>) -> Self {
         CompatExport {
             topic,
             topic_id,

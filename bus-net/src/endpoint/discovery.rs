@@ -23,6 +23,7 @@
 //! everything is kept in tables of fixed capacity: a flood grows neither memory nor traffic.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::common::Common;
 use super::event::Event;
@@ -53,7 +54,7 @@ const PERIOD_MS: (u64, u64) = (100, 3_600_000);
 #[derive(Clone, Debug)]
 pub struct DiscoverSpec {
     /// The topic's name (for logs and reports).
-    pub topic: &'static str,
+    pub topic: Arc<str>,
     /// The topic id.
     pub topic_id: u64,
     /// The schema fingerprint a publisher must announce (and match at subscription).
@@ -149,7 +150,7 @@ fn nanos(d: std::time::Duration) -> u64 {
 fn entries<'a>(
     exports: &'a [super::export::ExportState],
     directs: &'a [super::DirectTopic],
-) -> impl Iterator<Item = (u64, u64, bool, &'static str)> + Clone + 'a {
+) -> impl Iterator<Item = (u64, u64, bool, &'a str)> + Clone + 'a {
     entries_in(exports, directs, None).chain(
         groups(exports)
             .skip(1)
@@ -162,7 +163,7 @@ fn entries_in<'a>(
     exports: &'a [super::export::ExportState],
     directs: &'a [super::DirectTopic],
     group: Option<SocketAddr>,
-) -> impl Iterator<Item = (u64, u64, bool, &'static str)> + Clone + 'a {
+) -> impl Iterator<Item = (u64, u64, bool, &'a str)> + Clone + 'a {
     let exports = exports
         .iter()
         .filter(move |e| e.spec.group == group)
@@ -171,13 +172,13 @@ fn entries_in<'a>(
                 e.spec.topic_id,
                 e.spec.fingerprint,
                 e.spec.reliable,
-                e.spec.topic,
+                &*e.spec.topic,
             )
         });
     let directs = directs
         .iter()
         .filter(move |_| group.is_none())
-        .map(|d| (d.topic_id, d.fingerprint, false, d.topic));
+        .map(|d| (d.topic_id, d.fingerprint, false, &*d.topic));
     exports
         .chain(directs)
         .filter(|e| e.3.len() <= MAX_ANNOUNCED_NAME)
@@ -251,14 +252,14 @@ impl Discovery {
     pub(crate) fn discovered<'a>(
         &'a self,
         subscriber: &'a SubscriberSide,
-    ) -> impl Iterator<Item = (&'static str, SocketAddr, u64, usize)> + 'a {
+    ) -> impl Iterator<Item = (&'a Arc<str>, SocketAddr, u64, usize)> + 'a {
         self.found.iter().filter_map(move |f| {
             let want = self.wants.get(f.want)?;
             let session = match subscriber.import_state(f.import) {
                 Some(ImportState::Established { session, .. }) => session,
                 _ => f.session,
             };
-            Some((want.topic, f.data, session, f.import))
+            Some((&want.topic, f.data, session, f.import))
         })
     }
 
@@ -341,7 +342,7 @@ impl Discovery {
                 }
                 let import = subscriber.add_import(
                     ImportSpec {
-                        topic: spec.topic,
+                        topic: spec.topic.clone(),
                         topic_id: spec.topic_id,
                         fingerprint: spec.fingerprint,
                         publisher: data,
@@ -415,8 +416,7 @@ impl Discovery {
         let (exports, directs) = (&publisher.exports[..], &publisher.directs[..]);
         // As many of the topics asked for as fit the query's size.
         let mut fit = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
-        let wanted =
-            move |e: &(u64, u64, bool, &'static str)| query.topic_id == 0 || e.0 == query.topic_id;
+        let wanted = move |e: &(u64, u64, bool, &str)| query.topic_id == 0 || e.0 == query.topic_id;
         // One part: the topics asked for of one group (the first that has any), since its
         // head names one group.
         let Some(group) =

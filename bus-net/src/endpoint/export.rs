@@ -19,7 +19,7 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct ExportSpec {
     /// The topic's name (for logs and reports).
-    pub topic: &'static str,
+    pub topic: Arc<str>,
     /// The topic id carried in every frame.
     pub topic_id: u64,
     /// The schema fingerprint subscribers must match.
@@ -50,7 +50,7 @@ pub(crate) struct DirectShared {
 /// [`Bridge::direct`]: crate::Bridge::direct
 #[derive(Debug)]
 pub(crate) struct DirectTopic {
-    pub(crate) topic: &'static str,
+    pub(crate) topic: Arc<str>,
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
     /// The type's shape, served on request.

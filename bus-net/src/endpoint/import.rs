@@ -4,6 +4,7 @@
 //! (`subscriber.rs`) keeps the imports and routes frames to them.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::common::Entropy;
 use super::event::{push_event, Event};
@@ -18,7 +19,7 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct ImportSpec {
     /// The topic's name (for logs and reports).
-    pub topic: &'static str,
+    pub topic: Arc<str>,
     /// The topic id carried in every frame.
     pub topic_id: u64,
     /// The schema fingerprint the publisher must match.

@@ -51,6 +51,7 @@ mod subscriber;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 pub use discovery::{DiscoverSpec, DiscoveryCounts};
 pub use egress::Wire;
@@ -253,7 +254,7 @@ impl Endpoint {
 
     /// Serves `topic` in the compat format (its socket's datagrams go to
     /// [`handle_compat_export`](Self::handle_compat_export)). Returns its index.
-    pub(crate) fn add_compat_export(&mut self, topic: &'static str, topic_id: u64) -> usize {
+    pub(crate) fn add_compat_export(&mut self, topic: Arc<str>, topic_id: u64) -> usize {
         let c = &self.common;
         self.compat
             .add_export(topic, topic_id, &c.config, c.max_datagram)
@@ -692,7 +693,7 @@ impl Endpoint {
 
     /// The publishers discovery follows: `(topic, data address, session, import)`; the
     /// session is the one the import follows once established (the announced one before).
-    pub fn discovered(&self) -> impl Iterator<Item = (&'static str, SocketAddr, u64, usize)> + '_ {
+    pub fn discovered(&self) -> impl Iterator<Item = (&Arc<str>, SocketAddr, u64, usize)> + '_ {
         let subscriber = &self.subscriber;
         self.discovery
             .iter()
@@ -701,7 +702,7 @@ impl Endpoint {
 
     /// What each subscriber of a reliable export missed beyond history: `(topic, subscriber,
     /// missed)`.
-    pub fn missed(&self) -> impl Iterator<Item = (&'static str, SocketAddr, u64)> + '_ {
+    pub fn missed(&self) -> impl Iterator<Item = (&Arc<str>, SocketAddr, u64)> + '_ {
         self.publisher.missed()
     }
 
@@ -726,7 +727,7 @@ impl Endpoint {
     }
 
     /// Every exported topic's id, ring-fed then direct.
-    pub(crate) fn exported_topics(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn exported_topics(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
         self.publisher.exported_topics()
     }
 }

@@ -24,6 +24,7 @@
 //!   subscribers and rotates the cookie secret.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::common::Common;
 use super::event::Event;
@@ -147,9 +148,9 @@ impl PublisherSide {
     }
 
     /// Every exported topic's name and id, ring-fed then direct.
-    pub(crate) fn exported_topics(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        let exports = self.exports.iter().map(|e| (e.spec.topic, e.spec.topic_id));
-        exports.chain(self.directs.iter().map(|d| (d.topic, d.topic_id)))
+    pub(crate) fn exported_topics(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        let exports = (self.exports.iter()).map(|e| (&*e.spec.topic, e.spec.topic_id));
+        exports.chain((self.directs.iter()).map(|d| (&*d.topic, d.topic_id)))
     }
 
     /// A `Subscribe` or `Unsubscribe` from the datagram's source; `group`: the `Subscribe`'s
@@ -640,11 +641,11 @@ impl PublisherSide {
 
     /// What each subscriber of a reliable export missed beyond history: `(topic, subscriber,
     /// missed)`.
-    pub(crate) fn missed(&self) -> impl Iterator<Item = (&'static str, SocketAddr, u64)> + '_ {
+    pub(crate) fn missed(&self) -> impl Iterator<Item = (&Arc<str>, SocketAddr, u64)> + '_ {
         self.exports.iter().flat_map(|e| {
             e.reliable
                 .iter()
-                .flat_map(move |r| r.missed().map(move |(addr, n)| (e.spec.topic, addr, n)))
+                .flat_map(move |r| r.missed().map(move |(addr, n)| (&e.spec.topic, addr, n)))
         })
     }
 

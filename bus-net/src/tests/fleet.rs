@@ -70,7 +70,7 @@ pub(crate) fn exporter(
         session,
         [host; 32],
         vec![ExportSpec {
-            topic: "sim.quote",
+            topic: "sim.quote".into(),
             topic_id: TOPIC,
             fingerprint: FP,
             allow: None,
@@ -109,7 +109,7 @@ pub(crate) fn subscriber_with(config: &BridgeConfig, d: &DiscoveryConfig) -> Nod
             d,
             sub_addr(),
             vec![DiscoverSpec {
-                topic: "sim.quote",
+                topic: "sim.quote".into(),
                 topic_id: TOPIC,
                 fingerprint: FP,
                 reliable: false,
@@ -148,7 +148,7 @@ pub(crate) fn importer_configured(host: u8, reliable: bool, config: &BridgeConfi
         [host; 32],
         Vec::new(),
         vec![ImportSpec {
-            topic: "sim.quote",
+            topic: "sim.quote".into(),
             topic_id: TOPIC,
             fingerprint: FP,
             publisher: addr(1),

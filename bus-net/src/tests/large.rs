@@ -62,7 +62,7 @@ fn best_effort_large_messages_count_exactly_what_they_lost() {
             ..BridgeConfig::default()
         };
         let export = ExportSpec {
-            topic: "sim",
+            topic: "sim".into(),
             topic_id: TOPIC,
             fingerprint: FP,
             allow: None,
@@ -72,7 +72,7 @@ fn best_effort_large_messages_count_exactly_what_they_lost() {
             group: None,
         };
         let import = ImportSpec {
-            topic: "sim",
+            topic: "sim".into(),
             topic_id: TOPIC,
             fingerprint: FP,
             publisher: pub_addr(),

@@ -35,7 +35,7 @@ pub(crate) fn sub_addr() -> SocketAddr {
 
 pub(crate) fn export(reliable: bool, late_join: usize) -> ExportSpec {
     ExportSpec {
-        topic: "pair.quote",
+        topic: "pair.quote".into(),
         topic_id: TOPIC,
         fingerprint: FP,
         allow: None,
@@ -48,7 +48,7 @@ pub(crate) fn export(reliable: bool, late_join: usize) -> ExportSpec {
 
 pub(crate) fn import(reliable: bool) -> ImportSpec {
     ImportSpec {
-        topic: "pair.quote",
+        topic: "pair.quote".into(),
         topic_id: TOPIC,
         fingerprint: FP,
         publisher: pub_addr(),

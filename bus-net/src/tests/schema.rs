@@ -63,7 +63,7 @@ fn bridge_config(psk: Option<[u8; 32]>) -> BridgeConfig {
 
 fn publisher(config: &BridgeConfig, shape: Option<&Shape>, fingerprint: u64) -> Endpoint {
     let export = ExportSpec {
-        topic: "wide",
+        topic: "wide".into(),
         topic_id: TOPIC,
         fingerprint,
         allow: None,

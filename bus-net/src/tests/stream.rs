@@ -111,7 +111,7 @@ impl Stream {
             PUB_SESSION,
             key(),
             vec![ExportSpec {
-                topic: "sim",
+                topic: "sim".into(),
                 topic_id: TOPIC,
                 fingerprint: FP,
                 allow: None,
@@ -130,7 +130,7 @@ impl Stream {
             key(),
             Vec::new(),
             vec![ImportSpec {
-                topic: "sim",
+                topic: "sim".into(),
                 topic_id: TOPIC,
                 fingerprint: FP,
                 publisher: pub_addr(),
@@ -164,7 +164,7 @@ impl Stream {
             [9; 32],
             Vec::new(),
             vec![ImportSpec {
-                topic: "sim",
+                topic: "sim".into(),
                 topic_id: TOPIC,
                 fingerprint: FP,
                 publisher: pub_addr(),

@@ -684,6 +684,6 @@ fn a_slow_subscriber_slows_no_one_and_its_misses_are_counted_for_it_alone() {
     let missed = status.missed();
     assert_eq!(missed.len(), 1, "{missed:?}");
     assert_ne!(missed[0].subscriber, fast_addr);
-    assert_eq!(missed[0].topic, TOPIC);
+    assert_eq!(&*missed[0].topic, TOPIC);
     assert!(missed[0].missed > 0, "{missed:?}");
 }

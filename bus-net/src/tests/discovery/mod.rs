@@ -122,7 +122,7 @@ fn a_query_is_answered_alone_no_larger_and_rate_limited() {
 fn a_query_answer_names_one_group_and_carries_only_its_topics() {
     const OTHER: u64 = 0x7272;
     let spec = |topic: &'static str, topic_id: u64, group: Option<SocketAddr>| ExportSpec {
-        topic,
+        topic: topic.into(),
         topic_id,
         fingerprint: FP,
         allow: None,
@@ -194,7 +194,7 @@ fn announcer(names: &[&'static str]) -> Endpoint {
         .iter()
         .zip(1u64..)
         .map(|(&topic, id)| ExportSpec {
-            topic,
+            topic: topic.into(),
             topic_id: id,
             fingerprint: FP,
             allow: None,
