@@ -67,6 +67,8 @@ pub struct RecordedTopic {
     pub topic_id: Option<u64>,
     /// The fingerprint from the channel metadata, if it is there and well formed.
     pub fingerprint: Option<u64>,
+    /// The Rust type's name from the channel metadata ([`META_TYPE`]), if it is there.
+    pub type_name: Option<String>,
     /// The shape from the Schema record, if it is an llbus shape that decodes.
     pub shape: Option<Shape>,
     /// The message encoding.
@@ -162,6 +164,7 @@ pub fn read(bytes: &[u8]) -> Recording {
                     topic: channel.topic.clone(),
                     topic_id: hex(channel.metadata.get(META_TOPIC_ID)),
                     fingerprint: hex(channel.metadata.get(META_FINGERPRINT)),
+                    type_name: channel.metadata.get(META_TYPE).cloned(),
                     shape,
                     encoding: channel.message_encoding.clone(),
                 });

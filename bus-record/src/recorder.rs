@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use llbus::{
     Actor, ActorBuilder, Backpressure, BusBuilder, Component, Context, Inputs, Message, Metric,
-    Setup, TopicSpec,
+    Setup, Topic, TopicName, TopicSpec,
 };
 use serde::Serialize;
 
@@ -91,18 +91,30 @@ impl RecorderStats {
     }
 }
 
-/// Declares the recording of one topic: wires the ring and makes its tap in the factory.
+/// Declares the recording of one topic: wires its ring, finds the name it runs under, and
+/// makes its type's tap in the factory.
 struct TopicDecl {
+    /// The topic as the recorder was asked for it (its name before the bus's remapping).
     spec: TopicSpec,
-    declare: fn(ActorBuilder<'_, RecorderActor>, usize) -> ActorBuilder<'_, RecorderActor>,
-    make: fn(&mut Setup<'_>, u16) -> Box<dyn Tap>,
+    declare: for<'b> fn(
+        ActorBuilder<'b, RecorderActor>,
+        &TopicName,
+        usize,
+    ) -> ActorBuilder<'b, RecorderActor>,
+    /// The name the topic runs under on the bus (`Setup::topic`).
+    running: fn(&Setup<'_>, &TopicName) -> TopicName,
+    /// Makes the one tap of the recorded topics of this type: each topic's running id with
+    /// its channel index.
+    make: fn(&mut Setup<'_>, Vec<(u64, u16)>) -> Box<dyn Tap>,
 }
 
-/// Records topics of the bus to MCAP: `bus.add(Recorder::new("run.mcap").record::<Quote>())`.
+/// Records topics of the bus to MCAP: `bus.add(Recorder::new("run.mcap").record::<Quote>())`,
+/// or named topics, several of one type: `.record_on(&nyse).record_on(&nasdaq)`.
 ///
-/// Each recorded topic becomes a Channel with the topic's name, the `llbus-bincode` message
-/// encoding and its topic id and fingerprint in its metadata, with a Schema record holding the
-/// type's [`Shape`](llbus::schema::Shape); see docs/RECORDING.md. The returned
+/// Each recorded topic becomes a Channel with the name the topic runs under on the bus (after
+/// [`BusBuilder::remap`]), the `llbus-bincode` message encoding and that name's topic id and
+/// the type's fingerprint in its metadata, with a Schema record holding the type's
+/// [`Shape`](llbus::schema::Shape); see docs/RECORDING.md. The returned
 /// [`ActorBuilder`] places the recorder like any actor (`.group(..)`, `.on_core(..)`).
 pub struct Recorder {
     name: String,
@@ -156,17 +168,31 @@ impl Recorder {
         }
     }
 
-    /// Records topic `T`.
-    pub fn record<T: Message + Serialize>(mut self) -> Recorder {
+    /// Records `T`'s default topic (`T::TOPIC`).
+    pub fn record<T: Message + Serialize>(self) -> Recorder {
+        self.record_on(&Topic::<T>::of())
+    }
+
+    /// Records `topic`, as its own channel: several topics of one type (two venues' quotes)
+    /// are several channels. The channel is named as the topic runs on the bus, so a topic the
+    /// bus remaps is recorded under its new name. `start()` refuses a topic recorded twice.
+    pub fn record_on<T: Message + Serialize>(mut self, topic: &Topic<T>) -> Recorder {
         self.topics.push(TopicDecl {
-            spec: TopicSpec::of::<T>(),
-            declare: |builder, capacity| {
+            spec: TopicSpec::named::<T>(topic.name().clone()),
+            declare: |builder, name, capacity| {
+                let topic = Topic::<T>::with_name(name.clone());
                 builder
-                    .takes::<T>()
-                    .backpressure::<T>(Backpressure::DropNewest)
-                    .capacity::<T>(capacity)
+                    .takes_on(&topic)
+                    .backpressure_on(&topic, Backpressure::DropNewest)
+                    .capacity_on(&topic, capacity)
             },
-            make: |setup, topic| Box::new(TopicTap::<T>::new(setup, topic)),
+            running: |setup, name| {
+                setup
+                    .topic(&Topic::<T>::with_name(name.clone()))
+                    .name()
+                    .clone()
+            },
+            make: |setup, topics| Box::new(TopicTap::<T>::new(setup, topics)),
         });
         self
     }
@@ -250,7 +276,10 @@ impl Component for Recorder {
             batch_messages,
             stats,
         } = self;
-        let declares: Vec<_> = topics.iter().map(|t| t.declare).collect();
+        let declares: Vec<_> = topics
+            .iter()
+            .map(|t| (t.declare, t.spec.name.clone()))
+            .collect();
         let too_many = topics.len() > usize::from(u16::MAX);
         let mut parts = Some((settings, topics, batches, batch_messages, stats));
         let mut builder = bus
@@ -263,8 +292,8 @@ impl Component for Recorder {
             })
             .tick_every(Duration::from_millis(10))
             .never_waits();
-        for declare in declares {
-            builder = declare(builder, ring_capacity);
+        for (declare, topic) in declares {
+            builder = declare(builder, &topic, ring_capacity);
         }
         if too_many {
             builder = builder.invalid(format!(
@@ -276,35 +305,51 @@ impl Component for Recorder {
     }
 }
 
-/// One recorded topic's ring, as the actor polls it.
+/// The rings of the recorded topics of one type, as the actor polls them.
 trait Tap: Send {
-    /// Encodes up to `budget` messages into `batch`, stamping each; returns how many it took.
+    /// Encodes up to `budget` messages of each ring into the batch, stamping each; returns how
+    /// many it took.
     fn poll(&mut self, budget: usize, out: &mut Hand) -> usize;
 }
 
+/// Every recorded topic of type `T`: the rings of all of them come in one [`Inputs`], each
+/// ring with the id of the topic it carries.
 struct TopicTap<T: Message> {
     inputs: Inputs<T>,
-    topic: u16,
-    sequence: u32,
+    /// The running id of each recorded topic of this type...
+    ids: Vec<u64>,
+    /// ...and, at the same place, its channel index and its next sequence number.
+    channels: Vec<(u16, u32)>,
 }
 
 impl<T: Message> TopicTap<T> {
-    fn new(setup: &mut Setup<'_>, topic: u16) -> TopicTap<T> {
+    fn new(setup: &mut Setup<'_>, topics: Vec<(u64, u16)>) -> TopicTap<T> {
         TopicTap {
             inputs: setup.inputs::<T>(),
-            topic,
-            sequence: 0,
+            ids: topics.iter().map(|&(id, _)| id).collect(),
+            channels: topics.iter().map(|&(_, channel)| (channel, 0)).collect(),
         }
     }
 }
 
 impl<T: Message + Serialize> Tap for TopicTap<T> {
     fn poll(&mut self, budget: usize, out: &mut Hand) -> usize {
-        let (topic, sequence) = (self.topic, &mut self.sequence);
-        self.inputs.poll(budget, |message| {
-            out.push(topic, *sequence, &message);
-            *sequence = sequence.wrapping_add(1);
-        })
+        let (ids, channels) = (&self.ids, &mut self.channels);
+        // NB: the topic is found once a ring, among this type's few ids, not once a message;
+        // no name is looked up and nothing is hashed.
+        let current = std::cell::Cell::new(0);
+        self.inputs.poll_edges(
+            budget,
+            |id| current.set(ids.iter().position(|&t| t == id).unwrap_or(usize::MAX)),
+            |message| match channels.get_mut(current.get()) {
+                Some((channel, sequence)) => {
+                    out.push(*channel, *sequence, &message);
+                    *sequence = sequence.wrapping_add(1);
+                }
+                // A ring of a topic the recorder did not declare: the wiring never makes one.
+                None => out.count_dropped(1),
+            },
+        )
     }
 }
 
@@ -407,12 +452,37 @@ impl RecorderActor {
         batch_messages: usize,
         stats: RecorderStats,
     ) -> RecorderActor {
-        let mut taps = Vec::with_capacity(topics.len());
-        let mut infos = Vec::with_capacity(topics.len());
+        // Each topic's channel is named as the topic runs on this bus, with that name's id.
+        let running: Vec<TopicName> = topics
+            .iter()
+            .map(|t| (t.running)(setup, &t.spec.name))
+            .collect();
+        let infos = topics
+            .iter()
+            .zip(&running)
+            .map(|(t, name)| {
+                Channel::of(&TopicSpec {
+                    name: name.clone(),
+                    ..t.spec.clone()
+                })
+            })
+            .collect();
+        // One tap per type, for the rings of all its recorded topics (the bus hands a type's
+        // taken rings over at once).
+        let mut taps = Vec::new();
         for (i, topic) in topics.iter().enumerate() {
-            let index = u16::try_from(i).unwrap_or(u16::MAX);
-            taps.push((topic.make)(setup, index));
-            infos.push(Channel::of(&topic.spec));
+            let type_id = topic.spec.type_id;
+            if topics[..i].iter().any(|t| t.spec.type_id == type_id) {
+                continue;
+            }
+            let of_type = topics
+                .iter()
+                .zip(&running)
+                .enumerate()
+                .filter(|(_, (t, _))| t.spec.type_id == type_id)
+                .map(|(j, (_, name))| (name.id(), u16::try_from(j).unwrap_or(u16::MAX)))
+                .collect();
+            taps.push((topic.make)(setup, of_type));
         }
         let (full_tx, full_rx) = crossbeam_channel::bounded(batches);
         let (empty_tx, empty_rx) = crossbeam_channel::bounded(batches);

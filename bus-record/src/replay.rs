@@ -15,7 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, ActorBuilder, BusBuilder, Component, Context, Message, Metric, Out, Setup};
+use llbus::{
+    Actor, ActorBuilder, BusBuilder, Component, Context, Message, Metric, Out, Setup, Topic,
+    TopicName,
+};
 use serde::de::DeserializeOwned;
 
 use crate::mapping::{read, Recording};
@@ -53,17 +56,21 @@ impl std::error::Error for ReplayError {}
 
 /// One replayed topic: how to declare it and how to make its feed.
 struct FeedDecl {
-    declare: fn(ActorBuilder<'_, ReplayActor>) -> ActorBuilder<'_, ReplayActor>,
-    make: fn(&mut Setup<'_>) -> Box<dyn Feed>,
+    declare: for<'b> fn(ActorBuilder<'b, ReplayActor>, &TopicName) -> ActorBuilder<'b, ReplayActor>,
+    make: fn(&mut Setup<'_>, &TopicName) -> Box<dyn Feed>,
+    /// The topic published into.
+    name: TopicName,
     /// Index of the topic in the recording.
     topic: usize,
 }
 
-/// Replays a recording into the bus: `bus.add(Replay::open("run.mcap")?.topic::<Quote>())`.
+/// Replays a recording into the bus: `bus.add(Replay::open("run.mcap")?.topic::<Quote>())`,
+/// or named topics, several of one type: `.topic_on(&nyse).topic_on(&nasdaq)`.
 ///
-/// Topics of the recording that are not named with [`topic`](Self::topic) are skipped. A named
-/// topic that the recording lacks, or records with another fingerprint, makes `start()` fail
-/// with the reason. By default the replay publishes as fast as its subscribers take messages
+/// Each recorded channel is published into the topic of its name. Channels not asked for with
+/// [`topic`](Self::topic) or [`topic_on`](Self::topic_on) are skipped. A topic that the
+/// recording lacks, or records with another fingerprint (another type, or the type changed),
+/// makes `start()` fail with the reason. By default the replay publishes as fast as its subscribers take messages
 /// and asks the bus to stop when it has published the last one.
 pub struct Replay {
     name: String,
@@ -117,40 +124,49 @@ impl Replay {
         }
     }
 
-    /// Publishes the recorded messages of topic `T`.
-    pub fn topic<T: Message + DeserializeOwned + Clone>(mut self) -> Replay {
+    /// Publishes the recorded messages of `T`'s default topic (`T::TOPIC`) into it.
+    pub fn topic<T: Message + DeserializeOwned + Clone>(self) -> Replay {
+        self.topic_on(&Topic::<T>::of())
+    }
+
+    /// Publishes the messages recorded on the channel named as `topic` into `topic`: two
+    /// channels of one type replay into two topics, each getting only its own. The bus
+    /// publishes it under its running name if it remaps it. `start()` fails, naming the topic,
+    /// if the recording has no such channel or recorded it with another type's fingerprint.
+    pub fn topic_on<T: Message + DeserializeOwned + Clone>(mut self, topic: &Topic<T>) -> Replay {
+        let name = topic.name();
         let found = self
             .recording
             .topics
             .iter()
-            .position(|t| t.topic == T::TOPIC);
+            .position(|t| t.topic == name.as_str());
         match found {
             None => self.errors.push(format!(
-                "replay '{}': the recording has no message of topic '{}'",
+                "replay '{}': the recording has no message of topic '{name}'",
                 self.name,
-                T::TOPIC
             )),
             Some(i) if self.recording.topics[i].fingerprint != Some(T::FINGERPRINT) => {
+                let recorded = &self.recording.topics[i];
                 self.errors.push(format!(
-                    "replay '{}': topic '{}' was recorded with fingerprint {}, but {} has \
-                     {:#018x}: the type changed since the recording",
+                    "replay '{}': topic '{name}' was recorded as {} with fingerprint {}, but is                      replayed as {} with {:#018x}: another type, or the type changed since the                      recording",
                     self.name,
-                    T::TOPIC,
-                    self.recording.topics[i]
+                    recorded.type_name.as_deref().unwrap_or("an unnamed type"),
+                    recorded
                         .fingerprint
                         .map_or_else(|| "none".to_owned(), |f| format!("{f:#018x}")),
                     std::any::type_name::<T>(),
                     T::FINGERPRINT
                 ))
             }
-            Some(topic) => self.feeds.push(FeedDecl {
-                declare: |builder| builder.publishes::<T>(),
-                make: |setup| {
+            Some(i) => self.feeds.push(FeedDecl {
+                declare: |builder, name| builder.publishes_to(&Topic::<T>::with_name(name.clone())),
+                make: |setup, name| {
                     Box::new(TopicFeed::<T> {
-                        out: setup.output::<T>(),
+                        out: setup.output_on(&Topic::<T>::with_name(name.clone())),
                     })
                 },
-                topic,
+                name: name.clone(),
+                topic: i,
             }),
         }
         self
@@ -205,7 +221,7 @@ impl Component for Replay {
                 ));
             }
         }
-        let declares: Vec<_> = feeds.iter().map(|f| f.declare).collect();
+        let declares: Vec<_> = feeds.iter().map(|f| (f.declare, f.name.clone())).collect();
         let mut parts = Some(feeds);
         let mut builder = bus.actor(&name, move |setup: &mut Setup<'_>| {
             let feeds = parts.take().unwrap_or_default();
@@ -225,8 +241,8 @@ impl Component for Replay {
             // counted in the report's `dropped`).
             builder = builder.never_waits();
         }
-        for declare in declares {
-            builder = declare(builder);
+        for (declare, topic) in declares {
+            builder = declare(builder, &topic);
         }
         for error in errors {
             builder = builder.invalid(error);
@@ -295,7 +311,7 @@ impl ReplayActor {
         let mut feeds: Vec<Option<Box<dyn Feed>>> = recording.topics.iter().map(|_| None).collect();
         for decl in decls {
             if let Some(slot) = feeds.get_mut(decl.topic) {
-                *slot = Some((decl.make)(setup));
+                *slot = Some((decl.make)(setup, &decl.name));
             }
         }
         ReplayActor {
