@@ -103,9 +103,17 @@ struct TopicDecl {
     ) -> ActorBuilder<'b, RecorderActor>,
     /// The name the topic runs under on the bus (`Setup::topic`).
     running: fn(&Setup<'_>, &TopicName) -> TopicName,
-    /// Makes the one tap of the recorded topics of this type: each topic's running id with
-    /// its channel index.
-    make: fn(&mut Setup<'_>, Vec<(u64, u16)>) -> Box<dyn Tap>,
+    /// Makes the one tap of the recorded topics of this type.
+    make: fn(&mut Setup<'_>, Vec<TapTopic>) -> Box<dyn Tap>,
+}
+
+/// One recorded topic as its type's tap knows it.
+#[derive(Clone, Copy, Debug)]
+struct TapTopic {
+    /// The id of the name the topic runs under: the id its rings come with.
+    id: u64,
+    /// Its channel's index in the recorder's list.
+    channel: u16,
 }
 
 /// Records topics of the bus to MCAP: `bus.add(Recorder::new("run.mcap").record::<Quote>())`,
@@ -323,11 +331,11 @@ struct TopicTap<T: Message> {
 }
 
 impl<T: Message> TopicTap<T> {
-    fn new(setup: &mut Setup<'_>, topics: Vec<(u64, u16)>) -> TopicTap<T> {
+    fn new(setup: &mut Setup<'_>, topics: Vec<TapTopic>) -> TopicTap<T> {
         TopicTap {
             inputs: setup.inputs::<T>(),
-            ids: topics.iter().map(|&(id, _)| id).collect(),
-            channels: topics.iter().map(|&(_, channel)| (channel, 0)).collect(),
+            ids: topics.iter().map(|t| t.id).collect(),
+            channels: topics.iter().map(|t| (t.channel, 0)).collect(),
         }
     }
 }
@@ -480,7 +488,10 @@ impl RecorderActor {
                 .zip(&running)
                 .enumerate()
                 .filter(|(_, (t, _))| t.spec.type_id == type_id)
-                .map(|(j, (_, name))| (name.id(), u16::try_from(j).unwrap_or(u16::MAX)))
+                .map(|(j, (_, name))| TapTopic {
+                    id: name.id(),
+                    channel: u16::try_from(j).unwrap_or(u16::MAX),
+                })
                 .collect();
             taps.push((topic.make)(setup, of_type));
         }
