@@ -18,6 +18,11 @@
 //! - [`Replay`] is a component that publishes a recording's messages in recorded order
 //!   (per topic always; across topics in [`lockstep`](Replay::lockstep)), at the recorded
 //!   pace or as fast as the subscribers take them.
+//! - A topic is a name and a type: [`Recorder::record_on`] records named topics, several of one
+//!   type, one MCAP channel each, named as the topic runs on the bus (after
+//!   [`remap`](llbus::BusBuilder::remap)) with that name's id; [`Replay::topic_on`] publishes
+//!   the channel of a name into the topic of that name. Names are resolved when the bus starts:
+//!   recording a message looks no name up, hashes nothing and allocates nothing.
 //!
 //! The mapping (Schema, Channel and Message records) is in docs/RECORDING.md; its names are
 //! the constants below ([`SCHEMA_ENCODING`], [`MESSAGE_ENCODING`], ...).

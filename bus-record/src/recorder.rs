@@ -184,6 +184,38 @@ impl Recorder {
     /// Records `topic`, as its own channel: several topics of one type (two venues' quotes)
     /// are several channels. The channel is named as the topic runs on the bus, so a topic the
     /// bus remaps is recorded under its new name. `start()` refuses a topic recorded twice.
+    ///
+    /// ```
+    /// use llbus::{Bus, Topic};
+    /// use llbus_record::{read, Recorder};
+    /// # #[derive(llbus::Message, serde::Serialize, serde::Deserialize, Clone, Debug)]
+    /// # #[message(topic = "md.quote")]
+    /// # struct Quote { px: f64 }
+    ///
+    /// let path = std::env::temp_dir().join(format!("llbus-doc-on-{}.mcap", std::process::id()));
+    /// let nyse = Topic::<Quote>::named("md.quote.nyse")?;
+    /// let nasdaq = Topic::<Quote>::named("md.quote.nasdaq")?;
+    /// let mut bus = Bus::builder();
+    /// let keys = [
+    ///     bus.publisher_on(&nyse, "nyse-feed"),
+    ///     bus.publisher_on(&nasdaq, "nasdaq-feed"),
+    /// ];
+    /// bus.add(Recorder::new(&path).record_on(&nyse).record_on(&nasdaq));
+    /// let mut running = bus.start()?;
+    /// for (key, px) in keys.into_iter().zip([1.5, 2.5]) {
+    ///     running.publisher(key)?.publish(Quote { px })?;
+    /// }
+    /// running.stop();
+    /// running.join()?;
+    ///
+    /// let recording = read(&std::fs::read(&path)?);
+    /// let channels: Vec<_> = recording.topics.iter().map(|t| t.topic.as_str()).collect();
+    /// assert_eq!(channels, ["md.quote.nyse", "md.quote.nasdaq"]);
+    /// assert_eq!(recording.topics[0].topic_id, Some(nyse.id()));
+    /// assert_eq!(recording.frames.len(), 2);
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn record_on<T: Message + Serialize>(mut self, topic: &Topic<T>) -> Recorder {
         self.topics.push(TopicDecl {
             spec: TopicSpec::named::<T>(topic.name().clone()),
