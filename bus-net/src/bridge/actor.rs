@@ -200,7 +200,7 @@ impl BridgeActor {
         let export_ports: Vec<Box<dyn ExportPort>> = exports
             .into_iter()
             .map(|decl| {
-                let port = (decl.make)(setup);
+                let port = (decl.make)(setup, &decl.topic);
                 export_specs.push(ExportSpec {
                     topic: port.topic(),
                     topic_id: port.topic_id(),
@@ -222,7 +222,7 @@ impl BridgeActor {
         let mut discover_specs = Vec::with_capacity(discovered.len());
         let mut import_ports: Vec<Box<dyn ImportPort>> = Vec::with_capacity(fixed.len());
         for decl in fixed.into_iter().chain(discovered) {
-            let port = (decl.make)(setup);
+            let port = (decl.make)(setup, &decl.topic);
             match decl.publisher {
                 Some(publisher) => import_specs.push(ImportSpec {
                     topic: port.topic(),

@@ -31,7 +31,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use llbus::{ActorBuilder, BusBuilder, Component, Message, Setup};
+use llbus::{ActorBuilder, BusBuilder, Component, Message, Setup, Topic, TopicName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -171,6 +171,10 @@ impl BridgeStatus {
 
 type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor>;
 
+/// Declares what the bridge's actor takes or publishes for one named topic.
+type DeclareOn =
+    for<'a> fn(ActorBuilder<'a, BridgeActor>, &TopicName) -> ActorBuilder<'a, BridgeActor>;
+
 struct ExportDecl {
     /// Who may subscribe to this export; `None` means the bridge's `allow`.
     allow: Option<Allowlist>,
@@ -183,18 +187,21 @@ struct ExportDecl {
     /// The type's shape, served on request (`None` if it could not be encoded: refused at
     /// start).
     shape: Option<EncodedShape>,
-    declare: Declare,
-    make: fn(&mut Setup<'_>) -> Box<dyn ExportPort>,
+    /// The topic, as the program names it (the bus may run it under another name).
+    topic: TopicName,
+    declare: DeclareOn,
+    make: fn(&mut Setup<'_>, &TopicName) -> Box<dyn ExportPort>,
 }
 
 struct ImportDecl {
-    type_id: std::any::TypeId,
-    declare: Declare,
+    /// The topic, as the program names it (the bus may run it under another name).
+    topic: TopicName,
+    declare: DeclareOn,
     /// The publisher; `None`: whichever publishers announce the topic (`discover`).
     publisher: Option<SocketAddr>,
     /// Delivered in order, gaps NAKed (`import_reliable`).
     reliable: bool,
-    make: fn(&mut Setup<'_>) -> Box<dyn ImportPort>,
+    make: fn(&mut Setup<'_>, &TopicName) -> Box<dyn ImportPort>,
 }
 
 struct CompatExportDecl {
@@ -380,7 +387,15 @@ impl Bridge {
     }
 
     /// Serves topic `T` of the local bus to remote subscribers.
-    pub fn export<T: Message + Serialize + Clone>(mut self) -> Self {
+    pub fn export<T: Message + Serialize + Clone>(self) -> Self {
+        self.export_on(&Topic::<T>::of())
+    }
+
+    /// Serves `topic` of the local bus to remote subscribers, under the name it runs under on
+    /// the bus (after the bus's remapping): its id is the one on the wire and in announcements.
+    /// The other `export_*` methods each have an `_on` form for a named topic too; two topics
+    /// of one type are two exports.
+    pub fn export_on<T: Message + Serialize + Clone>(mut self, topic: &Topic<T>) -> Self {
         let shape = match EncodedShape::new(&T::schema()) {
             Ok(shape) => Some(shape),
             Err(e) => {
@@ -388,7 +403,7 @@ impl Bridge {
                     "bridge '{}': the export of topic '{}' cannot serve its schema: {e}; \
                      simplify the type",
                     self.name,
-                    T::TOPIC,
+                    topic.name(),
                 ));
                 None
             }
@@ -399,10 +414,87 @@ impl Bridge {
             reliable: false,
             late_join: 0,
             shape,
-            declare: |b| b.takes::<T>(),
+            topic: topic.name().clone(),
+            declare: |b, name| b.takes_on(&Topic::<T>::with_name(name.clone())),
             make: Export::<T>::make,
         });
         self
+    }
+
+    /// [`export_reliable`](Self::export_reliable) of a named topic.
+    pub fn export_reliable_on<T: Message + Serialize + Clone>(mut self, topic: &Topic<T>) -> Self {
+        self = self.export_on(topic);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
+    /// [`export_multicast`](Self::export_multicast) of a named topic.
+    pub fn export_multicast_on<T: Message + Serialize + Clone>(
+        mut self,
+        topic: &Topic<T>,
+        group: SocketAddr,
+    ) -> Self {
+        self = self.export_on(topic);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.group = Some(group);
+        }
+        self
+    }
+
+    /// [`import`](Self::import) of a named topic: subscribes to `topic` at `publisher` (by its
+    /// id: the publisher's name for it must be the same) and publishes what arrives on the
+    /// local bus under that topic.
+    pub fn import_on<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        topic: &Topic<T>,
+        publisher: SocketAddr,
+    ) -> Self {
+        self = self.import::<T>(publisher);
+        if let Some(decl) = self.parts.imports.last_mut() {
+            decl.topic = topic.name().clone();
+        }
+        self.redeclare_last_import::<T>();
+        self
+    }
+
+    /// [`import_reliable`](Self::import_reliable) of a named topic.
+    pub fn import_reliable_on<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        topic: &Topic<T>,
+        publisher: SocketAddr,
+    ) -> Self {
+        self = self.import_on(topic, publisher);
+        if let Some(decl) = self.parts.imports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
+    /// [`discover`](Self::discover) of a named topic: follows every publisher that announces
+    /// `topic` (by its id).
+    pub fn discover_on<T: Message + DeserializeOwned + Clone>(mut self, topic: &Topic<T>) -> Self {
+        self = self.discover::<T>();
+        if let Some(decl) = self.parts.imports.last_mut() {
+            decl.topic = topic.name().clone();
+        }
+        self.redeclare_last_import::<T>();
+        self
+    }
+
+    /// After the last import's topic changed: it declares the output unless an earlier import
+    /// of the same topic did.
+    fn redeclare_last_import<T: Message + DeserializeOwned + Clone>(&mut self) {
+        let Some((last, earlier)) = self.parts.imports.split_last_mut() else {
+            return;
+        };
+        let declared = earlier.iter().any(|i| i.topic == last.topic);
+        last.declare = if declared {
+            |b, _| b
+        } else {
+            |b, name| b.publishes_to(&Topic::<T>::with_name(name.clone()))
+        };
     }
 
     /// Serves topic `T` like [`export`](Self::export), reliably: the last
@@ -509,22 +601,23 @@ impl Bridge {
                 if publisher.is_ipv4() { 4 } else { 6 },
             ));
         }
-        self.push_import::<T>(Some(publisher));
+        self.push_import::<T>(&Topic::of(), Some(publisher));
         self
     }
 
     fn push_import<T: Message + DeserializeOwned + Clone>(
         &mut self,
+        topic: &Topic<T>,
         publisher: Option<SocketAddr>,
     ) {
-        let type_id = std::any::TypeId::of::<T>();
-        let declared = self.parts.imports.iter().any(|i| i.type_id == type_id);
+        // Imports of one topic from several publishers publish through one output.
+        let declared = self.parts.imports.iter().any(|i| i.topic == *topic.name());
         self.parts.imports.push(ImportDecl {
-            type_id,
+            topic: topic.name().clone(),
             declare: if declared {
-                |b| b
+                |b, _| b
             } else {
-                |b| b.publishes::<T>()
+                |b, name| b.publishes_to(&Topic::<T>::with_name(name.clone()))
             },
             publisher,
             reliable: false,
@@ -540,7 +633,7 @@ impl Bridge {
     /// is made by the ordinary handshake (`SECURITY.md`, "Discovery").
     pub fn discover<T: Message + DeserializeOwned + Clone>(mut self) -> Self {
         self = self.announce();
-        self.push_import::<T>(None);
+        self.push_import::<T>(&Topic::of(), None);
         self
     }
 
@@ -622,12 +715,12 @@ impl Component for Bridge {
         if let Err(e) = parts.join_group() {
             family_errors.push(format!("bridge '{name}': {e}"));
         }
-        let declares: Vec<Declare> = parts
-            .exports
-            .iter()
+        let named: Vec<(DeclareOn, TopicName)> = (parts.exports.iter())
+            .map(|e| (e.declare, e.topic.clone()))
+            .chain((parts.imports.iter()).map(|i| (i.declare, i.topic.clone())))
+            .collect();
+        let declares: Vec<Declare> = (parts.compat_exports.iter())
             .map(|e| e.declare)
-            .chain(parts.imports.iter().map(|i| i.declare))
-            .chain(parts.compat_exports.iter().map(|e| e.declare))
             .chain(parts.compat_imports.iter().map(|i| i.declare))
             .collect();
         let mut parts = Some(parts);
@@ -644,6 +737,9 @@ impl Component for Bridge {
             .never_waits()
             // It sleeps on its sockets (`on_start`), with `Backoff` too.
             .watches_fds();
+        for (declare, topic) in named {
+            builder = declare(builder, &topic);
+        }
         for declare in declares {
             builder = declare(builder);
         }

@@ -4,7 +4,9 @@
 //! decodes what the endpoint lets through and publishes it. Called once per poll, not once per
 //! message.
 
-use llbus::{Context, Inputs, Message, Out, Setup};
+use std::sync::Arc;
+
+use llbus::{Context, Inputs, Message, Out, Setup, TopicName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -70,19 +72,53 @@ macro_rules! topic_of {
     };
 }
 
+/// A named topic as it runs on the bus: its name and id (after the bus's remapping).
+struct Running {
+    name: Arc<str>,
+    id: u64,
+}
+
+impl Running {
+    fn of<T: Message>(setup: &Setup<'_>, declared: &TopicName) -> Running {
+        let running = setup.topic(&llbus::Topic::<T>::with_name(declared.clone()));
+        Running {
+            name: Arc::from(running.name().as_str()),
+            id: running.id(),
+        }
+    }
+}
+
+macro_rules! named_topic_of {
+    ($t:ident) => {
+        impl<T: Message> Topic for $t<T> {
+            fn topic(&self) -> Arc<str> {
+                Arc::clone(&self.running.name)
+            }
+            fn topic_id(&self) -> u64 {
+                self.running.id
+            }
+            fn fingerprint(&self) -> u64 {
+                T::FINGERPRINT
+            }
+        }
+    };
+}
+
 pub(crate) struct Export<T> {
     inputs: Inputs<T>,
+    running: Running,
 }
 
 impl<T: Message + Serialize> Export<T> {
-    pub(crate) fn make(setup: &mut Setup<'_>) -> Box<dyn ExportPort> {
+    pub(crate) fn make(setup: &mut Setup<'_>, topic: &TopicName) -> Box<dyn ExportPort> {
         Box::new(Export::<T> {
-            inputs: setup.inputs(),
+            inputs: setup.inputs_on(&llbus::Topic::<T>::with_name(topic.clone())),
+            running: Running::of::<T>(setup, topic),
         })
     }
 }
 
-topic_of!(Export);
+named_topic_of!(Export);
 
 impl<T: Message + Serialize> ExportPort for Export<T> {
     fn pump(&mut self, batch: &mut ExportBatch<'_>, budget: usize) -> usize {
@@ -92,17 +128,19 @@ impl<T: Message + Serialize> ExportPort for Export<T> {
 
 pub(crate) struct Import<T> {
     out: Out<T>,
+    running: Running,
 }
 
 impl<T: Message + DeserializeOwned + Clone> Import<T> {
-    pub(crate) fn make(setup: &mut Setup<'_>) -> Box<dyn ImportPort> {
+    pub(crate) fn make(setup: &mut Setup<'_>, topic: &TopicName) -> Box<dyn ImportPort> {
         Box::new(Import::<T> {
-            out: setup.output(),
+            out: setup.output_on(&llbus::Topic::<T>::with_name(topic.clone())),
+            running: Running::of::<T>(setup, topic),
         })
     }
 }
 
-topic_of!(Import);
+named_topic_of!(Import);
 
 impl<T: Message + DeserializeOwned + Clone> ImportPort for Import<T> {
     #[inline]

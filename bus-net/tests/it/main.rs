@@ -23,6 +23,7 @@
 //! - `multicast`: data to a group (`multicast/membership`: joining and leaving groups across
 //!   publisher restarts; `multicast/forged`: injection and amplification through groups);
 //! - `schema`: schema frames under attack and the generic decoder's bounds;
+//! - `topics`: named topics across the bridge, two of one type kept apart;
 //! - `fixtures`: what several modules share (a loopback address, a tick with its feed and sink,
 //!   the CPU guards of the tests that keep a core busy).
 
@@ -42,3 +43,4 @@ mod proptest;
 mod protocol;
 mod schema;
 mod security;
+mod topics;

@@ -147,6 +147,26 @@ impl Setup<'_> {
         Inputs::take(self.taken)
     }
 
+    /// The rings of `topic` only, which the actor subscribed to with `.takes_on(&topic)`: for
+    /// an actor that takes several topics of one type and keeps them apart (a network bridge
+    /// exporting two venues). The rings of the type's other topics stay for
+    /// [`inputs`](Self::inputs) or another `inputs_on`. Asking for a topic not taken makes
+    /// `start()` fail, naming the actor and the topic.
+    pub fn inputs_on<M: Message>(&mut self, topic: &Topic<M>) -> Inputs<M> {
+        let running = self.topic(topic);
+        let inputs = Inputs::take_topic(self.taken, running.id());
+        // Every topic subscribed to has a publisher (`start()` checks), so no ring means that
+        // the topic was not taken, or was taken already.
+        if inputs.rings() == 0 {
+            self.errors.push(format!(
+                "actor '{}' asks for the rings of topic '{}' but did not declare .takes_on(&topic) for it (or took them already)",
+                self.actor,
+                running.name(),
+            ));
+        }
+        inputs
+    }
+
     /// A named metric of this actor's own, shown in the bus's report under the actor. Register
     /// it here, in the factory; update it from the actor's hooks.
     pub fn metric(&mut self, name: &str) -> Metric {

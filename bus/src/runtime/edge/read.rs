@@ -136,6 +136,27 @@ impl<M: Send + 'static> Inputs<M> {
         Inputs { edges }
     }
 
+    /// Takes the rings of one topic (by its running id) out of the wiring, leaving the rings of
+    /// the type's other topics for another taker.
+    pub(crate) fn take_topic(wiring: &mut Wiring, id: u64) -> Self {
+        let mut edges = Vec::new();
+        if let Some(all) = wiring.inputs.get_mut(&TypeId::of::<M>()) {
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                std::mem::take(all).into_iter().partition(|(t, _)| *t == id);
+            *all = rest;
+            edges = mine
+                .into_iter()
+                .filter_map(|(topic, b)| b.downcast::<InEdge<M>>().ok().map(|e| (topic, *e)))
+                .collect();
+        }
+        Inputs { edges }
+    }
+
+    /// How many rings feed this input: one per publisher of each of its topics.
+    pub(crate) fn rings(&self) -> usize {
+        self.edges.len()
+    }
+
     /// Hands at most `budget` messages from each ring to `handler`, in each ring's order, and
     /// returns how many it handed over. Allocates nothing.
     #[inline]

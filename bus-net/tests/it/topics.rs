@@ -1,0 +1,111 @@
+//! Named topics across the bridge: two topics of one type exported and imported as two, each
+//! subscriber getting only its own; a remapped topic goes on the wire under its running name.
+
+use std::time::Duration;
+
+use llbus::{Backpressure, Bus, Message, Topic};
+use llbus_net::Bridge;
+use serde::{Deserialize, Serialize};
+
+use crate::fixtures::loopback;
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "net.venue.quote")]
+struct Quote {
+    px: u64,
+}
+
+fn topic(name: &str) -> Topic<Quote> {
+    Topic::named(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn two_topics_of_one_type_cross_the_bridge_as_two() {
+    let (nyse, nasdaq) = (topic("md.quote.nyse"), topic("md.quote.nasdaq"));
+    let mut a = Bus::builder();
+    let feeds = [
+        a.publisher_on(&nyse, "nyse-feed"),
+        a.publisher_on(&nasdaq, "nasdaq-feed"),
+    ];
+    let exporter = Bridge::bind(loopback()).expect("bind");
+    let addr = exporter.local_addr();
+    a.add(exporter.export_on(&nyse).export_on(&nasdaq));
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .import_on(&nyse, addr)
+            .import_on(&nasdaq, addr),
+    );
+    let nyse_tap = b.subscription_on(&nyse, "nyse-tap", Backpressure::Block, 4096);
+    let nasdaq_tap = b.subscription_on(&nasdaq, "nasdaq-tap", Backpressure::Block, 4096);
+    let mut a = a.start().expect("publisher bus");
+    let mut b = b.start().expect("subscriber bus");
+    let [nyse_feed, nasdaq_feed] = feeds;
+    let mut nyse_feed = a.publisher(nyse_feed).expect("feed");
+    let mut nasdaq_feed = a.publisher(nasdaq_feed).expect("feed");
+    let mut nyse_tap = b.subscription(nyse_tap).expect("tap");
+    let mut nasdaq_tap = b.subscription(nasdaq_tap).expect("tap");
+    // Until both subscriptions are admitted, quotes go nowhere: publish until one of each
+    // arrives, then a numbered run of each.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut got_nyse, mut got_nasdaq) = (false, false);
+    while !(got_nyse && got_nasdaq) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no quote crossed in 30 s"
+        );
+        nyse_feed.publish(Quote { px: 0 }).expect("publish");
+        nasdaq_feed
+            .publish(Quote { px: 1_000_000 })
+            .expect("publish");
+        std::thread::sleep(Duration::from_millis(5));
+        got_nyse |= nyse_tap.try_recv().is_ok();
+        got_nasdaq |= nasdaq_tap.try_recv().is_ok();
+    }
+    for i in 1..=100 {
+        nyse_feed.publish(Quote { px: i }).expect("publish");
+        nasdaq_feed
+            .publish(Quote { px: 1_000_000 + i })
+            .expect("publish");
+    }
+    let take = |tap: &mut llbus::Subscription<Quote>, last: u64| {
+        let mut got = Vec::new();
+        loop {
+            let q = tap
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a quote within 30 s");
+            got.push(q.px);
+            if q.px == last {
+                return got;
+            }
+        }
+    };
+    let nyse_got = take(&mut nyse_tap, 100);
+    let nasdaq_got = take(&mut nasdaq_tap, 1_000_100);
+    assert!(
+        nyse_got.iter().all(|px| *px <= 100),
+        "a NASDAQ quote on NYSE: {nyse_got:?}"
+    );
+    assert!(
+        nasdaq_got.iter().all(|px| *px >= 1_000_000),
+        "a NYSE quote on NASDAQ: {nasdaq_got:?}"
+    );
+    let tail = |got: &[u64], from: u64| got.iter().filter(|px| **px >= from).count();
+    assert_eq!(tail(&nyse_got, 1), 100, "{nyse_got:?}");
+    assert_eq!(tail(&nasdaq_got, 1_000_001), 100, "{nasdaq_got:?}");
+    drop((nyse_feed, nasdaq_feed));
+    a.stop();
+    b.stop();
+    let (ra, rb) = (a.join().expect("join a"), b.join().expect("join b"));
+    // Each topic crossed under its own id: each import published into its own topic only.
+    assert!(rb
+        .edges
+        .iter()
+        .any(|e| e.topic == "md.quote.nyse" && e.subscriber == "nyse-tap"));
+    assert!(rb
+        .edges
+        .iter()
+        .any(|e| e.topic == "md.quote.nasdaq" && e.subscriber == "nasdaq-tap"));
+    assert!(ra.edges.iter().all(|e| e.topic != Quote::TOPIC));
+}
