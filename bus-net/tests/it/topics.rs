@@ -109,3 +109,41 @@ fn two_topics_of_one_type_cross_the_bridge_as_two() {
         .any(|e| e.topic == "md.quote.nasdaq" && e.subscriber == "nasdaq-tap"));
     assert!(ra.edges.iter().all(|e| e.topic != Quote::TOPIC));
 }
+
+/// A program that exports its type's default topic, deployed with a remap: the bridge exports
+/// the running name (its id on the wire), so a subscriber of the new name gets the quotes.
+#[test]
+fn a_remapped_topic_crosses_under_its_running_name() {
+    let renamed = topic("site2.quote");
+    let mut a = Bus::builder();
+    a.remap(Quote::TOPIC, "site2.quote");
+    let feed = a.publisher::<Quote>("feed");
+    let exporter = Bridge::bind(loopback()).expect("bind");
+    let addr = exporter.local_addr();
+    let status = exporter.status();
+    a.add(exporter.export::<Quote>());
+    let mut b = Bus::builder();
+    b.add(Bridge::bind(loopback()).expect("bind").import_on(&renamed, addr));
+    let tap = b.subscription_on(&renamed, "tap", Backpressure::Block, 1024);
+    let mut a = a.start().expect("publisher bus");
+    let mut b = b.start().expect("subscriber bus");
+    let mut feed = a.publisher(feed).expect("feed");
+    let mut tap = b.subscription(tap).expect("tap");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no quote crossed in 30 s");
+        feed.publish(Quote { px: 7 }).expect("publish");
+        std::thread::sleep(Duration::from_millis(5));
+        if let Ok(q) = tap.try_recv() {
+            assert_eq!(q.px, 7);
+            break;
+        }
+    }
+    assert!(status.errors().is_empty(), "{:?}", status.errors());
+    drop(feed);
+    a.stop();
+    b.stop();
+    let ra = a.join().expect("join a");
+    assert!(ra.edges.iter().any(|e| e.topic == "site2.quote"), "{ra}");
+    b.join().expect("join b");
+}
