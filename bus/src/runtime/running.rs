@@ -29,6 +29,8 @@ pub struct RunningBus {
     pub(super) handles: Vec<Option<Box<dyn std::any::Any + Send>>>,
     /// Matches the keys of the handles declared on this bus.
     pub(super) serial: u64,
+    /// The bus's renamings (`remap`), for [`RunningBus::topic`].
+    pub(super) renames: Arc<super::names::Renames>,
     /// The live counters file, removed when the bus is joined.
     #[cfg(unix)]
     pub(super) counters_file: Option<super::counters_file::CountersFile>,
@@ -67,6 +69,23 @@ impl RunningBus {
     /// lost): the stop never waits for a reader outside the bus.
     pub fn stop(&self) {
         self.control.request_stop();
+    }
+
+    /// The name `topic` runs under on this bus: itself, or what
+    /// [`BusBuilder::remap`](crate::BusBuilder::remap) renamed it to, as
+    /// [`Setup::topic`](crate::Setup::topic) tells an actor's factory. For code outside the bus
+    /// that puts a topic's id on a wire or its name in a key (a gateway's external handles), so
+    /// that a renamed topic is renamed there too.
+    pub fn topic<M: crate::Message>(&self, topic: &crate::Topic<M>) -> crate::Topic<M> {
+        crate::Topic::with_name(self.topic_name(topic.name()))
+    }
+
+    /// The name a topic declared as `name` runs under on this bus (see [`topic`](Self::topic)).
+    pub fn topic_name(&self, name: &crate::TopicName) -> crate::TopicName {
+        match self.renames.get(name.as_str()) {
+            Some(to) => to.clone(),
+            None => name.clone(),
+        }
     }
 
     /// A handle to stop the bus from another thread.

@@ -105,6 +105,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         warnings: plan.warnings,
         handles,
         serial: bus.serial,
+        renames,
     })
 }
 

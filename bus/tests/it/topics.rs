@@ -519,3 +519,18 @@ fn a_factory_learns_the_name_each_declared_topic_runs_under() {
     assert_eq!(kept, "md.quote.nyse");
     running.stop();
 }
+
+#[test]
+fn a_running_bus_tells_code_outside_it_the_name_each_topic_runs_under() {
+    let mut bus = Bus::builder();
+    bus.remap("md.quote", "site2.md.quote");
+    let _feed = bus.publisher::<Quote>("feed");
+    let running = bus.start().expect("start");
+    let renamed = running.topic(&Topic::<Quote>::of());
+    assert_eq!(renamed.name().as_str(), "site2.md.quote");
+    assert_eq!(renamed.id(), llbus::topic_id("site2.md.quote"));
+    let kept = running.topic(&topic::<Quote>("md.quote.nyse"));
+    assert_eq!(kept.name().as_str(), "md.quote.nyse");
+    assert_eq!(kept.id(), llbus::topic_id("md.quote.nyse"));
+    running.stop();
+}
