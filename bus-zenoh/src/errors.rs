@@ -21,7 +21,7 @@ pub(crate) enum ErrorKind {
 
 #[derive(Debug)]
 struct Entry {
-    topic: &'static str,
+    topic: String,
     kind: ErrorKind,
     first: String,
     latest: Option<String>,
@@ -37,12 +37,7 @@ pub(crate) struct ErrorTable {
 impl ErrorTable {
     /// Records `message`; the message back if it is the first of its topic and kind (to be
     /// logged).
-    pub(crate) fn record(
-        &mut self,
-        topic: &'static str,
-        kind: ErrorKind,
-        message: String,
-    ) -> Option<&str> {
+    pub(crate) fn record(&mut self, topic: &str, kind: ErrorKind, message: String) -> Option<&str> {
         // What a sample carries (an encoding's schema, say) is quoted in messages: no line
         // breaks or other control characters of a sender's choosing reach the table or the log.
         let message = if message.chars().any(char::is_control) {
@@ -71,7 +66,7 @@ impl ErrorTable {
             }
             None => {
                 self.entries.push(Entry {
-                    topic,
+                    topic: topic.to_owned(),
                     kind,
                     first: message,
                     latest: None,

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use llbus::{Message, Metric, RecvTimeoutError, RunningBus, Subscription, SubscriptionKey};
+use llbus::{
+    Message, Metric, RecvTimeoutError, RunningBus, Subscription, SubscriptionKey, Topic, TopicName,
+};
 use parking_lot::Mutex;
 use serde::Serialize;
 use zenoh::bytes::Encoding;
@@ -132,6 +134,8 @@ impl Export {
 pub(crate) struct PendingExport<T> {
     pub(crate) key: SubscriptionKey<T>,
     pub(crate) export: Export,
+    /// The topic as declared; it runs under `RunningBus::topic` of it.
+    pub(crate) topic: Topic<T>,
 }
 
 pub(crate) struct RunningExport {
@@ -167,8 +171,8 @@ fn stream_id() -> u64 {
 }
 
 impl<T: Message + Serialize> Pending for PendingExport<T> {
-    fn topic(&self) -> (&'static str, bool) {
-        (T::TOPIC, true)
+    fn topic(&self) -> (&TopicName, bool) {
+        (self.topic.name(), true)
     }
 
     fn given_key(&self) -> Option<&str> {
@@ -182,8 +186,10 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
         gateway: &mut Gateway,
     ) -> Result<(), GatewayError> {
         let sub = bus.subscription(self.key).map_err(GatewayError::Handle)?;
-        let key = key_of(self.export.key.as_deref(), prefix, T::TOPIC);
-        let encoding = zenoh_encoding(self.export.encoding, T::TOPIC);
+        // Resolved once, here: the thread puts the running name's id and never looks it up.
+        let topic = bus.topic(&self.topic).name().clone();
+        let key = key_of(self.export.key.as_deref(), prefix, topic.as_str());
+        let encoding = zenoh_encoding(self.export.encoding, topic.as_str());
         let publisher = gateway
             .session
             .declare_publisher(key.clone())
@@ -211,6 +217,8 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
             put_failed: sub.metric("zenoh.put_failed"),
         };
         let run = ExportRun {
+            topic_id: topic.id(),
+            topic: topic.clone(),
             sub,
             publisher,
             encoding: self.export.encoding,
@@ -222,7 +230,7 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
             errors: Arc::clone(&gateway.errors),
         };
         let thread = std::thread::Builder::new()
-            .name(format!("llbus-zenoh-{}", T::TOPIC))
+            .name(format!("llbus-zenoh-{topic}"))
             .spawn(move || run.run())
             .map_err(GatewayError::Spawn)?;
         gateway.exports.push(RunningExport {
@@ -236,6 +244,9 @@ impl<T: Message + Serialize> Pending for PendingExport<T> {
 
 /// One export's thread: takes each message from the subscription and puts it.
 struct ExportRun<T> {
+    /// The topic's running name (for errors) and its id (in every attachment).
+    topic: TopicName,
+    topic_id: u64,
     sub: Subscription<T>,
     publisher: zenoh::pubsub::Publisher<'static>,
     encoding: PayloadEncoding,
@@ -287,12 +298,12 @@ impl<T: Message + Serialize> ExportRun<T> {
         let payload = match self.encode(msg) {
             Ok(p) => p,
             Err(e) => {
-                self.failed(format!("cannot encode a message of '{}': {e}", T::TOPIC));
+                self.failed(format!("cannot encode a message of '{}': {e}", self.topic));
                 return;
             }
         };
         let attachment = Attachment {
-            topic_id: T::TOPIC_ID,
+            topic_id: self.topic_id,
             fingerprint: T::FINGERPRINT,
             stream: self.stream,
             sequence: self.sequence,
@@ -308,7 +319,10 @@ impl<T: Message + Serialize> ExportRun<T> {
                 self.sequence += 1;
                 self.metrics.put.add(1);
             }
-            Err(e) => self.failed(format!("zenoh refused a put of '{}': {e}", T::TOPIC)),
+            Err(e) => {
+                let error = format!("zenoh refused a put of '{}': {e}", self.topic);
+                self.failed(error);
+            }
         }
     }
 
@@ -329,6 +343,11 @@ impl<T: Message + Serialize> ExportRun<T> {
 
     fn failed(&mut self, error: String) {
         self.metrics.put_failed.add(1);
-        report(&self.errors, T::TOPIC, ErrorKind::PutFailed, error);
+        report(
+            &self.errors,
+            self.topic.as_str(),
+            ErrorKind::PutFailed,
+            error,
+        );
     }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use llbus::{Backpressure, BusBuilder, Message, RunningBus};
+use llbus::{Backpressure, BusBuilder, Message, RunningBus, Topic, TopicName};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -38,15 +38,15 @@ pub enum GatewayError {
     Zenoh(zenoh::Error),
     /// An export's thread could not be spawned.
     Spawn(std::io::Error),
-    /// This topic would be both exported and imported on the bus (by this gateway, or by it
-    /// and another gateway's handle there): the import would feed the local topic, which the
-    /// export would put again, without end.
-    Echo(&'static str),
-    /// Two exports (or two imports) of this topic resolve to one key: every message would be
-    /// put (or published) twice.
+    /// This topic (by the name it runs under on the bus) would be both exported and imported
+    /// on the bus (by this gateway, or by it and another gateway's handle there): the import
+    /// would feed the local topic, which the export would put again, without end.
+    Echo(String),
+    /// Two exports (or two imports) of this topic (by the name it runs under) resolve to one
+    /// key: every message would be put (or published) twice.
     Duplicate {
         /// The topic.
-        topic: &'static str,
+        topic: String,
         /// The key both resolve to.
         key: String,
         /// Exports (else imports).
@@ -289,29 +289,69 @@ impl GatewayBuilder {
         self
     }
 
-    /// Exports topic `T` from `bus`: declares a `DropNewest` subscription
-    /// `zenoh-export:<topic>`, or `zenoh-export:<topic>@<key>` with an [`Export::key`] (so one
-    /// topic can be exported on several keys, in bincode and in JSON), which `start()` refuses
-    /// if nothing publishes `T`.
+    /// Exports `T`'s default topic from `bus`: [`export_on`](Self::export_on) of
+    /// [`Topic::of`].
     pub fn export<T>(&mut self, bus: &mut BusBuilder, export: Export) -> &mut Self
     where
         T: Message + Serialize,
     {
-        let name = handle_name("zenoh-export", T::TOPIC, export.key.as_deref());
-        let key = bus.subscription_with::<T>(&name, Backpressure::DropNewest, export.capacity);
-        self.pending.push(Box::new(PendingExport { key, export }));
+        self.export_on(bus, &Topic::<T>::of(), export)
+    }
+
+    /// Exports `topic` from `bus`: declares a `DropNewest` subscription to it named
+    /// `zenoh-export:<name>`, or `zenoh-export:<name>@<key>` with an [`Export::key`] (so one
+    /// topic can be exported on several keys, in bincode and in JSON), which `start()` refuses
+    /// if nothing publishes the topic. Its samples go on key `<prefix>/<running name>` (the
+    /// name the topic runs under once the bus's `remap`s apply), carrying that name's id.
+    /// Several topics of one type are several exports, one key each.
+    pub fn export_on<T>(
+        &mut self,
+        bus: &mut BusBuilder,
+        topic: &Topic<T>,
+        export: Export,
+    ) -> &mut Self
+    where
+        T: Message + Serialize,
+    {
+        let name = handle_name("zenoh-export", topic.name(), export.key.as_deref());
+        let key = bus.subscription_on(topic, &name, Backpressure::DropNewest, export.capacity);
+        self.pending.push(Box::new(PendingExport {
+            key,
+            export,
+            topic: topic.clone(),
+        }));
         self
     }
 
-    /// Imports topic `T` into `bus`: declares a publisher `zenoh-import:<topic>`, or
-    /// `zenoh-import:<topic>@<key>` with an [`Import::key`].
+    /// Imports `T`'s default topic into `bus`: [`import_on`](Self::import_on) of
+    /// [`Topic::of`].
     pub fn import<T>(&mut self, bus: &mut BusBuilder, import: Import) -> &mut Self
     where
         T: Message + Clone + DeserializeOwned,
     {
-        let name = handle_name("zenoh-import", T::TOPIC, import.key.as_deref());
-        let key = bus.publisher::<T>(&name);
-        self.pending.push(Box::new(PendingImport { key, import }));
+        self.import_on(bus, &Topic::<T>::of(), import)
+    }
+
+    /// Imports `topic` into `bus`: declares a publisher on it named `zenoh-import:<name>`, or
+    /// `zenoh-import:<name>@<key>` with an [`Import::key`]. It takes the samples of key
+    /// `<prefix>/<running name>` whose attachment carries the running name's id and `T`'s
+    /// fingerprint; any other is refused and counted.
+    pub fn import_on<T>(
+        &mut self,
+        bus: &mut BusBuilder,
+        topic: &Topic<T>,
+        import: Import,
+    ) -> &mut Self
+    where
+        T: Message + Clone + DeserializeOwned,
+    {
+        let name = handle_name("zenoh-import", topic.name(), import.key.as_deref());
+        let key = bus.publisher_on(topic, &name);
+        self.pending.push(Box::new(PendingImport {
+            key,
+            import,
+            topic: topic.clone(),
+        }));
         self
     }
 
@@ -330,35 +370,55 @@ impl GatewayBuilder {
         config: zenoh::Config,
     ) -> Result<Gateway, GatewayError> {
         // The bus's handles are this gateway's and any other's: one gateway exporting a topic
-        // that another imports loops as surely as one gateway doing both.
-        let on_bus: Vec<String> = bus.report().actors.into_iter().map(|a| a.name).collect();
-        let declared = |kind: &str, topic: &str| {
-            on_bus.iter().any(|n| {
-                n.strip_prefix(kind)
-                    .and_then(|rest| rest.strip_prefix(topic))
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+        // that another imports loops as surely as one gateway doing both. Topics are compared
+        // by the names they run under (a handle's name holds the declared one).
+        let on_bus: Vec<(bool, String)> = bus
+            .report()
+            .actors
+            .into_iter()
+            .filter_map(|a| {
+                let (export, rest) = if let Some(rest) = a.name.strip_prefix("zenoh-export:") {
+                    (true, rest)
+                } else {
+                    (false, a.name.strip_prefix("zenoh-import:")?)
+                };
+                let declared = rest.split('@').next().unwrap_or(rest);
+                let running = match TopicName::new(declared) {
+                    Ok(name) => bus.topic_name(&name).as_str().to_owned(),
+                    Err(_) => declared.to_owned(),
+                };
+                Some((export, running))
             })
-        };
-        for p in &self.pending {
-            let (topic, export) = p.topic();
-            let other = if export {
-                "zenoh-import:"
-            } else {
-                "zenoh-export:"
-            };
-            if declared(other, topic) {
-                return Err(GatewayError::Echo(topic));
+            .collect();
+        let running: Vec<(TopicName, bool)> = self
+            .pending
+            .iter()
+            .map(|p| {
+                let (declared, export) = p.topic();
+                (bus.topic_name(declared), export)
+            })
+            .collect();
+        for (topic, export) in &running {
+            if on_bus
+                .iter()
+                .any(|(e, name)| *e != *export && name == topic.as_str())
+            {
+                return Err(GatewayError::Echo(topic.as_str().to_owned()));
             }
         }
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         for (i, p) in self.pending.iter().enumerate() {
-            let (topic, export) = p.topic();
-            let key = key_of(p.given_key(), &prefix, topic);
-            let twice = self.pending.get(..i).into_iter().flatten().any(|q| {
-                q.topic() == (topic, export) && key_of(q.given_key(), &prefix, topic) == key
+            let (topic, export) = &running[i];
+            let key = key_of(p.given_key(), &prefix, topic.as_str());
+            let twice = self.pending[..i].iter().zip(&running).any(|(q, r)| {
+                r == &running[i] && key_of(q.given_key(), &prefix, r.0.as_str()) == key
             });
             if twice {
-                return Err(GatewayError::Duplicate { topic, key, export });
+                return Err(GatewayError::Duplicate {
+                    topic: topic.as_str().to_owned(),
+                    key,
+                    export: *export,
+                });
             }
         }
         let session = zenoh::open(config).wait()?;
@@ -382,8 +442,8 @@ impl GatewayBuilder {
 
 /// An export or import declared, waiting for the bus and the session.
 pub(crate) trait Pending: Send {
-    /// The topic, and whether it is an export.
-    fn topic(&self) -> (&'static str, bool);
+    /// The topic as declared (before the bus's renamings), and whether it is an export.
+    fn topic(&self) -> (&TopicName, bool);
 
     /// The key it was given, if any.
     fn given_key(&self) -> Option<&str>;
@@ -398,7 +458,7 @@ pub(crate) trait Pending: Send {
 
 /// The name of an export's or import's handle: `<kind>:<topic>`, and `@<key>` if a key was
 /// given, so that one topic can go on several keys.
-fn handle_name(kind: &str, topic: &str, key: Option<&str>) -> String {
+fn handle_name(kind: &str, topic: &TopicName, key: Option<&str>) -> String {
     match key {
         Some(k) => format!("{kind}:{topic}@{k}"),
         None => format!("{kind}:{topic}"),
@@ -417,12 +477,7 @@ pub(crate) fn key_of(given: Option<&str>, prefix: &str, topic: &str) -> String {
 /// Keeps `error` in the gateway's table, and logs it if it is the first of its topic and kind
 /// (the rest are counted there, the latest kept): a flood of refused streams or malformed
 /// samples is one log line.
-pub(crate) fn report(
-    errors: &Mutex<ErrorTable>,
-    topic: &'static str,
-    kind: ErrorKind,
-    error: String,
-) {
+pub(crate) fn report(errors: &Mutex<ErrorTable>, topic: &str, kind: ErrorKind, error: String) {
     if let Some(first) = errors.lock().record(topic, kind, error) {
         log::error!("{first} (further errors of this kind are counted in Gateway::errors)");
     }

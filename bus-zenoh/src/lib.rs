@@ -35,6 +35,11 @@
 //!   `zenoh.lost`, `zenoh.stopped`, `zenoh.late`), shown in the bus's report and its live
 //!   counters file like any other figure; [`Gateway::counts`] sums them, with `received` as
 //!   the sum of its outcomes so that its figures balance in every reading.
+//! - **Named topics.** [`GatewayBuilder::export_on`] and [`GatewayBuilder::import_on`] take a
+//!   [`Topic`](llbus::Topic): one key per name (`llbus/<name>`, by the name the topic runs
+//!   under once the bus's remaps apply), the attachment's topic id the name's; `export::<T>` and
+//!   `import::<T>` are these for the type's default topic. Names are resolved at
+//!   [`GatewayBuilder::start`]; no sample's path looks one up.
 //! - **Zenoh is configured the zenoh way**: a [`zenoh::Config`] (its JSON5 file, or built) is
 //!   handed to [`GatewayBuilder::start`].
 //!

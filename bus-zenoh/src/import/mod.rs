@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use llbus::{Message, Metric, PublishError, Publisher, PublisherKey, RunningBus};
+use llbus::{Message, Metric, PublishError, Publisher, PublisherKey, RunningBus, Topic, TopicName};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use zenoh::bytes::Encoding;
@@ -57,6 +57,8 @@ impl Import {
 pub(crate) struct PendingImport<T> {
     pub(crate) key: PublisherKey<T>,
     pub(crate) import: Import,
+    /// The topic as declared; it runs under `RunningBus::topic` of it.
+    pub(crate) topic: Topic<T>,
 }
 
 pub(crate) struct RunningImport {
@@ -124,8 +126,8 @@ pub(crate) struct ImportMetrics {
 }
 
 impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
-    fn topic(&self) -> (&'static str, bool) {
-        (T::TOPIC, false)
+    fn topic(&self) -> (&TopicName, bool) {
+        (self.topic.name(), false)
     }
 
     fn given_key(&self) -> Option<&str> {
@@ -139,7 +141,9 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
         gateway: &mut Gateway,
     ) -> Result<(), GatewayError> {
         let publisher = bus.publisher(self.key).map_err(GatewayError::Handle)?;
-        let key = key_of(self.import.key.as_deref(), prefix, T::TOPIC);
+        // Resolved once, here: each sample is checked against the running name's id.
+        let topic = bus.topic(&self.topic).name().clone();
+        let key = key_of(self.import.key.as_deref(), prefix, topic.as_str());
         let metrics = ImportMetrics {
             received: publisher.metric("zenoh.received"),
             published: publisher.metric("zenoh.published"),
@@ -151,9 +155,10 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
         };
         let state = Mutex::new(ImportRun {
             publisher,
-            verdicts: Verdicts::new(T::TOPIC, T::TOPIC_ID, T::FINGERPRINT, &key),
-            bincode: zenoh_encoding(PayloadEncoding::Bincode, T::TOPIC),
-            json: zenoh_encoding(PayloadEncoding::Json, T::TOPIC),
+            verdicts: Verdicts::new(topic.as_str(), topic.id(), T::FINGERPRINT, &key),
+            bincode: zenoh_encoding(PayloadEncoding::Bincode, topic.as_str()),
+            json: zenoh_encoding(PayloadEncoding::Json, topic.as_str()),
+            topic,
             metrics: metrics.clone(),
             errors: Arc::clone(&gateway.errors),
             received: 0,
@@ -179,6 +184,8 @@ impl<T: Message + Clone + DeserializeOwned> Pending for PendingImport<T> {
 /// One import's state, behind the lock its zenoh callback takes (never held while waiting:
 /// `try_publish` does not wait).
 struct ImportRun<T> {
+    /// The topic's running name, for errors.
+    topic: TopicName,
     publisher: Publisher<T>,
     verdicts: Verdicts,
     bincode: Encoding,
@@ -217,7 +224,7 @@ impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
                     } else {
                         ErrorKind::Fingerprint
                     };
-                    report(&self.errors, T::TOPIC, kind, e);
+                    report(&self.errors, self.topic.as_str(), kind, e);
                 }
                 return;
             }
@@ -249,11 +256,11 @@ impl<T: Message + Clone + DeserializeOwned> ImportRun<T> {
         self.metrics.malformed.add(1);
         report(
             &self.errors,
-            T::TOPIC,
+            self.topic.as_str(),
             ErrorKind::Malformed,
             format!(
                 "zenoh gateway dropped a malformed sample of topic '{}': {why}",
-                T::TOPIC
+                self.topic
             ),
         );
     }

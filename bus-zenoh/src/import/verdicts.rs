@@ -51,7 +51,7 @@ pub enum Verdict {
 /// One import's checks: the topic and type it takes, and each stream's next sequence number.
 #[derive(Debug)]
 pub struct Verdicts {
-    topic: &'static str,
+    topic: String,
     topic_id: u64,
     fingerprint: u64,
     key: String,
@@ -73,9 +73,9 @@ struct Stream {
 impl Verdicts {
     /// The checks of an import of `topic` (id `topic_id`, type fingerprint `fingerprint`) on
     /// zenoh key `key` (named in errors).
-    pub fn new(topic: &'static str, topic_id: u64, fingerprint: u64, key: &str) -> Self {
+    pub fn new(topic: &str, topic_id: u64, fingerprint: u64, key: &str) -> Self {
         Verdicts {
-            topic,
+            topic: topic.to_owned(),
             topic_id,
             fingerprint,
             key: key.to_owned(),

@@ -12,6 +12,7 @@
 //! - `refusals`: what `GatewayBuilder::start` refuses (echo, duplicate keys, zenoh's refusals).
 //! - `errors`: the errors table of `Gateway::errors`.
 //! - `counters`: the gateway's figures in the bus's live counters file.
+//! - `topics`: named topics: one key per name, each import its own, remaps, echo by name.
 //! - `clients`: what a zenoh client that is not llbus sees and sends.
 //! - `fixtures`: the message types, peer configurations and bounded waits they share.
 //!
@@ -27,3 +28,4 @@ mod export;
 mod fixtures;
 mod import;
 mod refusals;
+mod topics;
