@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llbus::Message;
+use llbus::{Message, Topic, TopicName};
 
 use crate::codec::{CodecError, Pod, SlotCodec};
 use crate::file::{self, AdoptError};
@@ -151,10 +151,22 @@ pub enum OpenError {
     Handover(String),
     /// The memory's header is from another version or corrupt.
     Layout(LayoutError),
+    /// The channel carries another topic: its header's topic id is not the id of the topic
+    /// this side names (another name, or another type's default name).
+    Topic {
+        /// The channel.
+        channel: String,
+        /// The topic this side expects.
+        ours: String,
+        /// Its id.
+        ours_id: u64,
+        /// The id the channel's header carries.
+        theirs_id: u64,
+    },
     /// The two sides disagree on the topic's type: its schema fingerprint or slot encoding.
     Fingerprint {
         /// The topic.
-        topic: &'static str,
+        topic: String,
         /// Our fingerprint (and slot size) for it.
         ours: (u64, usize),
         /// The other side's.
@@ -196,6 +208,15 @@ impl std::fmt::Display for OpenError {
             ),
             OpenError::Handover(why) => write!(f, "no channel from the writer: {why}"),
             OpenError::Layout(e) => e.fmt(f),
+            OpenError::Topic {
+                channel,
+                ours,
+                ours_id,
+                theirs_id,
+            } => write!(
+                f,
+                "channel '{channel}' carries topic id {theirs_id:#018x}, not topic '{ours}' ({ours_id:#018x}): another topic's channel (another name, or another type); import each channel as the topic it carries"
+            ),
             OpenError::Fingerprint {
                 topic,
                 ours,
@@ -235,6 +256,14 @@ fn check_name(name: &str) -> Result<(), OpenError> {
     } else {
         Err(OpenError::BadName(name.to_owned()))
     }
+}
+
+/// The channel of topic `name` (the name it runs under): the name, each `/` written `.`, then
+/// `-` and the name's id in 16 hex digits (`md.quote.nyse-8f0c...`), so that two names never
+/// share a channel (`a/b` and `a.b` differ in their ids). What [`Sender::create_on`] and
+/// [`Receiver::open_on`] meet at when the components are given a topic.
+pub fn topic_channel(name: &TopicName) -> String {
+    format!("{}-{:016x}", name.as_str().replace('/', "."), name.id())
 }
 
 /// What a side knows of the other.
@@ -402,7 +431,7 @@ pub struct Sender<T, C> {
     listener: Listener,
     name: String,
     path: PathBuf,
-    topic: &'static str,
+    topic: TopicName,
     stale_after: Duration,
     /// A slot's worth of private bytes that the codec builds a message in.
     scratch: Box<[u8]>,
@@ -430,15 +459,29 @@ impl std::fmt::Display for SendError {
 impl std::error::Error for SendError {}
 
 impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
-    /// Creates channel `name` for topic `T`: its ring in a new sealed memory file, and its
-    /// socket in `config.dir` (made if missing, checked in any case). A socket left there by a
-    /// writer that died is replaced (and logged); a live writer's is refused; anything of
-    /// another user is reported and left alone.
+    /// Creates channel `name` for `T`'s default topic: [`create_on`](Self::create_on) of
+    /// [`Topic::of`].
+    ///
+    /// # Errors
+    /// As [`create_on`](Self::create_on).
+    pub fn create(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
+        Self::create_on(name, &Topic::of(), config)
+    }
+
+    /// Creates channel `name` for `topic`: its ring in a new sealed memory file, whose header
+    /// carries the topic's id and `T`'s fingerprint, and its socket in `config.dir` (made if
+    /// missing, checked in any case). A socket left there by a writer that died is replaced
+    /// (and logged); a live writer's is refused; anything of another user is reported and left
+    /// alone.
     ///
     /// # Errors
     /// [`OpenError::BadName`], [`OpenError::UnsafeDir`], [`OpenError::InUse`],
     /// [`OpenError::Foreign`], or [`OpenError::Io`].
-    pub fn create(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
+    pub fn create_on(
+        name: &str,
+        topic: &Topic<T>,
+        config: &ChannelConfig,
+    ) -> Result<Self, OpenError> {
         check_name(name)?;
         config.prepare(true)?;
         let path = config.path(name);
@@ -454,7 +497,7 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
             slot_size: C::slot_size(config.max_message),
             capacity,
             fingerprint: T::FINGERPRINT,
-            topic_id: T::TOPIC_ID,
+            topic_id: topic.id(),
         };
         let len = geo.validate().map_err(OpenError::Layout)?;
         let (ring, fd) = create_ring(name, geo, len)?;
@@ -478,7 +521,7 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
             listener,
             name: name.to_owned(),
             path,
-            topic: T::TOPIC,
+            topic: topic.name().clone(),
             stale_after: config.stale_after,
             scratch: vec![0u8; geo.slot_size].into_boxed_slice(),
             _t: PhantomData,
@@ -603,9 +646,9 @@ impl<T: Message, C: SlotCodec<T>> Sender<T, C> {
         &self.path
     }
 
-    /// The topic.
-    pub fn topic(&self) -> &'static str {
-        self.topic
+    /// The topic's name.
+    pub fn topic(&self) -> &str {
+        self.topic.as_str()
     }
 }
 
@@ -652,7 +695,7 @@ impl<T, C> Drop for Sender<T, C> {
 pub struct Receiver<T, C> {
     ring: RingReader,
     path: PathBuf,
-    topic: &'static str,
+    topic: TopicName,
     stale_after: Duration,
     /// A slot's worth of private bytes that slots are copied into before they are decoded.
     scratch: Box<[u8]>,
@@ -677,19 +720,33 @@ impl std::fmt::Display for RecvError {
 impl std::error::Error for RecvError {}
 
 impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
-    /// Attaches to channel `name` of topic `T` in `config.dir`: connects to its writer's
+    /// Attaches to channel `name` of `T`'s default topic: [`open_on`](Self::open_on) of
+    /// [`Topic::of`].
+    ///
+    /// # Errors
+    /// As [`open_on`](Self::open_on).
+    pub fn open(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
+        Self::open_on(name, &Topic::of(), config)
+    }
+
+    /// Attaches to channel `name` of `topic` in `config.dir`: connects to its writer's
     /// socket, checks that the writer is this user (or one `config` admits), receives the
-    /// ring's memory and checks that its size is sealed, then checks the header, the slot
-    /// encoding and the schema fingerprint, and takes the reader's side (from a dead reader
-    /// too, resuming at its position). Waits at most `config.stale_after`, and at most 250 ms,
-    /// for the writer's answer.
+    /// ring's memory and checks that its size is sealed, then checks the header (its topic id
+    /// is `topic`'s, its slot encoding and schema fingerprint `T`'s), and takes the reader's
+    /// side (from a dead reader too, resuming at its position). Waits at most
+    /// `config.stale_after`, and at most 250 ms, for the writer's answer.
     ///
     /// # Errors
     /// [`OpenError::NotReady`] (no live writer yet: retry later), [`OpenError::UnsafeDir`],
     /// [`OpenError::Foreign`], [`OpenError::Unsealed`], [`OpenError::Handover`],
-    /// [`OpenError::Fingerprint`] naming the topic, [`OpenError::InUse`] if a live reader holds
+    /// [`OpenError::Topic`] if the channel carries another topic, [`OpenError::Fingerprint`]
+    /// naming the topic if it carries another type, [`OpenError::InUse`] if a live reader holds
     /// it, [`OpenError::Layout`], [`OpenError::Io`].
-    pub fn open(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
+    pub fn open_on(
+        name: &str,
+        topic: &Topic<T>,
+        config: &ChannelConfig,
+    ) -> Result<Self, OpenError> {
         check_name(name)?;
         if !config.prepare(false)? {
             return Err(OpenError::NotReady);
@@ -723,11 +780,13 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
         };
         // The mapping keeps the memory; the descriptor is not needed any more.
         drop(fd);
-        Self::attach(region, path, config.stale_after)
+        Self::attach(region, name, topic.name(), path, config.stale_after)
     }
 
     fn attach(
         region: Arc<Region>,
+        name: &str,
+        topic: &TopicName,
         path: PathBuf,
         stale_after: Duration,
     ) -> Result<Self, OpenError> {
@@ -738,9 +797,17 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
         let geo = *ring.geometry();
         let slot = C::slot_size(geo.slot_size.saturating_sub(8));
         let ours = (T::FINGERPRINT, slot);
+        if geo.topic_id != topic.id() {
+            return Err(OpenError::Topic {
+                channel: name.to_owned(),
+                ours: topic.as_str().to_owned(),
+                ours_id: topic.id(),
+                theirs_id: geo.topic_id,
+            });
+        }
         if geo.kind != C::KIND || geo.fingerprint != T::FINGERPRINT || geo.slot_size != slot {
             return Err(OpenError::Fingerprint {
-                topic: T::TOPIC,
+                topic: topic.as_str().to_owned(),
                 ours,
                 theirs: (geo.fingerprint, geo.slot_size),
             });
@@ -763,7 +830,7 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
             scratch: vec![0u8; geo.slot_size].into_boxed_slice(),
             ring,
             path,
-            topic: T::TOPIC,
+            topic: topic.clone(),
             stale_after,
             _t: PhantomData,
         })
@@ -828,9 +895,9 @@ impl<T: Message, C: SlotCodec<T>> Receiver<T, C> {
         &self.path
     }
 
-    /// The topic.
-    pub fn topic(&self) -> &'static str {
-        self.topic
+    /// The topic's name.
+    pub fn topic(&self) -> &str {
+        self.topic.as_str()
     }
 }
 

@@ -14,6 +14,10 @@
 //! backpressure reaches the exporter through the shared ring. Every tick both stamp their
 //! liveness and look at the peer's; a dead, closed or corrupt peer is counted and reported,
 //! its file reclaimed, and the import reconnects when a new exporter appears.
+//!
+//! Named topics (`ShmExport::on`, `ShmImport::on`): the channel is [`topic_channel`] of the
+//! name the topic runs under, resolved in the actor's factory (`Setup::topic`), and the header's
+//! topic id is that name's; nothing on the message path looks the name up.
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -21,9 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, ActorBuilder, BusBuilder, Component, Context, Inputs, Message, Out, Setup};
+use llbus::{
+    Actor, ActorBuilder, BusBuilder, Component, Context, Inputs, Message, Out, Setup, Topic,
+};
 
-use crate::channel::{ChannelConfig, OpenError, PeerState, Receiver, Sender};
+use crate::channel::{topic_channel, ChannelConfig, OpenError, PeerState, Receiver, Sender};
 use crate::codec::SlotCodec;
 
 /// What an export or import reports while it runs: counters and the last error, readable from
@@ -96,27 +102,55 @@ const TICK: Duration = Duration::from_millis(1);
 /// How often they also ask the kernel whether the peer's process exists.
 const PID_CHECK: Duration = Duration::from_millis(20);
 
-/// Serves topic `T` of the local bus to one importing process through channel `name`.
+/// Serves a topic of the local bus to one importing process through a channel: `T`'s default
+/// topic through channel `name` ([`new`](Self::new)), or a named topic through the channel its
+/// running name derives ([`on`](Self::on)).
 ///
 /// `C` is [`Pod`](crate::Pod) for plain data or [`Bincode`](crate::Bincode) for serde types.
 #[derive(Debug)]
 pub struct ShmExport<T, C> {
-    sender: Sender<T, C>,
+    channel: ExportChannel<T, C>,
+    topic: Topic<T>,
     status: IpcStatus,
     name: String,
 }
 
+/// The channel of an export: made already, or to make in the factory once the topic's running
+/// name is known.
+#[derive(Debug)]
+enum ExportChannel<T, C> {
+    Made(Sender<T, C>),
+    OnTopic(ChannelConfig),
+}
+
 impl<T: Message + Clone, C: SlotCodec<T>> ShmExport<T, C> {
-    /// Creates the channel's file now (replacing a stale one).
+    /// Creates channel `name` of `T`'s default topic now (replacing a stale one).
     ///
     /// # Errors
     /// See [`Sender::create`].
     pub fn new(name: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
         Ok(ShmExport {
-            sender: Sender::create(name, config)?,
+            channel: ExportChannel::Made(Sender::create(name, config)?),
+            topic: Topic::of(),
             status: IpcStatus::default(),
             name: format!("ipc-export-{name}"),
         })
+    }
+
+    /// Serves `topic` (its actor, `ipc-export-<name>`, takes the topic's rings): the channel is
+    /// [`topic_channel`] of the name the topic runs under on the bus (after its `remap`s), and
+    /// its header carries that name's id, so an import of another name is refused. The
+    /// channel is created when the bus starts, by the actor's factory: a channel that cannot be
+    /// created (a live writer holds it, an unsafe directory) makes `start()` fail with
+    /// [`StartError::FactoryPanicked`](llbus::StartError::FactoryPanicked), whose message is the
+    /// [`OpenError`]'s.
+    pub fn on(topic: &Topic<T>, config: &ChannelConfig) -> Self {
+        ShmExport {
+            channel: ExportChannel::OnTopic(config.clone()),
+            topic: topic.clone(),
+            status: IpcStatus::default(),
+            name: format!("ipc-export-{}", topic.name()),
+        }
     }
 
     /// A handle on the export's counters and errors.
@@ -130,24 +164,42 @@ impl<T: Message + Clone, C: SlotCodec<T>> Component for ShmExport<T, C> {
 
     fn attach(self, bus: &mut BusBuilder) -> ActorBuilder<'_, Self::Actor> {
         let ShmExport {
-            sender,
+            channel,
+            topic,
             status,
             name,
         } = self;
-        let mut parts = Some((sender, status));
+        let declared = topic.clone();
+        let mut parts = Some((channel, status));
         bus.actor(&name, move |setup: &mut Setup<'_>| match parts.take() {
-            Some((sender, status)) => ExportActor {
-                inputs: setup.inputs::<T>(),
-                sender,
-                status,
-                pending: VecDeque::with_capacity(64),
-                reader: PeerState::Absent,
-                last_pid_check: Instant::now(),
-            },
+            Some((channel, status)) => {
+                let sender = match channel {
+                    ExportChannel::Made(sender) => sender,
+                    ExportChannel::OnTopic(config) => {
+                        let running = setup.topic(&topic);
+                        let channel = topic_channel(running.name());
+                        match Sender::create_on(&channel, &running, &config) {
+                            Ok(sender) => sender,
+                            Err(e) => panic!(
+                                "cannot create the channel '{channel}' of topic '{}': {e}",
+                                running.name()
+                            ),
+                        }
+                    }
+                };
+                ExportActor {
+                    inputs: setup.inputs::<T>(),
+                    sender,
+                    status,
+                    pending: VecDeque::with_capacity(64),
+                    reader: PeerState::Absent,
+                    last_pid_check: Instant::now(),
+                }
+            }
             // An actor that takes its rings is never remade (no Restart).
             None => panic!("an ipc export's actor cannot be made twice"),
         })
-        .takes::<T>()
+        .takes_on(&declared)
         .tick_every(TICK)
     }
 }
@@ -207,7 +259,7 @@ impl<T: Message + Clone, C: SlotCodec<T>> ExportActor<T, C> {
                         .fetch_add(skipped as u64, Ordering::Relaxed);
                     self.status.error(format!(
                         "topic '{}': {skipped} message(s) too large for a slot",
-                        T::TOPIC
+                        self.sender.topic()
                     ));
                 }
                 n + skipped
@@ -223,14 +275,15 @@ impl<T: Message + Clone, C: SlotCodec<T>> ExportActor<T, C> {
     /// replace the channel's file; the importer attaches to the new one.
     fn corrupt(&mut self, e: String) {
         self.status.0.corrupt.fetch_add(1, Ordering::Relaxed);
-        self.status.error(format!("topic '{}': {e}", T::TOPIC));
+        self.status
+            .error(format!("topic '{}': {e}", self.sender.topic()));
         match self.sender.reset() {
             Ok(lost) => {
                 self.status.0.dropped.fetch_add(lost, Ordering::Relaxed);
             }
             Err(e) => self.status.error(format!(
                 "topic '{}': cannot remake the channel: {e}",
-                T::TOPIC
+                self.sender.topic()
             )),
         }
         self.reader = PeerState::Absent;
@@ -266,7 +319,7 @@ impl<T: Message + Clone, C: SlotCodec<T>> Actor for ExportActor<T, C> {
                 self.status.0.peer_deaths.fetch_add(1, Ordering::Relaxed);
                 self.status.error(format!(
                     "topic '{}': importing process {pid} died; its side is reclaimed for a new one",
-                    T::TOPIC
+                    self.sender.topic()
                 ));
             }
             if let PeerState::Alive(_) = state {
@@ -281,10 +334,14 @@ impl<T: Message + Clone, C: SlotCodec<T>> Actor for ExportActor<T, C> {
     }
 }
 
-/// Publishes on the local bus, as topic `T`, what another process exports on channel `name`.
+/// Publishes on the local bus what another process exports: as `T`'s default topic from
+/// channel `name` ([`new`](Self::new)), or as a named topic from the channel its running name
+/// derives ([`on`](Self::on)).
 #[derive(Debug)]
 pub struct ShmImport<T, C> {
-    channel: String,
+    /// The channel; `None`: the channel of the topic's running name, known in the factory.
+    channel: Option<String>,
+    topic: Topic<T>,
     config: ChannelConfig,
     status: IpcStatus,
     name: String,
@@ -293,12 +350,14 @@ pub struct ShmImport<T, C> {
 }
 
 impl<T: Message + Clone, C: SlotCodec<T>> ShmImport<T, C> {
-    /// Declares the import and, if the exporter's file exists already, checks it now.
+    /// Declares the import of `T`'s default topic from channel `channel` and, if the
+    /// exporter's file exists already, checks it now.
     ///
     /// # Errors
     /// [`OpenError::Fingerprint`] naming the topic if the exporter's type differs,
-    /// [`OpenError::BadName`], or [`OpenError::Layout`]/[`OpenError::Io`] for a file that is
-    /// there but unusable. A missing file is not an error: the actor attaches when it appears.
+    /// [`OpenError::Topic`] if it carries another topic, [`OpenError::BadName`], or
+    /// [`OpenError::Layout`]/[`OpenError::Io`] for a file that is there but unusable. A missing
+    /// file is not an error: the actor attaches when it appears.
     pub fn new(channel: &str, config: &ChannelConfig) -> Result<Self, OpenError> {
         match Receiver::<T, C>::open(channel, config) {
             Ok(_probe) => {} // dropped: released again; the actor attaches for good
@@ -306,13 +365,32 @@ impl<T: Message + Clone, C: SlotCodec<T>> ShmImport<T, C> {
             Err(e) => return Err(e),
         }
         Ok(ShmImport {
-            channel: channel.to_owned(),
+            channel: Some(channel.to_owned()),
+            topic: Topic::of(),
             config: config.clone(),
             status: IpcStatus::default(),
             name: format!("ipc-import-{channel}"),
             park: None,
             _t: PhantomData,
         })
+    }
+
+    /// Declares the import of `topic` (its actor, `ipc-import-<name>`, publishes it): from the
+    /// channel [`topic_channel`] of the name the topic runs under on the bus (after its
+    /// `remap`s), whose header must carry that name's id and `T`'s fingerprint. The channel is
+    /// looked for once the bus runs, and every tick until it appears; a channel of another
+    /// topic or type is refused, its error kept in [`status`](Self::status)'s
+    /// [`last_error`](IpcStatus::last_error), and looked at again on later ticks.
+    pub fn on(topic: &Topic<T>, config: &ChannelConfig) -> Self {
+        ShmImport {
+            channel: None,
+            topic: topic.clone(),
+            config: config.clone(),
+            status: IpcStatus::default(),
+            name: format!("ipc-import-{}", topic.name()),
+            park: None,
+            _t: PhantomData,
+        }
     }
 
     /// When the shared ring is empty, sleep in `poll` on the mapping's futex up to `max`
@@ -337,22 +415,36 @@ impl<T: Message + Clone, C: SlotCodec<T>> Component for ShmImport<T, C> {
     fn attach(self, bus: &mut BusBuilder) -> ActorBuilder<'_, Self::Actor> {
         let ShmImport {
             channel,
+            topic,
             config,
             status,
             name,
             park,
             _t,
         } = self;
-        bus.actor(&name, move |setup: &mut Setup<'_>| ImportActor {
-            out: setup.output::<T>(),
-            channel: channel.clone(),
-            config: config.clone(),
-            status: status.clone(),
-            park,
-            rx: None,
-            last_pid_check: Instant::now(),
+        let declared = topic.clone();
+        bus.actor(&name, move |setup: &mut Setup<'_>| {
+            // A channel given by name carries the type's default topic as the exporter made
+            // it; a named topic's channel and id are its running name's.
+            let (channel, running) = match &channel {
+                Some(channel) => (channel.clone(), topic.clone()),
+                None => {
+                    let running = setup.topic(&topic);
+                    (topic_channel(running.name()), running)
+                }
+            };
+            ImportActor {
+                out: setup.output_on(&topic),
+                channel,
+                topic: running,
+                config: config.clone(),
+                status: status.clone(),
+                park,
+                rx: None,
+                last_pid_check: Instant::now(),
+            }
         })
-        .publishes::<T>()
+        .publishes_to(&declared)
         .tick_every(TICK)
     }
 }
@@ -362,6 +454,8 @@ impl<T: Message + Clone, C: SlotCodec<T>> Component for ShmImport<T, C> {
 pub struct ImportActor<T, C> {
     out: Out<T>,
     channel: String,
+    /// The topic the channel must carry (its running name and id).
+    topic: Topic<T>,
     config: ChannelConfig,
     status: IpcStatus,
     park: Option<Duration>,
@@ -389,7 +483,8 @@ impl<T: Message + Clone, C: SlotCodec<T>> ImportActor<T, C> {
             }
             Err(e) => {
                 self.status.0.corrupt.fetch_add(1, Ordering::Relaxed);
-                self.status.error(format!("topic '{}': {e}", T::TOPIC));
+                self.status
+                    .error(format!("topic '{}': {e}", self.topic.name()));
                 self.disconnect();
                 0
             }
@@ -427,7 +522,7 @@ impl<T: Message + Clone, C: SlotCodec<T>> Actor for ImportActor<T, C> {
             self.last_pid_check = Instant::now();
         }
         match self.rx.as_mut() {
-            None => match Receiver::<T, C>::open(&self.channel, &self.config) {
+            None => match Receiver::<T, C>::open_on(&self.channel, &self.topic, &self.config) {
                 Ok(rx) => {
                     self.rx = Some(rx);
                     self.status.0.connects.fetch_add(1, Ordering::Relaxed);
@@ -445,7 +540,7 @@ impl<T: Message + Clone, C: SlotCodec<T>> Actor for ImportActor<T, C> {
                         self.status.0.peer_deaths.fetch_add(1, Ordering::Relaxed);
                         self.status.error(format!(
                             "topic '{}': exporting process {pid} died; its file is reclaimed, waiting for a new one",
-                            T::TOPIC
+                            self.topic.name()
                         ));
                     }
                     self.disconnect();

@@ -64,7 +64,8 @@ mod sys;
 mod tests;
 
 pub use channel::{
-    remove_stale, ChannelConfig, OpenError, PeerState, Receiver, RecvError, SendError, Sender,
+    remove_stale, topic_channel, ChannelConfig, OpenError, PeerState, Receiver, RecvError,
+    SendError, Sender,
 };
 pub use codec::{Bincode, CodecError, Pod, SlotCodec, DECODE_LIMIT};
 pub use component::{ExportActor, ImportActor, IpcStatus, ShmExport, ShmImport};

@@ -1,15 +1,16 @@
 //! A binary of its own because a counting global allocator is its fixture: the shared ring's
 //! steady state allocates nothing (a channel's send, receive, heartbeat and park, and two buses
-//! joined by `ShmExport`/`ShmImport` with messages flowing). The tests take turns, so that no
-//! other test allocates meanwhile.
+//! joined by `ShmExport`/`ShmImport` with messages flowing, on the type's default topic and on
+//! named topics, one of them remapped). The tests take turns, so that no other test allocates
+//! meanwhile.
 #![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llbus::{Actor, Bus, Context, Message, Out, Setup};
-use llbus_ipc::{ChannelConfig, Pod, Receiver, Sender, ShmExport, ShmImport};
+use llbus::{Actor, Bus, Context, Message, Out, Setup, Topic};
+use llbus_ipc::{topic_channel, ChannelConfig, Pod, Receiver, Sender, ShmExport, ShmImport};
 use tests::CountingAlloc;
 
 #[global_allocator]
@@ -181,5 +182,94 @@ fn export_and_import_allocate_nothing_while_messages_flow() {
         "the export or import allocated in steady state\nexport: {}\nimport: {}",
         show(&es),
         show(&is)
+    );
+}
+
+/// Publishes on two named topics of one type, in turns.
+struct TwoSources {
+    n: u64,
+    outs: [Out<Quote>; 2],
+}
+
+impl Actor for TwoSources {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        for _ in 0..16 {
+            self.n += 1;
+            let out = self.outs[(self.n % 2) as usize];
+            ctx.publish(out, Quote { seq: self.n, px: 1 });
+        }
+        16
+    }
+}
+
+#[test]
+fn named_export_and_import_allocate_nothing_while_messages_flow() {
+    let _serial = serial();
+    let cfg = ChannelConfig::default();
+    let topic = |n: &str| Topic::<Quote>::named(&name(n)).expect("a topic name");
+    // The exporting bus runs `a` as `site2`; the importing bus names `site2` and `b`.
+    let (a_topic, site2, b_topic) = (topic("alloc-a"), topic("alloc-site2"), topic("alloc-b"));
+    let _g = [&site2, &b_topic].map(|t| FileGuard(cfg.path(&topic_channel(t.name()))));
+    let handled = Arc::new(AtomicU64::new(0));
+
+    let mut a = Bus::builder();
+    a.remap(a_topic.name().as_str(), site2.name().as_str());
+    let outs = (a_topic.clone(), b_topic.clone());
+    a.actor("source", move |s: &mut Setup<'_>| TwoSources {
+        n: 0,
+        outs: [s.output_on(&outs.0), s.output_on(&outs.1)],
+    })
+    .publishes_to(&a_topic)
+    .publishes_to(&b_topic);
+    let exports = [
+        ShmExport::<Quote, Pod>::on(&a_topic, &cfg),
+        ShmExport::<Quote, Pod>::on(&b_topic, &cfg),
+    ];
+    let es: Vec<_> = exports.iter().map(ShmExport::status).collect();
+    for e in exports {
+        a.add(e);
+    }
+
+    let mut b = Bus::builder();
+    let imports = [
+        ShmImport::<Quote, Pod>::on(&site2, &cfg),
+        ShmImport::<Quote, Pod>::on(&b_topic, &cfg),
+    ];
+    let is: Vec<_> = imports.iter().map(ShmImport::status).collect();
+    for i in imports {
+        b.add(i);
+    }
+    let h = handled.clone();
+    b.actor("sink", move |_: &mut Setup<'_>| Sink(h.clone()))
+        .subscribes_to(&site2)
+        .subscribes_to(&b_topic);
+
+    let b = b.start().expect("import bus");
+    let a = a.start().expect("export bus");
+    wait_until(&handled, 20_000); // warm-up: connected, every loop run many times
+    let before = ALLOC.allocations();
+    let from = handled.load(Ordering::Relaxed);
+    wait_until(&handled, from + 200_000);
+    let after = ALLOC.allocations();
+    a.stop();
+    a.join().expect("export bus stops");
+    b.stop();
+    b.join().expect("import bus stops");
+    // Both topics flowed, each through its own channel.
+    for s in is.iter().chain(&es) {
+        assert!(
+            s.moved() > 10_000,
+            "moved {}: {:?}",
+            s.moved(),
+            s.last_error()
+        );
+        assert_eq!(s.last_error(), None);
+    }
+    assert_eq!(
+        after - before,
+        0,
+        "a named export or import allocated in steady state"
     );
 }

@@ -4,6 +4,7 @@
 //! - `export`: `ShmExport`/`ShmImport` between two buses: no importer, a stale stamp, parking
 //!   on the futex, wiring `start()` refuses.
 //! - `rendezvous`: the socket and the handover against writers that are not what they claim.
+//! - `topics`: named topics: one channel per running name, each import its own, refusals.
 //! - `payload`: bincode slots and the bounded decoder under them.
 //!
 //! Binaries of their own, where the process is the fixture: `alloc.rs` (a counting global
@@ -16,3 +17,4 @@ mod export;
 mod fixtures;
 mod payload;
 mod rendezvous;
+mod topics;
