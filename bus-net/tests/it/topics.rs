@@ -123,7 +123,11 @@ fn a_remapped_topic_crosses_under_its_running_name() {
     let status = exporter.status();
     a.add(exporter.export::<Quote>());
     let mut b = Bus::builder();
-    b.add(Bridge::bind(loopback()).expect("bind").import_on(&renamed, addr));
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .import_on(&renamed, addr),
+    );
     let tap = b.subscription_on(&renamed, "tap", Backpressure::Block, 1024);
     let mut a = a.start().expect("publisher bus");
     let mut b = b.start().expect("subscriber bus");
@@ -131,7 +135,10 @@ fn a_remapped_topic_crosses_under_its_running_name() {
     let mut tap = b.subscription(tap).expect("tap");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        assert!(std::time::Instant::now() < deadline, "no quote crossed in 30 s");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no quote crossed in 30 s"
+        );
         feed.publish(Quote { px: 7 }).expect("publish");
         std::thread::sleep(Duration::from_millis(5));
         if let Ok(q) = tap.try_recv() {
