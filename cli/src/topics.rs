@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use llbus::TopicPattern;
 use llbus_net::{
     parse_datagram, Announce, BatchEncoder, Kind, RecvBatch, SocketConfig, UdpEndpoint,
     DEFAULT_MAX_DATAGRAM, HEADER_LEN, QUERY_LEN,
@@ -28,6 +29,10 @@ const MAX_TOPICS: usize = 65_536;
 /// Where to listen and ask.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Options {
+    /// Lists only the topics whose names match the pattern: `*` is any one segment, `**` any
+    /// number of them, each standing alone between separators (`md.quote.*`, `fleet/**/odom`).
+    #[arg(value_parser = parse_pattern)]
+    pattern: Option<TopicPattern>,
     /// The discovery group (as the bridges' `DiscoveryConfig::group`).
     #[arg(long, default_value_t = llbus_net::DEFAULT_DISCOVERY_GROUP)]
     group: SocketAddr,
@@ -257,7 +262,7 @@ pub(crate) fn run(o: &Options) -> Result<(), String> {
         let mut heard = Heard::default();
         listener.ask();
         listener.listen(period, &mut heard)?;
-        print!("{}", render(&heard, o.json));
+        print!("{}", render(&heard, o.pattern.as_ref(), o.json));
         printed += 1;
         if !o.watch || o.count.is_some_and(|c| printed >= c) {
             return Ok(());
@@ -282,10 +287,18 @@ impl Topic<'_> {
     }
 }
 
-fn by_topic(heard: &Heard) -> Vec<Topic<'_>> {
+/// A pattern as given on the command line, or why it is not one.
+fn parse_pattern(s: &str) -> Result<TopicPattern, String> {
+    TopicPattern::new(s).map_err(|e| e.to_string())
+}
+
+fn by_topic<'a>(heard: &'a Heard, pattern: Option<&TopicPattern>) -> Vec<Topic<'a>> {
     let mut topics: BTreeMap<(&str, u64), Topic<'_>> = BTreeMap::new();
     for (&addr, p) in &heard.publishers {
         for (topic_id, fingerprint, reliable, name, group) in p.topics() {
+            if pattern.is_some_and(|p| !p.matches(name)) {
+                continue;
+            }
             topics
                 .entry((name.as_str(), *topic_id))
                 .or_insert_with(|| Topic {
@@ -300,8 +313,8 @@ fn by_topic(heard: &Heard) -> Vec<Topic<'_>> {
     topics.into_values().collect()
 }
 
-fn render(heard: &Heard, json: bool) -> String {
-    let topics = by_topic(heard);
+fn render(heard: &Heard, pattern: Option<&TopicPattern>, json: bool) -> String {
+    let topics = by_topic(heard, pattern);
     if json {
         let topics: Vec<serde_json::Value> = topics
             .iter()
@@ -426,15 +439,50 @@ mod tests {
             "10.0.0.2:1".parse().unwrap(),
         );
         heard.on_datagram(b"garbage", "10.0.0.3:1".parse().unwrap());
-        let table = render(&heard, false);
+        let table = render(&heard, None, false);
         assert!(table.contains("FINGERPRINT MISMATCH"), "{table}");
         assert!(table.contains("10.0.0.1:7000") && table.contains("10.0.0.2:7000"));
         assert!(!table.contains('\u{1b}'), "{table}");
         assert!(table.contains("md.\\x1b[2Jquote"));
         assert!(table.contains("1 malformed"));
-        let json: serde_json::Value = serde_json::from_str(&render(&heard, true)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&render(&heard, None, true)).unwrap();
         assert_eq!(json["topics"][0]["fingerprint_mismatch"], true);
         assert_eq!(json["topics"][0]["publishers"].as_array().unwrap().len(), 2);
-        assert!(!render(&heard, true).contains('\u{1b}'));
+        assert!(!render(&heard, None, true).contains('\u{1b}'));
+    }
+
+    #[test]
+    fn a_pattern_lists_only_the_topics_it_matches() {
+        let mut heard = Heard::default();
+        for (i, name) in [
+            "md.quote.nyse",
+            "md.quote.nasdaq",
+            "md.trade.nyse",
+            "ops.health",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let from = format!("10.0.0.{}:1", i + 1).parse().unwrap();
+            heard.on_datagram(&announce(i as u64 + 1, 0xf1, name), from);
+        }
+        let list = |p: &str| {
+            let pattern = TopicPattern::new(p).unwrap();
+            let json: serde_json::Value =
+                serde_json::from_str(&render(&heard, Some(&pattern), true)).unwrap();
+            let mut names: Vec<String> = json["topics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["topic"].as_str().unwrap().to_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(list("md.quote.*"), ["md.quote.nasdaq", "md.quote.nyse"]);
+        assert_eq!(list("md.**").len(), 3);
+        assert_eq!(list("*.*.nyse"), ["md.quote.nyse", "md.trade.nyse"]);
+        assert!(list("md").is_empty());
+        assert!(parse_pattern("robot*").is_err());
     }
 }
