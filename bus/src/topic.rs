@@ -111,11 +111,14 @@ pub struct TopicNameError {
     pub name: String,
     /// What is wrong with it.
     pub problem: String,
+    /// It was given as a pattern ([`TopicPattern::new`]), not a name.
+    pub pattern: bool,
 }
 
 impl fmt::Display for TopicNameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid topic name {:?}: {}", self.name, self.problem)
+        let what = if self.pattern { "pattern" } else { "name" };
+        write!(f, "invalid topic {what} {:?}: {}", self.name, self.problem)
     }
 }
 
@@ -126,6 +129,7 @@ fn refuse(name: &str, problem: String) -> TopicNameError {
     TopicNameError {
         name: shown,
         problem,
+        pattern: false,
     }
 }
 
@@ -299,7 +303,7 @@ enum Segment {
 impl TopicPattern {
     /// Checks `pattern`: a topic name whose segments may also be `*` or `**`.
     pub fn new(pattern: &str) -> Result<TopicPattern, TopicNameError> {
-        check(pattern, true)?;
+        check(pattern, true).map_err(|e| TopicNameError { pattern: true, ..e })?;
         let segments = pattern
             .split(is_separator)
             .map(|s| match s {
@@ -451,7 +455,8 @@ mod tests {
     #[test]
     fn patterns_refuse_what_is_not_a_whole_segment_wildcard() {
         for bad in ["robot*", "a.***", "*x.y", "", "a..*", "a b"] {
-            assert!(TopicPattern::new(bad).is_err(), "{bad:?}");
+            let e = TopicPattern::new(bad).expect_err(bad);
+            assert!(e.to_string().starts_with("invalid topic pattern"), "{e}");
         }
         assert!(!TopicPattern::new("**").unwrap().matches("not valid"));
     }
