@@ -118,6 +118,11 @@ impl<T: Message + Clone> Actor for Feed<T> {
 #[derive(Parser, Debug)]
 #[command(name = "publisher", version, about, allow_negative_numbers = true)]
 struct Args {
+    /// The topic's name [default: the counter's own, demo.counter]. The whole program runs
+    /// the counter under it (the bus's remap): the bridge, shared memory and zenoh carry that
+    /// name and its id. Not with --compat, whose format has no topic names.
+    #[arg(long, value_name = "NAME", value_parser = cli::parse_topic, conflicts_with = "compat")]
+    topic: Option<llbus::TopicName>,
     /// Where the bridge listens for subscriptions (in --compat mode: that format's socket).
     #[arg(long, default_value = "127.0.0.1:7000", value_name = "ADDR")]
     bind: SocketAddr,
@@ -253,6 +258,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .clamp(Duration::from_micros(10), Duration::from_millis(1));
 
     let mut bus = Bus::builder();
+    // The counter's topic as this program runs it: `--topic` renames it everywhere.
+    let counter_topic = args.topic.as_ref().map_or(Counter::TOPIC, |t| t.as_str());
+    if let Some(name) = &args.topic {
+        bus.remap(Counter::TOPIC, name.as_str());
+    }
     if !args.split {
         bus.group(GROUP).idle(Idle::from(args.idle));
     }
@@ -306,10 +316,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // it): its rings drop when full. They hold several ticks' worth (a tick publishes at most
     // `BURST`), and every turn of the exporter empties its share of them.
     let shm = if shm_transport {
-        let export = llbus_ipc::ShmExport::<Counter, llbus_ipc::Bincode>::new(
-            Counter::TOPIC,
+        let export = llbus_ipc::ShmExport::<Counter, llbus_ipc::Bincode>::on(
+            &llbus::Topic::of(),
             &llbus_ipc::ChannelConfig::default(),
-        )?;
+        );
         let status = export.status();
         let export = place(bus.add(export), args);
         if !args.split {
@@ -372,7 +382,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let (format, topic) = if compat {
         ("ll-udp-pubsub v0.1 (i64 counter)", Count::TOPIC)
     } else {
-        ("native (wire version 3)", Counter::TOPIC)
+        ("native (wire version 3)", counter_topic)
     };
     let rate = match args.rate {
         0 => "as fast as possible".to_string(),
@@ -414,7 +424,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if gateway.is_some() {
         println!(
             "publisher: through zenoh on key llbus/{} ({:?}), listening on {:?}, connecting to {:?}",
-            Counter::TOPIC,
+            counter_topic,
             args.zenoh.encoding,
             args.zenoh.listen,
             args.zenoh.connect
@@ -431,7 +441,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     #[cfg(not(feature = "zenoh"))]
     let zenoh_put = || 0;
 
-    let subscribers = format!("subscribers.{}", Counter::TOPIC);
+    let subscribers = format!("subscribers.{counter_topic}");
     let mut next_line = Instant::now() + Duration::from_secs(1);
     let mut done_at: Option<Instant> = None;
     let grace = Duration::from_millis(args.grace_ms);
@@ -511,9 +521,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let c = g.close();
         let ring_dropped = report
             .edge(
-                Counter::TOPIC,
+                counter_topic,
                 "feed",
-                &format!("zenoh-export:{}", Counter::TOPIC),
+                &format!("zenoh-export:{counter_topic}"),
             )
             .map_or(0, |e| e.dropped);
         println!(

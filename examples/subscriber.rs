@@ -195,6 +195,11 @@ impl<T: Message + Clone> Actor for Sink<T> {
 #[derive(Parser, Debug)]
 #[command(name = "subscriber", version, about, allow_negative_numbers = true)]
 struct Args {
+    /// The topic's name [default: the counter's own, demo.counter]. The whole program runs
+    /// the counter under it (the bus's remap): the bridge, shared memory and zenoh carry that
+    /// name and its id. Not with --compat, whose format has no topic names.
+    #[arg(long, value_name = "NAME", value_parser = cli::parse_topic, conflicts_with = "compat")]
+    topic: Option<llbus::TopicName>,
     /// This bridge's socket (in --compat mode: that format's socket).
     #[arg(long, default_value = "127.0.0.1:7001", value_name = "ADDR")]
     bind: SocketAddr,
@@ -333,6 +338,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     });
 
     let mut bus = Bus::builder();
+    // The counter's topic as this program runs it: `--topic` renames it everywhere.
+    let counter_topic = args.topic.as_ref().map_or(Counter::TOPIC, |t| t.as_str());
+    if let Some(name) = &args.topic {
+        bus.remap(Counter::TOPIC, name.as_str());
+    }
     if !args.split {
         bus.group(GROUP).idle(Idle::from(args.idle));
     }
@@ -373,10 +383,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.transport == Transport::Zenoh {
         // The gateway's import publishes into the sink from zenoh's threads.
     } else if args.transport == Transport::Shm {
-        let import = llbus_ipc::ShmImport::<Counter, llbus_ipc::Bincode>::new(
-            Counter::TOPIC,
+        let import = llbus_ipc::ShmImport::<Counter, llbus_ipc::Bincode>::on(
+            &llbus::Topic::of(),
             &llbus_ipc::ChannelConfig::default(),
-        )?;
+        );
         place(bus.add(import), args);
     } else {
         place(bus.add(bridge), args);
@@ -439,7 +449,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             let g = g.start(&mut running, args.zenoh.zenoh_config()?)?;
             println!(
                 "subscriber: through zenoh from key llbus/{}, listening on {:?}, connecting to {:?}",
-                Counter::TOPIC,
+                counter_topic,
                 args.zenoh.listen,
                 args.zenoh.connect
             );
@@ -489,8 +499,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     args.publisher
                 ),
                 Transport::Shm => format!(
-                    "the shared-memory channel {}: is a publisher with --transport shm running?",
-                    Counter::TOPIC
+                    "the shared-memory channel of {}: is a publisher with --transport shm running?",
+                    counter_topic
                 ),
                 Transport::Zenoh => {
                     "zenoh: is a publisher with --transport zenoh running, and does --zenoh-connect reach it?"
@@ -573,7 +583,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let invalid = zenoh.map_or_else(|| invalid(&report), |z| z.2);
     let unrecovered = metric(&report, "unrecovered");
-    let topic = if compat { Count::TOPIC } else { Counter::TOPIC };
+    let topic = if compat { Count::TOPIC } else { counter_topic };
     let from = if zenoh.is_some() {
         format!("zenoh-import:{topic}")
     } else {

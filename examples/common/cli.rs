@@ -129,6 +129,11 @@ pub fn parse_allow(text: &str) -> Result<llbus_net::Allowlist, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `--topic`: a topic name, checked as the bus checks it.
+pub fn parse_topic(text: &str) -> Result<llbus::TopicName, String> {
+    llbus::TopicName::new(text).map_err(|e| e.to_string())
+}
+
 /// `--psk`: a 32-byte key from 64 hex digits.
 pub fn parse_psk(text: &str) -> Result<[u8; 32], String> {
     let bytes = text.as_bytes();

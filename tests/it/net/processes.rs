@@ -423,3 +423,55 @@ fn reliable_through_loss(extra: &[&str]) -> Fields {
     assert!(dropped > 50, "the relay dropped only {dropped}");
     r
 }
+
+/// `--topic NAME` renames the counter everywhere (the bus's remap): a publisher and a
+/// subscriber given the same name meet under it and its id; a subscriber of the default name
+/// is refused by that publisher, saying so.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn the_examples_topic_flag_renames_the_counter_and_another_name_is_refused() {
+    let pub_port = free_udp_port();
+    let publ = publisher(
+        pub_port,
+        &[
+            "--topic",
+            "site2.counter",
+            "--count",
+            "300",
+            "--rate",
+            "1000",
+        ]
+        .into_iter()
+        .chain(["--wait-subscriber", "--grace-ms", "3000"])
+        .collect::<Vec<_>>(),
+    );
+    // A subscriber of the default name first: refused, with the reason.
+    let wrong = subscriber(
+        free_udp_port(),
+        pub_port,
+        &["--count", "10", "--timeout-s", "20"],
+    );
+    let (status, out, err) = wrong.finish(Duration::from_secs(30));
+    assert_eq!(status.and_then(|s| s.code()), Some(3), "{out}\n{err}");
+    assert!(
+        err.contains("'demo.counter'") && err.contains("does not export that topic"),
+        "{err}"
+    );
+    let sub = subscriber(
+        free_udp_port(),
+        pub_port,
+        &[
+            "--topic",
+            "site2.counter",
+            "--count",
+            "300",
+            "--timeout-s",
+            "20",
+        ],
+    );
+    let r = subscriber_result(sub, Duration::from_secs(40));
+    assert_eq!(r.u64("received"), 300, "{r}");
+    let (status, out, err) = publ.finish(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "{out}\n{err}");
+    assert!(out.contains("publisher: topic 'site2.counter'"), "{out}");
+}
