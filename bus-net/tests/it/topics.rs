@@ -154,3 +154,71 @@ fn a_remapped_topic_crosses_under_its_running_name() {
     assert!(ra.edges.iter().any(|e| e.topic == "site2.quote"), "{ra}");
     b.join().expect("join b");
 }
+
+/// Discovery by name: a subscriber that discovers one of two announced topics of one type
+/// follows that one only.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn discovery_of_a_named_topic_follows_that_topic_only() {
+    let _cpu = crate::fixtures::cpu_shared();
+    if !tests::loopback_group_or_skip(crate::discovery::group(30)) {
+        return;
+    }
+    let (nyse, nasdaq) = (topic("md.quote.nyse"), topic("md.quote.nasdaq"));
+    let mut a = Bus::builder();
+    let feeds = [
+        a.publisher_on(&nyse, "nyse-feed"),
+        a.publisher_on(&nasdaq, "nasdaq-feed"),
+    ];
+    a.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .discovery(crate::discovery::discovery(30))
+            .export_on(&nyse)
+            .export_on(&nasdaq),
+    );
+    let subscriber = Bridge::bind(loopback())
+        .expect("bind")
+        .discovery(crate::discovery::discovery(30))
+        .discover_on(&nasdaq);
+    let status = subscriber.status();
+    let mut b = Bus::builder();
+    b.add(subscriber);
+    let tap = b.subscription_on(&nasdaq, "tap", Backpressure::Block, 4096);
+    let mut a = a.start().expect("publisher bus");
+    let mut b = b.start().expect("subscriber bus");
+    let [nyse_feed, nasdaq_feed] = feeds;
+    let (mut nyse_feed, mut nasdaq_feed) = (
+        a.publisher(nyse_feed).expect("feed"),
+        a.publisher(nasdaq_feed).expect("feed"),
+    );
+    let mut tap = b.subscription(tap).expect("tap");
+    tests::wait_for("the NASDAQ topic discovered and established", 20, || {
+        status.discovered().iter().any(|d| d.established)
+    });
+    let found = status.discovered();
+    assert!(
+        found.iter().all(|d| &*d.topic == "md.quote.nasdaq"),
+        "{found:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+        nyse_feed.publish(Quote { px: 1 }).expect("publish");
+        nasdaq_feed.publish(Quote { px: 2 }).expect("publish");
+        std::thread::sleep(Duration::from_millis(2));
+        while let Ok(q) = tap.try_recv() {
+            got.push(q.px);
+        }
+    }
+    assert!(
+        got.iter().all(|px| *px == 2),
+        "a NYSE quote arrived: {got:?}"
+    );
+    drop((nyse_feed, nasdaq_feed));
+    a.stop();
+    b.stop();
+    a.join().expect("join a");
+    b.join().expect("join b");
+}
