@@ -9,7 +9,7 @@ use super::edge::{Inputs, Out, Output, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
 use super::names::Renames;
 use crate::message::{Inbox, Message};
-use crate::topic::{Topic, TopicName};
+use crate::topic::{Topic, TopicName, TopicPattern};
 use crate::wait::IdleStrategy;
 
 /// A unit of work on the bus: it handles the messages of its inbox and publishes its outputs.
@@ -62,6 +62,8 @@ pub trait Actor: Send + 'static {
 pub struct Setup<'a> {
     pub(crate) actor: &'a str,
     pub(crate) outputs: &'a [OutputKey],
+    /// The patterns the actor publishes by (`publishes_matching`).
+    pub(crate) patterns: &'a [(std::any::TypeId, TopicPattern)],
     pub(crate) renames: &'a Renames,
     pub(crate) errors: &'a mut Vec<String>,
     pub(crate) taken: &'a mut Wiring,
@@ -131,6 +133,31 @@ impl Setup<'_> {
 }
 
 impl Setup<'_> {
+    /// The outputs `start()` made for `pattern`, which the actor must declare with
+    /// `.publishes_matching::<M>(&pattern)`: one per topic of type `M` that another actor or
+    /// handle subscribes to and whose running name matches, with that topic (its running
+    /// name). Empty when nothing matched. An undeclared pattern makes `start()` fail, naming
+    /// the actor and the pattern.
+    pub fn outputs_matching<M: Message + Clone>(
+        &mut self,
+        pattern: &TopicPattern,
+    ) -> Vec<(Topic<M>, Out<M>)> {
+        let id = std::any::TypeId::of::<M>();
+        if !self.patterns.iter().any(|(t, p)| *t == id && p == pattern) {
+            self.errors.push(format!(
+                "actor '{}' asks for the outputs of topics matching '{pattern}' ({}) but does not declare them: add .publishes_matching::<{}>(&pattern) to its builder",
+                self.actor,
+                std::any::type_name::<M>(),
+                short_type_name::<M>(),
+            ));
+            return Vec::new();
+        }
+        (self.outputs.iter().enumerate())
+            .filter(|(_, o)| o.type_id == id && o.matched.as_ref() == Some(pattern))
+            .map(|(index, o)| (Topic::with_name(o.declared.clone()), Out::new(index)))
+            .collect()
+    }
+
     /// The rings of topic `M`, which the actor subscribed to with `.takes::<M>()`, for it to
     /// poll itself. Each topic's rings can be taken once; asking again (or for a topic not
     /// declared with `takes`) makes `start()` fail, naming the actor and the topic.

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use super::actor::{Actor, Setup};
 use super::decl::{
-    ActorDecl, GroupDecl, HandleDecl, OutputDecl, SlotMaker, SlotParts, SubscriptionDecl,
+    ActorDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, SlotMaker, SlotParts,
+    SubscriptionDecl,
 };
 use super::error::StartError;
 use super::handle::{
@@ -23,7 +24,7 @@ use super::runner::{ActorSlot, Slot};
 use super::running::RunningBus;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Inbox, Message, TopicSpec};
-use crate::topic::Topic;
+use crate::topic::{Topic, TopicPattern};
 
 /// The default ring capacity of a subscription.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -102,6 +103,7 @@ impl BusBuilder {
             topic_settings: HashMap::new(),
             default_capacity: DEFAULT_CAPACITY,
             outputs: Vec::new(),
+            matching: Vec::new(),
             make_slot,
             errors: Vec::new(),
             handle: None,
@@ -275,6 +277,7 @@ impl BusBuilder {
             topic_settings: HashMap::new(),
             default_capacity: super::DEFAULT_CAPACITY,
             outputs: Vec::new(),
+            matching: Vec::new(),
             make_slot,
             errors: Vec::new(),
             handle: Some(HandleDecl { index, make }),
@@ -507,6 +510,36 @@ impl<A: Actor> ActorBuilder<'_, A> {
             ));
         } else {
             decl.outputs.push(OutputDecl::on::<M>(topic.name().clone()));
+        }
+        self
+    }
+
+    /// Declares that the actor publishes every topic of type `M` whose running name (after
+    /// [`BusBuilder::remap`]) matches `pattern` and that another actor or handle subscribes
+    /// to: `start()` adds one output for each, and the factory gets them with
+    /// [`Setup::outputs_matching`]. The topics are fixed at start; a topic nobody subscribes to
+    /// has no output (nobody would receive it). This is how a component that learns names at
+    /// run time (a network bridge's `discover_matching`) feeds the named subscriptions of the
+    /// bus.
+    pub fn publishes_matching<M: Message + Clone>(mut self, pattern: &TopicPattern) -> Self {
+        let decl = self.decl();
+        let type_id = TypeId::of::<M>();
+        if decl
+            .matching
+            .iter()
+            .any(|p| p.type_id == type_id && p.pattern == *pattern)
+        {
+            decl.errors.push(format!(
+                "actor '{}' declares that it publishes topics matching '{pattern}' ({}) twice",
+                decl.name,
+                std::any::type_name::<M>()
+            ));
+        } else {
+            decl.matching.push(PatternDecl {
+                pattern: pattern.clone(),
+                type_id,
+                output: OutputDecl::on::<M>,
+            });
         }
         self
     }

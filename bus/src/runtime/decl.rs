@@ -16,7 +16,7 @@ use super::names::Renames;
 use super::runner::Slot;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Message, TopicSpec};
-use crate::topic::TopicName;
+use crate::topic::{TopicName, TopicPattern};
 
 /// One declared output.
 pub(super) struct OutputDecl {
@@ -27,6 +27,8 @@ pub(super) struct OutputDecl {
     pub(super) new_output: fn() -> Box<dyn AnyOutput>,
     pub(super) make_edge: EdgeMaker,
     pub(super) make_broadcast: BroadcastMaker,
+    /// The pattern this output was added for by `start()` (`publishes_matching`).
+    pub(super) matched: Option<TopicPattern>,
 }
 
 impl OutputDecl {
@@ -38,8 +40,18 @@ impl OutputDecl {
             new_output: Output::<M>::new_erased,
             make_edge: edge_maker::<M>,
             make_broadcast: broadcast_maker::<M>,
+            matched: None,
         }
     }
+}
+
+/// Outputs declared by pattern (`publishes_matching`): `start()` adds one output for every
+/// topic of the type that another actor or handle subscribes to and whose running name
+/// matches.
+pub(super) struct PatternDecl {
+    pub(super) pattern: TopicPattern,
+    pub(super) type_id: TypeId,
+    pub(super) output: fn(TopicName) -> OutputDecl,
 }
 
 /// Turns an actor declaration into a runnable slot once its rings exist.
@@ -49,6 +61,8 @@ pub(super) struct SlotParts {
     pub(super) wiring: Wiring,
     pub(super) outputs: Vec<Box<dyn AnyOutput>>,
     pub(super) output_keys: Vec<OutputKey>,
+    /// The patterns the actor publishes by (`publishes_matching`), for `Setup`.
+    pub(super) patterns: Vec<(TypeId, TopicPattern)>,
     /// The topics the actor receives (inbox and taken), as they run: what `Context::topic`
     /// names.
     pub(super) topics: Vec<TopicName>,
@@ -65,6 +79,8 @@ pub(super) struct SlotParts {
 pub(crate) struct OutputKey {
     pub(crate) type_id: TypeId,
     pub(crate) declared: TopicName,
+    /// The pattern `start()` added it for (`publishes_matching`).
+    pub(crate) matched: Option<TopicPattern>,
 }
 
 /// Per-topic subscription settings, as declared: what is not set resolves in `start()`
@@ -102,6 +118,8 @@ pub(super) struct ActorDecl {
     pub(super) topic_settings: HashMap<TopicName, SubscriptionDecl>,
     pub(super) default_capacity: usize,
     pub(super) outputs: Vec<OutputDecl>,
+    /// Outputs by pattern, until `start()` adds an output for each topic matched.
+    pub(super) matching: Vec<PatternDecl>,
     pub(super) make_slot: SlotMaker,
     pub(super) errors: Vec<String>,
     /// Set for an external handle (`publisher`, `subscription`): no thread runs it.

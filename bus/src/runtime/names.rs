@@ -39,10 +39,44 @@ pub(super) fn resolve(bus: &mut BusBuilder) -> Result<Renames, StartError> {
             .collect();
         refuse_twice(actor)?;
     }
-    Ok(remaps
+    let renames = remaps
         .into_iter()
         .map(|(from, to)| (from.to_owned(), to))
-        .collect())
+        .collect();
+    expand_patterns(bus);
+    Ok(renames)
+}
+
+/// Adds, to every actor that publishes by pattern (`publishes_matching`), an output for each
+/// topic of the pattern's type that another actor or handle subscribes to and whose running
+/// name matches, unless the actor publishes it already. An actor is never connected to its
+/// own subscriptions this way (a bridge that exports a topic and discovers a pattern that
+/// matches it would feed its own export).
+fn expand_patterns(bus: &mut BusBuilder) {
+    if bus.actors.iter().all(|a| a.matching.is_empty()) {
+        return;
+    }
+    let subscribed: Vec<(usize, std::any::TypeId, TopicName)> = (bus.actors.iter().enumerate())
+        .flat_map(|(i, a)| {
+            (a.inbox.iter().chain(&a.taken)).map(move |t| (i, t.type_id, t.name.clone()))
+        })
+        .collect();
+    for (i, actor) in bus.actors.iter_mut().enumerate() {
+        let ActorDecl {
+            matching, outputs, ..
+        } = actor;
+        for by in matching.iter() {
+            for (owner, type_id, name) in &subscribed {
+                let wanted =
+                    *owner != i && *type_id == by.type_id && by.pattern.matches(name.as_str());
+                if wanted && !outputs.iter().any(|o| o.spec.name == *name) {
+                    let mut output = (by.output)(name.clone());
+                    output.matched = Some(by.pattern.clone());
+                    outputs.push(output);
+                }
+            }
+        }
+    }
 }
 
 /// The renamings as checked names: each `from` once, both names valid.

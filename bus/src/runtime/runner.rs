@@ -9,7 +9,7 @@
 //! thread's stop hooks done so that the stop protocol does not wait for it, and `join` reports
 //! the thread.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use super::metrics::ActorCounters;
 use super::names::Renames;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
-use crate::topic::TopicName;
+use crate::topic::{TopicName, TopicPattern};
 use crate::wait::IdleStrategy;
 
 /// Messages taken from one ring in one turn: bounds a turn's length, so group mates and other
@@ -139,6 +139,7 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     /// hook, so that what a hook published reaches each broadcast ring as one run.
     committers: Vec<(usize, Committer)>,
     output_keys: Vec<OutputKey>,
+    patterns: Vec<(TypeId, TopicPattern)>,
     /// The topics the actor receives, as they run: what `Context::topic` looks up.
     topics: Vec<TopicName>,
     renames: Arc<Renames>,
@@ -178,6 +179,7 @@ where
             // docs/PERFORMANCE.md, "Where the time went (before)").
             outputs: parts.outputs.into_iter().map(AnyOutput::into_any).collect(),
             output_keys: parts.output_keys,
+            patterns: parts.patterns,
             topics: parts.topics,
             renames: parts.renames,
             counters: parts.counters,
@@ -214,6 +216,7 @@ where
         let mut setup = Setup {
             actor: &self.name,
             outputs: &self.output_keys,
+            patterns: &self.patterns,
             renames: &self.renames,
             errors: &mut errors,
             taken: &mut self.taken,

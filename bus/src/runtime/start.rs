@@ -300,7 +300,11 @@ fn make_slots(
                 .map(|o| OutputKey {
                     type_id: o.spec.type_id,
                     declared: o.declared.clone(),
+                    matched: o.matched.clone(),
                 })
+                .collect(),
+            patterns: (decl.matching.iter())
+                .map(|p| (p.type_id, p.pattern.clone()))
                 .collect(),
             renames: Arc::clone(renames),
             topics: decl

@@ -534,3 +534,114 @@ fn a_running_bus_tells_code_outside_it_the_name_each_topic_runs_under() {
     assert_eq!(kept.id(), llbus::topic_id("md.quote.nyse"));
     running.stop();
 }
+
+/// Publishes every trade's number as a quote on each topic its pattern matched.
+struct Fanner {
+    outs: Vec<Out<Quote>>,
+}
+
+impl Actor for Fanner {
+    type In = Trade;
+    fn on_message(&mut self, Trade(n): Trade, ctx: &mut Context<'_>) {
+        for &out in &self.outs {
+            ctx.publish(out, Quote(n));
+        }
+    }
+}
+
+#[test]
+fn a_pattern_output_reaches_every_matching_subscription_of_its_type_and_no_other() {
+    bounded("pattern outputs", 60, || {
+        let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+        let mut bus = Bus::builder();
+        // `venue.b` runs as `md.quote.nasdaq`: patterns match running names.
+        bus.remap("venue.b", "md.quote.nasdaq");
+        let feed = bus.publisher::<Trade>("feed");
+        let (tx, rx) = mpsc::channel();
+        let p = pattern.clone();
+        bus.actor("fanner", move |setup: &mut Setup<'_>| {
+            let matched = setup.outputs_matching::<Quote>(&p);
+            let _ = tx.send(matched.iter().map(|(t, _)| t.name().to_string()).collect());
+            Fanner {
+                outs: matched.into_iter().map(|(_, out)| out).collect(),
+            }
+        })
+        .subscribes::<Trade>()
+        // Its own subscription matches, and is never fed by its own pattern.
+        .takes_on(&topic::<Quote>("md.quote.own"))
+        .publishes_matching::<Quote>(&pattern);
+        let nyse = bus.subscription_on(
+            &topic::<Quote>("md.quote.nyse"),
+            "nyse",
+            Backpressure::Block,
+            64,
+        );
+        let nasdaq = bus.subscription_on(
+            &topic::<Quote>("venue.b"),
+            "nasdaq",
+            Backpressure::Block,
+            64,
+        );
+        // Not matched: one segment too many, and a matching name of another type.
+        let l2_topic = topic::<Quote>("md.quote.nyse.l2");
+        let _l2_feed = bus.publisher_on(&l2_topic, "l2-feed");
+        let l2 = bus.subscription_on(&l2_topic, "l2", Backpressure::Block, 64);
+        let trades_topic = topic::<Trade>("md.quote.trades");
+        let _trades_feed = bus.publisher_on(&trades_topic, "trades-feed");
+        let trades = bus.subscription_on(&trades_topic, "trades", Backpressure::Block, 64);
+        let _own_feed = bus.publisher_on(&topic::<Quote>("md.quote.own"), "own-feed");
+        let mut running = bus.start().expect("start");
+        let mut names: Vec<String> = rx.recv_timeout(Duration::from_secs(30)).expect("names");
+        names.sort();
+        assert_eq!(names, ["md.quote.nasdaq", "md.quote.nyse"]);
+        let mut feed = running.publisher(feed).expect("feed");
+        let mut nyse = running.subscription(nyse).expect("nyse");
+        let mut nasdaq = running.subscription(nasdaq).expect("nasdaq");
+        let mut l2 = running.subscription(l2).expect("l2");
+        let mut trades = running.subscription(trades).expect("trades");
+        for n in 0..10 {
+            feed.publish(Trade(n)).expect("publish");
+        }
+        for n in 0..10 {
+            assert_eq!(
+                nyse.recv_timeout(Duration::from_secs(30)).expect("nyse"),
+                Quote(n)
+            );
+            assert_eq!(
+                nasdaq
+                    .recv_timeout(Duration::from_secs(30))
+                    .expect("nasdaq"),
+                Quote(n)
+            );
+        }
+        assert!(l2.try_recv().is_err() && trades.try_recv().is_err());
+        drop((feed, nyse, nasdaq, l2, trades));
+        running.stop();
+        let report = running.join().expect("join");
+        assert_balanced(&report);
+        for (topic, to) in [("md.quote.nyse", "nyse"), ("md.quote.nasdaq", "nasdaq")] {
+            assert_eq!(
+                report.edge(topic, "fanner", to).map(|e| e.handled),
+                Some(10),
+                "{topic}"
+            );
+        }
+        assert!(report.edge("md.quote.own", "fanner", "fanner").is_none());
+        assert!(report.edge("md.quote.nyse.l2", "fanner", "l2").is_none());
+    });
+}
+
+#[test]
+fn a_factory_asking_for_an_undeclared_pattern_is_refused_naming_it() {
+    let mut bus = Bus::builder();
+    let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+    bus.actor("fanner", move |setup: &mut Setup<'_>| Fanner {
+        outs: (setup.outputs_matching::<Quote>(&pattern).into_iter())
+            .map(|(_, out)| out)
+            .collect(),
+    })
+    .subscribes::<Trade>();
+    let _feed = bus.publisher::<Trade>("feed");
+    let e = refused(bus).to_string();
+    assert!(e.contains("fanner") && e.contains("md.quote.*"), "{e}");
+}
