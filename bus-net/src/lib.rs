@@ -209,8 +209,8 @@ pub use session::{canonical, is_answerable, Replies};
 
 mod endpoint;
 pub use endpoint::{
-    DiscoverSpec, DiscoveryCounts, EncodedShape, Endpoint, Event, ExportBatch, ExportSpec,
-    GroupRepairCounts, ImportSpec, Origin, SchemaFailure, Sink, Wire, EVENT_QUEUE,
+    DiscoverPattern, DiscoverSpec, DiscoveryCounts, EncodedShape, Endpoint, Event, ExportBatch,
+    ExportSpec, GroupRepairCounts, ImportSpec, Origin, SchemaFailure, Sink, Wire, EVENT_QUEUE,
     MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
 

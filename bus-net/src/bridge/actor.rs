@@ -19,7 +19,8 @@ use super::wire::SocketWire;
 use super::{BridgeStatus, Parts};
 use crate::endpoint::metrics::NetMetrics;
 use crate::endpoint::{
-    DirectTopic, DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportSpec, ImportSpec, Sink,
+    DirectTopic, DiscoverPattern, DiscoverSpec, DiscoveryCounts, Endpoint, Event, ExportSpec,
+    ImportSpec, Sink,
 };
 use crate::{
     random_secret, CompatControl, DropReason, RecvBatch, SendBatch, SocketConfig, UdpEndpoint,
@@ -36,7 +37,7 @@ const MAX_DATA_GROUPS: usize = 16;
 type Figure = fn(&DiscoveryCounts) -> u64;
 
 /// Discovery's figures, as metrics `discovery.NAME` of a bridge with discovery on.
-const DISCOVERY_METRICS: [(&str, Figure); 9] = [
+const DISCOVERY_METRICS: [(&str, Figure); 10] = [
     ("announcements_sent", |c| c.announcements_sent),
     ("announcements_in", |c| c.announcements_in),
     ("queries_answered", |c| c.queries_answered),
@@ -45,6 +46,7 @@ const DISCOVERY_METRICS: [(&str, Figure); 9] = [
     ("given_up", |c| c.given_up),
     ("ignored", |c| c.ignored),
     ("mismatched", |c| c.mismatched),
+    ("unsubscribed", |c| c.unsubscribed),
     ("unannounced", |c| c.unannounced),
 ];
 
@@ -189,6 +191,7 @@ impl BridgeActor {
             config,
             exports,
             imports,
+            matching,
             compat_exports,
             compat_imports,
             directs,
@@ -241,6 +244,33 @@ impl BridgeActor {
             }
             import_ports.push(port);
         }
+        // Then those of the topics matched by pattern: each a discovered topic of its own.
+        let mut patterns = Vec::with_capacity(matching.len());
+        for decl in matching {
+            let ports = (decl.make)(setup, &decl.pattern);
+            if ports.is_empty() {
+                status.warn(format!(
+                    "bridge '{name}': discover_matching('{}') matches no topic the bus \
+                     subscribes to: nothing will be imported by it (subscribe to the names \
+                     wanted, as they run after remapping)",
+                    decl.pattern
+                ));
+            }
+            for port in ports {
+                discover_specs.push(DiscoverSpec {
+                    topic: port.topic(),
+                    topic_id: port.topic_id(),
+                    fingerprint: port.fingerprint(),
+                    reliable: decl.reliable,
+                    port: import_ports.len(),
+                });
+                import_ports.push(port);
+            }
+            patterns.push(DiscoverPattern {
+                pattern: decl.pattern,
+                fingerprint: decl.fingerprint,
+            });
+        }
         let mut direct_lists = Vec::with_capacity(directs.len());
         let direct_topics = directs
             .into_iter()
@@ -266,7 +296,9 @@ impl BridgeActor {
         )
         .with_metrics(|name| setup.metric(name));
         if let Some(discovery) = &config.discovery {
-            endpoint = endpoint.with_discovery(discovery, socket.local_addr(), discover_specs);
+            endpoint = endpoint
+                .with_discovery(discovery, socket.local_addr(), discover_specs)
+                .with_discovery_patterns(patterns);
         }
         let compat_exports = compat_exports
             .into_iter()
@@ -480,6 +512,20 @@ impl BridgeActor {
                          '{topic}': subscribing"
                     );
                     self.refresh_discovered();
+                }
+                Event::Mismatched {
+                    topic,
+                    publisher,
+                    fingerprint,
+                    ..
+                } => {
+                    // The name comes from the network: `{:?}` escapes it.
+                    self.status.warn(format!(
+                        "bridge '{}': publisher {publisher} announces topic {topic:?} with \
+                         fingerprint {fingerprint:#018x}, not the local type's: not subscribed \
+                         (counted in discovery.mismatched)",
+                        self.name
+                    ));
                 }
                 Event::JoinGroup { group, .. } => {
                     self.groups_changed = true;

@@ -31,7 +31,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use llbus::{ActorBuilder, BusBuilder, Component, Message, Setup, Topic, TopicName};
+use llbus::{ActorBuilder, BusBuilder, Component, Message, Setup, Topic, TopicName, TopicPattern};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -171,6 +171,9 @@ impl BridgeStatus {
 
 type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor>;
 
+type PatternDeclare =
+    for<'a> fn(ActorBuilder<'a, BridgeActor>, &TopicPattern) -> ActorBuilder<'a, BridgeActor>;
+
 /// Declares what the bridge's actor takes or publishes for one named topic.
 type DeclareOn =
     for<'a> fn(ActorBuilder<'a, BridgeActor>, &TopicName) -> ActorBuilder<'a, BridgeActor>;
@@ -202,6 +205,16 @@ struct ImportDecl {
     /// Delivered in order, gaps NAKed (`import_reliable`).
     reliable: bool,
     make: fn(&mut Setup<'_>, &TopicName) -> Box<dyn ImportPort>,
+}
+
+/// Topics imported by pattern (`discover_matching`).
+struct PatternImportDecl {
+    pattern: TopicPattern,
+    fingerprint: u64,
+    reliable: bool,
+    declare: PatternDeclare,
+    /// One port per local topic the pattern matched (`Setup::outputs_matching`).
+    make: fn(&mut Setup<'_>, &TopicPattern) -> Vec<Box<dyn ImportPort>>,
 }
 
 struct CompatExportDecl {
@@ -298,6 +311,7 @@ impl Bridge {
                 config,
                 exports: Vec::new(),
                 imports: Vec::new(),
+                matching: Vec::new(),
                 compat_exports: Vec::new(),
                 compat_imports: Vec::new(),
                 directs: Vec::new(),
@@ -480,6 +494,49 @@ impl Bridge {
             decl.topic = topic.name().clone();
         }
         self.redeclare_last_import::<T>();
+        self
+    }
+
+    /// Follows every publisher, of every topic of type `T` whose name matches `pattern`, that
+    /// a local actor or handle subscribes to, as [`discover_on`](Self::discover_on) does for
+    /// one topic: `Bridge::bind(addr)?.discover_matching::<Quote>(&"md.quote.*".parse()?)`
+    /// with local subscriptions to `md.quote.nyse` and `md.quote.nasdaq` imports both, each
+    /// under its own name (so `Context::topic` tells them apart), from whichever publishers
+    /// announce them, as they appear and leave.
+    ///
+    /// The local names are fixed when the bus starts (the bus wires each subscription then):
+    /// the bridge publishes every topic the pattern matches among the bus's subscriptions,
+    /// after remapping (never its own exports). Announced names the pattern matches and no
+    /// local subscriber takes are not subscribed to; they are counted in the
+    /// `discovery.unsubscribed` metric. One of another type (another fingerprint) is never
+    /// delivered: it is counted in `discovery.mismatched` and reported, once per topic, in
+    /// [`BridgeStatus::warnings`]. A pattern that matches no local subscription is reported
+    /// there too when the bridge starts.
+    pub fn discover_matching<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        pattern: &TopicPattern,
+    ) -> Self {
+        self = self.announce();
+        self.parts.matching.push(PatternImportDecl {
+            pattern: pattern.clone(),
+            fingerprint: T::FINGERPRINT,
+            reliable: false,
+            declare: |b, p| b.publishes_matching::<T>(p),
+            make: Import::<T>::make_matching,
+        });
+        self
+    }
+
+    /// Like [`discover_matching`](Self::discover_matching), reliably (see
+    /// [`import_reliable`](Self::import_reliable)).
+    pub fn discover_reliable_matching<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        pattern: &TopicPattern,
+    ) -> Self {
+        self = self.discover_matching::<T>(pattern);
+        if let Some(decl) = self.parts.matching.last_mut() {
+            decl.reliable = true;
+        }
         self
     }
 
@@ -719,6 +776,9 @@ impl Component for Bridge {
             .map(|e| (e.declare, e.topic.clone()))
             .chain((parts.imports.iter()).map(|i| (i.declare, i.topic.clone())))
             .collect();
+        let patterns: Vec<(PatternDeclare, TopicPattern)> = (parts.matching.iter())
+            .map(|m| (m.declare, m.pattern.clone()))
+            .collect();
         let declares: Vec<Declare> = (parts.compat_exports.iter())
             .map(|e| e.declare)
             .chain(parts.compat_imports.iter().map(|i| i.declare))
@@ -742,6 +802,9 @@ impl Component for Bridge {
         }
         for declare in declares {
             builder = declare(builder);
+        }
+        for (declare, pattern) in patterns {
+            builder = declare(builder, &pattern);
         }
         // Configuration errors: the bus's `start()` refuses with them, naming the bridge.
         for error in family_errors {
@@ -769,6 +832,7 @@ struct Parts {
     config: BridgeConfig,
     exports: Vec<ExportDecl>,
     imports: Vec<ImportDecl>,
+    matching: Vec<PatternImportDecl>,
     compat_exports: Vec<CompatExportDecl>,
     compat_imports: Vec<CompatImportDecl>,
     directs: Vec<DirectPort>,

@@ -140,6 +140,25 @@ impl<T: Message + DeserializeOwned + Clone> Import<T> {
     }
 }
 
+impl<T: Message + DeserializeOwned + Clone> Import<T> {
+    /// One port per local topic `pattern` matched (`Bridge::discover_matching`).
+    pub(crate) fn make_matching(
+        setup: &mut Setup<'_>,
+        pattern: &llbus::TopicPattern,
+    ) -> Vec<Box<dyn ImportPort>> {
+        (setup.outputs_matching::<T>(pattern).into_iter())
+            .map(|(topic, out)| {
+                // `outputs_matching` names each topic as it runs: no remapping left to apply.
+                let running = Running {
+                    name: Arc::from(topic.name().as_str()),
+                    id: topic.id(),
+                };
+                Box::new(Import::<T> { out, running }) as Box<dyn ImportPort>
+            })
+            .collect()
+    }
+}
+
 named_topic_of!(Import);
 
 impl<T: Message + DeserializeOwned + Clone> ImportPort for Import<T> {

@@ -34,8 +34,8 @@ use super::Endpoint;
 use super::{Incoming, Via, Wire};
 use crate::session::is_answerable;
 use crate::{
-    entry_len, Announce, AnnounceHead, BatchEncoder, DiscoveryConfig, DropReason, Frame,
-    ImportSpec, ImportState, Query, RateLimiter, ANNOUNCE_FIXED_LEN, HEADER_LEN,
+    entry_len, Announce, AnnounceHead, AnnouncedTopic, BatchEncoder, DiscoveryConfig, DropReason,
+    Frame, ImportSpec, ImportState, Query, RateLimiter, ANNOUNCE_FIXED_LEN, HEADER_LEN,
     MAX_ANNOUNCED_NAME, QUERY_LEN,
 };
 
@@ -66,6 +66,20 @@ pub struct DiscoverSpec {
     pub port: usize,
 }
 
+/// Topics imported by pattern (a bridge's `discover_matching`): announced names the pattern
+/// matches are counted when they cannot be imported (another fingerprint, or no local
+/// subscriber: the names subscribed to locally are the exact [`DiscoverSpec`]s).
+#[derive(Clone, Debug)]
+pub struct DiscoverPattern {
+    /// The pattern.
+    pub pattern: llbus::TopicPattern,
+    /// The schema fingerprint of its type.
+    pub fingerprint: u64,
+}
+
+/// Mismatched topics reported at most (as [`Event::Mismatched`]; the rest are counted).
+const MISMATCH_REPORTS: usize = 64;
+
 /// What discovery did, counted since the endpoint was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DiscoveryCounts {
@@ -84,8 +98,13 @@ pub struct DiscoveryCounts {
     pub given_up: u64,
     /// Publishers announced and not tried: over a cap, or given up on recently.
     pub ignored: u64,
-    /// Publishers announcing a discovered topic with another fingerprint (not tried).
+    /// Announcements of a discovered topic, or of a name a discovered pattern matches, with
+    /// another fingerprint (not tried; the first of each topic is reported as
+    /// [`Event::Mismatched`]).
     pub mismatched: u64,
+    /// Announced names that a discovered pattern matches, with its fingerprint, that no local
+    /// subscriber takes (not tried).
+    pub unsubscribed: u64,
     /// Exports the latest announcement left out: a name longer than an announcement carries,
     /// or past the 255 parts one announcement can have. Such topics are still served to
     /// subscribers that name the publisher.
@@ -120,6 +139,9 @@ pub(crate) struct Discovery {
     /// The data address announced (an unspecified IP: the datagram's source).
     local: SocketAddr,
     wants: Vec<DiscoverSpec>,
+    patterns: Vec<DiscoverPattern>,
+    /// The topic ids reported as mismatched (at most [`MISMATCH_REPORTS`]).
+    reported: Vec<u64>,
     /// Invariant: at most `wants.len() * max_publishers` entries (its capacity).
     found: Vec<Found>,
     /// `(address, topic, until)`: tries given up, not made again before `until`.
@@ -228,6 +250,8 @@ impl Discovery {
             config: config.clone(),
             local,
             wants,
+            patterns: Vec::new(),
+            reported: Vec::with_capacity(MISMATCH_REPORTS),
             found: Vec::with_capacity(followed),
             cooldown: Vec::with_capacity(COOLDOWN),
             limiter: RateLimiter::new(config.query_limit, rate_limit_sources),
@@ -240,6 +264,11 @@ impl Discovery {
             scratch: vec![0; max_datagram],
             counts: DiscoveryCounts::default(),
         }
+    }
+
+    /// Counts, and reports, what announced names `patterns` match and cannot be imported.
+    pub(crate) fn set_patterns(&mut self, patterns: Vec<DiscoverPattern>) {
+        self.patterns = patterns;
     }
 
     /// What discovery did.
@@ -301,6 +330,10 @@ impl Discovery {
         let keep = MISSED * period * 1_000_000;
         let expires = now_ns.saturating_add(keep);
         for topic in announce.topics() {
+            if !self.wants.iter().any(|w| w.topic_id == topic.topic_id) {
+                self.unwanted(&topic, data, common);
+                continue;
+            }
             for want in 0..self.wants.len() {
                 let Some(spec) = self
                     .wants
@@ -323,7 +356,8 @@ impl Discovery {
                     continue;
                 }
                 if topic.fingerprint != spec.fingerprint {
-                    self.counts.mismatched += 1;
+                    let name = Arc::clone(&spec.topic);
+                    self.mismatched(name, topic.topic_id, topic.fingerprint, data, common);
                     continue;
                 }
                 let cooling = self
@@ -371,6 +405,52 @@ impl Discovery {
             }
         }
         Ok(())
+    }
+
+    /// An announced topic no want names: counted if a pattern matches its name (which must
+    /// be the name of its id: anything else is not a topic this endpoint could import).
+    fn unwanted(&mut self, topic: &AnnouncedTopic<'_>, data: SocketAddr, common: &mut Common) {
+        if self.patterns.is_empty() {
+            return;
+        }
+        let Ok(name) = std::str::from_utf8(topic.name) else {
+            return;
+        };
+        let Some(by) = self.patterns.iter().find(|p| p.pattern.matches(name)) else {
+            return;
+        };
+        if llbus::topic_id(name) != topic.topic_id {
+            return;
+        }
+        if by.fingerprint == topic.fingerprint {
+            self.counts.unsubscribed += 1;
+        } else {
+            let fingerprint = topic.fingerprint;
+            self.mismatched(Arc::from(name), topic.topic_id, fingerprint, data, common);
+        }
+    }
+
+    /// A publisher announces `topic` with another `fingerprint` than the local type's:
+    /// counted, and reported the first time for each topic (within [`MISMATCH_REPORTS`]).
+    fn mismatched(
+        &mut self,
+        topic: Arc<str>,
+        topic_id: u64,
+        fingerprint: u64,
+        publisher: SocketAddr,
+        common: &mut Common,
+    ) {
+        self.counts.mismatched += 1;
+        if self.reported.contains(&topic_id) || self.reported.len() == MISMATCH_REPORTS {
+            return;
+        }
+        self.reported.push(topic_id);
+        common.push_event(Event::Mismatched {
+            topic,
+            topic_id,
+            publisher,
+            fingerprint,
+        });
     }
 
     /// A query from the datagram's source: answered, to it alone, with one announcement of

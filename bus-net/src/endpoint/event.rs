@@ -110,6 +110,19 @@ pub enum Event {
         /// The publisher's data address.
         publisher: SocketAddr,
     },
+    /// A publisher announces a discovered topic, or a name a discovered pattern matches, with
+    /// another schema fingerprint: it is not subscribed to (counted in
+    /// [`DiscoveryCounts::mismatched`](super::DiscoveryCounts::mismatched)). Once per topic.
+    Mismatched {
+        /// The topic's name (as announced: escape it before printing).
+        topic: std::sync::Arc<str>,
+        /// The topic id.
+        topic_id: u64,
+        /// The publisher's data address.
+        publisher: SocketAddr,
+        /// The fingerprint it announced.
+        fingerprint: u64,
+    },
 }
 
 /// Events an endpoint holds for its driver at most: the queue never grows past them.

@@ -53,7 +53,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use discovery::{DiscoverSpec, DiscoveryCounts};
+pub use discovery::{DiscoverPattern, DiscoverSpec, DiscoveryCounts};
 pub use egress::Wire;
 pub(crate) use egress::{mac_of, protect_and_send, Egress};
 pub use event::{Event, EVENT_QUEUE};
@@ -249,6 +249,16 @@ impl Endpoint {
             self.common.config.rate_limit_sources,
             self.common.max_datagram,
         )));
+        self
+    }
+
+    /// With discovery on: counts (and reports, [`Event::Mismatched`]) the announced names that
+    /// `patterns` match and that no topic of [`with_discovery`](Self::with_discovery)'s
+    /// `wants` imports.
+    pub fn with_discovery_patterns(mut self, patterns: Vec<DiscoverPattern>) -> Self {
+        if let Some(discovery) = &mut self.discovery {
+            discovery.set_patterns(patterns);
+        }
         self
     }
 

@@ -222,3 +222,134 @@ fn discovery_of_a_named_topic_follows_that_topic_only() {
     a.join().expect("join a");
     b.join().expect("join b");
 }
+
+/// Another type, announced under a name that `md.quote.*` matches.
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "md.quote.odd")]
+struct Odd {
+    text: String,
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn discovery_by_pattern_imports_each_matching_venue_under_its_own_name() {
+    let _cpu = crate::fixtures::cpu_shared();
+    if !tests::loopback_group_or_skip(crate::discovery::group(31)) {
+        return;
+    }
+    let venues = [
+        topic("md.quote.nyse"),
+        topic("md.quote.nasdaq"),
+        topic("md.quote.lse"),
+    ];
+    let mut a = Bus::builder();
+    let feeds = venues
+        .each_ref()
+        .map(|t| a.publisher_on(t, &format!("{}-feed", t.name())));
+    let odd_feed = a.publisher::<Odd>("odd-feed");
+    a.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("pub")
+            .discovery(crate::discovery::discovery(31))
+            .export_on(&venues[0])
+            .export_on(&venues[1])
+            .export_on(&venues[2])
+            .export::<Odd>(),
+    );
+    let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+    let subscriber = Bridge::bind(loopback())
+        .expect("bind")
+        .name("sub")
+        .discovery(crate::discovery::discovery(31))
+        .discover_matching::<Quote>(&pattern);
+    let status = subscriber.status();
+    let mut b = Bus::builder();
+    b.add(subscriber);
+    // Subscribed here: two of the three venues (LSE is announced and left alone).
+    let taps = [&venues[0], &venues[1]]
+        .map(|t| b.subscription_on(t, &format!("{}-tap", t.name()), Backpressure::Block, 4096));
+    let mut a = a.start().expect("publisher bus");
+    let mut b = b.start().expect("subscriber bus");
+    let mut feeds = feeds.map(|f| a.publisher(f).expect("feed"));
+    let mut odd_feed = a.publisher(odd_feed).expect("odd feed");
+    let mut taps = taps.map(|t| b.subscription(t).expect("tap"));
+    tests::wait_for("both venues discovered and established", 20, || {
+        let found = status.discovered();
+        ["md.quote.nyse", "md.quote.nasdaq"]
+            .iter()
+            .all(|v| found.iter().any(|d| &*d.topic == *v && d.established))
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got: [Vec<u64>; 2] = Default::default();
+    while got.iter().any(|g| g.len() < 20) {
+        assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+        for (px, feed) in (1..).zip(&mut feeds) {
+            feed.publish(Quote { px }).expect("publish");
+        }
+        odd_feed.publish(Odd { text: "x".into() }).expect("publish");
+        std::thread::sleep(Duration::from_millis(2));
+        for (tap, got) in taps.iter_mut().zip(&mut got) {
+            while let Ok(q) = tap.try_recv() {
+                got.push(q.px);
+            }
+        }
+    }
+    // Each venue's subscription gets its own venue's quotes only.
+    assert!(got[0].iter().all(|px| *px == 1), "NYSE tap: {got:?}");
+    assert!(got[1].iter().all(|px| *px == 2), "NASDAQ tap: {got:?}");
+    let found = status.discovered();
+    assert!(
+        found.iter().all(|d| &*d.topic != "md.quote.lse"),
+        "LSE has no local subscriber and is followed: {found:?}"
+    );
+    // The other type under a matching name is reported, once.
+    tests::wait_for("the mismatched topic reported", 20, || {
+        status.warnings().iter().any(|w| w.contains("md.quote.odd"))
+    });
+    let reports = status.warnings();
+    assert_eq!(
+        reports
+            .iter()
+            .filter(|w| w.contains("md.quote.odd"))
+            .count(),
+        1,
+        "{reports:?}"
+    );
+    drop((feeds, odd_feed, taps));
+    a.stop();
+    b.stop();
+    a.join().expect("join a");
+    let report = b.join().expect("join b");
+    assert!(tests::metric(&report, "sub", "discovery.mismatched") >= 1);
+    assert!(tests::metric(&report, "sub", "discovery.unsubscribed") >= 1);
+}
+
+#[test]
+fn a_pattern_that_matches_no_local_subscription_is_reported_at_start() {
+    let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+    let subscriber = Bridge::bind(loopback())
+        .expect("bind")
+        .discovery(llbus_net::DiscoveryConfig {
+            group: None,
+            ..Default::default()
+        })
+        .discover_matching::<Quote>(&pattern);
+    let status = subscriber.status();
+    let mut b = Bus::builder();
+    b.add(subscriber);
+    // A subscription of the type under a name the pattern does not match.
+    let other = topic("md.quotes");
+    let _feed = b.publisher_on(&other, "feed");
+    let _tap = b.subscription_on(&other, "tap", Backpressure::Block, 16);
+    let b = b.start().expect("start");
+    b.stop();
+    b.join().expect("join");
+    let warnings = status.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("md.quote.*") && w.contains("matches no topic")),
+        "{warnings:?}"
+    );
+}
