@@ -303,7 +303,7 @@ impl BridgeActor {
         let compat_exports = compat_exports
             .into_iter()
             .map(|decl| {
-                let port = (decl.make)(setup);
+                let port = (decl.make)(setup, &decl.topic);
                 endpoint.add_compat_export(port.topic(), port.topic_id());
                 (port, Socket::new(decl.endpoint))
             })
@@ -312,7 +312,7 @@ impl BridgeActor {
             .into_iter()
             .map(|decl| {
                 endpoint.add_compat_import(decl.publisher);
-                ((decl.make)(setup), Socket::new(decl.endpoint))
+                ((decl.make)(setup, &decl.topic), Socket::new(decl.endpoint))
             })
             .collect();
         let subscriber_gauges = endpoint

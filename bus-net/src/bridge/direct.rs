@@ -72,6 +72,8 @@ pub struct DirectSender<T> {
     /// Where a datagram is sealed (with a pre-shared key) or put together with its token.
     seal_buf: Vec<u8>,
     session: u64,
+    /// The topic's id on the wire (of its name).
+    topic_id: u64,
     seq: u64,
     shared: Arc<DirectShared>,
     updates: LatestReader<Destinations>,
@@ -92,6 +94,7 @@ impl<T> std::fmt::Debug for DirectSender<T> {
 
 impl<T: Message + Serialize> DirectSender<T> {
     pub(crate) fn new(
+        topic: &llbus::TopicName,
         endpoint: UdpEndpoint,
         max_datagram: usize,
         batch: usize,
@@ -106,6 +109,7 @@ impl<T: Message + Serialize> DirectSender<T> {
             buf: vec![0; max_datagram],
             seal_buf: vec![0; max_datagram + TOKEN_LEN],
             session,
+            topic_id: topic.id(),
             seq: 0,
             shared: Arc::clone(&shared),
             updates: reader,
@@ -114,8 +118,8 @@ impl<T: Message + Serialize> DirectSender<T> {
             _t: std::marker::PhantomData,
         };
         let port = DirectPort {
-            topic: std::sync::Arc::from(T::TOPIC),
-            topic_id: T::TOPIC_ID,
+            topic: std::sync::Arc::from(topic.as_str()),
+            topic_id: topic.id(),
             fingerprint: T::FINGERPRINT,
             shape: crate::EncodedShape::new(&T::schema()).ok(),
             shared,
@@ -146,7 +150,7 @@ impl<T: Message + Serialize> DirectSender<T> {
         let mut enc =
             BatchEncoder::new(&mut self.buf[..max - trailer]).with_token(self.mac.is_none());
         let meta = DataMeta {
-            topic_id: T::TOPIC_ID,
+            topic_id: self.topic_id,
             fingerprint: T::FINGERPRINT,
             session: self.session,
             seq: self.seq + 1,

@@ -169,8 +169,6 @@ impl BridgeStatus {
     }
 }
 
-type Declare = fn(ActorBuilder<'_, BridgeActor>) -> ActorBuilder<'_, BridgeActor>;
-
 type PatternDeclare =
     for<'a> fn(ActorBuilder<'a, BridgeActor>, &TopicPattern) -> ActorBuilder<'a, BridgeActor>;
 
@@ -218,16 +216,18 @@ struct PatternImportDecl {
 }
 
 struct CompatExportDecl {
-    declare: Declare,
+    topic: TopicName,
+    declare: DeclareOn,
     endpoint: UdpEndpoint,
-    make: fn(&mut Setup<'_>) -> Box<dyn CompatExportPort>,
+    make: fn(&mut Setup<'_>, &TopicName) -> Box<dyn CompatExportPort>,
 }
 
 struct CompatImportDecl {
-    declare: Declare,
+    topic: TopicName,
+    declare: DeclareOn,
     endpoint: UdpEndpoint,
     publisher: SocketAddr,
-    make: fn(&mut Setup<'_>) -> Box<dyn CompatImportPort>,
+    make: fn(&mut Setup<'_>, &TopicName) -> Box<dyn CompatImportPort>,
 }
 
 /// A bridge being configured: `Bridge::bind(addr)?.export::<Quote>().import::<Order>(peer)`,
@@ -331,8 +331,22 @@ impl Bridge {
     /// # Errors
     /// If the bridge's socket cannot be duplicated for the sender.
     pub fn direct<T: Message + Serialize>(&mut self) -> std::io::Result<DirectSender<T>> {
+        self.direct_on(&Topic::<T>::of())
+    }
+
+    /// [`direct`](Self::direct) for a named topic. The sender does not go through the bus, so
+    /// the bus's [`remap`](llbus::BusBuilder::remap) does not reach it: the name given is the
+    /// one on the wire.
+    ///
+    /// # Errors
+    /// If the bridge's socket cannot be duplicated for the sender.
+    pub fn direct_on<T: Message + Serialize>(
+        &mut self,
+        topic: &Topic<T>,
+    ) -> std::io::Result<DirectSender<T>> {
         let endpoint = self.parts.endpoint.try_clone()?;
         let (sender, port) = DirectSender::<T>::new(
+            topic.name(),
             endpoint,
             self.parts.max_datagram,
             self.parts.config.batch,
@@ -348,7 +362,7 @@ impl Bridge {
             self.family_errors.push(format!(
                 "bridge '{}': the direct topic '{}' cannot serve its schema: {}; simplify the type",
                 self.name,
-                T::TOPIC,
+                topic.name(),
                 EncodedShape::new(&T::schema())
                     .err()
                     .map_or_else(String::new, |e| e.to_string()),
@@ -465,11 +479,20 @@ impl Bridge {
         topic: &Topic<T>,
         publisher: SocketAddr,
     ) -> Self {
-        self = self.import::<T>(publisher);
-        if let Some(decl) = self.parts.imports.last_mut() {
-            decl.topic = topic.name().clone();
+        let publisher = canonical(publisher);
+        let local = self.parts.endpoint.local_addr();
+        if !reachable(local, publisher) {
+            self.family_errors.push(format!(
+                "bridge '{}': the import of topic '{}' from {publisher} cannot work: the bridge is \
+                 bound to {local}, an IPv{} socket, which cannot reach an IPv{} address; bind \
+                 the bridge to [::] (both families) or to an address of the publisher's family",
+                self.name,
+                topic.name(),
+                if local.is_ipv4() { 4 } else { 6 },
+                if publisher.is_ipv4() { 4 } else { 6 },
+            ));
         }
-        self.redeclare_last_import::<T>();
+        self.push_import(topic, Some(publisher));
         self
     }
 
@@ -489,17 +512,65 @@ impl Bridge {
     /// [`discover`](Self::discover) of a named topic: follows every publisher that announces
     /// `topic` (by its id).
     pub fn discover_on<T: Message + DeserializeOwned + Clone>(mut self, topic: &Topic<T>) -> Self {
-        self = self.discover::<T>();
+        self = self.announce();
+        self.push_import(topic, None);
+        self
+    }
+
+    /// [`discover_reliable`](Self::discover_reliable) of a named topic.
+    pub fn discover_reliable_on<T: Message + DeserializeOwned + Clone>(
+        mut self,
+        topic: &Topic<T>,
+    ) -> Self {
+        self = self.discover_on(topic);
         if let Some(decl) = self.parts.imports.last_mut() {
-            decl.topic = topic.name().clone();
+            decl.reliable = true;
         }
-        self.redeclare_last_import::<T>();
+        self
+    }
+
+    /// [`export_reliable_last`](Self::export_reliable_last) of a named topic.
+    pub fn export_reliable_last_on<T: Message + Serialize + Clone>(
+        mut self,
+        topic: &Topic<T>,
+        k: usize,
+    ) -> Self {
+        self = self.export_reliable_on(topic);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.late_join = k;
+        }
+        self
+    }
+
+    /// [`export_reliable_multicast`](Self::export_reliable_multicast) of a named topic.
+    pub fn export_reliable_multicast_on<T: Message + Serialize + Clone>(
+        mut self,
+        topic: &Topic<T>,
+        group: SocketAddr,
+    ) -> Self {
+        self = self.export_multicast_on(topic, group);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.reliable = true;
+        }
+        self
+    }
+
+    /// [`export_to`](Self::export_to) of a named topic.
+    pub fn export_to_on<T: Message + Serialize + Clone>(
+        mut self,
+        topic: &Topic<T>,
+        allow: Allowlist,
+    ) -> Self {
+        self = self.export_on(topic);
+        if let Some(decl) = self.parts.exports.last_mut() {
+            decl.allow = Some(allow);
+        }
         self
     }
 
     /// Follows every publisher, of every topic of type `T` whose name matches `pattern`, that
     /// a local actor or handle subscribes to, as [`discover_on`](Self::discover_on) does for
-    /// one topic: `Bridge::bind(addr)?.discover_matching::<Quote>(&"md.quote.*".parse()?)`
+    /// one topic: `Bridge::bind(addr)?.discover_matching::<Quote>(&TopicPattern::new("md.quote.*")?)`
     /// with local subscriptions to `md.quote.nyse` and `md.quote.nasdaq` imports both, each
     /// under its own name (so `Context::topic` tells them apart), from whichever publishers
     /// announce them, as they appear and leave.
@@ -538,20 +609,6 @@ impl Bridge {
             decl.reliable = true;
         }
         self
-    }
-
-    /// After the last import's topic changed: it declares the output unless an earlier import
-    /// of the same topic did.
-    fn redeclare_last_import<T: Message + DeserializeOwned + Clone>(&mut self) {
-        let Some((last, earlier)) = self.parts.imports.split_last_mut() else {
-            return;
-        };
-        let declared = earlier.iter().any(|i| i.topic == last.topic);
-        last.declare = if declared {
-            |b, _| b
-        } else {
-            |b, name| b.publishes_to(&Topic::<T>::with_name(name.clone()))
-        };
     }
 
     /// Serves topic `T` like [`export`](Self::export), reliably: the last
@@ -644,22 +701,8 @@ impl Bridge {
     /// (`StartError::Invalid`, naming the bridge) with a message that names the topic,
     /// the publisher and the bound address. Bind `[::]` (dual stack) to reach both.
     /// [`Bridge::check`] reports the same before the bus is built.
-    pub fn import<T: Message + DeserializeOwned + Clone>(mut self, publisher: SocketAddr) -> Self {
-        let publisher = canonical(publisher);
-        let local = self.parts.endpoint.local_addr();
-        if !reachable(local, publisher) {
-            self.family_errors.push(format!(
-                "bridge '{}': the import of topic '{}' from {publisher} cannot work: the bridge is \
-                 bound to {local}, an IPv{} socket, which cannot reach an IPv{} address; bind \
-                 the bridge to [::] (both families) or to an address of the publisher's family",
-                self.name,
-                T::TOPIC,
-                if local.is_ipv4() { 4 } else { 6 },
-                if publisher.is_ipv4() { 4 } else { 6 },
-            ));
-        }
-        self.push_import::<T>(&Topic::of(), Some(publisher));
-        self
+    pub fn import<T: Message + DeserializeOwned + Clone>(self, publisher: SocketAddr) -> Self {
+        self.import_on(&Topic::<T>::of(), publisher)
     }
 
     fn push_import<T: Message + DeserializeOwned + Clone>(
@@ -688,10 +731,8 @@ impl Bridge {
     /// appear are subscribed to, one that restarts is followed, one that stops announcing is
     /// dropped after three of its periods. An announcement only proposes: each subscription
     /// is made by the ordinary handshake (`SECURITY.md`, "Discovery").
-    pub fn discover<T: Message + DeserializeOwned + Clone>(mut self) -> Self {
-        self = self.announce();
-        self.push_import::<T>(&Topic::of(), None);
-        self
+    pub fn discover<T: Message + DeserializeOwned + Clone>(self) -> Self {
+        self.discover_on(&Topic::<T>::of())
     }
 
     /// Like [`discover`](Self::discover), reliably (see [`import_reliable`](Self::import_reliable)).
@@ -726,12 +767,26 @@ impl Bridge {
     /// # Errors
     /// If `bind` does not resolve or cannot be bound.
     pub fn export_compat<T: Message + Serialize + Clone>(
+        self,
+        bind: impl ToSocketAddrs,
+    ) -> std::io::Result<Self> {
+        self.export_compat_on(&Topic::<T>::of(), bind)
+    }
+
+    /// [`export_compat`](Self::export_compat) of a named topic (the format carries no topic:
+    /// the name chooses which of the bus's topics the socket serves).
+    ///
+    /// # Errors
+    /// If `bind` does not resolve or cannot be bound.
+    pub fn export_compat_on<T: Message + Serialize + Clone>(
         mut self,
+        topic: &Topic<T>,
         bind: impl ToSocketAddrs,
     ) -> std::io::Result<Self> {
         let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.parts.config.socket)?;
         self.parts.compat_exports.push(CompatExportDecl {
-            declare: |b| b.takes::<T>(),
+            topic: topic.name().clone(),
+            declare: |b, name| b.takes_on(&Topic::<T>::with_name(name.clone())),
             endpoint,
             make: CompatExport::<T>::make,
         });
@@ -745,13 +800,33 @@ impl Bridge {
     /// # Errors
     /// If `bind` does not resolve or cannot be bound.
     pub fn import_compat<T: Message + DeserializeOwned + Clone>(
+        self,
+        bind: impl ToSocketAddrs,
+        publisher: SocketAddr,
+    ) -> std::io::Result<Self> {
+        self.import_compat_on(&Topic::<T>::of(), bind, publisher)
+    }
+
+    /// [`import_compat`](Self::import_compat) into a named topic of the local bus.
+    ///
+    /// # Errors
+    /// If `bind` does not resolve or cannot be bound.
+    pub fn import_compat_on<T: Message + DeserializeOwned + Clone>(
         mut self,
+        topic: &Topic<T>,
         bind: impl ToSocketAddrs,
         publisher: SocketAddr,
     ) -> std::io::Result<Self> {
         let endpoint = UdpEndpoint::bind(resolve(bind)?, &self.parts.config.socket)?;
+        // Compat imports into one topic publish through one output.
+        let declared = (self.parts.compat_imports.iter()).any(|i| i.topic == *topic.name());
         self.parts.compat_imports.push(CompatImportDecl {
-            declare: |b| b.publishes::<T>(),
+            topic: topic.name().clone(),
+            declare: if declared {
+                |b, _| b
+            } else {
+                |b, name| b.publishes_to(&Topic::<T>::with_name(name.clone()))
+            },
             endpoint,
             publisher,
             make: CompatImport::<T>::make,
@@ -775,13 +850,11 @@ impl Component for Bridge {
         let named: Vec<(DeclareOn, TopicName)> = (parts.exports.iter())
             .map(|e| (e.declare, e.topic.clone()))
             .chain((parts.imports.iter()).map(|i| (i.declare, i.topic.clone())))
+            .chain((parts.compat_exports.iter()).map(|e| (e.declare, e.topic.clone())))
+            .chain((parts.compat_imports.iter()).map(|i| (i.declare, i.topic.clone())))
             .collect();
         let patterns: Vec<(PatternDeclare, TopicPattern)> = (parts.matching.iter())
             .map(|m| (m.declare, m.pattern.clone()))
-            .collect();
-        let declares: Vec<Declare> = (parts.compat_exports.iter())
-            .map(|e| e.declare)
-            .chain(parts.compat_imports.iter().map(|i| i.declare))
             .collect();
         let mut parts = Some(parts);
         let actor_name = name.clone();
@@ -799,9 +872,6 @@ impl Component for Bridge {
             .watches_fds();
         for (declare, topic) in named {
             builder = declare(builder, &topic);
-        }
-        for declare in declares {
-            builder = declare(builder);
         }
         for (declare, pattern) in patterns {
             builder = declare(builder, &pattern);

@@ -56,22 +56,6 @@ pub(crate) trait CompatImportPort: Send {
     ) -> Result<(), DropReason>;
 }
 
-macro_rules! topic_of {
-    ($t:ident) => {
-        impl<T: Message> Topic for $t<T> {
-            fn topic(&self) -> std::sync::Arc<str> {
-                std::sync::Arc::from(T::TOPIC)
-            }
-            fn topic_id(&self) -> u64 {
-                T::TOPIC_ID
-            }
-            fn fingerprint(&self) -> u64 {
-                T::FINGERPRINT
-            }
-        }
-    };
-}
-
 /// A named topic as it runs on the bus: its name and id (after the bus's remapping).
 struct Running {
     name: Arc<str>,
@@ -172,17 +156,19 @@ impl<T: Message + DeserializeOwned + Clone> ImportPort for Import<T> {
 
 pub(crate) struct CompatExport<T> {
     inputs: Inputs<T>,
+    running: Running,
 }
 
 impl<T: Message + Serialize> CompatExport<T> {
-    pub(crate) fn make(setup: &mut Setup<'_>) -> Box<dyn CompatExportPort> {
+    pub(crate) fn make(setup: &mut Setup<'_>, topic: &TopicName) -> Box<dyn CompatExportPort> {
         Box::new(CompatExport::<T> {
-            inputs: setup.inputs(),
+            inputs: setup.inputs_on(&llbus::Topic::<T>::with_name(topic.clone())),
+            running: Running::of::<T>(setup, topic),
         })
     }
 }
 
-topic_of!(CompatExport);
+named_topic_of!(CompatExport);
 
 impl<T: Message + Serialize> CompatExportPort for CompatExport<T> {
     fn pump(
@@ -202,9 +188,9 @@ pub(crate) struct CompatImport<T> {
 }
 
 impl<T: Message + DeserializeOwned + Clone> CompatImport<T> {
-    pub(crate) fn make(setup: &mut Setup<'_>) -> Box<dyn CompatImportPort> {
+    pub(crate) fn make(setup: &mut Setup<'_>, topic: &TopicName) -> Box<dyn CompatImportPort> {
         Box::new(CompatImport::<T> {
-            out: setup.output(),
+            out: setup.output_on(&llbus::Topic::<T>::with_name(topic.clone())),
         })
     }
 }

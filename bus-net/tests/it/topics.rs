@@ -353,3 +353,140 @@ fn a_pattern_that_matches_no_local_subscription_is_reported_at_start() {
         "{warnings:?}"
     );
 }
+
+/// Publishes on each feed and collects each tap's quotes until every tap has 20, within 30 s.
+fn pump(
+    feeds: &mut [llbus::Publisher<Quote>],
+    taps: &mut [llbus::Subscription<Quote>],
+) -> Vec<Vec<u64>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got = vec![Vec::new(); taps.len()];
+    while got.iter().any(|g| g.len() < 20) {
+        assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+        for (px, feed) in (1..).zip(feeds.iter_mut()) {
+            // A full ring (nobody subscribed yet) only drops.
+            let _ = feed.try_publish(Quote { px });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        for (tap, got) in taps.iter_mut().zip(&mut got) {
+            while let Ok(q) = tap.try_recv() {
+                got.push(q.px);
+            }
+        }
+    }
+    got
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn named_topics_cross_by_multicast_and_reliably_each_under_its_name() {
+    let _cpu = crate::fixtures::cpu_shared();
+    let port = 22_000 + (std::process::id() % 20_000) as u16;
+    let group = std::net::SocketAddr::from(([239, 255, 79, 1], port));
+    if !tests::loopback_group_or_skip(group) {
+        return;
+    }
+    let (nyse, nasdaq) = (topic("md.quote.nyse"), topic("md.quote.nasdaq"));
+    let mut a = Bus::builder();
+    let feeds = [
+        a.publisher_on(&nyse, "nyse-feed"),
+        a.publisher_on(&nasdaq, "nasdaq-feed"),
+    ];
+    let config = llbus_net::BridgeConfig {
+        multicast: llbus_net::MulticastConfig {
+            interface: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let exporter = Bridge::bind_with(loopback(), config.clone())
+        .expect("bind")
+        .name("pub")
+        .export_multicast_on(&nyse, group)
+        .export_reliable_on(&nasdaq);
+    let at = exporter.local_addr();
+    a.add(exporter);
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind_with(loopback(), config)
+            .expect("bind")
+            .name("sub")
+            .import_on(&nyse, at)
+            .import_reliable_on(&nasdaq, at),
+    );
+    let taps = [&nyse, &nasdaq]
+        .map(|t| b.subscription_on(t, &format!("{}-tap", t.name()), Backpressure::Block, 4096));
+    let mut a = a.start().expect("publisher bus");
+    let mut b = b.start().expect("subscriber bus");
+    let mut feeds = feeds.map(|f| a.publisher(f).expect("feed"));
+    let mut taps = taps.map(|t| b.subscription(t).expect("tap"));
+    // A member of the group hears the NYSE data there (for up to 5 s).
+    let listener = std::thread::spawn(move || tests::overhear_data(group));
+    let got = pump(&mut feeds, &mut taps);
+    assert!(got[0].iter().all(|px| *px == 1), "NYSE tap: {got:?}");
+    assert!(got[1].iter().all(|px| *px == 2), "NASDAQ tap: {got:?}");
+    while !listener.is_finished() {
+        let _ = feeds[0].try_publish(Quote { px: 1 });
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let heard = listener.join().expect("listener");
+    assert!(heard.is_some(), "no NYSE data on the group {group}");
+    drop((feeds, taps));
+    a.stop();
+    b.stop();
+    a.join().expect("join a");
+    b.join().expect("join b");
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_named_direct_sender_and_a_named_compat_pair_carry_their_own_topics() {
+    let _cpu = crate::fixtures::cpu_shared();
+    let (nyse, nasdaq) = (topic("md.quote.nyse"), topic("md.quote.nasdaq"));
+    let compat = tests::example_bins::free_udp_addr();
+    let mut a = Bus::builder();
+    let nasdaq_feed = a.publisher_on(&nasdaq, "nasdaq-feed");
+    let mut exporter = Bridge::bind(loopback())
+        .expect("bind")
+        .name("pub")
+        .export_compat_on(&nasdaq, compat)
+        .expect("compat socket");
+    let mut direct = exporter.direct_on(&nyse).expect("direct sender");
+    let at = exporter.local_addr();
+    a.add(exporter);
+    let mut b = Bus::builder();
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("sub")
+            .import_on(&nyse, at)
+            .import_compat_on(&nasdaq, "127.0.0.1:0", compat)
+            .expect("compat socket"),
+    );
+    let taps = [&nyse, &nasdaq]
+        .map(|t| b.subscription_on(t, &format!("{}-tap", t.name()), Backpressure::Block, 4096));
+    let mut a = a.start().expect("publisher bus");
+    let mut b = b.start().expect("subscriber bus");
+    let mut nasdaq_feed = a.publisher(nasdaq_feed).expect("feed");
+    let mut taps = taps.map(|t| b.subscription(t).expect("tap"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got: [Vec<u64>; 2] = Default::default();
+    while got.iter().any(|g| g.len() < 20) {
+        assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+        direct.send(&Quote { px: 1 }).expect("direct send");
+        let _ = nasdaq_feed.try_publish(Quote { px: 2 });
+        std::thread::sleep(Duration::from_millis(2));
+        for (tap, got) in taps.iter_mut().zip(&mut got) {
+            while let Ok(q) = tap.try_recv() {
+                got.push(q.px);
+            }
+        }
+    }
+    assert!(got[0].iter().all(|px| *px == 1), "NYSE tap: {got:?}");
+    assert!(got[1].iter().all(|px| *px == 2), "NASDAQ tap: {got:?}");
+    drop((nasdaq_feed, taps, direct));
+    a.stop();
+    b.stop();
+    a.join().expect("join a");
+    b.join().expect("join b");
+}
