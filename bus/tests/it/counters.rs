@@ -103,3 +103,35 @@ fn a_bus_can_run_without_a_counters_file() {
     running.stop();
     assert_balanced(&running.join().unwrap());
 }
+
+#[test]
+fn the_counters_file_names_each_topic_as_it_runs() {
+    let mut bus = Bus::builder();
+    bus.name("named counters test");
+    bus.remap("venue.b", "md.num.b");
+    let (a, b) = (
+        llbus::Topic::<Num>::named("md.num.a").expect("name"),
+        llbus::Topic::<Num>::named("venue.b").expect("name"),
+    );
+    let _feeds = [
+        bus.publisher_on(&a, "feed-a"),
+        bus.publisher_on(&b, "feed-b"),
+    ];
+    let _taps = [
+        bus.subscription_on(&a, "tap-a", Backpressure::DropNewest, 8),
+        bus.subscription_on(&b, "tap-b", Backpressure::DropNewest, 8),
+    ];
+    let running = bus.start().expect("start");
+    let path = running
+        .counters_path()
+        .expect("a counters file")
+        .to_path_buf();
+    let s = read_counters_file(&path).expect("read");
+    let mut edges: Vec<(&str, &str)> = (s.edges.iter())
+        .map(|e| (e.topic.as_str(), e.subscriber.as_str()))
+        .collect();
+    edges.sort_unstable();
+    assert_eq!(edges, [("md.num.a", "tap-a"), ("md.num.b", "tap-b")]);
+    running.stop();
+    assert_balanced(&running.join().expect("join"));
+}

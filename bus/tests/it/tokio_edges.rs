@@ -481,3 +481,47 @@ fn async_code_feeds_and_reads_a_bus_through_tokio_channels() {
         assert_eq!((into.published, into.handled), (N, N), "{into:?}");
     });
 }
+
+/// The adapter on named topics: two async senders of one type, each on its own topic, and an
+/// async subscription to one of them, which gets that topic's messages only.
+#[test]
+fn async_handles_of_named_topics_carry_their_own_topic() {
+    bounded("async named topics", 30, || {
+        let (a, b) = (
+            llbus::Topic::<Num>::named("num.a").expect("name"),
+            llbus::Topic::<Num>::named("num.b").expect("name"),
+        );
+        let mut bus = Bus::builder();
+        let feeds = [
+            bus.publisher_on(&a, "feed-a"),
+            bus.publisher_on(&b, "feed-b"),
+        ];
+        let tap_a = bus.subscription_on(&a, "tap-a", Backpressure::Block, 1024);
+        let _tap_b = bus.subscription_on(&b, "tap-b", Backpressure::DropNewest, 1024);
+        let mut running = bus.start().expect("start");
+        let [fa, fb] = feeds.map(|f| running.publisher(f).unwrap().into_async(64).unwrap());
+        let mut rx = running.subscription(tap_a).unwrap().into_async(64).unwrap();
+        let got = rt().block_on(async {
+            for i in 0..50 {
+                fa.send(Num(i)).await.expect("send a");
+                fb.send(Num(1000 + i)).await.expect("send b");
+            }
+            let mut got = Vec::new();
+            while got.len() < 50 {
+                match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+                    Ok(Some(Num(n))) => got.push(n),
+                    other => panic!("the async subscription ended early: {other:?}"),
+                }
+            }
+            got
+        });
+        assert_eq!(got, (0..50).collect::<Vec<_>>());
+        drop((fa, fb));
+        running.stop();
+        let report = running.join().expect("join");
+        assert_eq!(
+            report.edge("num.b", "feed-b", "tap-b").map(|e| e.published),
+            Some(50)
+        );
+    });
+}
