@@ -280,21 +280,12 @@ fn discovery_by_pattern_imports_each_matching_venue_under_its_own_name() {
             .iter()
             .all(|v| found.iter().any(|d| &*d.topic == *v && d.established))
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut got: [Vec<u64>; 2] = Default::default();
-    while got.iter().any(|g| g.len() < 20) {
-        assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+    let got = collect(&mut taps, || {
         for (px, feed) in (1..).zip(&mut feeds) {
             feed.publish(Quote { px }).expect("publish");
         }
         odd_feed.publish(Odd { text: "x".into() }).expect("publish");
-        std::thread::sleep(Duration::from_millis(2));
-        for (tap, got) in taps.iter_mut().zip(&mut got) {
-            while let Ok(q) = tap.try_recv() {
-                got.push(q.px);
-            }
-        }
-    }
+    });
     // Each venue's subscription gets its own venue's quotes only.
     assert!(got[0].iter().all(|px| *px == 1), "NYSE tap: {got:?}");
     assert!(got[1].iter().all(|px| *px == 2), "NASDAQ tap: {got:?}");
@@ -354,19 +345,13 @@ fn a_pattern_that_matches_no_local_subscription_is_reported_at_start() {
     );
 }
 
-/// Publishes on each feed and collects each tap's quotes until every tap has 20, within 30 s.
-fn pump(
-    feeds: &mut [llbus::Publisher<Quote>],
-    taps: &mut [llbus::Subscription<Quote>],
-) -> Vec<Vec<u64>> {
+/// Calls `publish` and collects each tap's quotes until every tap has 20, within 30 s.
+fn collect(taps: &mut [llbus::Subscription<Quote>], mut publish: impl FnMut()) -> Vec<Vec<u64>> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut got = vec![Vec::new(); taps.len()];
     while got.iter().any(|g| g.len() < 20) {
         assert!(std::time::Instant::now() < deadline, "got only {got:?}");
-        for (px, feed) in (1..).zip(feeds.iter_mut()) {
-            // A full ring (nobody subscribed yet) only drops.
-            let _ = feed.try_publish(Quote { px });
-        }
+        publish();
         std::thread::sleep(Duration::from_millis(2));
         for (tap, got) in taps.iter_mut().zip(&mut got) {
             while let Ok(q) = tap.try_recv() {
@@ -422,7 +407,12 @@ fn named_topics_cross_by_multicast_and_reliably_each_under_its_name() {
     let mut taps = taps.map(|t| b.subscription(t).expect("tap"));
     // A member of the group hears the NYSE data there (for up to 5 s).
     let listener = std::thread::spawn(move || tests::overhear_data(group));
-    let got = pump(&mut feeds, &mut taps);
+    let got = collect(&mut taps, || {
+        for (px, feed) in (1..).zip(&mut feeds) {
+            // A full ring (nobody subscribed yet) only drops.
+            let _ = feed.try_publish(Quote { px });
+        }
+    });
     assert!(got[0].iter().all(|px| *px == 1), "NYSE tap: {got:?}");
     assert!(got[1].iter().all(|px| *px == 2), "NASDAQ tap: {got:?}");
     while !listener.is_finished() {
@@ -469,19 +459,10 @@ fn a_named_direct_sender_and_a_named_compat_pair_carry_their_own_topics() {
     let mut b = b.start().expect("subscriber bus");
     let mut nasdaq_feed = a.publisher(nasdaq_feed).expect("feed");
     let mut taps = taps.map(|t| b.subscription(t).expect("tap"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut got: [Vec<u64>; 2] = Default::default();
-    while got.iter().any(|g| g.len() < 20) {
-        assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+    let got = collect(&mut taps, || {
         direct.send(&Quote { px: 1 }).expect("direct send");
         let _ = nasdaq_feed.try_publish(Quote { px: 2 });
-        std::thread::sleep(Duration::from_millis(2));
-        for (tap, got) in taps.iter_mut().zip(&mut got) {
-            while let Ok(q) = tap.try_recv() {
-                got.push(q.px);
-            }
-        }
-    }
+    });
     assert!(got[0].iter().all(|px| *px == 1), "NYSE tap: {got:?}");
     assert!(got[1].iter().all(|px| *px == 2), "NASDAQ tap: {got:?}");
     drop((nasdaq_feed, taps, direct));
