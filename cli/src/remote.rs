@@ -297,12 +297,26 @@ impl Link {
         Ok(())
     }
 
-    /// Fetches the shapes of `names` from the publisher, in that order.
+    /// Fetches the shapes of `names` from the publisher, in that order, at most
+    /// [`MAX_SCHEMA_FETCHES`](llbus_net::MAX_SCHEMA_FETCHES) at once.
     ///
     /// # Errors
     /// A topic the publisher serves no schema for, a schema refused (see `SchemaFailure`), or
-    /// no answer within `timeout`.
+    /// no answer within `timeout` (for each batch).
     pub(crate) fn schemas(
+        &mut self,
+        names: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<Topic>, String> {
+        let mut topics = Vec::with_capacity(names.len());
+        for batch in names.chunks(llbus_net::MAX_SCHEMA_FETCHES) {
+            topics.extend(self.schemas_at_once(batch, timeout)?);
+        }
+        Ok(topics)
+    }
+
+    /// [`schemas`](Self::schemas) of at most `MAX_SCHEMA_FETCHES` names.
+    fn schemas_at_once(
         &mut self,
         names: &[String],
         timeout: Duration,
