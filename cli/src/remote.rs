@@ -20,7 +20,8 @@ use llbus_net::{
 /// What every command that subscribes is told: where, with which key, for how long.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Subscription {
-    /// The publisher's bridge address.
+    /// The publisher's bridge address (with a `--topic` pattern, also asked which topics it
+    /// serves).
     #[arg(long, default_value = "127.0.0.1:7000")]
     publisher: SocketAddr,
     /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
@@ -109,7 +110,7 @@ impl serde::Serialize for Encoded<'_> {
 }
 
 /// Takes nothing: schema fetching delivers no message.
-struct NoMessages;
+pub(crate) struct NoMessages;
 
 impl Sink for NoMessages {
     fn deliver(&mut self, _import: usize, _payload: &[u8]) -> Result<(), DropReason> {
@@ -235,6 +236,16 @@ impl Link {
     /// The publisher's address (serving: the bound address).
     pub(crate) fn publisher(&self) -> SocketAddr {
         self.publisher
+    }
+
+    /// The publisher's pre-shared key, if it has one.
+    pub(crate) fn psk(&self) -> Option<[u8; 32]> {
+        self.config.psk
+    }
+
+    /// The largest datagram this link sends.
+    pub(crate) fn max_datagram(&self) -> usize {
+        self.max_datagram
     }
 
     fn now_ns(&self) -> u64 {
