@@ -14,14 +14,18 @@
 //!   sizes and sequence gaps, or every frame's header (and payload bytes with `--hex`, its
 //!   fields with `--decode`).
 //! - `llbus echo --publisher ADDR --topic NAME`: every message of a remote topic as a line of
-//!   JSON, decoded from the schema its publisher serves.
-//! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP.
+//!   JSON, decoded from the schema its publisher serves. `--topic 'md.quote.*'`: every topic of
+//!   the publisher that the pattern matches (asked of it once, at start, with a discovery
+//!   query, which only a bridge with discovery on answers), each line naming its topic.
+//! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP,
+//!   one channel per topic; `--topic` may be a pattern too.
 //! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher.
 //! - `llbus topics [--watch] [--json]`: the topics bridges announce on the network (discovery),
 //!   with their fingerprints and publishers.
 #![deny(missing_docs)]
 
 mod echo;
+mod pattern;
 mod play;
 mod record;
 mod remote;
@@ -102,10 +106,11 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Every message of a remote topic as one line of JSON, decoded from the schema its
-    /// publisher serves.
+    /// Every message of a remote topic, or of the topics a pattern matches, as one line of
+    /// JSON, decoded from the schema its publisher serves.
     Echo(echo::Args),
-    /// Remote topics into an MCAP file, with their schemas and the gaps the subscription saw.
+    /// Remote topics (named, or matched by a pattern) into an MCAP file, one channel each,
+    /// with their schemas and the gaps the subscription saw.
     Record(record::Args),
     /// A recording served as a publisher, at the recorded pace or scaled.
     Play(play::Args),

@@ -10,6 +10,9 @@
 //! between two recorded ones of a session is truly missing: each such gap is one message on
 //! the `llbus.gaps` channel (JSON: topic, topic id, session, first, last), written when the
 //! next message shows it.
+//!
+//! A `--topic` may be a pattern (`md.quote.*`, `pattern`): every topic of the publisher that
+//! matches, found once at start, becomes a channel of its own.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,6 +25,7 @@ use llbus_record::{
     META_FINGERPRINT, META_PUBLISHER, META_SESSION, META_TOPIC_ID, SCHEMA_ENCODING,
 };
 
+use crate::pattern::{parse_topic, TopicArg};
 use crate::remote::{Opened, Subscription, Topic};
 use crate::seconds;
 
@@ -36,10 +40,13 @@ pub(crate) enum Encoding {
 
 /// What `llbus record` is asked.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::pattern::PATTERN_HELP)]
 pub(crate) struct Args {
-    /// A topic to record (repeat for several).
-    #[arg(long = "topic", required = true)]
-    topics: Vec<String>,
+    /// A topic to record (repeat for several), or a pattern of names (`md.quote.*`): every
+    /// topic of the publisher that matches, found once at start (topics it adds later are not
+    /// recorded), each on a channel of its own.
+    #[arg(long = "topic", required = true, value_parser = parse_topic, value_name = "NAME|PATTERN")]
+    topics: Vec<TopicArg>,
     /// Stops after this many messages, over all topics (else after `--duration-s`, or when
     /// killed: the file is then readable up to its last second).
     #[arg(long)]
@@ -228,8 +235,9 @@ impl Recorder {
                 Err(e) => {
                     if self.undecodable == 0 {
                         eprintln!(
-                            "llbus record: a message of '{}' does not fit its schema: {e}",
-                            topic.name
+                            "llbus record: a message of '{}' does not fit its schema: {}",
+                            crate::text::clean(&topic.name),
+                            crate::text::clean(&e)
                         );
                     }
                     self.undecodable += 1;
@@ -318,13 +326,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             .transpose()?,
         ..FileOptions::default()
     };
-    // A topic named twice is recorded once: one subscription per topic and publisher.
-    let mut names: Vec<String> = Vec::with_capacity(args.topics.len());
-    for t in &args.topics {
-        if !names.contains(t) {
-            names.push(t.clone());
-        }
-    }
+    // A topic named twice (or matched by two patterns) is recorded once: one subscription
+    // per topic and publisher.
+    let names = crate::pattern::resolve(&args.topics, &mut link, setup_timeout)?;
     let topics = link.schemas(&names, setup_timeout)?;
     let mut endpoint = link.subscribe(&topics)?;
     let mut sessions: Vec<Option<u64>> = vec![None; topics.len()];

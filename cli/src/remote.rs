@@ -20,7 +20,8 @@ use llbus_net::{
 /// What every command that subscribes is told: where, with which key, for how long.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Subscription {
-    /// The publisher's bridge address.
+    /// The publisher's bridge address (with a `--topic` pattern, also asked which topics it
+    /// serves).
     #[arg(long, default_value = "127.0.0.1:7000")]
     publisher: SocketAddr,
     /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
@@ -109,7 +110,7 @@ impl serde::Serialize for Encoded<'_> {
 }
 
 /// Takes nothing: schema fetching delivers no message.
-struct NoMessages;
+pub(crate) struct NoMessages;
 
 impl Sink for NoMessages {
     fn deliver(&mut self, _import: usize, _payload: &[u8]) -> Result<(), DropReason> {
@@ -237,6 +238,16 @@ impl Link {
         self.publisher
     }
 
+    /// The publisher's pre-shared key, if it has one.
+    pub(crate) fn psk(&self) -> Option<[u8; 32]> {
+        self.config.psk
+    }
+
+    /// The largest datagram this link sends.
+    pub(crate) fn max_datagram(&self) -> usize {
+        self.max_datagram
+    }
+
     fn now_ns(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_nanos())
             .unwrap_or(u64::MAX)
@@ -297,12 +308,26 @@ impl Link {
         Ok(())
     }
 
-    /// Fetches the shapes of `names` from the publisher, in that order.
+    /// Fetches the shapes of `names` from the publisher, in that order, at most
+    /// [`MAX_SCHEMA_FETCHES`](llbus_net::MAX_SCHEMA_FETCHES) at once.
     ///
     /// # Errors
     /// A topic the publisher serves no schema for, a schema refused (see `SchemaFailure`), or
-    /// no answer within `timeout`.
+    /// no answer within `timeout` (for each batch).
     pub(crate) fn schemas(
+        &mut self,
+        names: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<Topic>, String> {
+        let mut topics = Vec::with_capacity(names.len());
+        for batch in names.chunks(llbus_net::MAX_SCHEMA_FETCHES) {
+            topics.extend(self.schemas_at_once(batch, timeout)?);
+        }
+        Ok(topics)
+    }
+
+    /// [`schemas`](Self::schemas) of at most `MAX_SCHEMA_FETCHES` names.
+    fn schemas_at_once(
         &mut self,
         names: &[String],
         timeout: Duration,

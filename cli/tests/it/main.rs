@@ -1,5 +1,6 @@
 //! The `llbus` command as a process against buses of this test process (bridges on loopback):
-//! `echo` and `spy --decode` print what they receive, `record` writes it to a file.
+//! `echo` and `spy --decode` print what they receive, `record` writes it to a file, and both
+//! take a `--topic` pattern.
 //!
 //! Its tests against the examples as processes (`list`, `stat`, `top`, `hz`, `spy`, `topics`,
 //! `play`) are in the workspace's `tests/it/cli/`.
@@ -11,6 +12,8 @@ use tests::cli::CountersDir;
 
 /// `echo` and `spy --decode`: JSON lines from the topic's schema, with and without the key.
 mod echo;
+/// `echo` and `record` of a `--topic` pattern: every matching topic under its name, no other.
+mod pattern;
 /// `record` through a lossy proxy: every message, and the gaps marked.
 mod record;
 
