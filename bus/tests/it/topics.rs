@@ -645,3 +645,68 @@ fn a_factory_asking_for_an_undeclared_pattern_is_refused_naming_it() {
     let e = refused(bus).to_string();
     assert!(e.contains("fanner") && e.contains("md.quote.*"), "{e}");
 }
+
+/// Takes the rings of the topic it is given and publishes by pattern: a bridge that exports
+/// a topic and discovers a pattern that matches it, reduced to the bus's part.
+struct ExportAndDiscover {
+    rings: llbus::Inputs<Quote>,
+    outs: Vec<Out<Quote>>,
+}
+
+impl Actor for ExportAndDiscover {
+    type In = ();
+    fn on_message(&mut self, (): (), _: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        // What it "exports" it does not publish back; what it would "import" it publishes
+        // on every pattern output: a self edge would loop the export into itself.
+        let outs = &self.outs;
+        self.rings.poll(64, |q| {
+            for &out in outs {
+                let _ = ctx.try_publish(out, q.clone());
+            }
+        })
+    }
+}
+
+#[test]
+fn a_pattern_never_feeds_the_actors_own_subscription_when_another_actor_subscribes_too() {
+    let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+    let own = topic::<Quote>("md.quote.own");
+    let mut bus = Bus::builder();
+    let _feed = bus.publisher_on(&own, "feed");
+    let (tx, rx) = mpsc::channel();
+    let (p, o) = (pattern.clone(), own.clone());
+    bus.actor("bridge", move |setup: &mut Setup<'_>| {
+        let matched = setup.outputs_matching::<Quote>(&p);
+        let _ = tx.send(
+            matched
+                .iter()
+                .map(|(t, _)| t.name().to_string())
+                .collect::<Vec<_>>(),
+        );
+        ExportAndDiscover {
+            rings: setup.inputs_on(&o),
+            outs: matched.into_iter().map(|(_, out)| out).collect(),
+        }
+    })
+    .never_waits()
+    .supervision(llbus::Supervision::Stop)
+    .takes_on(&own)
+    .publishes_matching::<Quote>(&pattern);
+    // Another subscriber of the topic the bridge takes: the pattern must still leave it out
+    // of the bridge's outputs, or the bridge feeds its own export.
+    let _tap = bus.subscription_on(&own, "tap", Backpressure::Block, 16);
+    let running = bus.start().expect("start");
+    let names: Vec<String> = rx.recv_timeout(Duration::from_secs(30)).expect("names");
+    assert!(
+        names.is_empty(),
+        "the pattern gave the bridge its own topic: {names:?}"
+    );
+    let report = running.report();
+    assert!(
+        report.edge("md.quote.own", "bridge", "bridge").is_none(),
+        "the bridge is wired to itself"
+    );
+    running.stop();
+}
+
