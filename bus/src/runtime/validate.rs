@@ -173,6 +173,7 @@ fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
                     topic: spec.name.clone(),
                     first: other.type_name,
                     second: spec.type_name,
+                    remapped_from: Vec::new(),
                 })
             }
             _ => {

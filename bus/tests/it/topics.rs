@@ -710,3 +710,21 @@ fn a_pattern_never_feeds_the_actors_own_subscription_when_another_actor_subscrib
     running.stop();
 }
 
+#[test]
+fn a_remap_onto_a_topic_of_another_type_is_refused_naming_both_types_and_the_remap() {
+    let mut bus = Bus::builder();
+    bus.remap("md.quote", "md.trade");
+    let _q = bus.publisher::<Quote>("quotes");
+    let _t = bus.publisher::<Trade>("trades");
+    let e = refused(bus);
+    assert!(
+        matches!(&e, StartError::TopicClash { topic, .. } if topic == "md.trade"),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("Quote") && text.contains("Trade"), "{text}");
+    assert!(
+        text.contains("md.quote"),
+        "the refusal does not say that the clash comes from remapping 'md.quote': {text}"
+    );
+}
