@@ -866,3 +866,32 @@ fn remaps_apply_once_so_a_chain_renames_each_name_one_step() {
     drop((feed, tap));
     running.stop();
 }
+
+/// A hand-written message whose id is not its name's (`TOPIC_ID` may differ, say for a legacy
+/// wire id).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Legacy(pub u64);
+impl llbus::Message for Legacy {
+    const TOPIC: &'static str = "legacy.quote";
+    const TOPIC_ID: u64 = 0x1e9a_c1d0;
+    const FINGERPRINT: u64 = 9;
+}
+
+#[test]
+fn start_refuses_one_name_with_two_ids_naming_both() {
+    // The type's default topic and a topic named with the same text: one name, two ids. The
+    // bus would run them as two topics that every report calls by one name.
+    let mut bus = Bus::builder();
+    let named = topic::<Legacy>("legacy.quote");
+    let _default_feed = bus.publisher::<Legacy>("default-feed");
+    let _default_tap = bus.subscription::<Legacy>("default-tap");
+    let _named_feed = bus.publisher_on(&named, "named-feed");
+    let _named_tap = bus.subscription_on(&named, "named-tap", Backpressure::Block, 8);
+    let e = refused(bus).to_string();
+    assert!(
+        e.contains("legacy.quote")
+            && e.contains(&format!("{:#018x}", llbus::topic_id("legacy.quote")))
+            && e.contains(&format!("{:#018x}", 0x1e9a_c1d0u64)),
+        "{e}"
+    );
+}
