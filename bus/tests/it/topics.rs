@@ -662,7 +662,7 @@ impl Actor for ExportAndDiscover {
         let outs = &self.outs;
         self.rings.poll(64, |q| {
             for &out in outs {
-                let _ = ctx.try_publish(out, q.clone());
+                ctx.try_publish(out, q.clone());
             }
         })
     }
