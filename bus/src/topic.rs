@@ -323,7 +323,9 @@ impl TopicPattern {
         &self.text
     }
 
-    /// True when the pattern has no wildcard: it matches one name only.
+    /// True when the pattern has no wildcard: it matches one sequence of segments only, which
+    /// is one name up to the separators (`md.quote` matches `md.quote` and `md/quote`, two
+    /// topics with two ids).
     pub fn is_exact(&self) -> bool {
         self.segments
             .iter()
@@ -450,6 +452,26 @@ mod tests {
         }
         assert!(TopicPattern::new("md.quote").unwrap().is_exact());
         assert!(!TopicPattern::new("md.*").unwrap().is_exact());
+    }
+
+    #[test]
+    fn an_exact_pattern_matches_its_segments_under_either_separator_which_are_distinct_names() {
+        let p = TopicPattern::new("a.b/c").unwrap();
+        assert!(p.is_exact());
+        let spellings = ["a.b.c", "a.b/c", "a/b.c", "a/b/c"];
+        for name in spellings {
+            assert!(p.matches(name), "{name}");
+        }
+        for name in ["a.b", "a.b.c.d", "a.bc", "ab.c"] {
+            assert!(!p.matches(name), "{name}");
+        }
+        // Each spelling is a topic of its own: the bus routes by the id of the exact bytes.
+        let mut ids: Vec<u64> = spellings
+            .iter()
+            .map(|n| TopicName::new(n).unwrap().id())
+            .collect();
+        ids.dedup();
+        assert_eq!(ids.len(), spellings.len());
     }
 
     #[test]

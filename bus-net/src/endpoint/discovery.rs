@@ -77,7 +77,9 @@ pub struct DiscoverPattern {
     pub fingerprint: u64,
 }
 
-/// Mismatched topics reported at most (as [`Event::Mismatched`]; the rest are counted).
+/// Mismatched names no local subscriber takes reported at most (as [`Event::Mismatched`]; the
+/// rest are counted). The wanted topics' mismatches are reported apart, once each, so that
+/// names anyone can announce cannot use up the reports of the topics subscribed to.
 const MISMATCH_REPORTS: usize = 64;
 
 /// What discovery did, counted since the endpoint was made.
@@ -140,8 +142,11 @@ pub(crate) struct Discovery {
     local: SocketAddr,
     wants: Vec<DiscoverSpec>,
     patterns: Vec<DiscoverPattern>,
-    /// The topic ids reported as mismatched (at most [`MISMATCH_REPORTS`]).
+    /// The ids of the names, wanted by no topic of `wants`, reported as mismatched (at most
+    /// [`MISMATCH_REPORTS`]).
     reported: Vec<u64>,
+    /// Whether each of `wants` was reported as mismatched (same length as `wants`).
+    wants_reported: Vec<bool>,
     /// Invariant: at most `wants.len() * max_publishers` entries (its capacity).
     found: Vec<Found>,
     /// `(address, topic, until)`: tries given up, not made again before `until`.
@@ -249,6 +254,7 @@ impl Discovery {
         Discovery {
             config: config.clone(),
             local,
+            wants_reported: vec![false; wants.len()],
             wants,
             patterns: Vec::new(),
             reported: Vec::with_capacity(MISMATCH_REPORTS),
@@ -356,8 +362,15 @@ impl Discovery {
                     continue;
                 }
                 if topic.fingerprint != spec.fingerprint {
-                    let name = Arc::clone(&spec.topic);
-                    self.mismatched(name, topic.topic_id, topic.fingerprint, data, common);
+                    self.counts.mismatched += 1;
+                    if !std::mem::replace(&mut self.wants_reported[want], true) {
+                        common.push_event(Event::Mismatched {
+                            topic: Arc::clone(&spec.topic),
+                            topic_id: topic.topic_id,
+                            publisher: data,
+                            fingerprint: topic.fingerprint,
+                        });
+                    }
                     continue;
                 }
                 let cooling = self
@@ -416,13 +429,16 @@ impl Discovery {
         let Ok(name) = std::str::from_utf8(topic.name) else {
             return;
         };
-        let Some(by) = self.patterns.iter().find(|p| p.pattern.matches(name)) else {
+        let mut matching = self.patterns.iter().filter(|p| p.pattern.matches(name));
+        let Some(first) = matching.next() else {
             return;
         };
         if llbus::topic_id(name) != topic.topic_id {
             return;
         }
-        if by.fingerprint == topic.fingerprint {
+        // Mismatched only if no pattern that matches it is of its type.
+        let of_its_type = |p: &DiscoverPattern| p.fingerprint == topic.fingerprint;
+        if of_its_type(first) || matching.any(of_its_type) {
             self.counts.unsubscribed += 1;
         } else {
             let fingerprint = topic.fingerprint;
@@ -430,8 +446,9 @@ impl Discovery {
         }
     }
 
-    /// A publisher announces `topic` with another `fingerprint` than the local type's:
-    /// counted, and reported the first time for each topic (within [`MISMATCH_REPORTS`]).
+    /// A publisher announces `topic`, a name no local subscriber takes, with another
+    /// `fingerprint` than the local type's: counted, and reported the first time for each
+    /// topic (within [`MISMATCH_REPORTS`]).
     fn mismatched(
         &mut self,
         topic: Arc<str>,

@@ -471,3 +471,42 @@ fn a_named_direct_sender_and_a_named_compat_pair_carry_their_own_topics() {
     a.join().expect("join a");
     b.join().expect("join b");
 }
+
+/// A bridge that exports a topic and discovers a pattern matching it never imports that
+/// topic into the bus (it would feed its own export), even when another local actor
+/// subscribes to it.
+#[test]
+fn a_pattern_never_imports_the_bridges_own_export_that_another_actor_subscribes_to() {
+    let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+    let (nyse, nasdaq) = (topic("md.quote.nyse"), topic("md.quote.nasdaq"));
+    let mut b = Bus::builder();
+    let _feed = b.publisher_on(&nyse, "nyse-feed");
+    b.add(
+        Bridge::bind(loopback())
+            .expect("bind")
+            .name("bridge")
+            .discovery(llbus_net::DiscoveryConfig {
+                group: None,
+                ..Default::default()
+            })
+            .export_on(&nyse)
+            .discover_matching::<Quote>(&pattern),
+    );
+    let _nyse_tap = b.subscription_on(&nyse, "nyse-tap", Backpressure::Block, 16);
+    let _nasdaq_tap = b.subscription_on(&nasdaq, "nasdaq-tap", Backpressure::Block, 16);
+    let b = b.start().expect("start");
+    let report = b.report();
+    assert!(
+        report.edge("md.quote.nyse", "bridge", "bridge").is_none(),
+        "the bridge is wired to its own export"
+    );
+    assert!(
+        report.edge("md.quote.nyse", "bridge", "nyse-tap").is_none(),
+        "the bridge imports the topic it exports"
+    );
+    assert!(report
+        .edge("md.quote.nasdaq", "bridge", "nasdaq-tap")
+        .is_some());
+    b.stop();
+    b.join().expect("join");
+}

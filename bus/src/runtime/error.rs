@@ -34,6 +34,9 @@ pub enum StartError {
         first: &'static str,
         /// The other type.
         second: &'static str,
+        /// The names [`remap`](crate::BusBuilder::remap) renamed to `topic`, sorted (empty if
+        /// none): a renaming, not a declaration, may have put one type on the other's name.
+        remapped_from: Vec<String>,
     },
     /// Two topic names whose ids ([`topic_id`](crate::topic_id)) are equal: the bus and the
     /// wire route by id, so one of them must be renamed.
@@ -108,13 +111,34 @@ pub enum StartError {
     Spawn(std::io::Error),
 }
 
+impl StartError {
+    /// Names, in a clash, the renamings that lead to the clashing name (`renames`: from each
+    /// renamed name to the name it runs under).
+    pub(super) fn with_renames(mut self, renames: &super::names::Renames) -> Self {
+        if let StartError::TopicClash {
+            topic,
+            remapped_from,
+            ..
+        } = &mut self
+        {
+            *remapped_from = (renames.iter())
+                .filter(|(_, to)| *to == topic)
+                .map(|(from, _)| from.clone())
+                .collect();
+            remapped_from.sort();
+        }
+        self
+    }
+}
+
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StartError::DuplicateActor(name) => write!(f, "two actors are named '{name}': give each actor a unique name"),
             StartError::NoPublisher { actor, topic } => write!(f, "actor '{actor}' subscribes to topic '{topic}', but no actor publishes it: add .publishes::<..>() to a publisher or drop the subscription"),
             StartError::NotSubscribed { actor, inbox } => write!(f, "actor '{actor}' receives {inbox} but its builder does not subscribe: add .subscribes::<{inbox}>()"),
-            StartError::TopicClash { topic, first, second } => write!(f, "topic '{topic}' is claimed by two types, {first} and {second}: give one of them another topic name"),
+            StartError::TopicClash { topic, first, second, remapped_from } if !remapped_from.is_empty() => write!(f, "topic '{topic}' (the name remap gives {}) is claimed by two types, {first} and {second}: change the remap, or give one of them another topic name", remapped_from.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")),
+            StartError::TopicClash { topic, first, second, .. } => write!(f, "topic '{topic}' is claimed by two types, {first} and {second}: give one of them another topic name"),
             StartError::TopicIdCollision { id, first, second } => write!(f, "topics '{first}' and '{second}' have the same id {id:#018x}: the bus routes by id, so rename one of them"),
             StartError::CoreNotAllowed { thread, core, allowed } => write!(f, "'{thread}' asks for core {core}, but this process may only run on cores {allowed:?} (its affinity mask): pick one of those, or widen the mask"),
             StartError::NoSuchCore { thread, core, online } => write!(f, "'{thread}' asks for core {core}, but this machine has {online} online cores (0..{online})"),

@@ -65,10 +65,15 @@ fn expand_patterns(bus: &mut BusBuilder) {
         let ActorDecl {
             matching, outputs, ..
         } = actor;
+        // Its own subscriptions are left out whoever else subscribes to them too: an output
+        // of a topic it receives would wire it to itself.
+        let own = |name: &TopicName| {
+            (subscribed.iter()).any(|(owner, _, theirs)| *owner == i && theirs == name)
+        };
         for by in matching.iter() {
-            for (owner, type_id, name) in &subscribed {
+            for (_, type_id, name) in &subscribed {
                 let wanted =
-                    *owner != i && *type_id == by.type_id && by.pattern.matches(name.as_str());
+                    *type_id == by.type_id && by.pattern.matches(name.as_str()) && !own(name);
                 if wanted && !outputs.iter().any(|o| o.spec.name == *name) {
                     let mut output = (by.output)(name.clone());
                     output.matched = Some(by.pattern.clone());

@@ -42,7 +42,8 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         &allowed,
         crate::wait::online_cores(),
         crate::wait::total_memory(),
-    )?;
+    )
+    .map_err(|e| e.with_renames(&renames))?;
     for w in &plan.warnings {
         log::warn!("{w}");
     }

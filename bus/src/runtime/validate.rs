@@ -156,7 +156,7 @@ fn check_actors(actors: &[ActorDecl], memory: u64) -> Result<(), StartError> {
     Ok(())
 }
 
-/// One Rust type per topic name, and one name per topic id.
+/// One Rust type and one id per topic name, and one name per topic id.
 fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
     let mut by_name: HashMap<&str, &TopicSpec> = HashMap::new();
     let mut by_id: HashMap<u64, &TopicSpec> = HashMap::new();
@@ -173,7 +173,19 @@ fn check_topic_names(actors: &[ActorDecl]) -> Result<(), StartError> {
                     topic: spec.name.clone(),
                     first: other.type_name,
                     second: spec.type_name,
+                    remapped_from: Vec::new(),
                 })
+            }
+            // A hand-written `TOPIC_ID` that is not its name's, beside the name as named
+            // (`Topic::named`, or a remap onto it): two topics that every report would call by
+            // one name.
+            Some(other) if other.name.id() != spec.name.id() => {
+                return Err(StartError::Invalid(format!(
+                    "topic '{}' has two ids on this bus, {:#018x} and {:#018x} (a hand-written TOPIC_ID that is not topic_id of its name, beside the name named at run time): use Topic::of() for the type's topic, or give it another name",
+                    spec.name,
+                    other.name.id(),
+                    spec.name.id()
+                )))
             }
             _ => {
                 by_name.insert(spec.name.as_str(), spec);

@@ -645,3 +645,253 @@ fn a_factory_asking_for_an_undeclared_pattern_is_refused_naming_it() {
     let e = refused(bus).to_string();
     assert!(e.contains("fanner") && e.contains("md.quote.*"), "{e}");
 }
+
+/// Takes the rings of the topic it is given and publishes by pattern: a bridge that exports
+/// a topic and discovers a pattern that matches it, reduced to the bus's part.
+struct ExportAndDiscover {
+    rings: llbus::Inputs<Quote>,
+    outs: Vec<Out<Quote>>,
+}
+
+impl Actor for ExportAndDiscover {
+    type In = ();
+    fn on_message(&mut self, (): (), _: &mut Context<'_>) {}
+    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
+        // What it "exports" it does not publish back; what it would "import" it publishes
+        // on every pattern output: a self edge would loop the export into itself.
+        let outs = &self.outs;
+        self.rings.poll(64, |q| {
+            for &out in outs {
+                ctx.try_publish(out, q.clone());
+            }
+        })
+    }
+}
+
+#[test]
+fn a_pattern_never_feeds_the_actors_own_subscription_when_another_actor_subscribes_too() {
+    let pattern = llbus::TopicPattern::new("md.quote.*").expect("pattern");
+    let own = topic::<Quote>("md.quote.own");
+    let mut bus = Bus::builder();
+    let _feed = bus.publisher_on(&own, "feed");
+    let (tx, rx) = mpsc::channel();
+    let (p, o) = (pattern.clone(), own.clone());
+    bus.actor("bridge", move |setup: &mut Setup<'_>| {
+        let matched = setup.outputs_matching::<Quote>(&p);
+        let _ = tx.send(
+            matched
+                .iter()
+                .map(|(t, _)| t.name().to_string())
+                .collect::<Vec<_>>(),
+        );
+        ExportAndDiscover {
+            rings: setup.inputs_on(&o),
+            outs: matched.into_iter().map(|(_, out)| out).collect(),
+        }
+    })
+    .never_waits()
+    .supervision(llbus::Supervision::Stop)
+    .takes_on(&own)
+    .publishes_matching::<Quote>(&pattern);
+    // Another subscriber of the topic the bridge takes: the pattern must still leave it out
+    // of the bridge's outputs, or the bridge feeds its own export.
+    let _tap = bus.subscription_on(&own, "tap", Backpressure::Block, 16);
+    let running = bus.start().expect("start");
+    let names: Vec<String> = rx.recv_timeout(Duration::from_secs(30)).expect("names");
+    assert!(
+        names.is_empty(),
+        "the pattern gave the bridge its own topic: {names:?}"
+    );
+    let report = running.report();
+    assert!(
+        report.edge("md.quote.own", "bridge", "bridge").is_none(),
+        "the bridge is wired to itself"
+    );
+    running.stop();
+}
+
+/// Sends `(topic, value)` of each message and `(topic, u64::MAX)` from `on_start`; panics on
+/// value 0 (its supervision restarts it).
+struct Flaky {
+    seen: mpsc::Sender<(Option<String>, u64)>,
+}
+
+impl Actor for Flaky {
+    type In = Quote;
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        let _ = self
+            .seen
+            .send((ctx.topic().map(|t| t.to_string()), u64::MAX));
+    }
+    fn on_message(&mut self, Quote(px): Quote, ctx: &mut Context<'_>) {
+        assert!(px != 0, "a poisoned quote");
+        let _ = self.seen.send((ctx.topic().map(|t| t.to_string()), px));
+    }
+}
+
+#[test]
+fn a_restarted_actor_still_learns_each_messages_topic_and_none_outside_on_message() {
+    bounded("restart and topics", 60, || {
+        let (nyse, nasdaq) = (
+            topic::<Quote>("md.quote.nyse"),
+            topic::<Quote>("md.quote.nasdaq"),
+        );
+        let mut bus = Bus::builder();
+        bus.remap("md.quote.nasdaq", "md.quote.xnas");
+        let to_nyse = bus.publisher_on(&nyse, "nyse-feed");
+        let to_nasdaq = bus.publisher_on(&nasdaq, "nasdaq-feed");
+        let (tx, rx) = mpsc::channel();
+        bus.actor("flaky", move |_: &mut Setup<'_>| Flaky { seen: tx.clone() })
+            .supervision(llbus::Supervision::Restart(llbus::RestartLimit::new(
+                5,
+                Duration::from_secs(60),
+            )))
+            .subscribes_to(&nyse)
+            .subscribes_to(&nasdaq);
+        let mut running = bus.start().expect("start");
+        let mut to_nyse = running.publisher(to_nyse).expect("nyse");
+        let mut to_nasdaq = running.publisher(to_nasdaq).expect("nasdaq");
+        let next = || rx.recv_timeout(Duration::from_secs(30)).expect("a report");
+        assert_eq!(next(), (None, u64::MAX), "on_start has no topic");
+        // A panic in the middle of a NASDAQ ring's messages: the restarted actor starts with
+        // no topic, and each later message is named by the ring it came on.
+        to_nasdaq.publish(Quote(0)).expect("publish");
+        assert_eq!(
+            next(),
+            (None, u64::MAX),
+            "the restart's on_start has no topic"
+        );
+        to_nyse.publish(Quote(1)).expect("publish");
+        assert_eq!(next(), (Some("md.quote.nyse".to_owned()), 1));
+        to_nasdaq.publish(Quote(2)).expect("publish");
+        assert_eq!(next(), (Some("md.quote.xnas".to_owned()), 2));
+        drop((to_nyse, to_nasdaq));
+        running.stop();
+        running.join().expect("join");
+    });
+}
+
+#[test]
+fn several_blocking_subscribers_on_broadcast_rings_each_learn_each_messages_topic() {
+    bounded("broadcast and topics", 60, || {
+        let (nyse, nasdaq) = (
+            topic::<Quote>("md.quote.nyse"),
+            topic::<Quote>("md.quote.nasdaq"),
+        );
+        let mut bus = Bus::builder();
+        let (tx, rx) = mpsc::channel();
+        // One actor publishes both topics, so that each of its outputs has three Block
+        // subscribers: broadcast rings.
+        bus.actor("venues", |setup: &mut Setup<'_>| {
+            let (nyse, nasdaq) = (
+                topic::<Quote>("md.quote.nyse"),
+                topic::<Quote>("md.quote.nasdaq"),
+            );
+            Splitter {
+                even: setup.output_on(&nyse),
+                odd: setup.output_on(&nasdaq),
+            }
+        })
+        .subscribes::<Trade>()
+        .publishes_to(&nyse)
+        .publishes_to(&nasdaq);
+        let trades = bus.publisher::<Trade>("trades");
+        for i in 0..3 {
+            let tx = tx.clone();
+            bus.actor(&format!("reader{i}"), move |_: &mut Setup<'_>| Venues {
+                seen: tx.clone(),
+            })
+            .subscribes_to(&nyse)
+            .subscribes_to(&nasdaq);
+        }
+        let mut running = bus.start().expect("start");
+        let mut trades = running.publisher(trades).expect("trades");
+        for n in 1..=20 {
+            trades.publish(Trade(n)).expect("publish");
+        }
+        let got = take(&rx, 60);
+        for (name, n) in &got {
+            let want = if n % 2 == 0 {
+                "md.quote.nyse"
+            } else {
+                "md.quote.nasdaq"
+            };
+            assert_eq!(name.as_deref(), Some(want), "{n}: {got:?}");
+        }
+        drop(trades);
+        running.stop();
+        assert_balanced(&running.join().expect("join"));
+    });
+}
+
+#[test]
+fn a_remap_onto_a_topic_of_another_type_is_refused_naming_both_types_and_the_remap() {
+    let mut bus = Bus::builder();
+    bus.remap("md.quote", "md.trade");
+    let _q = bus.publisher::<Quote>("quotes");
+    let _t = bus.publisher::<Trade>("trades");
+    let e = refused(bus);
+    assert!(
+        matches!(&e, StartError::TopicClash { topic, .. } if topic == "md.trade"),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("Quote") && text.contains("Trade"), "{text}");
+    assert!(
+        text.contains("md.quote"),
+        "the refusal does not say that the clash comes from remapping 'md.quote': {text}"
+    );
+}
+
+#[test]
+fn remaps_apply_once_so_a_chain_renames_each_name_one_step() {
+    let mut bus = Bus::builder();
+    bus.remap("q.a", "q.b").remap("q.b", "q.c");
+    let a = topic::<Quote>("q.a");
+    let b = topic::<Quote>("q.b");
+    let feed = bus.publisher_on(&a, "feed");
+    let tap = bus.subscription_on(&a, "tap", Backpressure::Block, 8);
+    let _other = bus.publisher_on(&b, "other");
+    let mut running = bus.start().expect("start");
+    assert_eq!(running.topic(&a).name().as_str(), "q.b");
+    assert_eq!(running.topic(&b).name().as_str(), "q.c");
+    let mut feed = running.publisher(feed).expect("feed");
+    let mut tap = running.subscription(tap).expect("tap");
+    feed.publish(Quote(7)).expect("publish");
+    assert_eq!(
+        tap.recv_timeout(Duration::from_secs(30)).expect("tap"),
+        Quote(7)
+    );
+    assert!(running.report().edge("q.b", "feed", "tap").is_some());
+    drop((feed, tap));
+    running.stop();
+}
+
+/// A hand-written message whose id is not its name's (`TOPIC_ID` may differ, say for a legacy
+/// wire id).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Legacy(pub u64);
+impl llbus::Message for Legacy {
+    const TOPIC: &'static str = "legacy.quote";
+    const TOPIC_ID: u64 = 0x1e9a_c1d0;
+    const FINGERPRINT: u64 = 9;
+}
+
+#[test]
+fn start_refuses_one_name_with_two_ids_naming_both() {
+    // The type's default topic and a topic named with the same text: one name, two ids. The
+    // bus would run them as two topics that every report calls by one name.
+    let mut bus = Bus::builder();
+    let named = topic::<Legacy>("legacy.quote");
+    let _default_feed = bus.publisher::<Legacy>("default-feed");
+    let _default_tap = bus.subscription::<Legacy>("default-tap");
+    let _named_feed = bus.publisher_on(&named, "named-feed");
+    let _named_tap = bus.subscription_on(&named, "named-tap", Backpressure::Block, 8);
+    let e = refused(bus).to_string();
+    assert!(
+        e.contains("legacy.quote")
+            && e.contains(&format!("{:#018x}", llbus::topic_id("legacy.quote")))
+            && e.contains(&format!("{:#018x}", 0x1e9a_c1d0u64)),
+        "{e}"
+    );
+}

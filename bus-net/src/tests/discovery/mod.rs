@@ -6,6 +6,7 @@
 //! `forged`.
 
 mod forged;
+mod patterns;
 
 use std::net::SocketAddr;
 
