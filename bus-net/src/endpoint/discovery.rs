@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::common::Common;
-use super::event::Event;
+use super::event::{Event, EVENT_QUEUE};
 use super::publisher::PublisherSide;
 use super::subscriber::SubscriberSide;
 #[cfg(doc)]
@@ -442,28 +442,33 @@ impl Discovery {
             self.counts.unsubscribed += 1;
         } else {
             let fingerprint = topic.fingerprint;
-            self.mismatched(Arc::from(name), topic.topic_id, fingerprint, data, common);
+            self.mismatched(name, topic.topic_id, fingerprint, data, common);
         }
     }
 
     /// A publisher announces `topic`, a name no local subscriber takes, with another
     /// `fingerprint` than the local type's: counted, and reported the first time for each
-    /// topic (within [`MISMATCH_REPORTS`]).
+    /// topic (within [`MISMATCH_REPORTS`]), and only while the event queue is at most half
+    /// full: names anyone may announce never push out the driver's other events (a group to
+    /// join, an import refused).
     fn mismatched(
         &mut self,
-        topic: Arc<str>,
+        topic: &str,
         topic_id: u64,
         fingerprint: u64,
         publisher: SocketAddr,
         common: &mut Common,
     ) {
         self.counts.mismatched += 1;
-        if self.reported.contains(&topic_id) || self.reported.len() == MISMATCH_REPORTS {
+        if self.reported.contains(&topic_id)
+            || self.reported.len() == MISMATCH_REPORTS
+            || common.events.len() >= EVENT_QUEUE / 2
+        {
             return;
         }
         self.reported.push(topic_id);
         common.push_event(Event::Mismatched {
-            topic,
+            topic: Arc::from(topic),
             topic_id,
             publisher,
             fingerprint,

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use super::super::fleet::{discovery, node, sub_addr, Net, FP};
-use super::super::world::{ip, MAX};
+use super::super::world::{ip, Got, Outbox, MAX, MS};
 use crate::{
     AnnounceHead, BatchEncoder, BridgeConfig, DiscoverPattern, DiscoverSpec, Endpoint, Event,
 };
@@ -155,4 +155,50 @@ fn a_forged_name_whose_id_is_not_its_names_is_neither_counted_nor_reported() {
         "{counts:?}"
     );
     assert!(mismatched(&net).is_empty());
+}
+
+/// A driver polls events after a batch of datagrams: within one batch, announcements full of
+/// mismatched names must not push out what came before them (here, the publisher of the
+/// subscribed topic found; a group to join or a refusal would be lost the same way).
+#[test]
+fn mismatched_names_never_push_out_the_drivers_other_events() {
+    let ep = Endpoint::new(&BridgeConfig::default(), MAX, 0x5b, [7; 32], vec![], vec![])
+        .with_discovery(
+            &discovery(),
+            sub_addr(),
+            vec![DiscoverSpec {
+                topic: SUBSCRIBED.into(),
+                topic_id: llbus::topic_id(SUBSCRIBED),
+                fingerprint: FP,
+                reliable: false,
+                port: 0,
+            }],
+        )
+        .with_discovery_patterns(vec![DiscoverPattern {
+            pattern: llbus::TopicPattern::new("md.quote.*").expect("pattern"),
+            fingerprint: FP,
+        }]);
+    let mut ep = ep;
+    let mut out = Outbox::new();
+    let mut got = Got::default();
+    let real = ip(1, 7100);
+    let first = announce(0xa1, real, &[(SUBSCRIBED.to_owned(), FP)]);
+    ep.handle(&first, real, MS, out.from(sub_addr()), &mut got);
+    // Then, before the driver polls, 4 announcements of 30 mismatched names each.
+    for source in 0..4u8 {
+        let names: Vec<(String, u64)> = (0..30)
+            .map(|i| (format!("md.quote.f{source}x{i}"), 0xbad))
+            .collect();
+        let src = ip(100 + source, 7100);
+        let d = announce(u64::from(source) + 1, src, &names);
+        ep.handle(&d, src, MS, out.from(sub_addr()), &mut got);
+    }
+    let events: Vec<Event> = std::iter::from_fn(|| ep.poll_event()).collect();
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Discovered { .. })),
+        "the publisher found was pushed out by {} events",
+        events.len()
+    );
+    let counts = ep.discovery_counts().expect("discovery");
+    assert_eq!(counts.mismatched, 120, "{counts:?}");
 }
