@@ -43,7 +43,8 @@ pub(crate) struct Options {
     #[arg(long)]
     peer: Vec<SocketAddr>,
     /// The interface to join the group on and send from, by one of its IPv4 addresses
-    /// (`127.0.0.1` for loopback); default: the system's choice.
+    /// (`127.0.0.1` for loopback); default: the system's choice and, for an IPv4 group,
+    /// loopback too (where bridges bound to this host's loopback address announce).
     #[arg(long)]
     interface: Option<IpAddr>,
     /// How long to listen for announcements, in milliseconds (bridges announce every second
@@ -164,10 +165,16 @@ impl Heard {
     }
 }
 
-/// Sockets: one to ask from (answers come back to it), one in the group.
+/// Sockets: one to ask from (answers come back to it), one in the group; with no
+/// `--interface`, a second pair on loopback.
 struct Listener {
     asker: UdpEndpoint,
     member: Option<UdpEndpoint>,
+    /// With no `--interface` and an IPv4 group: an asker and a member on loopback, since a
+    /// bridge bound to a loopback address (the examples' default) announces there, where a
+    /// member on the system's choice of interface does not hear it.
+    loopback: Option<(UdpEndpoint, UdpEndpoint)>,
+    group: SocketAddr,
     dests: Vec<SocketAddr>,
     recv: RecvBatch,
 }
@@ -187,24 +194,37 @@ impl Listener {
         let asker = UdpEndpoint::bind(bind, &SocketConfig::default())
             .map_err(|e| format!("cannot bind {bind}: {e}"))?;
         let mut dests = o.peer.clone();
+        let loopback = if o.no_group || o.interface.is_some() || !o.group.is_ipv4() {
+            None
+        } else {
+            Self::loopback_pair(o.group)
+        };
         let member = if o.no_group {
             None
         } else {
-            asker
-                .set_multicast(o.group.is_ipv4(), 1, o.interface)
-                .map_err(|e| format!("cannot send to {}: {e}", o.group))?;
             dests.push(o.group);
-            Some(
-                UdpEndpoint::bind_group(o.group, o.interface, &SocketConfig::default()).map_err(
-                    |e| {
-                        format!(
-                            "cannot join the discovery group {} ({e}); name bridges with --peer, \
-                             or --interface 127.0.0.1 for this host's",
-                            o.group
-                        )
-                    },
-                )?,
-            )
+            let joined = asker
+                .set_multicast(o.group.is_ipv4(), 1, o.interface)
+                .map_err(|e| format!("cannot send to {}: {e}", o.group))
+                .and_then(|()| {
+                    UdpEndpoint::bind_group(o.group, o.interface, &SocketConfig::default())
+                        .map_err(|e| {
+                            format!(
+                                "cannot join the discovery group {} ({e}); name bridges with \
+                                 --peer, or --interface 127.0.0.1 for this host's",
+                                o.group
+                            )
+                        })
+                });
+            match joined {
+                Ok(member) => Some(member),
+                // Loopback alone still hears this host's bridges.
+                Err(e) if loopback.is_some() => {
+                    eprintln!("llbus: {e}; listening on loopback only");
+                    None
+                }
+                Err(e) => return Err(e),
+            }
         };
         if dests.is_empty() {
             return Err("nothing to ask: give --peer, or drop --no-group".into());
@@ -212,9 +232,29 @@ impl Listener {
         Ok(Listener {
             asker,
             member,
+            loopback,
+            group: o.group,
             dests,
             recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
         })
+    }
+
+    /// An asker sending to `group` by loopback and a member of it there, or `None` (said on
+    /// stderr) where loopback carries no multicast.
+    fn loopback_pair(group: SocketAddr) -> Option<(UdpEndpoint, UdpEndpoint)> {
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let config = SocketConfig::default();
+        let pair = UdpEndpoint::bind(SocketAddr::new(lo, 0), &config).and_then(|asker| {
+            asker.set_multicast(true, 1, Some(lo))?;
+            Ok((asker, UdpEndpoint::bind_group(group, Some(lo), &config)?))
+        });
+        match pair {
+            Ok(pair) => Some(pair),
+            Err(e) => {
+                eprintln!("llbus: not listening on loopback too ({e})");
+                None
+            }
+        }
     }
 
     /// Asks every destination for every topic.
@@ -229,6 +269,9 @@ impl Listener {
             // A bridge that cannot be reached is simply not listed.
             let _ = self.asker.send_to(enc.as_bytes(), dest);
         }
+        if let Some((asker, _)) = &mut self.loopback {
+            let _ = asker.send_to(enc.as_bytes(), self.group);
+        }
     }
 
     /// Listens for `period`, handing each datagram to `heard`.
@@ -236,7 +279,11 @@ impl Listener {
         let until = Instant::now() + period;
         while Instant::now() < until {
             let mut got = 0;
-            for socket in std::iter::once(&mut self.asker).chain(self.member.as_mut()) {
+            let loopback = self.loopback.iter_mut().flat_map(|(a, m)| [a, m]);
+            for socket in std::iter::once(&mut self.asker)
+                .chain(self.member.as_mut())
+                .chain(loopback)
+            {
                 let n = socket
                     .recv_batch(&mut self.recv)
                     .map_err(|e| format!("receive failed: {e}"))?;

@@ -41,8 +41,8 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
             "topics",
             "--group",
             &group,
-            "--interface",
-            "127.0.0.1",
+            // No --interface: by default the command hears this host's loopback bridges too
+            // (the examples bind loopback).
             "--listen-ms",
             "1500",
             "--json",
