@@ -158,17 +158,46 @@ fn expand(
                 if !matched {
                     return Err(format!(
                         "no topic of the publisher at {publisher} matches --topic '{}'; it \
-                         serves {}: {}{}",
+                         serves {}: {}{}{}",
                         text::clean(pattern.as_str()),
                         served.names.len(),
                         served.listing(),
-                        served.partial_note()
+                        served.partial_note(),
+                        deeper_hint(pattern, &served.names),
                     ));
                 }
             }
         }
     }
     Ok(names)
+}
+
+/// When `pattern` ends in `*` and the same with `**` would match some of `names`: a hint that
+/// `*` stands for one segment (a user who wrote `md.*` for everything under `md`).
+fn deeper_hint(pattern: &TopicPattern, names: &[String]) -> String {
+    let text = pattern.as_str();
+    let Some(stem) = text.strip_suffix('*').filter(|s| !s.ends_with('*')) else {
+        return String::new();
+    };
+    let deeper = format!("{stem}**");
+    match TopicPattern::new(&deeper) {
+        Ok(p)
+            if names
+                .iter()
+                .any(|n| p.matches(n) && segments(n) > segments(text)) =>
+        {
+            format!(
+                " (`*` stands for one segment: '{}' matches deeper names)",
+                text::clean(&deeper)
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// How many segments a name or pattern has.
+fn segments(name: &str) -> usize {
+    name.split(['.', '/']).count()
 }
 
 /// The names `args` stand for (see [`expand`]): when a pattern is among them, first asks the
@@ -482,6 +511,21 @@ mod tests {
     }
 
     #[test]
+    fn a_star_that_misses_deeper_names_says_that_a_double_star_reaches_them() {
+        let s = served(&["md.quote.nyse", "ops"]);
+        let e = expand(&args(&["md.*"]), &s, publisher()).unwrap_err();
+        assert!(
+            e.contains("`*` stands for one segment") && e.contains("'md.**'"),
+            "{e}"
+        );
+        let e = expand(&args(&["ops.*"]), &s, publisher()).unwrap_err();
+        assert!(
+            !e.contains("one segment"),
+            "ops.** matches nothing either: {e}"
+        );
+    }
+
+    #[test]
     fn patterns_expand_to_what_they_match_each_name_once_in_order() {
         let s = served(&["md.quote.nyse", "md.trade.nyse", "md.quote.nasdaq", "ops"]);
         let got = expand(&args(&["md.quote.*"]), &s, publisher()).unwrap();
@@ -508,6 +552,7 @@ mod tests {
         };
         let e = expand(&args(&["md.*"]), &s, publisher()).unwrap_err();
         assert!(e.contains("matches --topic 'md.*'"), "{e}");
+        assert!(!e.contains("one segment"), "no deeper name: no hint: {e}");
         assert!(e.contains(PUBLISHER) && e.contains("serves 41: "), "{e}");
         assert!(e.contains("t.14") && !e.contains("t.15,"), "{e}");
         assert!(e.contains("... 25 more"), "{e}");

@@ -207,14 +207,15 @@ impl Listener {
                 .set_multicast(o.group.is_ipv4(), 1, o.interface)
                 .map_err(|e| format!("cannot send to {}: {e}", o.group))
                 .and_then(|()| {
-                    UdpEndpoint::bind_group(o.group, o.interface, &SocketConfig::default())
-                        .map_err(|e| {
+                    UdpEndpoint::bind_group(o.group, o.interface, &SocketConfig::default()).map_err(
+                        |e| {
                             format!(
                                 "cannot join the discovery group {} ({e}); name bridges with \
                                  --peer, or --interface 127.0.0.1 for this host's",
                                 o.group
                             )
-                        })
+                        },
+                    )
                 });
             match joined {
                 Ok(member) => Some(member),
