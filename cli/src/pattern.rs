@@ -174,7 +174,7 @@ fn expand(
 
 /// When `pattern` ends in `*` and the same with `**` would match some of `names`: a hint that
 /// `*` stands for one segment (a user who wrote `md.*` for everything under `md`).
-fn deeper_hint(pattern: &TopicPattern, names: &[String]) -> String {
+pub(crate) fn deeper_hint<S: AsRef<str>>(pattern: &TopicPattern, names: &[S]) -> String {
     let text = pattern.as_str();
     let Some(stem) = text.strip_suffix('*').filter(|s| !s.ends_with('*')) else {
         return String::new();
@@ -182,8 +182,7 @@ fn deeper_hint(pattern: &TopicPattern, names: &[String]) -> String {
     let deeper = format!("{stem}**");
     match TopicPattern::new(&deeper) {
         Ok(p)
-            if names
-                .iter()
+            if (names.iter().map(AsRef::as_ref))
                 .any(|n| p.matches(n) && segments(n) > segments(text)) =>
         {
             format!(

@@ -394,8 +394,22 @@ fn render(heard: &Heard, pattern: Option<&TopicPattern>, json: bool) -> String {
         return text::json(&value) + "\n";
     }
     let mut out = String::new();
-    if topics.is_empty() {
-        out.push_str("no topic announced\n");
+    match pattern {
+        Some(pattern) if topics.is_empty() => {
+            let names: Vec<&str> = by_topic(heard, None).iter().map(|t| t.name).collect();
+            if names.is_empty() {
+                out.push_str("no topic announced\n");
+            } else {
+                out.push_str(&format!(
+                    "none of the {} topics announced matches '{}'{}\n",
+                    names.len(),
+                    text::clean(pattern.as_str()),
+                    crate::pattern::deeper_hint(pattern, &names),
+                ));
+            }
+        }
+        _ if topics.is_empty() => out.push_str("no topic announced\n"),
+        _ => {}
     }
     for t in &topics {
         let fingerprints = t.fingerprints();
@@ -531,6 +545,13 @@ mod tests {
         assert_eq!(list("md.**").len(), 3);
         assert_eq!(list("*.*.nyse"), ["md.quote.nyse", "md.trade.nyse"]);
         assert!(list("md").is_empty());
+        // A '*' that stops short of every name says that '**' goes deeper.
+        let text = render(&heard, Some(&TopicPattern::new("md.*").unwrap()), false);
+        assert!(
+            text.contains("none of the 4 topics announced matches 'md.*'")
+                && text.contains("'md.**' matches deeper names"),
+            "{text}"
+        );
         assert!(parse_pattern("robot*").is_err());
     }
 }
