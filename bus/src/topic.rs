@@ -30,6 +30,12 @@ pub const TOPIC_NAME_MAX_LEN: usize = 64;
 
 /// A checked topic name and its id.
 ///
+/// A topic name is 1 to [`TOPIC_NAME_MAX_LEN`] bytes of ASCII letters, digits, `_` and `-`, in
+/// segments separated by `.` or `/` (`md.quote.nyse`, `robot7/odom`); no segment is empty, so a
+/// name has no leading, trailing or doubled separator. Names are case sensitive. A name's id is
+/// [`topic_id`] of its bytes, the same on every host: the id is what travels on the wire and
+/// what the running bus routes by, so no name is looked up once the bus runs.
+///
 /// Cheap to clone (the text is shared). Two names are equal when their texts are.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicName {
@@ -38,7 +44,7 @@ pub struct TopicName {
 }
 
 impl TopicName {
-    /// Checks `name` against the rule in the [module docs](self) and computes its id.
+    /// Checks `name` against the rule of [`TopicName`] and computes its id.
     ///
     /// ```
     /// let name = llbus::TopicName::new("md.quote.nyse").unwrap();
@@ -278,8 +284,14 @@ impl<T: Message> Default for Topic<T> {
     }
 }
 
-/// A pattern over topic names: `*` is any one segment, `**` any number of segments; see the
-/// [module docs](self).
+/// A pattern over topic names: `*` is any one segment, `**` any number of segments.
+///
+/// A pattern matches names segment by segment: a segment of the pattern matches the same
+/// segment of the name, `*` matches any one segment, and `**` matches any number of segments,
+/// none included. `md.quote.*` matches `md.quote.nyse` but neither `md.quote` nor
+/// `md.quote.nyse.l2`; `md.**` matches `md`, `md.quote` and `md.quote.nyse.l2`. The separators
+/// are interchangeable in a pattern as in a name (`robot*` is not a wildcard: `*` stands alone
+/// in its segment).
 ///
 /// ```
 /// let p = llbus::TopicPattern::new("md.quote.*").unwrap();
