@@ -110,7 +110,7 @@ impl World {
             PUB_SESSION,
             [5; 32],
             vec![ExportSpec {
-                topic: "fuzz",
+                topic: "fuzz".into(),
                 topic_id: TOPIC,
                 fingerprint: shape().fingerprint(),
                 allow: None,
@@ -129,7 +129,7 @@ impl World {
             [6; 32],
             Vec::new(),
             vec![ImportSpec {
-                topic: "fuzz",
+                topic: "fuzz".into(),
                 topic_id: TOPIC,
                 fingerprint: shape().fingerprint(),
                 publisher: sources()[1],
