@@ -123,6 +123,7 @@ mod payload;
 mod ring;
 mod runtime;
 pub mod schema;
+mod service;
 mod sync;
 mod topic;
 mod wait;
@@ -148,13 +149,14 @@ pub use ring::{
 #[cfg(feature = "tokio")]
 pub use runtime::AsyncSubscription;
 pub use runtime::{
-    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Component, Context,
-    EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out, PublishError,
-    Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit, RunningBus, Setup,
-    StartError, StopHandle, StopReport, Subscription, SubscriptionKey, Supervision, TryRecvError,
-    Wiring, DEFAULT_CAPACITY,
+    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Caller, CallerKey,
+    Component, Context, EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out,
+    PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit,
+    RunningBus, Setup, StartError, StopHandle, StopReport, Subscription, SubscriptionKey,
+    Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
 };
 pub use schema::{Schema, ShapeHasher};
+pub use service::{CallError, CallId, Replies, Reply, Request, Responder, Service};
 pub use topic::{Topic, TopicName, TopicNameError, TopicPattern, TOPIC_NAME_MAX_LEN};
 pub use wait::{
     allowed_cores, online_cores, pin_to_core, run_on_cores, Backoff, BusySpin, Doorbell,

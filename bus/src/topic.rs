@@ -68,6 +68,16 @@ impl TopicName {
         }
     }
 
+    /// A name the bus makes for its own wiring (a service's reply topics), unchecked: it holds
+    /// a character no user name can have, so it never clashes with one.
+    pub(crate) fn internal(name: String) -> TopicName {
+        let id = topic_id(&name);
+        TopicName {
+            text: Arc::from(name),
+            id,
+        }
+    }
+
     /// The name.
     pub fn as_str(&self) -> &str {
         &self.text

@@ -64,6 +64,8 @@ pub struct Setup<'a> {
     pub(crate) outputs: &'a [OutputKey],
     /// The patterns the actor publishes by (`publishes_matching`).
     pub(crate) patterns: &'a [(std::any::TypeId, TopicPattern)],
+    /// Where the actor's responders' unanswered calls go.
+    pub(crate) orphans: &'a std::sync::Arc<crate::service::Orphans>,
     pub(crate) renames: &'a Renames,
     pub(crate) errors: &'a mut Vec<String>,
     pub(crate) taken: &'a mut Wiring,
@@ -156,6 +158,25 @@ impl Setup<'_> {
             .filter(|(_, o)| o.type_id == id && o.matched.as_ref() == Some(pattern))
             .map(|(index, o)| (Topic::with_name(o.declared.clone()), Out::new(index)))
             .collect()
+    }
+
+    /// How the actor answers `service`, which it declares with `.serves(&service)`: one reply
+    /// output per caller (none when nobody calls), found from each request's caller by
+    /// [`Replies::accept`](crate::Replies::accept).
+    pub fn replies<Req: Message, Rep: Message + Clone>(
+        &mut self,
+        service: &crate::Service<Req, Rep>,
+    ) -> crate::Replies<Rep> {
+        let running = self.topic(&Topic::<Req>::with_name(service.name().clone()));
+        let id = std::any::TypeId::of::<crate::Reply<Rep>>();
+        let outs: Vec<_> = (self.outputs.iter().enumerate())
+            .filter(|(_, o)| o.type_id == id && o.serving.as_ref() == Some(running.name()))
+            .map(|(index, o)| (o.declared.id(), Out::new(index)))
+            .collect();
+        crate::Replies {
+            outs,
+            orphans: std::sync::Arc::clone(self.orphans),
+        }
     }
 
     /// The rings of topic `M`, which the actor subscribed to with `.takes::<M>()`, for it to
@@ -349,6 +370,24 @@ impl Context<'_> {
                 "actor '{}' published on {:?}, which is not one of its outputs",
                 self.actor, out
             ),
+        }
+    }
+
+    /// Answers a call of a service this actor serves (see [`Replies::accept`](crate::Replies::accept)):
+    /// `Ok(reply)`, or an error the caller receives as it is. Never waits: the reply goes into
+    /// the caller's own ring, and is dropped and counted there if the caller lets it fill.
+    #[inline]
+    pub fn reply<Rep: Message + Clone>(
+        &mut self,
+        responder: crate::Responder<Rep>,
+        result: Result<Rep, crate::CallError>,
+    ) {
+        let (call, out) = responder.answered();
+        self.published |= 1 << out.index.min(63);
+        if let Some(output) = (self.outputs.get_mut(out.index))
+            .and_then(|o| o.downcast_mut::<Output<crate::Reply<Rep>>>())
+        {
+            output.publish(crate::Reply { call, result }, None);
         }
     }
 

@@ -13,17 +13,19 @@ use std::time::Duration;
 
 use super::actor::{Actor, Setup};
 use super::decl::{
-    ActorDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, SlotMaker, SlotParts,
+    ActorDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, ServeDecl, SlotMaker, SlotParts,
     SubscriptionDecl,
 };
 use super::error::StartError;
 use super::handle::{
-    make_publisher, make_subscription, HandleParts, PublisherKey, SubscriptionKey,
+    make_caller, make_publisher, make_subscription, CallerKey, HandleParts, PublisherKey,
+    SubscriptionKey,
 };
 use super::runner::{ActorSlot, Slot};
 use super::running::RunningBus;
 use super::{Backpressure, Idle, Supervision};
 use crate::message::{Inbox, Message, TopicSpec};
+use crate::service::{Reply, Request, Service};
 use crate::topic::{Topic, TopicPattern};
 
 /// The default ring capacity of a subscription.
@@ -104,6 +106,8 @@ impl BusBuilder {
             default_capacity: DEFAULT_CAPACITY,
             outputs: Vec::new(),
             matching: Vec::new(),
+            serves: Vec::new(),
+            calls: Vec::new(),
             make_slot,
             errors: Vec::new(),
             handle: None,
@@ -213,6 +217,34 @@ impl BusBuilder {
         }
     }
 
+    /// Declares an external caller of `service` called `name`: code outside the bus calls the
+    /// service through the [`Caller`](crate::Caller) that [`RunningBus::caller`] gives for the
+    /// returned key after `start()`, each call blocking until its reply, an error or its
+    /// timeout. Its requests queue in a ring to the server (`Block`: a call waits for room
+    /// within its timeout); its replies come back on a ring of its own. `start()` refuses a
+    /// caller of a service no actor serves, naming both.
+    pub fn caller<Req: Message + Clone, Rep: Message + Clone>(
+        &mut self,
+        service: &Service<Req, Rep>,
+        name: &str,
+    ) -> CallerKey<Req, Rep> {
+        let number: usize = self.actors.iter().map(|a| a.calls.len()).sum();
+        let reply = Service::<Req, Rep>::reply_name(service.name(), number);
+        let index = self.declare_handle(name, make_caller::<Req, Rep>);
+        if let Some(decl) = self.actors.last_mut() {
+            decl.outputs
+                .push(OutputDecl::on::<Request<Req>>(service.name().clone()));
+            decl.taken
+                .push(TopicSpec::named::<Reply<Rep>>(reply.clone()));
+            decl.calls.push((service.name().clone(), reply));
+        }
+        CallerKey {
+            serial: self.serial,
+            index,
+            _t: PhantomData,
+        }
+    }
+
     /// Renames topic `from` to `to` for everything on this bus that publishes or receives it,
     /// as ROS 2's remapping does: a program's topics are renamed at deployment without a change
     /// to its code. Applied in `start()`, to default and named topics alike, once (a name
@@ -278,6 +310,8 @@ impl BusBuilder {
             default_capacity: super::DEFAULT_CAPACITY,
             outputs: Vec::new(),
             matching: Vec::new(),
+            serves: Vec::new(),
+            calls: Vec::new(),
             make_slot,
             errors: Vec::new(),
             handle: Some(HandleDecl { index, make }),
@@ -511,6 +545,23 @@ impl<A: Actor> ActorBuilder<'_, A> {
         } else {
             decl.outputs.push(OutputDecl::on::<M>(topic.name().clone()));
         }
+        self
+    }
+
+    /// Declares that the actor serves `service`: it receives each call's [`Request`] in its
+    /// inbox (which must take `Request<Req>`: `type In = Request<Req>`, or a derived inbox with
+    /// such a variant), splits it with [`Replies::accept`] (the [`Replies`] come from
+    /// [`Setup::replies`]) and answers once with [`Context::reply`](crate::Context::reply).
+    /// One actor serves a service: `start()` refuses a second, naming both.
+    pub fn serves<Req: Message + Clone, Rep: Message + Clone>(
+        mut self,
+        service: &Service<Req, Rep>,
+    ) -> Self {
+        self = self.subscribes_to(&Topic::<Request<Req>>::with_name(service.name().clone()));
+        self.decl().serves.push(ServeDecl {
+            service: service.name().clone(),
+            reply: OutputDecl::on::<Reply<Rep>>,
+        });
         self
     }
 

@@ -29,6 +29,8 @@ pub(super) struct OutputDecl {
     pub(super) make_broadcast: BroadcastMaker,
     /// The pattern this output was added for by `start()` (`publishes_matching`).
     pub(super) matched: Option<TopicPattern>,
+    /// The service whose replies it carries, to one caller (`serves`).
+    pub(super) serving: Option<TopicName>,
 }
 
 impl OutputDecl {
@@ -41,8 +43,16 @@ impl OutputDecl {
             make_edge: edge_maker::<M>,
             make_broadcast: broadcast_maker::<M>,
             matched: None,
+            serving: None,
         }
     }
+}
+
+/// A service an actor serves: its name (as declared until `start()` remaps it) and how to make
+/// a reply output to one caller.
+pub(super) struct ServeDecl {
+    pub(super) service: TopicName,
+    pub(super) reply: fn(TopicName) -> OutputDecl,
 }
 
 /// Outputs declared by pattern (`publishes_matching`): `start()` adds one output for every
@@ -63,6 +73,8 @@ pub(super) struct SlotParts {
     pub(super) output_keys: Vec<OutputKey>,
     /// The patterns the actor publishes by (`publishes_matching`), for `Setup`.
     pub(super) patterns: Vec<(TypeId, TopicPattern)>,
+    /// Where its responders' unanswered calls go (services).
+    pub(super) orphans: Arc<crate::service::Orphans>,
     /// The topics the actor receives (inbox and taken), as they run: what `Context::topic`
     /// names.
     pub(super) topics: Vec<TopicName>,
@@ -81,6 +93,8 @@ pub(crate) struct OutputKey {
     pub(crate) declared: TopicName,
     /// The pattern `start()` added it for (`publishes_matching`).
     pub(crate) matched: Option<TopicPattern>,
+    /// The service whose replies it carries (`serves`).
+    pub(crate) serving: Option<TopicName>,
 }
 
 /// Per-topic subscription settings, as declared: what is not set resolves in `start()`
@@ -120,6 +134,10 @@ pub(super) struct ActorDecl {
     pub(super) outputs: Vec<OutputDecl>,
     /// Outputs by pattern, until `start()` adds an output for each topic matched.
     pub(super) matching: Vec<PatternDecl>,
+    /// Services the actor serves (`serves`): `start()` adds a reply output per caller.
+    pub(super) serves: Vec<ServeDecl>,
+    /// Services the handle calls (`BusBuilder::caller`): the service and its reply topic.
+    pub(super) calls: Vec<(TopicName, TopicName)>,
     pub(super) make_slot: SlotMaker,
     pub(super) errors: Vec<String>,
     /// Set for an external handle (`publisher`, `subscription`): no thread runs it.

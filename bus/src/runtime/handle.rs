@@ -36,6 +36,7 @@ use super::metrics::{ActorCounters, Metric};
 use super::running::RunningBus;
 
 use crate::message::Message;
+use crate::service::{CallError, CallId, Reply, Request};
 use crate::wait::IdleStrategy;
 
 /// The longest a handle sleeps without being rung, so that it notices a publisher that went
@@ -544,5 +545,132 @@ mod deadline_tests {
         assert!(
             at >= before + Duration::from_secs(5) && at <= Instant::now() + Duration::from_secs(5)
         );
+    }
+}
+
+/// The key to a [`Caller`] declared with [`BusBuilder::caller`](crate::BusBuilder::caller):
+/// redeem it once, on the bus it was declared on, with [`RunningBus::caller`].
+#[must_use = "redeem the key with RunningBus::caller after start()"]
+#[derive(Debug)]
+pub struct CallerKey<Req, Rep> {
+    pub(super) serial: u64,
+    pub(super) index: usize,
+    pub(super) _t: PhantomData<fn(Req) -> Rep>,
+}
+
+/// A way for code outside the bus to call a [`Service`](crate::Service): each
+/// [`call`](Self::call) sends one request and blocks until its reply, an error or its timeout,
+/// and ends exactly once. Made by [`RunningBus::caller`]. A call allocates nothing and takes no
+/// lock.
+pub struct Caller<Req, Rep> {
+    requests: Publisher<Request<Req>>,
+    replies: Subscription<Reply<Rep>>,
+    /// The id of this caller's reply topic, which the server answers on.
+    reply_to: u64,
+    /// The last call's id.
+    last: u64,
+    /// Replies that came after their call ended (a timeout): counted, dropped.
+    late: Metric,
+}
+
+impl<Req, Rep> std::fmt::Debug for Caller<Req, Rep> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("name", &self.requests.name)
+            .field("calls", &self.last)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
+    /// Sends `request` and waits at most `timeout` for its reply. The request waits for room
+    /// in the server's ring (its `Block` policy) within the same timeout.
+    ///
+    /// # Errors
+    /// [`CallError::Timeout`] if no reply came in time (a reply that comes later is counted
+    /// in this handle's `late` metric and dropped); [`CallError::Stopped`] once the bus is
+    /// stopping or the server is gone; [`CallError::ServerPanicked`] or
+    /// [`CallError::Dropped`] if the server could not or did not answer.
+    pub fn call(&mut self, request: Req, timeout: Duration) -> Result<Rep, CallError> {
+        let deadline = deadline_after(timeout);
+        self.last += 1;
+        let call = CallId(self.last);
+        let request = Request {
+            call,
+            reply_to: self.reply_to,
+            body: request,
+        };
+        if self.requests.publish(request).is_err() {
+            return Err(CallError::Stopped);
+        }
+        loop {
+            let left = match deadline {
+                Some(at) => at.saturating_duration_since(Instant::now()),
+                None => Duration::MAX,
+            };
+            match self.replies.recv_timeout(left) {
+                Ok(reply) if reply.call == call => return reply.result,
+                // An earlier call's, which ended (timed out) before it came.
+                Ok(_) => self.late.add(1),
+                Err(RecvTimeoutError::Timeout) => return Err(CallError::Timeout),
+                Err(RecvTimeoutError::Closed) => return Err(CallError::Stopped),
+            }
+        }
+    }
+
+    /// The name it was declared with.
+    pub fn name(&self) -> &str {
+        &self.requests.name
+    }
+}
+
+pub(super) fn make_caller<Req: Message + Clone, Rep: Message + Clone>(
+    mut parts: HandleParts,
+) -> Box<dyn Any + Send> {
+    let output = parts
+        .outputs
+        .pop()
+        .and_then(|mut o| {
+            o.as_any_mut()
+                .downcast_mut::<Output<Request<Req>>>()
+                .map(|o| std::mem::replace(o, Output::empty()))
+        })
+        .unwrap_or_else(Output::empty);
+    let inputs = Inputs::<Reply<Rep>>::take(&mut parts.wiring);
+    let reply_to = inputs.topic_ids().next().unwrap_or(0);
+    let late = parts.counters.metric("late");
+    Box::new(Caller {
+        requests: Publisher {
+            name: parts.name.clone(),
+            output,
+            idle: parts.idle,
+            control: Arc::clone(&parts.control),
+            counters: Arc::clone(&parts.counters),
+        },
+        replies: Subscription {
+            name: parts.name,
+            inputs,
+            next: 0,
+            closed: false,
+            idle: handle_idle(),
+            control: parts.control,
+            counters: parts.counters,
+        },
+        reply_to,
+        last: 0,
+        late,
+    })
+}
+
+impl RunningBus {
+    /// The caller declared with `key`.
+    ///
+    /// # Errors
+    /// [`HandleError`] if `key` was declared on another bus.
+    pub fn caller<Req: Message + Clone, Rep: Message + Clone>(
+        &mut self,
+        key: CallerKey<Req, Rep>,
+    ) -> Result<Caller<Req, Rep>, HandleError> {
+        self.redeem(key.serial, key.index)
     }
 }

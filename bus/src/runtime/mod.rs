@@ -45,11 +45,12 @@ mod validate;
 pub(crate) use actor::short_type_name;
 pub use actor::{Actor, Context, Setup};
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
+pub(crate) use edge::Output;
 pub use edge::{Inputs, Out, Wiring};
 pub use error::{BusError, StartError};
 pub use handle::{
-    HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError,
-    Subscription, SubscriptionKey, TryRecvError,
+    Caller, CallerKey, HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError,
+    RecvTimeoutError, Subscription, SubscriptionKey, TryRecvError,
 };
 pub use metrics::{ActorReport, EdgeReport, Metric, Report, StopReport};
 pub use running::{RunningBus, StopHandle};

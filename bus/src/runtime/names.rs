@@ -30,6 +30,12 @@ pub(super) fn resolve(bus: &mut BusBuilder) -> Result<Renames, StartError> {
         for out in &mut actor.outputs {
             rename(&mut out.spec.name);
         }
+        for serve in &mut actor.serves {
+            rename(&mut serve.service);
+        }
+        for (service, _) in &mut actor.calls {
+            rename(service);
+        }
         actor.topic_settings = std::mem::take(&mut actor.topic_settings)
             .into_iter()
             .map(|(mut name, setting)| {
@@ -44,6 +50,7 @@ pub(super) fn resolve(bus: &mut BusBuilder) -> Result<Renames, StartError> {
         .map(|(from, to)| (from.to_owned(), to))
         .collect();
     expand_patterns(bus);
+    expand_services(bus)?;
     Ok(renames)
 }
 
@@ -82,6 +89,44 @@ fn expand_patterns(bus: &mut BusBuilder) {
             }
         }
     }
+}
+
+/// Gives each service's server one reply output per caller of the service (the caller's own
+/// reply topic), or says which caller has no server, or which service two actors serve.
+fn expand_services(bus: &mut BusBuilder) -> Result<(), StartError> {
+    let calls: Vec<(String, TopicName, TopicName)> = (bus.actors.iter())
+        .flat_map(|a| (a.calls.iter()).map(|(s, r)| (a.name.clone(), s.clone(), r.clone())))
+        .collect();
+    for (i, actor) in bus.actors.iter().enumerate() {
+        for serve in &actor.serves {
+            let other = (bus.actors.iter().enumerate())
+                .find(|(j, a)| *j != i && a.serves.iter().any(|s| s.service == serve.service));
+            if let Some((_, other)) = other {
+                return Err(StartError::Invalid(format!(
+                    "service '{}' is served by two actors, '{}' and '{}': one actor serves a \
+                     service (give the other another name)",
+                    serve.service, actor.name, other.name
+                )));
+            }
+        }
+    }
+    for (caller, service, reply) in calls {
+        let server = (bus.actors.iter_mut()).find_map(|a| {
+            (a.serves.iter().find(|s| s.service == service))
+                .map(|s| s.reply)
+                .map(|r| (a, r))
+        });
+        let Some((server, make)) = server else {
+            return Err(StartError::Invalid(format!(
+                "'{caller}' calls service '{service}', which no actor serves: add \
+                 .serves(&service) to the actor that answers it"
+            )));
+        };
+        let mut output = make(reply);
+        output.serving = Some(service);
+        server.outputs.push(output);
+    }
+    Ok(())
 }
 
 /// The renamings as checked names: each `from` once, both names valid.

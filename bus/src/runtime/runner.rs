@@ -11,6 +11,7 @@
 
 use std::any::{Any, TypeId};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use super::metrics::ActorCounters;
 use super::names::Renames;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
+use crate::service::{Orphan, Orphans};
 use crate::topic::{TopicName, TopicPattern};
 use crate::wait::IdleStrategy;
 
@@ -140,6 +142,10 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     committers: Vec<(usize, Committer)>,
     output_keys: Vec<OutputKey>,
     patterns: Vec<(TypeId, TopicPattern)>,
+    /// The calls this actor's responders were dropped unanswered with (services).
+    orphans: Arc<Orphans>,
+    /// Where they are taken to be answered (reused).
+    orphaned: Vec<Orphan>,
     /// The topics the actor receives, as they run: what `Context::topic` looks up.
     topics: Vec<TopicName>,
     renames: Arc<Renames>,
@@ -180,6 +186,8 @@ where
             outputs: parts.outputs.into_iter().map(AnyOutput::into_any).collect(),
             output_keys: parts.output_keys,
             patterns: parts.patterns,
+            orphans: parts.orphans,
+            orphaned: Vec::new(),
             topics: parts.topics,
             renames: parts.renames,
             counters: parts.counters,
@@ -210,6 +218,21 @@ where
         }
     }
 
+    /// Answers the calls whose responders were dropped unanswered (after each hook, and when a
+    /// failed instance is dropped): one atomic load when there are none.
+    #[inline]
+    fn answer_orphans(&mut self) {
+        self.orphans.take(&mut self.orphaned);
+        if self.orphaned.is_empty() {
+            return;
+        }
+        for orphan in self.orphaned.drain(..) {
+            if let Some(output) = self.outputs.get_mut(orphan.out) {
+                (orphan.answer)(&mut **output, orphan.call, orphan.error);
+            }
+        }
+    }
+
     /// Runs the factory, catching a panic.
     fn make(&mut self) -> Result<A, StartError> {
         let mut errors = Vec::new();
@@ -217,6 +240,7 @@ where
             actor: &self.name,
             outputs: &self.output_keys,
             patterns: &self.patterns,
+            orphans: &self.orphans,
             renames: &self.renames,
             errors: &mut errors,
             taken: &mut self.taken,
@@ -237,7 +261,11 @@ where
     /// Handles a panic caught in a hook or the factory according to the supervision policy.
     fn failed(&mut self, message: String, control: &Control) {
         self.counters.panics.add(1);
+        // The calls the failed instance held answer `ServerPanicked` as it drops.
+        self.orphans.failing.store(true, Ordering::Relaxed);
         self.drop_instance();
+        self.orphans.failing.store(false, Ordering::Relaxed);
+        self.answer_orphans();
         match self.supervision {
             Supervision::Restart(limit) => {
                 let now = Instant::now();
@@ -352,6 +380,7 @@ where
         let started = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
+        self.answer_orphans();
         if let Err(payload) = started {
             self.failed(panic_message(&*payload), env.control);
         }
@@ -416,6 +445,7 @@ where
         }));
         let published = ctx.published;
         self.commit(published);
+        self.answer_orphans();
         if handled > 0 {
             self.counters.handled.add(handled);
         }
@@ -455,6 +485,7 @@ where
         let stopped = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
+        self.answer_orphans();
         if let Err(payload) = stopped {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);

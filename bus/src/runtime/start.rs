@@ -302,8 +302,10 @@ fn make_slots(
                     type_id: o.spec.type_id,
                     declared: o.declared.clone(),
                     matched: o.matched.clone(),
+                    serving: o.serving.clone(),
                 })
                 .collect(),
+            orphans: Arc::default(),
             patterns: (decl.matching.iter())
                 .map(|p| (p.type_id, p.pattern.clone()))
                 .collect(),

@@ -35,6 +35,7 @@ mod inbox;
 mod pinning;
 mod policies;
 mod schema_decode;
+mod services;
 mod stop;
 mod supervision;
 mod tokio_edges;

@@ -152,6 +152,11 @@ impl<M: Send + 'static> Inputs<M> {
         Inputs { edges }
     }
 
+    /// The ids of the topics of its rings, one per ring.
+    pub(crate) fn topic_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.edges.iter().map(|(topic, _)| *topic)
+    }
+
     /// How many rings feed this input: one per publisher of each of its topics.
     pub(crate) fn rings(&self) -> usize {
         self.edges.len()
