@@ -310,3 +310,55 @@ fn publishing_and_receiving_through_handles_allocate_nothing() {
         "the DropNewest ring never filled: {full:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Services: a handle's call and the server's answer.
+
+#[derive(Clone, Debug)]
+struct Ask(u64);
+tests::message!(Ask, "alloc.ask");
+
+#[derive(Clone, Debug, PartialEq)]
+struct Answer(u64);
+tests::message!(Answer, "alloc.answer");
+
+struct Doubler {
+    replies: llbus::Replies<Answer>,
+}
+
+impl Actor for Doubler {
+    type In = llbus::Request<Ask>;
+    fn on_message(&mut self, request: llbus::Request<Ask>, ctx: &mut Context<'_>) {
+        let (Ask(n), responder) = self.replies.accept(request);
+        ctx.reply(responder, Ok(Answer(2 * n)));
+    }
+}
+
+#[test]
+fn a_call_and_its_answer_allocate_nothing_after_start() {
+    let _alone = one_at_a_time();
+    let service = llbus::Service::<Ask, Answer>::named("alloc.double").expect("name");
+    let mut bus = Bus::builder();
+    let s2 = service.clone();
+    bus.actor("doubler", move |s: &mut Setup<'_>| Doubler {
+        replies: s.replies(&s2),
+    })
+    .serves(&service);
+    let key = bus.caller(&service, "client");
+    let mut running = bus.start().expect("start");
+    let mut client = running.caller(key).expect("caller");
+    let timeout = Duration::from_secs(30);
+    for n in 0..1000 {
+        assert_eq!(client.call(Ask(n), timeout), Ok(Answer(2 * n)));
+    }
+    // Every thread counts: the caller's and the server's.
+    let before = ALLOC.allocations();
+    for n in 0..20_000 {
+        assert_eq!(client.call(Ask(n), timeout), Ok(Answer(2 * n)));
+    }
+    let after = ALLOC.allocations();
+    drop(client);
+    running.stop();
+    running.join().expect("join");
+    assert_eq!(after - before, 0, "a call or its answer allocated");
+}
