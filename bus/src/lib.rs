@@ -156,7 +156,9 @@ pub use runtime::{
     Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
 };
 pub use schema::{Schema, ShapeHasher};
-pub use service::{CallError, CallId, Replies, Reply, Request, Responder, Service};
+pub use service::{
+    CallError, CallId, CallOut, Replies, Reply, Request, Responder, Service, MAX_CALLS_IN_FLIGHT,
+};
 pub use topic::{Topic, TopicName, TopicNameError, TopicPattern, TOPIC_NAME_MAX_LEN};
 pub use wait::{
     allowed_cores, online_cores, pin_to_core, run_on_cores, Backoff, BusySpin, Doorbell,

@@ -247,6 +247,14 @@ impl<Rep: Message + Clone> Drop for Responder<Rep> {
 /// as `Any`), never waiting.
 pub(crate) type AnswerOrphan = fn(&mut (dyn std::any::Any + Send), CallId, CallError);
 
+pub(crate) fn answer_with<Rep: Message + Clone>(
+    output: &mut (dyn std::any::Any + Send),
+    call: CallId,
+    error: CallError,
+) {
+    answer_orphan::<Rep>(output, call, error);
+}
+
 fn answer_orphan<Rep: Message + Clone>(
     output: &mut (dyn std::any::Any + Send),
     call: CallId,
@@ -334,5 +342,176 @@ impl<Rep: Message + Clone> Replies<Rep> {
             orphans: Some(Arc::clone(&self.orphans)),
         };
         (request.body, responder)
+    }
+}
+
+/// The most calls one actor has in flight at once (each of its services together): a further
+/// call fails at once with [`CallError::QueueFull`]. Half the default ring capacity, so a
+/// caller's reply ring has room for every reply and every timeout of its calls in flight.
+pub const MAX_CALLS_IN_FLIGHT: usize = crate::runtime::DEFAULT_CAPACITY / 2;
+
+/// An actor's calls in flight: a slot per call (by id, modulo the capacity) and their
+/// deadlines, earliest first. Allocated when the actor is made; a call and its end allocate
+/// nothing.
+pub(crate) struct PendingCalls {
+    /// The last call id given.
+    last: u64,
+    /// `(call id, timed out)` per slot; id 0: free.
+    slots: Vec<(u64, bool)>,
+    /// `(deadline, call id, loopback output, answer)`, earliest first.
+    deadlines: std::collections::BinaryHeap<std::cmp::Reverse<Deadline>>,
+}
+
+/// A call's deadline and how to answer its timeout.
+#[derive(Clone, Copy)]
+pub(crate) struct Deadline {
+    at: std::time::Instant,
+    call: u64,
+    out: usize,
+    answer: AnswerOrphan,
+}
+
+impl PartialEq for Deadline {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.call) == (other.at, other.call)
+    }
+}
+impl Eq for Deadline {}
+impl PartialOrd for Deadline {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Deadline {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.call).cmp(&(other.at, other.call))
+    }
+}
+
+impl PendingCalls {
+    /// A table for an actor that calls (`capacity` calls in flight), or an empty one.
+    pub(crate) fn new(capacity: usize) -> Self {
+        PendingCalls {
+            last: 0,
+            slots: vec![(0, false); capacity],
+            // Twice the calls: a settled call's deadline stays until it comes up or a purge.
+            deadlines: std::collections::BinaryHeap::with_capacity(2 * capacity),
+        }
+    }
+
+    /// Whether the actor calls at all.
+    pub(crate) fn is_used(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
+    /// Registers a call that times out at `at` (its timeout answered through `out` with
+    /// `answer`), or says that too many are in flight.
+    pub(crate) fn open(
+        &mut self,
+        at: std::time::Instant,
+        out: usize,
+        answer: AnswerOrphan,
+    ) -> Result<CallId, CallError> {
+        let n = self.slots.len() as u64;
+        if n == 0 {
+            return Err(CallError::QueueFull);
+        }
+        if self.deadlines.len() >= 2 * self.slots.len() {
+            // Drop the deadlines of settled calls (in place: no allocation); at most half of
+            // the entries are of calls still open.
+            let slots = &self.slots;
+            self.deadlines.retain(|d| {
+                slots
+                    .get((d.0.call % n) as usize)
+                    .is_some_and(|s| s.0 == d.0.call)
+            });
+        }
+        let call = self.last + 1;
+        let slot = self
+            .slots
+            .get_mut((call % n) as usize)
+            .ok_or(CallError::QueueFull)?;
+        if slot.0 != 0 {
+            return Err(CallError::QueueFull);
+        }
+        *slot = (call, false);
+        self.last = call;
+        self.deadlines.push(std::cmp::Reverse(Deadline {
+            at,
+            call,
+            out,
+            answer,
+        }));
+        Ok(CallId(call))
+    }
+
+    /// Ends `call` as `reply` says, if it is still open: a reply before its timeout, or its
+    /// own timeout. `false`: the call had ended (a late reply, or a timeout after the reply).
+    pub(crate) fn settle(&mut self, call: CallId, is_timeout: bool) -> bool {
+        let n = self.slots.len() as u64;
+        if n == 0 {
+            return false;
+        }
+        let Some(slot) = self.slots.get_mut((call.0 % n) as usize) else {
+            return false;
+        };
+        if slot.0 != call.0 || slot.1 != is_timeout {
+            return false;
+        }
+        *slot = (0, false);
+        true
+    }
+
+    /// The earliest deadline of a call in flight.
+    pub(crate) fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.deadlines.peek().map(|d| d.0.at)
+    }
+
+    /// Times out every open call whose deadline is at or before `now`: marks it and answers
+    /// `Timeout` into the caller's own reply ring (through `outputs`).
+    pub(crate) fn expire(
+        &mut self,
+        now: std::time::Instant,
+        outputs: &mut [Box<dyn std::any::Any + Send>],
+    ) {
+        let n = self.slots.len() as u64;
+        while let Some(std::cmp::Reverse(d)) = self.deadlines.peek().copied() {
+            if d.at > now {
+                return;
+            }
+            self.deadlines.pop();
+            let Some(slot) = self.slots.get_mut((d.call % n.max(1)) as usize) else {
+                continue;
+            };
+            if slot.0 == d.call && !slot.1 {
+                slot.1 = true;
+                if let Some(output) = outputs.get_mut(d.out) {
+                    (d.answer)(&mut **output, CallId(d.call), CallError::Timeout);
+                }
+            }
+        }
+    }
+}
+
+/// An actor's way to call a service (from [`Setup::caller`](crate::Setup::caller)): `Copy`.
+pub struct CallOut<Req, Rep> {
+    pub(crate) requests: Out<Request<Req>>,
+    pub(crate) loopback: Out<Reply<Rep>>,
+    pub(crate) reply_to: u64,
+}
+
+impl<Req, Rep> Clone for CallOut<Req, Rep> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<Req, Rep> Copy for CallOut<Req, Rep> {}
+
+impl<Req, Rep> std::fmt::Debug for CallOut<Req, Rep> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOut")
+            .field("reply_to", &self.reply_to)
+            .finish_non_exhaustive()
     }
 }

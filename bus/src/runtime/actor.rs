@@ -179,6 +179,41 @@ impl Setup<'_> {
         }
     }
 
+    /// How the actor calls `service`, which it must declare with `.calls(&service)`. An
+    /// undeclared service makes `start()` fail, naming the actor and the service.
+    pub fn caller<Req: Message + Clone, Rep: Message + Clone>(
+        &mut self,
+        service: &crate::Service<Req, Rep>,
+    ) -> crate::CallOut<Req, Rep> {
+        let (req, rep) = (
+            std::any::TypeId::of::<crate::Request<Req>>(),
+            std::any::TypeId::of::<crate::Reply<Rep>>(),
+        );
+        let requests =
+            (self.outputs.iter()).position(|o| o.type_id == req && o.declared == *service.name());
+        let loopback = (self.outputs.iter().enumerate())
+            .find(|(_, o)| o.type_id == rep && o.calling.as_ref() == Some(service.name()));
+        match (requests, loopback) {
+            (Some(requests), Some((index, o))) => crate::CallOut {
+                requests: Out::new(requests),
+                loopback: Out::new(index),
+                reply_to: o.declared.id(),
+            },
+            _ => {
+                self.errors.push(format!(
+                    "actor '{}' asks to call service '{}' but does not declare it: add .calls(&service) to its builder",
+                    self.actor,
+                    service.name(),
+                ));
+                crate::CallOut {
+                    requests: Out::new(usize::MAX),
+                    loopback: Out::new(usize::MAX),
+                    reply_to: 0,
+                }
+            }
+        }
+    }
+
     /// The rings of topic `M`, which the actor subscribed to with `.takes::<M>()`, for it to
     /// poll itself. Each topic's rings can be taken once; asking again (or for a topic not
     /// declared with `takes`) makes `start()` fail, naming the actor and the topic.
@@ -233,6 +268,8 @@ pub struct Context<'a> {
     pub(crate) outputs: &'a mut [Box<dyn std::any::Any + Send>],
     /// The topics the actor receives, as they run.
     pub(crate) topics: &'a [TopicName],
+    /// The actor's calls in flight.
+    pub(crate) pending: &'a mut crate::service::PendingCalls,
     /// The id of the topic the messages being handled came on, set by the inbox once a ring
     /// (`on_message` only; `None` in the other hooks).
     pub(crate) topic: Option<&'a std::cell::Cell<Option<u64>>>,
@@ -389,6 +426,51 @@ impl Context<'_> {
         {
             output.publish(crate::Reply { call, result }, None);
         }
+    }
+
+    /// Calls a service through `out` (from [`Setup::caller`]): sends `request` and returns the
+    /// call's id at once. The call ends exactly once, with a [`Reply`](crate::Reply) in the
+    /// actor's inbox carrying this id: the server's answer, or [`CallError::Timeout`](crate::CallError::Timeout)
+    /// once `timeout` has passed, or the server's error; open it with
+    /// [`settle`](Self::settle). Never waits: a request that finds the server's ring full is
+    /// dropped (and counted there), and its call times out.
+    ///
+    /// # Errors
+    /// [`CallError::QueueFull`] when [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls
+    /// are in flight (nothing is sent).
+    pub fn call<Req: Message + Clone, Rep: Message + Clone>(
+        &mut self,
+        out: crate::CallOut<Req, Rep>,
+        request: Req,
+        timeout: std::time::Duration,
+    ) -> Result<crate::CallId, crate::CallError> {
+        let now = self.now();
+        let at = now
+            .checked_add(timeout)
+            .unwrap_or(now + std::time::Duration::from_secs(86_400 * 365));
+        let call = self
+            .pending
+            .open(at, out.loopback.index, crate::service::answer_with::<Rep>)?;
+        let request = crate::Request {
+            call,
+            reply_to: out.reply_to,
+            body: request,
+        };
+        self.output(out.requests).0.publish(request, None);
+        Ok(call)
+    }
+
+    /// Opens a reply to one of this actor's calls: its call's id and its end, or `None` if
+    /// the call had already ended (a reply that came after the call's timeout, which was the
+    /// call's end; or that timeout, after the reply). Each call yields `Some` exactly once.
+    pub fn settle<Rep>(
+        &mut self,
+        reply: crate::Reply<Rep>,
+    ) -> Option<(crate::CallId, Result<Rep, crate::CallError>)> {
+        let is_timeout = matches!(reply.result, Err(crate::CallError::Timeout));
+        self.pending
+            .settle(reply.call, is_timeout)
+            .then_some((reply.call, reply.result))
     }
 
     /// The topic the message being handled came on, in `on_message` (`None` in the other

@@ -565,6 +565,41 @@ impl<A: Actor> ActorBuilder<'_, A> {
         self
     }
 
+    /// Declares that the actor calls `service`: its factory gets the [`CallOut`](crate::CallOut)
+    /// with [`Setup::caller`], a hook calls with [`Context::call`](crate::Context::call), which
+    /// never waits, and each call's end (the reply, or [`CallError`](crate::CallError)) comes
+    /// into the inbox as a [`Reply`] (which must be one of its types: `type In = Reply<Rep>`, or
+    /// a derived inbox with such a variant), opened with
+    /// [`Context::settle`](crate::Context::settle). At most
+    /// [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls are in flight at once.
+    pub fn calls<Req: Message + Clone, Rep: Message + Clone>(
+        mut self,
+        service: &Service<Req, Rep>,
+    ) -> Self {
+        let number: usize = self.bus.actors.iter().map(|a| a.calls.len()).sum();
+        let reply = Service::<Req, Rep>::reply_name(service.name(), number);
+        self = self.subscribes_to(&Topic::<Reply<Rep>>::with_name(reply.clone()));
+        let decl = self.decl();
+        decl.outputs
+            .push(OutputDecl::on::<Request<Req>>(service.name().clone()));
+        // Timeouts go into its own reply ring, as the server's replies do.
+        let mut loopback = OutputDecl::on::<Reply<Rep>>(reply.clone());
+        loopback.calling = Some(service.name().clone());
+        decl.outputs.push(loopback);
+        // Nothing ever waits on it (the server answers without waiting; the timeouts are
+        // published by the caller's own thread): a reply or timeout that found it full would
+        // be dropped, which its capacity (twice the calls in flight) rules out.
+        decl.topic_settings.insert(
+            reply.clone(),
+            SubscriptionDecl {
+                policy: Some(Backpressure::DropNewest),
+                capacity: Some(2 * crate::service::MAX_CALLS_IN_FLIGHT),
+            },
+        );
+        decl.calls.push((service.name().clone(), reply));
+        self
+    }
+
     /// Declares that the actor publishes every topic of type `M` whose running name (after
     /// [`BusBuilder::remap`]) matches `pattern` and that another actor or handle subscribes
     /// to: `start()` adds one output for each, and the factory gets them with

@@ -31,6 +31,8 @@ pub(super) struct OutputDecl {
     pub(super) matched: Option<TopicPattern>,
     /// The service whose replies it carries, to one caller (`serves`).
     pub(super) serving: Option<TopicName>,
+    /// The service whose timeouts it carries, into the caller's own reply ring (`calls`).
+    pub(super) calling: Option<TopicName>,
 }
 
 impl OutputDecl {
@@ -44,6 +46,7 @@ impl OutputDecl {
             make_broadcast: broadcast_maker::<M>,
             matched: None,
             serving: None,
+            calling: None,
         }
     }
 }
@@ -75,6 +78,8 @@ pub(super) struct SlotParts {
     pub(super) patterns: Vec<(TypeId, TopicPattern)>,
     /// Where its responders' unanswered calls go (services).
     pub(super) orphans: Arc<crate::service::Orphans>,
+    /// Its calls in flight (an actor that calls services; empty otherwise).
+    pub(super) pending: crate::service::PendingCalls,
     /// The topics the actor receives (inbox and taken), as they run: what `Context::topic`
     /// names.
     pub(super) topics: Vec<TopicName>,
@@ -95,6 +100,8 @@ pub(crate) struct OutputKey {
     pub(crate) matched: Option<TopicPattern>,
     /// The service whose replies it carries (`serves`).
     pub(crate) serving: Option<TopicName>,
+    /// The service whose timeouts it carries (`calls`).
+    pub(crate) calling: Option<TopicName>,
 }
 
 /// Per-topic subscription settings, as declared: what is not set resolves in `start()`

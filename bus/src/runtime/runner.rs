@@ -25,7 +25,7 @@ use super::metrics::ActorCounters;
 use super::names::Renames;
 use super::{RestartLimit, Supervision};
 use crate::message::Inbox;
-use crate::service::{Orphan, Orphans};
+use crate::service::{Orphan, Orphans, PendingCalls};
 use crate::topic::{TopicName, TopicPattern};
 use crate::wait::IdleStrategy;
 
@@ -146,6 +146,8 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     orphans: Arc<Orphans>,
     /// Where they are taken to be answered (reused).
     orphaned: Vec<Orphan>,
+    /// Its calls in flight, if it calls services.
+    pending: PendingCalls,
     /// The topics the actor receives, as they run: what `Context::topic` looks up.
     topics: Vec<TopicName>,
     renames: Arc<Renames>,
@@ -188,6 +190,7 @@ where
             patterns: parts.patterns,
             orphans: parts.orphans,
             orphaned: Vec::new(),
+            pending: parts.pending,
             topics: parts.topics,
             renames: parts.renames,
             counters: parts.counters,
@@ -376,7 +379,13 @@ where
         };
         self.state = State::Alive;
         self.stopped = false;
-        let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
+        let mut ctx = context(
+            &self.name,
+            &mut self.outputs,
+            &self.topics,
+            &mut self.pending,
+            env,
+        );
         let started = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
@@ -399,6 +408,14 @@ where
             }
             State::Dead => return 0,
         }
+        // Calls past their deadline end now: their timeouts go into the actor's own reply
+        // rings, ahead of this turn's handling.
+        if let Some(at) = self.pending.next_deadline() {
+            let now = env.now();
+            if now >= at {
+                self.pending.expire(now, &mut self.outputs);
+            }
+        }
         let (Some(actor), Some(rx)) = (self.actor.as_mut(), self.rx.as_mut()) else {
             return 0;
         };
@@ -409,7 +426,13 @@ where
         // The topic of the ring being handled: set once a ring by the inbox, read by
         // `Context::topic`, cleared before the other hooks.
         let current_topic = std::cell::Cell::new(None);
-        let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
+        let mut ctx = context(
+            &self.name,
+            &mut self.outputs,
+            &self.topics,
+            &mut self.pending,
+            env,
+        );
         ctx.topic = Some(&current_topic);
         let counters = &self.counters;
         // Messages whose handler returned, counted as they go so that a panic later in the
@@ -481,7 +504,13 @@ where
             return 0;
         };
         self.stopped = true;
-        let mut ctx = context(&self.name, &mut self.outputs, &self.topics, env);
+        let mut ctx = context(
+            &self.name,
+            &mut self.outputs,
+            &self.topics,
+            &mut self.pending,
+            env,
+        );
         let stopped = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
@@ -495,14 +524,20 @@ where
     }
 
     fn has_deadlines(&self) -> bool {
-        self.tick.is_some() || matches!(self.supervision, Supervision::Restart(_))
+        self.tick.is_some()
+            || matches!(self.supervision, Supervision::Restart(_))
+            || self.pending.is_used()
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        match (self.tick, &self.state) {
+        let own = match (self.tick, &self.state) {
             (_, State::Restarting { at }) => Some(*at),
             (Some(_), State::Alive) => Some(self.next_tick),
             _ => None,
+        };
+        match (own, self.pending.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -516,12 +551,14 @@ fn context<'a>(
     name: &'a str,
     outputs: &'a mut [Box<dyn Any + Send>],
     topics: &'a [TopicName],
+    pending: &'a mut PendingCalls,
     env: &'a mut Env<'_>,
 ) -> Context<'a> {
     Context {
         actor: name,
         outputs,
         topics,
+        pending,
         topic: None,
         idle: &mut *env.idle,
         now: &env.now,

@@ -303,9 +303,15 @@ fn make_slots(
                     declared: o.declared.clone(),
                     matched: o.matched.clone(),
                     serving: o.serving.clone(),
+                    calling: o.calling.clone(),
                 })
                 .collect(),
             orphans: Arc::default(),
+            pending: crate::service::PendingCalls::new(if decl.calls.is_empty() {
+                0
+            } else {
+                crate::service::MAX_CALLS_IN_FLIGHT
+            }),
             patterns: (decl.matching.iter())
                 .map(|p| (p.type_id, p.pattern.clone()))
                 .collect(),

@@ -277,3 +277,80 @@ fn a_remapped_service_is_served_and_called_under_its_running_name() {
         assert!(report.edge("site2.calc.add", "client", "adder").is_some());
     });
 }
+
+/// An actor that calls the adder: each tick, the next of `asks` (with its timeout); what each
+/// call ended with goes to `ends` (late replies, which `settle` refuses, as `None`).
+struct Client {
+    out: llbus::CallOut<Ask, Sum>,
+    asks: std::vec::IntoIter<(Ask, Duration)>,
+    ends: std::sync::mpsc::Sender<Option<(u64, Result<Sum, CallError>)>>,
+    ids: Vec<llbus::CallId>,
+}
+
+impl Actor for Client {
+    type In = llbus::Reply<Sum>;
+    fn on_message(&mut self, reply: llbus::Reply<Sum>, ctx: &mut Context<'_>) {
+        let end = ctx.settle(reply).map(|(call, result)| {
+            let index = self
+                .ids
+                .iter()
+                .position(|c| *c == call)
+                .expect("one of its calls");
+            (index as u64, result)
+        });
+        let _ = self.ends.send(end);
+    }
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        if let Some((ask, timeout)) = self.asks.next() {
+            let call = ctx.call(self.out, ask, timeout).expect("room for the call");
+            self.ids.push(call);
+        }
+    }
+}
+
+#[test]
+fn an_actor_calls_without_waiting_and_each_call_ends_once_in_its_inbox() {
+    bounded("actor calls", 60, || {
+        let (mut bus, _keys) = adder_bus(&[]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let asks = vec![
+            (Ask { n: 1, delta: 1 }, T),
+            // Answered at the adder's next tick (50 ms), after its 1 ms timeout.
+            (Ask { n: LATER, delta: 5 }, Duration::from_millis(1)),
+            (Ask { n: DROP, delta: 0 }, T),
+            (Ask { n: 40, delta: 2 }, T),
+        ];
+        bus.actor("client", move |s: &mut Setup<'_>| Client {
+            out: s.caller(&service()),
+            asks: asks.clone().into_iter(),
+            ends: tx.clone(),
+            ids: Vec::new(),
+        })
+        .calls(&service())
+        .tick_every(Duration::from_millis(20));
+        let running = bus.start().expect("start");
+        let mut ends = Vec::new();
+        let mut late = 0;
+        // Four calls end, once each, and one late reply is refused.
+        while ends.len() < 4 || late < 1 {
+            match rx.recv_timeout(T).expect("the calls end") {
+                Some(end) => ends.push(end),
+                None => late += 1,
+            }
+        }
+        ends.sort_by_key(|(i, _)| *i);
+        assert_eq!(
+            ends,
+            [
+                (0, Ok(Sum(2))),
+                (1, Err(CallError::Timeout)),
+                (2, Err(CallError::Dropped)),
+                (3, Ok(Sum(42))),
+            ]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(rx.try_recv().is_err(), "a call ended twice");
+        running.stop();
+        running.join().expect("join");
+    });
+}
