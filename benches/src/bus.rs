@@ -56,6 +56,9 @@ const SUITE: &str = "bus";
 /// `impl` name of the bus.
 pub const BUS: &str = "llbus-bus";
 
+/// `impl` name of a service call between two actors of one bus.
+pub const CALL: &str = "llbus-call";
+
 /// `impl` name of the bare ring.
 pub const RING: &str = "llbus-ring";
 
@@ -99,7 +102,13 @@ fn plan(args: &Args) -> Plan {
 }
 
 /// The suite's targets (printed in its `targets` block).
-const TARGETS: [Target; 4] = [
+const TARGETS: [Target; 5] = [
+    Target {
+        what: "rtt p50 llbus-call / llbus-bus",
+        num: (CALL, "rtt_p50"),
+        den: (BUS, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.20),
+    },
     Target {
         what: "rtt p50 llbus-bus / llbus-ring",
         num: (BUS, "rtt_p50"),
@@ -167,17 +176,24 @@ pub fn run(args: &Args, pinning: &Pinning, seed: u64) -> Collector {
         SUITE,
         seed,
         1 + FANOUT_CASES.len(),
-        &[BUS, RING, DISRUPTOR, CROSSBEAM],
+        &[BUS, RING, DISRUPTOR, CROSSBEAM, CALL],
         (plan.rounds, plan.budget),
         &TARGETS,
         |out, phase, i| match (phase, i) {
             (0, 0) => bus_rtt_case(pinning, &plan, out),
             (0, 1) => ring_rtt_case(pinning, &plan, out),
             (0, 2) => out.note(DISRUPTOR, "rtt_p50", "ns", PEER_RTT_NOTE),
-            (0, _) => out.note(CROSSBEAM, "rtt_p50", "ns", PEER_RTT_NOTE),
+            (0, 3) => out.note(CROSSBEAM, "rtt_p50", "ns", PEER_RTT_NOTE),
+            (0, _) => call_rtt_case(pinning, &plan, out),
             (phase, i) => {
                 let (subscribers, batch, case) = FANOUT_CASES[phase - 1];
                 match i {
+                    4 => out.note(
+                        CALL,
+                        case,
+                        "msgs/s",
+                        "skipped: a call is measured for its round trip",
+                    ),
                     0 => fanout_case(subscribers, batch, case, pinning, &plan, out),
                     1 if subscribers == 1 => ring_fanout1_case(batch, case, pinning, &plan, out),
                     1 => out.note(RING, case, "msgs/s", "skipped: a ring has one consumer"),
@@ -227,6 +243,158 @@ fn ring_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
 fn bus_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
     let result = bus_round_trip(pinning, plan.rtt);
     out.add_rtt(BUS, result.as_ref().map(|o| &o.histogram));
+}
+
+fn call_rtt_case(pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    let result = call_round_trip(pinning, plan.rtt);
+    out.add_rtt(CALL, result.as_ref().map(|o| &o.histogram));
+}
+
+/// One call round trip measurement: a fresh bus with `caller` on core 0 calling `server` on
+/// core 1 (`Context::call`, `Context::reply`), timed as the bus's round trip is.
+fn call_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
+    let service =
+        llbus::Service::<Ping, Pong>::named("bench.bus.call").map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel();
+    let mut bus = Bus::builder();
+    bus.stop_timeout(DRAIN_LIMIT);
+    let s = service.clone();
+    let caller = bus
+        .actor("caller", move |setup: &mut Setup<'_>| {
+            CallPinger::new(setup.caller(&s), plan, tx.clone())
+        })
+        .idle(Idle::BusySpin)
+        .calls(&service);
+    place(caller, pinning, 0);
+    let s = service.clone();
+    let server = bus
+        .actor("server", move |setup: &mut Setup<'_>| CallEcho {
+            replies: setup.replies(&s),
+        })
+        .idle(Idle::BusySpin)
+        .serves(&service);
+    place(server, pinning, 1);
+    let running = bus
+        .start()
+        .map_err(|e| format!("the bus did not start: {e}"))?;
+    let got = rx.recv_timeout(plan.hard_cap);
+    stop_and_join(running, "call round trip")?;
+    match got {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no result within {} (stuck)", secs(plan.hard_cap))),
+    }
+}
+
+/// Calls `Ping(n)`, times the `Pong(n)` that answers it, and calls the next: the bus's
+/// `Pinger` with a call in place of a publish.
+struct CallPinger {
+    out: llbus::CallOut<Ping, Pong>,
+    plan: RttPlan,
+    n: u64,
+    warm_end: Instant,
+    window_end: Option<Instant>,
+    t0: Instant,
+    histogram: Option<hdrhistogram::Histogram<u64>>,
+    result: mpsc::Sender<crate::onbus::RttResult>,
+}
+
+impl CallPinger {
+    fn new(
+        out: llbus::CallOut<Ping, Pong>,
+        plan: RttPlan,
+        result: mpsc::Sender<crate::onbus::RttResult>,
+    ) -> Self {
+        let now = Instant::now();
+        CallPinger {
+            out,
+            plan,
+            n: 0,
+            warm_end: now,
+            window_end: None,
+            t0: now,
+            histogram: Some(crate::harness::latency_histogram()),
+            result,
+        }
+    }
+
+    #[inline]
+    fn call_next(&mut self, ctx: &mut Context<'_>) {
+        self.n += 1;
+        self.t0 = Instant::now();
+        if ctx
+            .call(self.out, Ping(self.n), Duration::from_secs(10))
+            .is_err()
+        {
+            self.finish(Err(Failure::Stuck("caller: no room for a call")), ctx);
+        }
+    }
+
+    fn finish(&mut self, result: crate::onbus::RttResult, ctx: &mut Context<'_>) {
+        self.histogram = None;
+        let _ = self.result.send(result);
+        ctx.request_stop();
+    }
+}
+
+impl Actor for CallPinger {
+    type In = llbus::Reply<Pong>;
+
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        self.warm_end = Instant::now() + self.plan.warmup;
+        self.call_next(ctx);
+    }
+
+    fn on_message(&mut self, reply: llbus::Reply<Pong>, ctx: &mut Context<'_>) {
+        let t1 = Instant::now();
+        if self.histogram.is_none() {
+            return;
+        }
+        let v = match ctx.settle(reply) {
+            Some((_, Ok(Pong(v)))) => v,
+            Some((_, Err(_))) => {
+                return self.finish(Err(Failure::Stuck("caller: a call failed")), ctx);
+            }
+            None => return,
+        };
+        if v != self.n {
+            let corrupt = Failure::Corrupt {
+                side: "caller",
+                expected: self.n,
+                got: v,
+            };
+            return self.finish(Err(corrupt), ctx);
+        }
+        match self.window_end {
+            None if t1 >= self.warm_end => self.window_end = Some(t1 + self.plan.window),
+            None => {}
+            Some(end) => {
+                if let Some(h) = self.histogram.as_mut() {
+                    h.saturating_record(t1.saturating_duration_since(self.t0).as_nanos() as u64);
+                }
+                if t1 >= end {
+                    if let Some(histogram) = self.histogram.take() {
+                        self.finish(Ok(RttOutcome { histogram }), ctx);
+                    }
+                    return;
+                }
+            }
+        }
+        self.call_next(ctx);
+    }
+}
+
+/// Answers every call `Ping(n)` with `Pong(n)`.
+struct CallEcho {
+    replies: llbus::Replies<Pong>,
+}
+
+impl Actor for CallEcho {
+    type In = llbus::Request<Ping>;
+
+    fn on_message(&mut self, request: llbus::Request<Ping>, ctx: &mut Context<'_>) {
+        let (Ping(n), responder) = self.replies.accept(request);
+        ctx.reply(responder, Ok(Pong(n)));
+    }
 }
 
 /// One bus round trip measurement: a fresh bus with `ping` on core 0 and `echo` on core 1.

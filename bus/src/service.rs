@@ -360,6 +360,10 @@ pub(crate) struct PendingCalls {
     slots: Vec<(u64, bool)>,
     /// `(deadline, call id, loopback output, answer)`, earliest first.
     deadlines: std::collections::BinaryHeap<std::cmp::Reverse<Deadline>>,
+    /// Calls opened since the runner last read the clock, with their timeouts: their
+    /// deadlines count from that read (a call reads no clock; the runner reads it when the
+    /// actor has nothing to do, and every 64 turns).
+    unstamped: Vec<(std::time::Duration, u64, usize, AnswerOrphan)>,
 }
 
 /// A call's deadline and how to answer its timeout.
@@ -396,7 +400,14 @@ impl PendingCalls {
             slots: vec![(0, false); capacity],
             // Twice the calls: a settled call's deadline stays until it comes up or a purge.
             deadlines: std::collections::BinaryHeap::with_capacity(2 * capacity),
+            unstamped: Vec::with_capacity(capacity),
         }
+    }
+
+    /// Whether any call is in flight (stamped or not).
+    #[inline]
+    pub(crate) fn in_flight(&self) -> bool {
+        !self.deadlines.is_empty() || !self.unstamped.is_empty()
     }
 
     /// Whether the actor calls at all.
@@ -408,7 +419,7 @@ impl PendingCalls {
     /// `answer`), or says that too many are in flight.
     pub(crate) fn open(
         &mut self,
-        at: std::time::Instant,
+        timeout: std::time::Duration,
         out: usize,
         answer: AnswerOrphan,
     ) -> Result<CallId, CallError> {
@@ -436,12 +447,8 @@ impl PendingCalls {
         }
         *slot = (call, false);
         self.last = call;
-        self.deadlines.push(std::cmp::Reverse(Deadline {
-            at,
-            call,
-            out,
-            answer,
-        }));
+        // Stamped with the runner's next clock read (never more calls than slots are open).
+        self.unstamped.push((timeout, call, out, answer));
         Ok(CallId(call))
     }
 
@@ -459,6 +466,20 @@ impl PendingCalls {
             return false;
         }
         *slot = (0, false);
+        if let Some(i) = self.unstamped.iter().position(|u| u.1 == call.0) {
+            self.unstamped.swap_remove(i);
+            return true;
+        }
+        // The deadlines of settled calls at the top go now (one call at a time, the usual
+        // case, keeps one deadline at most); the others when they come up, or in a purge.
+        while let Some(std::cmp::Reverse(top)) = self.deadlines.peek() {
+            match self.slots.get((top.call % n) as usize) {
+                Some(s) if s.0 == top.call => break,
+                _ => {
+                    self.deadlines.pop();
+                }
+            }
+        }
         true
     }
 
@@ -467,17 +488,31 @@ impl PendingCalls {
         self.deadlines.peek().map(|d| d.0.at)
     }
 
-    /// Times out every open call whose deadline is at or before `now`: marks it and answers
-    /// `Timeout` into the caller's own reply ring (through `outputs`).
+    /// Gives the calls opened since the last clock read their deadlines (`now` plus their
+    /// timeouts), then times out every open call whose deadline is at or before `now`: marks
+    /// it and answers `Timeout` into the caller's own reply ring (through `outputs`). Returns
+    /// how many it timed out.
     pub(crate) fn expire(
         &mut self,
         now: std::time::Instant,
         outputs: &mut [Box<dyn std::any::Any + Send>],
-    ) {
+    ) -> usize {
+        for (timeout, call, out, answer) in self.unstamped.drain(..) {
+            // A timeout past the clock's range: a year (it never comes).
+            let at = (now.checked_add(timeout))
+                .unwrap_or(now + std::time::Duration::from_secs(86_400 * 365));
+            self.deadlines.push(std::cmp::Reverse(Deadline {
+                at,
+                call,
+                out,
+                answer,
+            }));
+        }
+        let mut expired = 0;
         let n = self.slots.len() as u64;
         while let Some(std::cmp::Reverse(d)) = self.deadlines.peek().copied() {
             if d.at > now {
-                return;
+                return expired;
             }
             self.deadlines.pop();
             let Some(slot) = self.slots.get_mut((d.call % n.max(1)) as usize) else {
@@ -488,8 +523,10 @@ impl PendingCalls {
                 if let Some(output) = outputs.get_mut(d.out) {
                     (d.answer)(&mut **output, CallId(d.call), CallError::Timeout);
                 }
+                expired += 1;
             }
         }
+        expired
     }
 }
 

@@ -444,13 +444,11 @@ impl Context<'_> {
         request: Req,
         timeout: std::time::Duration,
     ) -> Result<crate::CallId, crate::CallError> {
-        let now = self.now();
-        let at = now
-            .checked_add(timeout)
-            .unwrap_or(now + std::time::Duration::from_secs(86_400 * 365));
-        let call = self
-            .pending
-            .open(at, out.loopback.index, crate::service::answer_with::<Rep>)?;
+        let call = self.pending.open(
+            timeout,
+            out.loopback.index,
+            crate::service::answer_with::<Rep>,
+        )?;
         let request = crate::Request {
             call,
             reply_to: out.reply_to,

@@ -354,3 +354,52 @@ fn an_actor_calls_without_waiting_and_each_call_ends_once_in_its_inbox() {
         running.join().expect("join");
     });
 }
+
+/// Opens as many calls as it can in `on_start` (the adder holds each until its tick) and
+/// reports how many it opened and the error of the first refused.
+struct Greedy {
+    out: llbus::CallOut<Ask, Sum>,
+    report: std::sync::mpsc::Sender<(usize, Option<CallError>)>,
+}
+
+impl Actor for Greedy {
+    type In = llbus::Reply<Sum>;
+    fn on_message(&mut self, reply: llbus::Reply<Sum>, ctx: &mut Context<'_>) {
+        let _ = ctx.settle(reply);
+    }
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        let mut opened = 0;
+        let ask = Ask { n: LATER, delta: 0 };
+        let refused = loop {
+            match ctx.call(self.out, ask.clone(), T) {
+                Ok(_) => opened += 1,
+                Err(e) => break Some(e),
+            }
+            if opened > 2 * llbus::MAX_CALLS_IN_FLIGHT {
+                break None;
+            }
+        };
+        let _ = self.report.send((opened, refused));
+    }
+}
+
+#[test]
+fn an_actor_with_max_calls_in_flight_is_refused_queue_full_at_once() {
+    bounded("calls in flight", 60, || {
+        let (mut bus, _keys) = adder_bus(&[]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        bus.actor("greedy", move |s: &mut Setup<'_>| Greedy {
+            out: s.caller(&service()),
+            report: tx.clone(),
+        })
+        .calls(&service());
+        let running = bus.start().expect("start");
+        let (opened, refused) = rx.recv_timeout(T).expect("a report");
+        assert_eq!(
+            (opened, refused),
+            (llbus::MAX_CALLS_IN_FLIGHT, Some(CallError::QueueFull))
+        );
+        running.stop();
+        running.join().expect("join");
+    });
+}
