@@ -156,6 +156,8 @@ const fn wrapped(fingerprint: u64, wrapper: &[u8]) -> u64 {
     fnv1a64(fingerprint, wrapper)
 }
 
+// Not offered as a suggestion where a type is not a message (they wrap one).
+#[diagnostic::do_not_recommend]
 impl<Req: Message> Message for Request<Req> {
     const TOPIC: &'static str = Req::TOPIC;
     const TOPIC_ID: u64 = Req::TOPIC_ID;
@@ -185,6 +187,7 @@ impl<Rep> Reply<Rep> {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<Rep: Message> Message for Reply<Rep> {
     const TOPIC: &'static str = Rep::TOPIC;
     const TOPIC_ID: u64 = Rep::TOPIC_ID;
