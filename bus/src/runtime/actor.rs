@@ -436,7 +436,7 @@ impl Context<'_> {
     /// dropped (and counted there), and its call times out.
     ///
     /// # Errors
-    /// [`CallError::QueueFull`] when [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls
+    /// [`CallError::QueueFull`](crate::CallError::QueueFull) when [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls
     /// are in flight (nothing is sent).
     pub fn call<Req: Message + Clone, Rep: Message + Clone>(
         &mut self,

@@ -550,7 +550,7 @@ impl<A: Actor> ActorBuilder<'_, A> {
 
     /// Declares that the actor serves `service`: it receives each call's [`Request`] in its
     /// inbox (which must take `Request<Req>`: `type In = Request<Req>`, or a derived inbox with
-    /// such a variant), splits it with [`Replies::accept`] (the [`Replies`] come from
+    /// such a variant), splits it with [`Replies::accept`](crate::Replies::accept) (the [`Replies`](crate::Replies) come from
     /// [`Setup::replies`]) and answers once with [`Context::reply`](crate::Context::reply).
     /// One actor serves a service: `start()` refuses a second, naming both.
     pub fn serves<Req: Message + Clone, Rep: Message + Clone>(
