@@ -440,15 +440,17 @@ impl PendingCalls {
                     .is_some_and(|s| s.0 == d.0.call)
             });
         }
-        let call = self.last + 1;
-        let slot = self
-            .slots
-            .get_mut((call % n) as usize)
-            .ok_or(CallError::QueueFull)?;
-        if slot.0 != 0 {
+        // The next id whose slot is free: a call held long keeps its slot, and the ids of the
+        // calls after it step over it (ids stay unique, so a slot never holds two calls).
+        let Some(call) = (1..=n)
+            .map(|k| self.last + k)
+            .find(|c| self.slots.get((c % n) as usize).is_some_and(|s| s.0 == 0))
+        else {
             return Err(CallError::QueueFull);
+        };
+        if let Some(slot) = self.slots.get_mut((call % n) as usize) {
+            *slot = (call, false);
         }
-        *slot = (call, false);
         self.last = call;
         // Stamped with the runner's next clock read (never more calls than slots are open).
         self.unstamped.push((timeout, call, out, answer));
@@ -553,5 +555,33 @@ impl<Req, Rep> std::fmt::Debug for CallOut<Req, Rep> {
         f.debug_struct("CallOut")
             .field("reply_to", &self.reply_to)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: &mut (dyn std::any::Any + Send), _: CallId, _: CallError) {}
+
+    #[test]
+    fn a_call_held_open_neither_blocks_the_calls_after_it_nor_shares_their_slot() {
+        let mut calls = PendingCalls::new(8);
+        let t = std::time::Duration::from_secs(60);
+        let held = calls.open(t, 0, never).expect("room");
+        for _ in 0..100 {
+            let call = calls
+                .open(t, 0, never)
+                .expect("room past the held call's slot");
+            assert_ne!(call.0 % 8, held.0 % 8, "a call in the held call's slot");
+            assert!(calls.settle(call, false));
+        }
+        assert!(calls.settle(held, false), "the held call ends once");
+        assert!(!calls.settle(held, false));
+        // Full: every slot open, the next refused.
+        for _ in 0..8 {
+            calls.open(t, 0, never).expect("room");
+        }
+        assert_eq!(calls.open(t, 0, never), Err(CallError::QueueFull));
     }
 }

@@ -318,7 +318,14 @@ impl Context<'_> {
         let control = self.control;
         let (output, idle) = self.output(out);
         // The runner commits after the hook: the hook's publishes go out as one run.
-        output.publish_uncommitted(msg, Some(&mut Wait { idle, control }));
+        output.publish_uncommitted(
+            msg,
+            Some(&mut Wait {
+                idle,
+                control,
+                deadline: None,
+            }),
+        );
     }
 
     /// Publishes `msg` like [`publish`](Self::publish), but never waits: a subscriber whose
@@ -376,7 +383,14 @@ impl Context<'_> {
     pub fn publish_slice<M: Message + Clone>(&mut self, out: Out<M>, msgs: &[M]) {
         let control = self.control;
         let (output, idle) = self.output(out);
-        output.publish_slice(msgs, Some(&mut Wait { idle, control }));
+        output.publish_slice(
+            msgs,
+            Some(&mut Wait {
+                idle,
+                control,
+                deadline: None,
+            }),
+        );
     }
 
     /// Publishes clones of `msgs` like [`publish_slice`](Self::publish_slice), but never

@@ -278,12 +278,20 @@ impl<T: Message + Clone> Publisher<T> {
     /// Publishes `msg`, waiting on full `Block` rings with this handle's idle strategy.
     #[inline]
     fn publish_waiting(&mut self, msg: T) {
+        self.publish_until(msg, None);
+    }
+
+    /// Publishes `msg`, waiting on full `Block` rings with this handle's idle strategy until
+    /// `deadline` at most (then the message is counted lost on the edges it did not enter).
+    #[inline]
+    fn publish_until(&mut self, msg: T, deadline: Option<Instant>) {
         let control: &Control = &self.control;
         self.output.publish(
             msg,
             Some(&mut Wait {
                 idle: &mut *self.idle,
                 control,
+                deadline,
             }),
         );
     }
@@ -600,9 +608,11 @@ impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
             reply_to: self.reply_to,
             body: request,
         };
-        if self.requests.publish(request).is_err() {
+        if self.requests.control.is_stopping() {
             return Err(CallError::Stopped);
         }
+        // Waits for room in the server's ring only within the call's timeout.
+        self.requests.publish_until(request, deadline);
         loop {
             let left = match deadline {
                 Some(at) => at.saturating_duration_since(Instant::now()),

@@ -98,7 +98,14 @@ fn publisher(
 ) -> Output<T> {
     for &v in values {
         let idle = &mut *idle;
-        out.publish(T(v), Some(&mut Wait { idle, control }));
+        out.publish(
+            T(v),
+            Some(&mut Wait {
+                idle,
+                control,
+                deadline: None,
+            }),
+        );
     }
     control.request_stop();
     out
@@ -220,7 +227,14 @@ fn parked_publisher_into(
     let publ = thread::spawn(move || {
         for v in [1, 2] {
             let idle = &mut park;
-            out.publish(T(v), Some(&mut Wait { idle, control: &c }));
+            out.publish(
+                T(v),
+                Some(&mut Wait {
+                    idle,
+                    control: &c,
+                    deadline: None,
+                }),
+            );
         }
         out
     });
@@ -363,7 +377,14 @@ fn parked_burst_publisher() -> (
     let c = Arc::clone(&control);
     let publ = thread::spawn(move || {
         let idle = &mut park;
-        out.publish_slice(&[T(1), T(2), T(3)], Some(&mut Wait { idle, control: &c }));
+        out.publish_slice(
+            &[T(1), T(2), T(3)],
+            Some(&mut Wait {
+                idle,
+                control: &c,
+                deadline: None,
+            }),
+        );
         out
     });
     (control, counters, inputs, publ)

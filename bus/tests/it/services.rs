@@ -10,7 +10,8 @@ use llbus::{
 use tests::bounded;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
-/// `n == LATER` answers on the next tick.
+/// `n == LATER` answers on the next tick, `n == HOLD` holds it unanswered (until the server
+/// drops), `n == AWAY` hands the responder to another thread, which drops it `delta` ms later.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ask {
     n: u64,
@@ -26,6 +27,8 @@ tests::message!(Sum, "calc.sum");
 const DROP: u64 = u64::MAX;
 const PANIC: u64 = u64::MAX - 1;
 const LATER: u64 = u64::MAX - 2;
+const HOLD: u64 = u64::MAX - 3;
+const AWAY: u64 = u64::MAX - 4;
 
 fn service() -> Service<Ask, Sum> {
     Service::named("calc.add").expect("name")
@@ -34,6 +37,7 @@ fn service() -> Service<Ask, Sum> {
 struct Adder {
     replies: Replies<Sum>,
     later: Vec<(Responder<Sum>, u64)>,
+    held: Vec<Responder<Sum>>,
 }
 
 impl Adder {
@@ -41,6 +45,7 @@ impl Adder {
         Adder {
             replies: setup.replies(&service()),
             later: Vec::with_capacity(16),
+            held: Vec::new(),
         }
     }
 }
@@ -53,6 +58,13 @@ impl Actor for Adder {
             DROP => drop(responder),
             PANIC => panic!("asked to panic, holding the call"),
             LATER => self.later.push((responder, ask.delta)),
+            HOLD => self.held.push(responder),
+            AWAY => {
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ask.delta));
+                    drop(responder);
+                });
+            }
             n => ctx.reply(responder, Ok(Sum(n + ask.delta))),
         }
     }
@@ -399,6 +411,232 @@ fn an_actor_with_max_calls_in_flight_is_refused_queue_full_at_once() {
             (opened, refused),
             (llbus::MAX_CALLS_IN_FLIGHT, Some(CallError::QueueFull))
         );
+        running.stop();
+        running.join().expect("join");
+    });
+}
+
+/// Holds one call open (the adder holds it) and makes `left` more, one after another, each as
+/// the last ends; reports how many ended with their reply, and the first other end.
+struct Chain {
+    out: llbus::CallOut<Ask, Sum>,
+    left: u64,
+    answered: u64,
+    report: std::sync::mpsc::Sender<(u64, Option<CallError>)>,
+}
+
+impl Chain {
+    fn next(&mut self, ctx: &mut Context<'_>) {
+        if self.left == 0 {
+            let _ = self.report.send((self.answered, None));
+            return;
+        }
+        self.left -= 1;
+        let n = self.left;
+        if let Err(e) = ctx.call(self.out, Ask { n, delta: 1 }, T) {
+            let _ = self.report.send((self.answered, Some(e)));
+        }
+    }
+}
+
+impl Actor for Chain {
+    type In = llbus::Reply<Sum>;
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        ctx.call(self.out, Ask { n: HOLD, delta: 0 }, T)
+            .expect("room for the held call");
+        self.next(ctx);
+    }
+    fn on_message(&mut self, reply: llbus::Reply<Sum>, ctx: &mut Context<'_>) {
+        match ctx.settle(reply) {
+            Some((_, Ok(_))) => {
+                self.answered += 1;
+                self.next(ctx);
+            }
+            Some((_, Err(e))) => {
+                let _ = self.report.send((self.answered, Some(e)));
+            }
+            None => {}
+        }
+    }
+}
+
+/// One call held open while many more come and go: call ids wrap the table of calls in flight
+/// (a slot per id modulo its size), and a new call must neither be refused while there is room
+/// nor share the held call's slot.
+#[test]
+fn an_actor_holding_one_long_call_keeps_calling_past_the_wrap_of_its_call_table() {
+    bounded("wrapping call ids", 60, || {
+        let (mut bus, _keys) = adder_bus(&[]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let calls = 3 * llbus::MAX_CALLS_IN_FLIGHT as u64;
+        bus.actor("chain", move |s: &mut Setup<'_>| Chain {
+            out: s.caller(&service()),
+            left: calls,
+            answered: 0,
+            report: tx.clone(),
+        })
+        .calls(&service());
+        let running = bus.start().expect("start");
+        let got = rx.recv_timeout(T).expect("a report");
+        assert_eq!(got, (calls, None), "one call in flight refused the others");
+        running.stop();
+        running.join().expect("join");
+    });
+}
+
+/// A handle's call waits for room in the server's request ring (its `Block` policy) only
+/// within the call's timeout.
+#[test]
+fn a_handle_call_waiting_for_room_in_a_full_request_ring_keeps_its_timeout() {
+    bounded("a full request ring", 60, || {
+        let mut bus = Bus::builder();
+        let (hold, release) = std::sync::mpsc::channel::<()>();
+        let release = std::sync::Arc::new(std::sync::Mutex::new(release));
+        // A server stuck in its first call until released: its ring (2) fills behind it.
+        bus.actor("slow", move |s: &mut Setup<'_>| {
+            let release = std::sync::Arc::clone(&release);
+            Slow {
+                replies: s.replies(&service()),
+                release,
+            }
+        })
+        .serves(&service())
+        .capacity::<Request<Ask>>(2);
+        let key = bus.caller(&service(), "client");
+        let mut running = bus.start().expect("start");
+        let mut client = running.caller(key).expect("caller");
+        let short = Duration::from_millis(20);
+        let mut worst = Duration::ZERO;
+        for n in 0..6 {
+            let t0 = std::time::Instant::now();
+            assert_eq!(
+                client.call(Ask { n, delta: 0 }, short),
+                Err(CallError::Timeout)
+            );
+            worst = worst.max(t0.elapsed());
+            if worst > Duration::from_secs(2) {
+                break;
+            }
+        }
+        let _ = hold.send(());
+        drop(hold);
+        assert!(
+            worst < Duration::from_secs(2),
+            "a call with a 20 ms timeout took {worst:?}"
+        );
+        drop(client);
+        running.stop();
+        // The requests given up are counted lost, not left in flight.
+        tests::assert_balanced(&running.join().expect("join"));
+    });
+}
+
+/// Answers each call after waiting for its release (once released, at once).
+struct Slow {
+    replies: Replies<Sum>,
+    release: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Actor for Slow {
+    type In = Request<Ask>;
+    fn on_message(&mut self, request: Request<Ask>, ctx: &mut Context<'_>) {
+        let (ask, responder) = self.replies.accept(request);
+        let _ = (self.release.lock().expect("release")).recv_timeout(Duration::from_secs(10));
+        ctx.reply(responder, Ok(Sum(ask.n)));
+    }
+}
+
+/// A responder is `Send`: dropped unanswered on a thread of the user's, it still answers
+/// `Dropped`, and soon, though the server has nothing more to do.
+#[test]
+fn a_responder_dropped_on_another_thread_answers_dropped_while_the_server_idles() {
+    bounded("a responder dropped away", 60, || {
+        let mut bus = Bus::builder();
+        // No tick: nothing wakes the server but its inbox.
+        bus.actor("adder", Adder::new).serves(&service());
+        let key = bus.caller(&service(), "client");
+        let mut running = bus.start().expect("start");
+        let mut client = running.caller(key).expect("caller");
+        let t0 = std::time::Instant::now();
+        let got = client.call(
+            Ask {
+                n: AWAY,
+                delta: 100,
+            },
+            Duration::from_secs(20),
+        );
+        assert_eq!(got, Err(CallError::Dropped), "after {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        drop(client);
+        running.stop();
+        running.join().expect("join");
+    });
+}
+
+/// A handle's call that the server holds when the bus stops ends then (not at its timeout).
+#[test]
+fn a_handle_call_held_by_the_server_ends_when_the_bus_stops() {
+    bounded("held at the stop", 60, || {
+        let (mut bus, keys) = adder_bus(&["client"]);
+        bus.stop_timeout(Duration::from_secs(2));
+        let mut running = bus.start().expect("start");
+        let mut client = running
+            .caller(keys.into_iter().next().expect("key"))
+            .expect("caller");
+        let waiting = std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            let got = client.call(Ask { n: HOLD, delta: 0 }, Duration::from_secs(40));
+            (got, t0.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        running.stop();
+        let (got, took) = waiting.join().expect("the call");
+        assert!(
+            matches!(got, Err(CallError::Stopped | CallError::Dropped)),
+            "{got:?}"
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        running.join().expect("join");
+    });
+}
+
+/// Calls with timeouts of 0 and 1 ns race their replies: each ends once, reply or timeout.
+#[test]
+fn calls_with_zero_and_one_nanosecond_timeouts_end_once_each() {
+    bounded("zero timeouts", 60, || {
+        let (mut bus, _keys) = adder_bus(&[]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let asks: Vec<_> = (0..200)
+            .map(|n| (Ask { n, delta: 1 }, Duration::from_nanos(n % 2)))
+            .collect();
+        bus.actor("client", move |s: &mut Setup<'_>| Client {
+            out: s.caller(&service()),
+            asks: asks.clone().into_iter(),
+            ends: tx.clone(),
+            ids: Vec::new(),
+        })
+        .calls(&service())
+        .tick_every(Duration::from_micros(200));
+        let running = bus.start().expect("start");
+        let mut seen = vec![0u32; 200];
+        let mut ended = 0;
+        while ended < 200 {
+            if let Some((i, result)) = rx.recv_timeout(T).expect("the calls end") {
+                seen[i as usize] += 1;
+                ended += 1;
+                assert!(
+                    result == Ok(Sum(i + 1)) || result == Err(CallError::Timeout),
+                    "call {i}: {result:?}"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        while let Ok(end) = rx.try_recv() {
+            if let Some((i, _)) = end {
+                seen[i as usize] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
         running.stop();
         running.join().expect("join");
     });

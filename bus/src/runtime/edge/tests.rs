@@ -137,7 +137,14 @@ fn a_burst_larger_than_a_block_ring_waits_and_arrives_whole() {
     for chunk in values(0..n).chunks(7) {
         let idle: &mut (dyn IdleStrategy + 'static) = &mut idle;
         let control = &control;
-        out.publish_slice(chunk, Some(&mut Wait { idle, control }));
+        out.publish_slice(
+            chunk,
+            Some(&mut Wait {
+                idle,
+                control,
+                deadline: None,
+            }),
+        );
     }
     let got = reader.join().expect("reader");
     assert_eq!(got, (0..n).collect::<Vec<_>>());

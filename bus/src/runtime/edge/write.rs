@@ -60,6 +60,25 @@ impl<M> std::fmt::Debug for Out<M> {
 pub(crate) struct Wait<'a> {
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) control: &'a Control,
+    /// When the publisher gives up waiting, counting the message lost (a handle's call, whose
+    /// request waits for room only within the call's timeout); `None`: never.
+    pub(crate) deadline: Option<std::time::Instant>,
+}
+
+impl Wait<'_> {
+    /// Whether the publisher's own deadline has passed (one clock read; only while waiting).
+    fn past_deadline(&self) -> bool {
+        self.deadline
+            .is_some_and(|at| std::time::Instant::now() >= at)
+    }
+
+    /// Waits one idle round, never past the deadline.
+    fn sleep(&mut self) {
+        match self.deadline {
+            Some(at) => self.idle.idle_until(0, at),
+            None => self.idle.idle(0),
+        }
+    }
 }
 
 /// Everything an actor publishes on one topic: one edge per subscriber.
@@ -356,7 +375,7 @@ fn broadcast_full<M: Clone>(
         if tx.readers_changed() {
             settle_gone(tx, edges, true);
         }
-        if tx.is_abandoned() || wait.control.waits_over() {
+        if tx.is_abandoned() || wait.control.waits_over() || wait.past_deadline() {
             for e in edges.iter().filter(|e| !e.gone) {
                 e.counters.publisher.sent.sub(1);
                 e.counters.publisher.lost.add(1);
@@ -372,7 +391,7 @@ fn broadcast_full<M: Clone>(
             }
             Err(m) => msg = m,
         }
-        wait.idle.idle(0);
+        wait.sleep();
     }
 }
 
@@ -518,6 +537,7 @@ fn wait_and_push_slice<M: Clone>(
         if tx.is_abandoned()
             || wait.control.waits_over()
             || (to_handle && wait.control.is_stopping())
+            || wait.past_deadline()
         {
             p.lost.add(rest.len() as u64);
             wait.idle.reset();
@@ -532,7 +552,7 @@ fn wait_and_push_slice<M: Clone>(
         if rest.len() < before {
             wait.idle.reset();
         }
-        wait.idle.idle(0);
+        wait.sleep();
     }
 }
 
@@ -577,6 +597,7 @@ fn wait_and_push<M>(
         if tx.is_abandoned()
             || wait.control.waits_over()
             || (to_handle && wait.control.is_stopping())
+            || wait.past_deadline()
         {
             p.lost.add(1);
             wait.idle.reset();
@@ -593,7 +614,7 @@ fn wait_and_push<M>(
                 msg = e.into_inner();
             }
         }
-        wait.idle.idle(0);
+        wait.sleep();
     }
 }
 
