@@ -66,6 +66,8 @@ pub struct Setup<'a> {
     pub(crate) patterns: &'a [(std::any::TypeId, TopicPattern)],
     /// Where the actor's responders' unanswered calls go.
     pub(crate) orphans: &'a std::sync::Arc<crate::service::Orphans>,
+    /// The services the actor serves, as they run.
+    pub(crate) serves: &'a [TopicName],
     pub(crate) renames: &'a Renames,
     pub(crate) errors: &'a mut Vec<String>,
     pub(crate) taken: &'a mut Wiring,
@@ -160,14 +162,22 @@ impl Setup<'_> {
             .collect()
     }
 
-    /// How the actor answers `service`, which it declares with `.serves(&service)`: one reply
-    /// output per caller (none when nobody calls), found from each request's caller by
-    /// [`Replies::accept`](crate::Replies::accept).
+    /// How the actor answers `service`, which it must declare with `.serves(&service)`: one
+    /// reply output per caller (none when nobody calls), found from each request's caller by
+    /// [`Replies::accept`](crate::Replies::accept). An undeclared service makes `start()` fail,
+    /// naming the actor and the service.
     pub fn replies<Req: Message, Rep: Message + Clone>(
         &mut self,
         service: &crate::Service<Req, Rep>,
     ) -> crate::Replies<Rep> {
         let running = self.topic(&Topic::<Req>::with_name(service.name().clone()));
+        if !self.serves.contains(running.name()) {
+            self.errors.push(format!(
+                "actor '{}' asks for the replies of service '{}' but does not serve it: add .serves(&service) to its builder",
+                self.actor,
+                service.name(),
+            ));
+        }
         let id = std::any::TypeId::of::<crate::Reply<Rep>>();
         let outs: Vec<_> = (self.outputs.iter().enumerate())
             .filter(|(_, o)| o.type_id == id && o.serving.as_ref() == Some(running.name()))

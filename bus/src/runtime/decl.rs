@@ -78,6 +78,8 @@ pub(super) struct SlotParts {
     pub(super) patterns: Vec<(TypeId, TopicPattern)>,
     /// Where its responders' unanswered calls go (services).
     pub(super) orphans: Arc<crate::service::Orphans>,
+    /// The services it serves, as they run (for `Setup::replies`).
+    pub(super) serves: Vec<TopicName>,
     /// Its calls in flight (an actor that calls services; empty otherwise).
     pub(super) pending: crate::service::PendingCalls,
     /// The topics the actor receives (inbox and taken), as they run: what `Context::topic`

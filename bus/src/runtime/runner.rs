@@ -148,6 +148,8 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     orphaned: Vec<Orphan>,
     /// Its calls in flight, if it calls services.
     pending: PendingCalls,
+    /// The services it serves, as they run.
+    serves: Vec<TopicName>,
     /// Turns since the deadlines of its calls were last looked at.
     deadline_turns: u32,
     /// The topics the actor receives, as they run: what `Context::topic` looks up.
@@ -193,6 +195,7 @@ where
             orphans: parts.orphans,
             orphaned: Vec::new(),
             pending: parts.pending,
+            serves: parts.serves,
             deadline_turns: 0,
             topics: parts.topics,
             renames: parts.renames,
@@ -247,6 +250,7 @@ where
             outputs: &self.output_keys,
             patterns: &self.patterns,
             orphans: &self.orphans,
+            serves: &self.serves,
             renames: &self.renames,
             errors: &mut errors,
             taken: &mut self.taken,

@@ -307,6 +307,7 @@ fn make_slots(
                 })
                 .collect(),
             orphans: Arc::default(),
+            serves: decl.serves.iter().map(|s| s.service.clone()).collect(),
             pending: crate::service::PendingCalls::new(if decl.calls.is_empty() {
                 0
             } else {
