@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::fixtures::start_err;
 use llbus::{
     Actor, Bus, CallError, Context, Replies, Request, Responder, RestartLimit, Service, Setup,
     StartError, Supervision,
@@ -244,29 +245,18 @@ fn a_call_after_the_stop_ends_stopped() {
     });
 }
 
-/// The start error of `bus`, which must be refused.
-fn refused(bus: llbus::BusBuilder) -> StartError {
-    match bus.start() {
-        Err(e) => e,
-        Ok(running) => {
-            running.stop();
-            panic!("the bus started")
-        }
-    }
-}
-
 #[test]
 fn start_refuses_a_caller_without_a_server_and_two_servers_naming_them() {
     let mut bus = Bus::builder();
     let _key = bus.caller(&service(), "lonely");
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(e.contains("lonely") && e.contains("calc.add"), "{e}");
 
     let mut bus = Bus::builder();
     bus.actor("adder-1", Adder::new).serves(&service());
     bus.actor("adder-2", Adder::new).serves(&service());
     let _key = bus.caller(&service(), "client");
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(
         e.contains("adder-1") && e.contains("adder-2") && e.contains("calc.add"),
         "{e}"

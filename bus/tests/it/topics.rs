@@ -4,6 +4,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::fixtures::start_err;
 use llbus::{Actor, Backpressure, Bus, Context, Out, Setup, StartError, Topic};
 use tests::{assert_balanced, bounded};
 
@@ -251,23 +252,12 @@ fn per_topic_settings_override_the_types() {
     running.stop();
 }
 
-/// The start error of `bus`, which must be refused.
-fn refused(bus: llbus::BusBuilder) -> StartError {
-    match bus.start() {
-        Err(e) => e,
-        Ok(running) => {
-            running.stop();
-            panic!("the bus started")
-        }
-    }
-}
-
 #[test]
 fn start_refuses_two_types_on_one_name_naming_both() {
     let mut bus = Bus::builder();
     let _q = bus.publisher_on(&topic::<Quote>("md.shared"), "quotes");
     let _t = bus.publisher_on(&topic::<Trade>("md.shared"), "trades");
-    let e = refused(bus);
+    let e = start_err(bus);
     assert!(
         matches!(&e, StartError::TopicClash { topic, .. } if topic == "md.shared"),
         "{e}"
@@ -281,7 +271,7 @@ fn start_refuses_two_names_with_one_id_naming_both() {
     let mut bus = Bus::builder();
     let _q = bus.publisher_on(&topic::<Quote>("md.quote.nyse"), "quotes");
     let _c = bus.publisher::<Collides>("collides");
-    let e = refused(bus);
+    let e = start_err(bus);
     match &e {
         StartError::TopicIdCollision { id, first, second } => {
             assert_eq!(*id, llbus::topic_id("md.quote.nyse"));
@@ -303,7 +293,7 @@ fn start_refuses_a_named_topic_of_a_type_the_inbox_does_not_take() {
         seen: tx.clone(),
     })
     .subscribes_to(&topic::<Trade>("md.trade.nyse"));
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(
         e.contains("strategy") && e.contains("md.trade.nyse") && e.contains("does not take"),
         "{e}"
@@ -326,7 +316,7 @@ fn start_refuses_bad_and_conflicting_remaps_naming_them() {
             bus.remap(from, to);
         }
         let _q = bus.publisher::<Quote>("quotes");
-        let e = refused(bus).to_string();
+        let e = start_err(bus).to_string();
         assert!(e.contains(says), "{remaps:?}: {e}");
     }
 }
@@ -342,7 +332,7 @@ fn start_refuses_a_topic_received_twice_once_remapped() {
     })
     .subscribes_to(&topic::<Quote>("md.quote.nyse"))
     .subscribes_to(&topic::<Quote>("md.quote.nasdaq"));
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(
         e.contains("strategy") && e.contains("md.quote.nyse") && e.contains("twice"),
         "{e}"
@@ -359,7 +349,7 @@ fn a_factory_asking_for_an_undeclared_named_output_is_refused_naming_it() {
     .subscribes::<Trade>()
     .publishes_to(&topic::<Quote>("q.even"));
     let _feed = bus.publisher::<Trade>("feed");
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(e.contains("splitter") && e.contains("q.odd"), "{e}");
 }
 
@@ -642,7 +632,7 @@ fn a_factory_asking_for_an_undeclared_pattern_is_refused_naming_it() {
     })
     .subscribes::<Trade>();
     let _feed = bus.publisher::<Trade>("feed");
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(e.contains("fanner") && e.contains("md.quote.*"), "{e}");
 }
 
@@ -830,7 +820,7 @@ fn a_remap_onto_a_topic_of_another_type_is_refused_naming_both_types_and_the_rem
     bus.remap("md.quote", "md.trade");
     let _q = bus.publisher::<Quote>("quotes");
     let _t = bus.publisher::<Trade>("trades");
-    let e = refused(bus);
+    let e = start_err(bus);
     assert!(
         matches!(&e, StartError::TopicClash { topic, .. } if topic == "md.trade"),
         "{e}"
@@ -887,7 +877,7 @@ fn start_refuses_one_name_with_two_ids_naming_both() {
     let _default_tap = bus.subscription::<Legacy>("default-tap");
     let _named_feed = bus.publisher_on(&named, "named-feed");
     let _named_tap = bus.subscription_on(&named, "named-tap", Backpressure::Block, 8);
-    let e = refused(bus).to_string();
+    let e = start_err(bus).to_string();
     assert!(
         e.contains("legacy.quote")
             && e.contains(&format!("{:#018x}", llbus::topic_id("legacy.quote")))
