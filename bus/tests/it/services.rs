@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::fixtures::start_err;
 use llbus::{
     Actor, Bus, CallError, Context, Replies, Request, Responder, RestartLimit, Service, Setup,
-    StartError, Supervision,
+    Supervision,
 };
 use tests::bounded;
 
