@@ -152,6 +152,9 @@ pub(crate) struct ActorSlot<A: Actor, F> {
     serves: Vec<TopicName>,
     /// Turns since the deadlines of its calls were last looked at.
     deadline_turns: u32,
+    /// Whether the actor serves or calls services: only then does a turn look for orphaned
+    /// calls and deadlines (every other actor's turn is as it was before services).
+    services: bool,
     /// The topics the actor receives, as they run: what `Context::topic` looks up.
     topics: Vec<TopicName>,
     renames: Arc<Renames>,
@@ -178,7 +181,9 @@ where
         let committers = (parts.outputs.iter().enumerate())
             .filter_map(|(i, o)| o.committer().map(|c| (i, c)))
             .collect();
+        let services = !parts.serves.is_empty() || parts.pending.is_used();
         ActorSlot {
+            services,
             committers,
             name,
             factory,
@@ -231,6 +236,13 @@ where
     /// failed instance is dropped): one atomic load when there are none.
     #[inline]
     fn answer_orphans(&mut self) {
+        if self.services {
+            self.answer_orphans_now();
+        }
+    }
+
+    #[inline(never)]
+    fn answer_orphans_now(&mut self) {
         self.orphans.take(&mut self.orphaned);
         if self.orphaned.is_empty() {
             return;
@@ -240,6 +252,23 @@ where
                 (orphan.answer)(&mut **output, orphan.call, orphan.error);
             }
         }
+    }
+
+    /// Ends the calls past their deadline: their timeouts go into the actor's own reply rings,
+    /// handled next turn. Looked at after a turn that found nothing to do (`work == 0`), and
+    /// every 64 turns of a busy actor: never before handling (a clock read there would delay
+    /// every reply).
+    #[inline(never)]
+    fn expire_calls(&mut self, work: usize, env: &mut Env<'_>) -> usize {
+        if !self.pending.in_flight() {
+            return 0;
+        }
+        self.deadline_turns = self.deadline_turns.wrapping_add(1);
+        if work == 0 || self.deadline_turns % 64 == 0 {
+            let now = env.now();
+            return self.pending.expire(now, &mut self.outputs);
+        }
+        0
     }
 
     /// Runs the factory, catching a panic.
@@ -486,16 +515,8 @@ where
                 if work == 0 {
                     self.counters.idle_rounds.add(1);
                 }
-                // Calls past their deadline end: their timeouts go into the actor's own reply
-                // rings, handled next turn. Looked at after a turn that found nothing to do, and
-                // every 64 turns of a busy actor: never before handling (a clock read there
-                // would delay every reply).
-                if self.pending.in_flight() {
-                    self.deadline_turns = self.deadline_turns.wrapping_add(1);
-                    if work == 0 || self.deadline_turns % 64 == 0 {
-                        let now = env.now();
-                        return work + self.pending.expire(now, &mut self.outputs);
-                    }
+                if self.services {
+                    return work + self.expire_calls(work, env);
                 }
                 work
             }
