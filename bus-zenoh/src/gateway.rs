@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use llbus::{Backpressure, BusBuilder, Message, RunningBus, Topic, TopicName};
+use llbus::{Backpressure, BusBuilder, Message, RunningBus, Service, Topic, TopicName};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -24,6 +24,9 @@ use zenoh::{Session, Wait};
 use crate::errors::{ErrorKind, ErrorTable};
 use crate::export::{Export, PendingExport, RunningExport};
 use crate::import::{Import, PendingImport, RunningImport};
+use crate::service::{
+    PendingServiceExport, PendingServiceImport, RunningService, ServiceExport, ServiceImport,
+};
 
 /// The key prefix of every topic unless [`GatewayBuilder::prefix`] says otherwise: topic `t`
 /// goes on key `llbus/t`.
@@ -121,6 +124,13 @@ pub struct Counts {
     pub stopped: u64,
     /// Samples older than one of their stream already received (delivered anyway).
     pub late: u64,
+    /// Queries the exported services took: `answered + failed` once none is in flight.
+    pub queries: u64,
+    /// Queries answered with the service's reply.
+    pub answered: u64,
+    /// Queries answered with an error (the call's, or the gateway's: refused, malformed,
+    /// busy).
+    pub failed: u64,
 }
 
 /// Exports and imports declared on a bus's builder, to start once the bus runs.
@@ -145,6 +155,10 @@ pub struct Gateway {
     pub(crate) exports: Vec<RunningExport>,
     pub(crate) imports: Vec<RunningImport>,
     pub(crate) queryables: Vec<zenoh::query::Queryable<()>>,
+    /// Exported services' threads and figures.
+    pub(crate) services: Vec<RunningService>,
+    /// Imported services' threads (their figures are their actors').
+    pub(crate) getters: Vec<std::thread::JoinHandle<()>>,
     pub(crate) closing: Arc<AtomicBool>,
     pub(crate) errors: Arc<Mutex<ErrorTable>>,
 }
@@ -181,6 +195,11 @@ impl Gateway {
             c.lost = c.lost.saturating_add(m.lost.get());
             c.stopped = c.stopped.saturating_add(m.stopped.get());
             c.late = c.late.saturating_add(m.late.get());
+        }
+        for s in &self.services {
+            c.queries = c.queries.saturating_add(s.metrics.queries.get());
+            c.answered = c.answered.saturating_add(s.metrics.answered.get());
+            c.failed = c.failed.saturating_add(s.metrics.failed.get());
         }
         // `received` as the sum of its outcomes, so that these figures balance even while
         // samples arrive.
@@ -253,11 +272,25 @@ impl Gateway {
             mut exports,
             imports,
             queryables,
+            mut services,
+            getters,
             closing,
             errors,
         } = self;
         for i in &imports {
             i.subscriber_closed();
+        }
+        // The queryables go first, so that no query reaches an exported service's queue once
+        // its thread has answered what was queued.
+        drop(queryables);
+        for thread in services
+            .iter_mut()
+            .filter_map(|s| s.thread.take())
+            .chain(getters)
+        {
+            if thread.join().is_err() {
+                log::error!("a zenoh gateway service thread panicked");
+            }
         }
         for e in &mut exports {
             if let Some(t) = e.thread.take() {
@@ -270,7 +303,9 @@ impl Gateway {
             session,
             exports,
             imports,
-            queryables,
+            queryables: Vec::new(),
+            services,
+            getters: Vec::new(),
             closing,
             errors,
         };
@@ -355,6 +390,79 @@ impl GatewayBuilder {
         self
     }
 
+    /// Answers zenoh queries of `Req`'s default service: [`export_service_on`](Self::export_service_on)
+    /// of [`Service::of`].
+    pub fn export_service<Req, Rep>(
+        &mut self,
+        bus: &mut BusBuilder,
+        export: ServiceExport,
+    ) -> &mut Self
+    where
+        Req: Message + Clone + DeserializeOwned,
+        Rep: Message + Clone + Serialize,
+    {
+        self.export_service_on(bus, &Service::<Req, Rep>::of(), export)
+    }
+
+    /// Answers zenoh queries on key `<prefix>/<running name>` by calling `service` on `bus`:
+    /// declares an external caller named `zenoh-serve:<name>` (so `start()` refuses it if no
+    /// actor serves the service), and serves the request's and reply's JSON Schemas on
+    /// `<key>/@schema`. A query is answered with the reply in the query's encoding (bincode
+    /// with the gateway's attachment, or JSON), or with an error reply (see [`ERROR_CODES`](crate::ERROR_CODES)).
+    pub fn export_service_on<Req, Rep>(
+        &mut self,
+        bus: &mut BusBuilder,
+        service: &Service<Req, Rep>,
+        export: ServiceExport,
+    ) -> &mut Self
+    where
+        Req: Message + Clone + DeserializeOwned,
+        Rep: Message + Clone + Serialize,
+    {
+        let key = bus.caller(service, &format!("zenoh-serve:{}", service.name()));
+        self.pending.push(Box::new(PendingServiceExport {
+            key,
+            export,
+            service: service.clone(),
+        }));
+        self
+    }
+
+    /// Serves `Req`'s default service from zenoh: [`import_service_on`](Self::import_service_on)
+    /// of [`Service::of`].
+    pub fn import_service<Req, Rep>(
+        &mut self,
+        bus: &mut BusBuilder,
+        import: ServiceImport,
+    ) -> &mut Self
+    where
+        Req: Message + Clone + Serialize,
+        Rep: Message + Clone + DeserializeOwned,
+    {
+        self.import_service_on(bus, &Service::<Req, Rep>::of(), import)
+    }
+
+    /// Serves `service` on `bus` from a zenoh queryable on key `<prefix>/<running name>`: an
+    /// actor named `zenoh-call:<name>` serves it (so `start()` refuses a second server), and
+    /// each call is a zenoh `get`, sent by a thread of the gateway's, whose first reply answers
+    /// it (see the [`service`](crate::service) module for how each ending maps to a
+    /// [`CallError`](llbus::CallError)). Calls made before the gateway starts wait in a queue
+    /// for it.
+    pub fn import_service_on<Req, Rep>(
+        &mut self,
+        bus: &mut BusBuilder,
+        service: &Service<Req, Rep>,
+        import: ServiceImport,
+    ) -> &mut Self
+    where
+        Req: Message + Clone + Serialize,
+        Rep: Message + Clone + DeserializeOwned,
+    {
+        let pending = PendingServiceImport::declare(bus, service, import);
+        self.pending.push(Box::new(pending));
+        self
+    }
+
     /// Opens a zenoh session with `config` and starts every export and import on `bus` (the
     /// bus the builder's handles were declared on).
     ///
@@ -372,22 +480,27 @@ impl GatewayBuilder {
         // The bus's handles are this gateway's and any other's: one gateway exporting a topic
         // that another imports loops as surely as one gateway doing both. Topics are compared
         // by the names they run under (a handle's name holds the declared one).
-        let on_bus: Vec<(bool, String)> = bus
+        let on_bus: Vec<(bool, bool, String)> = bus
             .report()
             .actors
             .into_iter()
             .filter_map(|a| {
-                let (export, rest) = if let Some(rest) = a.name.strip_prefix("zenoh-export:") {
-                    (true, rest)
-                } else {
-                    (false, a.name.strip_prefix("zenoh-import:")?)
-                };
+                let (export, service, rest) = [
+                    ("zenoh-export:", true, false),
+                    ("zenoh-import:", false, false),
+                    ("zenoh-serve:", true, true),
+                    ("zenoh-call:", false, true),
+                ]
+                .into_iter()
+                .find_map(|(prefix, export, service)| {
+                    Some((export, service, a.name.strip_prefix(prefix)?))
+                })?;
                 let declared = rest.split('@').next().unwrap_or(rest);
                 let running = match TopicName::new(declared) {
                     Ok(name) => bus.topic_name(&name).as_str().to_owned(),
                     Err(_) => declared.to_owned(),
                 };
-                Some((export, running))
+                Some((export, service, running))
             })
             .collect();
         let running: Vec<(TopicName, bool)> = self
@@ -398,11 +511,10 @@ impl GatewayBuilder {
                 (bus.topic_name(declared), export)
             })
             .collect();
-        for (topic, export) in &running {
-            if on_bus
-                .iter()
-                .any(|(e, name)| *e != *export && name == topic.as_str())
-            {
+        for ((topic, export), p) in running.iter().zip(&self.pending) {
+            if on_bus.iter().any(|(e, service, name)| {
+                *e != *export && *service == p.is_service() && name == topic.as_str()
+            }) {
                 return Err(GatewayError::Echo(topic.as_str().to_owned()));
             }
         }
@@ -427,6 +539,8 @@ impl GatewayBuilder {
             exports: Vec::new(),
             imports: Vec::new(),
             queryables: Vec::new(),
+            services: Vec::new(),
+            getters: Vec::new(),
             closing: Arc::new(AtomicBool::new(false)),
             errors: Arc::new(Mutex::new(ErrorTable::default())),
         };
@@ -447,6 +561,11 @@ pub(crate) trait Pending: Send {
 
     /// The key it was given, if any.
     fn given_key(&self) -> Option<&str>;
+
+    /// Whether it is a service (exported: answered to queries; imported: served by `get`).
+    fn is_service(&self) -> bool {
+        false
+    }
 
     fn start(
         self: Box<Self>,

@@ -74,11 +74,13 @@ mod errors;
 mod export;
 mod gateway;
 mod import;
+pub mod service;
 
 pub use attachment::{Attachment, ATTACHMENT_LEN};
 pub use export::{Export, PayloadEncoding, BINCODE_ENCODING, SCHEMA_SUFFIX};
 pub use gateway::{Counts, Gateway, GatewayBuilder, GatewayError, DEFAULT_PREFIX};
 pub use import::{Import, Verdict, Verdicts, MAX_JUMP, MAX_STREAMS};
+pub use service::{ServiceExport, ServiceImport, DEFAULT_CALL_TIMEOUT, ERROR_CODES};
 
 /// The zenoh crate the gateway is built with, so that a user configures the same version.
 pub use zenoh;

@@ -14,6 +14,7 @@
 //! - `counters`: the gateway's figures in the bus's live counters file.
 //! - `topics`: named topics: one key per name, each import its own, remaps, echo by name.
 //! - `clients`: what a zenoh client that is not llbus sees and sends.
+//! - `services`: services exported as queryables and imported through `get`.
 //! - `fixtures`: the message types, peer configurations and bounded waits they share.
 //!
 //! Two llbus processes talking through zenoh, and a zenoh peer killed mid-stream, are in
@@ -28,4 +29,5 @@ mod export;
 mod fixtures;
 mod import;
 mod refusals;
+mod services;
 mod topics;

@@ -632,6 +632,13 @@ impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
     pub fn name(&self) -> &str {
         &self.requests.name
     }
+
+    /// A named metric of this caller's own (what a gateway calling on others' behalf refused),
+    /// shown under its name in the bus's report and live counters, as a publisher's
+    /// [`metric`](Publisher::metric).
+    pub fn metric(&self, name: &str) -> Metric {
+        self.requests.metric(name)
+    }
 }
 
 pub(super) fn make_caller<Req: Message + Clone, Rep: Message + Clone>(
