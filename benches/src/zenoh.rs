@@ -21,6 +21,12 @@
 //!   export's puts, as a blocking ring would (the export's `DropNewest` ring would otherwise
 //!   make it spin on drops, on the core the gateway's thread needs).
 //!
+//! - `call_p50`, `call_p99` (ns): a service's round trip, one call at a time after a warm-up,
+//!   for as many calls as fit in the window: `llbus-zenoh` is a handle's `Caller::call` on bus
+//!   B, whose gateway imports the service (an actor sends a zenoh `get`), bus A's gateway
+//!   exporting it as a queryable that calls bus A's echo actor; `zenoh` is a plain `get` against
+//!   a plain queryable that echoes the payload.
+//!
 //! Nothing is pinned: zenoh's runtime threads go where the scheduler puts them, as in an
 //! application. Every wait is bounded; every bus is stopped with `onbus`'s deadlines.
 
@@ -72,6 +78,9 @@ const TARGETS: [Target; 1] = [Target {
     den: (PLAIN, "oneway_p50"),
     bound: Bound::RatioAtMost(1.20),
 }];
+
+/// The plain queryable's key; the gateway's is `llbus/<service>`.
+const PLAIN_SERVICE_KEY: &str = "bench/zenoh/echo";
 
 /// What both implementations carry: a sequence number and the send time in ns since the
 /// suite's clock base (16 bytes in bincode).
@@ -254,17 +263,26 @@ pub fn run(args: &Args, seed: u64) -> Collector {
         args,
         SUITE,
         seed,
-        2,
+        3,
         &[GATEWAY, PLAIN],
         (plan.rounds, plan.budget),
         &TARGETS,
         |out, phase, i| {
+            let name = [GATEWAY, PLAIN][i];
+            if phase == 2 {
+                let calls = if i == 0 {
+                    calls_through_gateways(&plan)
+                } else {
+                    plain_calls(&plan)
+                };
+                record_calls(out, name, calls);
+                return;
+            }
             let mode = if phase == 0 {
                 Mode::OneWay
             } else {
                 Mode::Throughput
             };
-            let name = [GATEWAY, PLAIN][i];
             let result = if i == 0 {
                 through_gateways(&plan, mode)
             } else {
@@ -446,6 +464,178 @@ fn through_gateways(plan: &Plan, mode: Mode) -> Result<Outcome, String> {
     let _ = receiver.join();
     let stopped_b = stop_and_join(running_b, "zenoh import bus");
     gateway_b.close();
+    stopped_a?;
+    stopped_b?;
+    outcome
+}
+
+/// Times `call` one call at a time: the warm-up's calls, then as many as fit in the window.
+fn time_calls(
+    plan: &Plan,
+    call: &mut dyn FnMut(u64) -> Result<(), String>,
+) -> Result<Histogram<u64>, String> {
+    let mut h = latency_histogram();
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < plan.warmup {
+        call(n)?;
+        n += 1;
+    }
+    let window = Instant::now();
+    while window.elapsed() < plan.window {
+        let t = Instant::now();
+        call(n)?;
+        let _ = h.record(
+            u64::try_from(t.elapsed().as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
+        n += 1;
+    }
+    Ok(h)
+}
+
+fn record_calls(out: &mut Collector, name: &'static str, result: Result<Histogram<u64>, String>) {
+    match result {
+        Ok(h) if h.is_empty() => out.note(name, "call_p50", "ns", "no samples"),
+        Ok(h) => {
+            let p = Percentiles::of(&h);
+            out.add(name, "call_p50", "ns", p.p50 as f64);
+            out.add(name, "call_p99", "ns", p.p99 as f64);
+        }
+        Err(e) => {
+            eprintln!("ERROR: {name}: {e}");
+            out.note(name, "call_p50", "", format!("FAILED: {e}"));
+        }
+    }
+}
+
+/// One measurement of plain zenoh calls: a `get` against a queryable that echoes its payload.
+fn plain_calls(plan: &Plan) -> Result<Histogram<u64>, String> {
+    let (a, b) = peer_pair()?;
+    let server = zenoh::open(a).wait().map_err(|e| e.to_string())?;
+    let client = zenoh::open(b).wait().map_err(|e| e.to_string())?;
+    let queryable = server
+        .declare_queryable(PLAIN_SERVICE_KEY)
+        .callback(|query| {
+            let payload = query
+                .payload()
+                .map(|p| p.to_bytes().into_owned())
+                .unwrap_or_default();
+            let _ = query.reply(query.key_expr().clone(), payload).wait();
+        })
+        .wait()
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::with_capacity(16);
+    let mut call = |n: u64| -> Result<(), String> {
+        buf.clear();
+        let stamp = Stamp { seq: n, sent_ns: 0 };
+        bincode::serde::encode_into_std_write(stamp, &mut buf, bincode::config::legacy())
+            .map_err(|e| e.to_string())?;
+        let replies = client
+            .get(PLAIN_SERVICE_KEY)
+            .payload(buf.clone())
+            .timeout(MATCH_LIMIT)
+            .wait()
+            .map_err(|e| e.to_string())?;
+        match replies.recv() {
+            Ok(reply) if reply.result().is_ok() => Ok(()),
+            Ok(_) => Err("an error reply".to_owned()),
+            Err(e) => Err(format!("no reply: {e}")),
+        }
+    };
+    wait_answered(&mut call)?;
+    let h = time_calls(plan, &mut call);
+    let _ = queryable.undeclare().wait();
+    let _ = server.close().wait();
+    let _ = client.close().wait();
+    h
+}
+
+/// Calls until one is answered (the sessions must find each other's queryables first), for at
+/// most [`MATCH_LIMIT`].
+fn wait_answered(call: &mut dyn FnMut(u64) -> Result<(), String>) -> Result<(), String> {
+    let deadline = Instant::now() + MATCH_LIMIT;
+    loop {
+        match call(0) {
+            Ok(()) => return Ok(()),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                return Err(format!(
+                    "no call answered within {}: {e}",
+                    secs(MATCH_LIMIT)
+                ))
+            }
+        }
+    }
+}
+
+/// The echo service both buses run.
+fn echo_service() -> llbus::Service<Stamp, Stamp> {
+    llbus::Service::of()
+}
+
+/// Answers each call with its request.
+struct Echo {
+    replies: llbus::Replies<Stamp>,
+}
+
+impl llbus::Actor for Echo {
+    type In = llbus::Request<Stamp>;
+    fn on_message(&mut self, request: llbus::Request<Stamp>, ctx: &mut llbus::Context<'_>) {
+        let (stamp, responder) = self.replies.accept(request);
+        ctx.reply(responder, Ok(stamp));
+    }
+}
+
+/// One measurement of llbus calls through two gateways.
+fn calls_through_gateways(plan: &Plan) -> Result<Histogram<u64>, String> {
+    let (a, b) = peer_pair()?;
+    let mut bus_a = Bus::builder();
+    bus_a.stop_timeout(DRAIN_LIMIT);
+    bus_a
+        .actor("echo", |setup: &mut llbus::Setup<'_>| Echo {
+            replies: setup.replies(&echo_service()),
+        })
+        .serves(&echo_service());
+    let mut gateway_a = Gateway::builder();
+    gateway_a.export_service_on(
+        &mut bus_a,
+        &echo_service(),
+        llbus_zenoh::ServiceExport::new(),
+    );
+    let mut running_a = bus_a.start().map_err(|e| e.to_string())?;
+    let gateway_a = gateway_a
+        .start(&mut running_a, a)
+        .map_err(|e| e.to_string())?;
+
+    let mut bus_b = Bus::builder();
+    bus_b.stop_timeout(DRAIN_LIMIT);
+    let mut gateway_b = Gateway::builder();
+    gateway_b.import_service_on(
+        &mut bus_b,
+        &echo_service(),
+        llbus_zenoh::ServiceImport::new().timeout(MATCH_LIMIT),
+    );
+    let caller = bus_b.caller(&echo_service(), "app");
+    let mut running_b = bus_b.start().map_err(|e| e.to_string())?;
+    let mut caller = running_b.caller(caller).map_err(|e| e.to_string())?;
+    let gateway_b = gateway_b
+        .start(&mut running_b, b)
+        .map_err(|e| e.to_string())?;
+    let mut call = |n: u64| -> Result<(), String> {
+        match caller.call(Stamp { seq: n, sent_ns: 0 }, MATCH_LIMIT) {
+            Ok(reply) if reply.seq == n => Ok(()),
+            Ok(reply) => Err(format!("the reply of call {} to call {n}", reply.seq)),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let outcome = wait_answered(&mut call).and_then(|()| time_calls(plan, &mut call));
+    drop(caller);
+    let stopped_b = stop_and_join(running_b, "zenoh caller bus");
+    gateway_b.close();
+    let stopped_a = stop_and_join(running_a, "zenoh service bus");
+    gateway_a.close();
     stopped_a?;
     stopped_b?;
     outcome
