@@ -12,10 +12,14 @@
 //! against a fingerprint ([`Shape::fingerprint`]), and ships it ([`Shape::to_bytes`]).
 
 #[cfg(feature = "json")]
+mod from_json;
+#[cfg(feature = "json")]
 mod json;
 mod shape;
 mod value;
 
+#[cfg(feature = "json")]
+pub use from_json::encode_json;
 #[cfg(feature = "json")]
 pub use json::json_schema;
 pub use shape::{Fields, Primitive, Shape, ShapeError, Variant, MAX_DEPTH, MAX_ENCODED_LEN};
