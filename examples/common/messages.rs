@@ -24,6 +24,35 @@ pub struct Counter {
 #[serde(transparent)]
 pub struct Count(pub i64);
 
+/// An order to check before it is sent: the `service` and `caller` examples' request.
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "demo.risk")]
+pub struct RiskCheck {
+    /// The account the order is for.
+    pub account: u32,
+    /// Signed quantity (negative: sell).
+    pub qty: i64,
+    /// Limit price.
+    pub px: f64,
+}
+
+/// The risk check's answer.
+#[derive(Message, Serialize, Deserialize, Clone, Debug)]
+#[message(topic = "demo.risk.verdict")]
+pub struct RiskVerdict {
+    /// Whether the order may go.
+    pub approved: bool,
+    /// What the account may still use, after this order if approved.
+    pub limit_left: f64,
+    /// Why not, when refused.
+    pub reason: String,
+}
+
+/// The demo's service: `RiskCheck` answered with `RiskVerdict`, named `demo.risk`.
+pub fn risk_service() -> llbus::Service<RiskCheck, RiskVerdict> {
+    llbus::Service::of()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
