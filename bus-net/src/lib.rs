@@ -189,6 +189,10 @@ pub use protocol::schema::{
     SchemaReply, SchemaRequest, MAX_SCHEMA_LEN, SCHEMA_REPLY_FIXED, SCHEMA_REQUEST_FIXED,
 };
 pub use protocol::seq::{JumpGuard, LatePolicy, LossCounts, SeqTracker, Verdict, MAX_JUMP, WINDOW};
+pub use protocol::service::{
+    encode_reply, encode_request, CallMeta, CallStatus, ReplyFrame, RequestFrame, REPLY_FIXED,
+    REQUEST_FIXED,
+};
 pub use protocol::subscribers::{
     Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST,
     DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
@@ -210,15 +214,18 @@ pub use session::{canonical, is_answerable, Replies};
 mod endpoint;
 pub use endpoint::{
     DiscoverPattern, DiscoverSpec, DiscoveryCounts, EncodedShape, Endpoint, Event, ExportBatch,
-    ExportSpec, GroupRepairCounts, ImportSpec, Origin, SchemaFailure, Sink, Wire, EVENT_QUEUE,
-    MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+    ExportSpec, GroupRepairCounts, ImportSpec, Origin, SchemaFailure, ServiceImportSpec,
+    ServiceSpec, Sink, Wire, EVENT_QUEUE, MAX_SCHEMA_FETCHES, RESEND_FIRST_NS, RESEND_MAX_NS,
+    SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
 
 mod bridge;
 mod io;
 pub use bridge::{
     Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Discovered,
-    DiscoveryConfig, Missed, MulticastConfig, SocketWire, DEFAULT_DISCOVERY_GROUP,
+    DiscoveryConfig, Missed, MulticastConfig, ServiceConfig, SocketWire, DEFAULT_CACHED_PER_SOURCE,
+    DEFAULT_CALLS_IN_FLIGHT, DEFAULT_DISCOVERY_GROUP, DEFAULT_REPLY_RATE, DEFAULT_REQUEST_LIMIT,
+    DEFAULT_SERVED_CALLS,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

@@ -22,7 +22,11 @@ mod ports;
 mod wire;
 
 pub use actor::BridgeActor;
-pub use config::{BridgeConfig, DiscoveryConfig, MulticastConfig, DEFAULT_DISCOVERY_GROUP};
+pub use config::{
+    BridgeConfig, DiscoveryConfig, MulticastConfig, ServiceConfig, DEFAULT_CACHED_PER_SOURCE,
+    DEFAULT_CALLS_IN_FLIGHT, DEFAULT_DISCOVERY_GROUP, DEFAULT_REPLY_RATE, DEFAULT_REQUEST_LIMIT,
+    DEFAULT_SERVED_CALLS,
+};
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
 pub use wire::SocketWire;
