@@ -216,7 +216,7 @@ pub use endpoint::{
     DiscoverPattern, DiscoverSpec, DiscoveryCounts, EncodedShape, Endpoint, Event, ExportBatch,
     ExportSpec, GroupRepairCounts, ImportSpec, Origin, SchemaFailure, ServiceImportSpec,
     ServiceSpec, Sink, Wire, EVENT_QUEUE, MAX_SCHEMA_FETCHES, RESEND_FIRST_NS, RESEND_MAX_NS,
-    SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+    SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS, SEEN_WINDOW,
 };
 
 mod bridge;

@@ -104,7 +104,10 @@ pub struct ServiceConfig {
     /// [`DEFAULT_SERVED_CALLS`]); one datagram of memory each, allocated at start.
     pub served_calls: usize,
     /// Answered calls kept per caller address for its resends (default
-    /// [`DEFAULT_CACHED_PER_SOURCE`]); the oldest goes first.
+    /// [`DEFAULT_CACHED_PER_SOURCE`], 64); the oldest goes first. A caller whose reply was
+    /// lost and whose call was forgotten before its resend came gets no reply (the call is
+    /// never run twice): it times out. So this should cover the calls one caller has
+    /// answered within its resend backoff.
     pub cached_per_source: usize,
     /// Calls of imported services in flight at once (default [`DEFAULT_CALLS_IN_FLIGHT`]);
     /// one datagram of memory each, allocated at start.
@@ -124,7 +127,7 @@ pub const DEFAULT_REPLY_RATE: (u64, u64) = (4 << 20, 1 << 20);
 pub const DEFAULT_SERVED_CALLS: usize = 256;
 
 /// The default number of answered calls kept per caller address.
-pub const DEFAULT_CACHED_PER_SOURCE: usize = 16;
+pub const DEFAULT_CACHED_PER_SOURCE: usize = 64;
 
 /// The default number of calls of imported services in flight at once.
 pub const DEFAULT_CALLS_IN_FLIGHT: usize = 256;

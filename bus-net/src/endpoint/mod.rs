@@ -65,7 +65,7 @@ pub use multicast::GroupRepairCounts;
 pub use schema::{
     EncodedShape, SchemaFailure, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
-pub use service::{ServiceImportSpec, ServiceSpec, RESEND_FIRST_NS, RESEND_MAX_NS};
+pub use service::{ServiceImportSpec, ServiceSpec, RESEND_FIRST_NS, RESEND_MAX_NS, SEEN_WINDOW};
 
 use self::common::{Common, Entropy};
 use self::compat::Compat;

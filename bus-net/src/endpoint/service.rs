@@ -19,8 +19,10 @@
 //!   first request until the caller's deadline (the request's budget) has passed: a duplicate
 //!   of a call in progress is ignored, of an answered one is answered with the cached reply
 //!   frame (`service.duplicates`). Answered calls are kept at most `cached_per_source` per
-//!   source: the oldest is forgotten first (`service.evicted`) and the source's floor rises to
-//!   its id, so a resend of a forgotten call is dropped, never run again.
+//!   source: the oldest is forgotten first (`service.evicted`). The ids each caller session
+//!   had run are remembered apart, in a sliding window of [`SEEN_WINDOW`] ids below its
+//!   highest (as IPsec's anti-replay window), so a resend of a forgotten call is dropped,
+//!   never run again; so is a call that many calls older than its caller's newest.
 //! - **Replies come out of the caller host's byte budget** (a token bucket per host, resends
 //!   included). A reply over it is not sent: the call ends with an `OverBudget` error frame if
 //!   that fits (it replaces the cached reply), else the caller times out
@@ -143,9 +145,9 @@ struct Imported {
 pub(crate) struct Services {
     served: Vec<ServiceSpec>,
     slots: Vec<Served>,
-    /// Per caller (address, session): the highest call id forgotten to make room; a request
-    /// at or below it that is not kept is a resend of a forgotten call. Bounded by the slots.
-    floors: Vec<(SocketAddr, u64, u64)>,
+    /// Per caller (address, session): the call ids seen, so that a resend of a call no
+    /// longer kept is never run again. Bounded: the caller heard from longest ago goes.
+    seen: Vec<Seen>,
     limiter: RateLimiter,
     budgets: HostBudgets,
     cached_per_source: usize,
@@ -162,7 +164,7 @@ impl Services {
         Services {
             served: Vec::new(),
             slots: Vec::new(),
-            floors: Vec::new(),
+            seen: Vec::new(),
             limiter: RateLimiter::new(crate::DEFAULT_REQUEST_LIMIT, 1),
             budgets: HostBudgets::new(1, (0, 0)),
             cached_per_source: 0,
@@ -235,7 +237,11 @@ impl Services {
                     buf: vec![0; datagram].into_boxed_slice(),
                 })
                 .collect(),
-            floors: Vec::with_capacity(served_slots),
+            seen: Vec::with_capacity(if served_slots == 0 {
+                0
+            } else {
+                common.config.subscriber_capacity
+            }),
             served,
             limiter: RateLimiter::new(config.request_limit, common.config.rate_limit_sources),
             budgets: HostBudgets::new(common.config.subscriber_capacity, config.reply_rate),
@@ -334,17 +340,15 @@ impl Services {
             }
             return Ok(());
         }
-        let floor = (self.floors.iter())
-            .find(|f| f.0 == src && f.1 == h.session)
-            .map_or(0, |f| f.2);
-        if request.call <= floor {
-            // A resend of a call answered and forgotten: never run twice.
+        if !self.first_time(src, h.session, request.call, now_ns) {
+            // A resend of a call answered and no longer kept, or too old to tell: never run
+            // twice.
             common.metrics.service.duplicates.add(1);
             return Ok(());
         }
         common.metrics.service.requests.add(1);
         let budget_ns = u64::from(request.budget_ms).saturating_mul(1_000_000);
-        let Some(i) = self.free_slot(now_ns) else {
+        let Some(i) = self.free_slot(now_ns, &common.metrics) else {
             // Every slot holds a call still in progress: the caller hears so at once.
             let meta = self.reply_meta(service, common);
             let frame = &mut common.control_buf[..];
@@ -393,8 +397,8 @@ impl Services {
 
     /// A free slot: a free one, else one whose caller's deadline has passed (an answered
     /// one at once, one in progress after a grace), else the answered one answered longest
-    /// ago (counted `evicted`, its caller's floor raised).
-    fn free_slot(&mut self, now_ns: u64) -> Option<usize> {
+    /// ago (counted `evicted`).
+    fn free_slot(&mut self, now_ns: u64, metrics: &super::metrics::NetMetrics) -> Option<usize> {
         if let Some(i) = self.slots.iter().position(|s| {
             s.stage == Stage::Free
                 || (s.stage == Stage::Answered && s.expires_ns <= now_ns)
@@ -406,33 +410,54 @@ impl Services {
             .filter(|(_, s)| s.stage == Stage::Answered)
             .min_by_key(|(_, s)| s.answered_ns)
             .map(|(i, _)| i)?;
+        metrics.service.evicted.add(1);
         self.forget(oldest);
         Some(oldest)
     }
 
-    /// Forgets answered call `i` before its deadline: its caller's floor rises to its id.
+    /// Forgets answered call `i` before its deadline (its id stays seen).
     fn forget(&mut self, i: usize) {
-        let Some(slot) = self.slots.get_mut(i) else {
-            return;
-        };
-        let (src, session, call) = (slot.src, slot.session, slot.call);
-        slot.stage = Stage::Free;
-        match (self.floors.iter_mut()).find(|f| f.0 == src && f.1 == session) {
-            Some(f) => f.2 = f.2.max(call),
+        if let Some(slot) = self.slots.get_mut(i) {
+            slot.stage = Stage::Free;
+        }
+    }
+
+    /// Whether call `call` of caller (`src`, `session`) is seen for the first time (then it
+    /// is marked seen).
+    fn first_time(&mut self, src: SocketAddr, session: u64, call: u64, now_ns: u64) -> bool {
+        let i = match (self.seen.iter()).position(|s| s.src == src && s.session == session) {
+            Some(i) => i,
             None => {
-                if self.floors.len() == self.floors.capacity() && !self.floors.is_empty() {
-                    // Bounded: the entry of the least id goes (its calls are the oldest).
-                    if let Some(j) = (self.floors.iter().enumerate())
-                        .min_by_key(|(_, f)| f.2)
-                        .map(|(j, _)| j)
-                    {
-                        self.floors.swap_remove(j);
+                let fresh = Seen {
+                    src,
+                    session,
+                    highest: 0,
+                    bits: [0; SEEN_WORDS],
+                    heard_ns: now_ns,
+                };
+                if self.seen.len() < self.seen.capacity() {
+                    self.seen.push(fresh);
+                    self.seen.len() - 1
+                } else {
+                    let Some(stalest) = (self.seen.iter().enumerate())
+                        .min_by_key(|(_, s)| s.heard_ns)
+                        .map(|(i, _)| i)
+                    else {
+                        return true;
+                    };
+                    if let Some(s) = self.seen.get_mut(stalest) {
+                        *s = fresh;
                     }
-                }
-                if self.floors.len() < self.floors.capacity() {
-                    self.floors.push((src, session, call));
+                    stalest
                 }
             }
+        };
+        match self.seen.get_mut(i) {
+            Some(s) => {
+                s.heard_ns = now_ns;
+                s.mark(call)
+            }
+            None => true,
         }
     }
 
@@ -782,6 +807,80 @@ impl Services {
     }
 }
 
+/// The call ids of one caller seen in a window below the highest: 64-bit words of it.
+const SEEN_WORDS: usize = 16;
+/// How far below the highest call id seen a call is still told new from seen: a call this
+/// many calls older than the caller's newest is refused (it times out at its caller).
+pub const SEEN_WINDOW: u64 = 64 * SEEN_WORDS as u64;
+
+/// The call ids one caller's session has had run, as a sliding window below the highest (the
+/// anti-replay window of IPsec, RFC 4303 §3.4.3, over call ids): ids are given in order by
+/// the caller, so a window covers every call it can still have in flight.
+struct Seen {
+    src: SocketAddr,
+    session: u64,
+    /// The highest call id seen (0: none).
+    highest: u64,
+    /// Bit `k` (word `k / 64`, bit `k % 64`): call `highest - k` was seen.
+    bits: [u64; SEEN_WORDS],
+    heard_ns: u64,
+}
+
+impl Seen {
+    /// Marks `call` seen; `true` if it was not seen before and is within the window.
+    fn mark(&mut self, call: u64) -> bool {
+        if call > self.highest {
+            let shift = call - self.highest;
+            self.shift(shift);
+            self.highest = call;
+            self.set(0);
+            return true;
+        }
+        let k = self.highest - call;
+        if k >= SEEN_WINDOW || self.get(k) {
+            return false;
+        }
+        self.set(k);
+        true
+    }
+
+    /// Moves the window up by `n` ids.
+    fn shift(&mut self, n: u64) {
+        if n >= SEEN_WINDOW {
+            self.bits = [0; SEEN_WORDS];
+            return;
+        }
+        let (words, bits) = ((n / 64) as usize, (n % 64) as u32);
+        for w in (0..SEEN_WORDS).rev() {
+            let from = w.checked_sub(words);
+            let hi = from.and_then(|f| self.bits.get(f)).copied().unwrap_or(0);
+            let lo = from
+                .and_then(|f| f.checked_sub(1))
+                .and_then(|f| self.bits.get(f))
+                .copied()
+                .unwrap_or(0);
+            let word = if bits == 0 {
+                hi
+            } else {
+                (hi << bits) | (lo >> (64 - bits))
+            };
+            if let Some(slot) = self.bits.get_mut(w) {
+                *slot = word;
+            }
+        }
+    }
+
+    fn get(&self, k: u64) -> bool {
+        (self.bits.get((k / 64) as usize)).is_some_and(|w| w & (1 << (k % 64)) != 0)
+    }
+
+    fn set(&mut self, k: u64) {
+        if let Some(w) = self.bits.get_mut((k / 64) as usize) {
+            *w |= 1 << (k % 64);
+        }
+    }
+}
+
 /// The milliseconds from `now_ns` to `deadline_ns`, at most `u32::MAX`.
 fn budget_ms(deadline_ns: u64, now_ns: u64) -> u32 {
     u32::try_from(deadline_ns.saturating_sub(now_ns) / 1_000_000).unwrap_or(u32::MAX)
@@ -794,4 +893,45 @@ fn header_word(header: &[u8; HEADER_LEN], at: usize) -> [u8; 8] {
         word.copy_from_slice(src);
     }
     word
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen() -> Seen {
+        Seen {
+            src: SocketAddr::from(([127, 0, 0, 1], 1)),
+            session: 1,
+            highest: 0,
+            bits: [0; SEEN_WORDS],
+            heard_ns: 0,
+        }
+    }
+
+    /// The window against a set of every id marked.
+    #[test]
+    fn the_seen_window_runs_each_call_once_and_refuses_what_it_cannot_tell() {
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut s = seen();
+        let mut marked = std::collections::HashSet::new();
+        let mut newest = 0u64;
+        for _ in 0..20_000 {
+            // Mostly new ids in order, some resends, some far behind, some far ahead.
+            let call = match rng.u8(..10) {
+                0..=5 => newest + 1,
+                6 | 7 => newest.saturating_sub(rng.u64(..SEEN_WINDOW + 50)),
+                8 => newest + rng.u64(1..3 * SEEN_WINDOW),
+                _ => newest.saturating_sub(rng.u64(..8)),
+            }
+            .max(1);
+            let first = s.mark(call);
+            let expected = !marked.contains(&call) && call + SEEN_WINDOW > newest.max(call);
+            assert_eq!(first, expected, "call {call}, newest {newest}");
+            if first {
+                marked.insert(call);
+            }
+            newest = newest.max(call);
+        }
+    }
 }
