@@ -112,6 +112,10 @@ pub struct ServiceConfig {
     /// Calls of imported services in flight at once (default [`DEFAULT_CALLS_IN_FLIGHT`]);
     /// one datagram of memory each, allocated at start.
     pub calls_in_flight: usize,
+    /// How long a call of an imported service is resent for (default 5 s): its deadline
+    /// across the network. The local caller's own timeout ends the call for it earlier if it
+    /// is shorter (the bridge does not see that timeout).
+    pub call_timeout: Duration,
 }
 
 /// The default request limit per source IP: 10,000 requests per second, bursts of 1,000.
@@ -140,6 +144,7 @@ impl Default for ServiceConfig {
             served_calls: DEFAULT_SERVED_CALLS,
             cached_per_source: DEFAULT_CACHED_PER_SOURCE,
             calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
+            call_timeout: Duration::from_secs(5),
         }
     }
 }

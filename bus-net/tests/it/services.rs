@@ -1,0 +1,173 @@
+//! Services across two bridges over loopback: a handle on one bus calls an actor of another;
+//! each call ends once with its reply, the server's error, a panic, or a timeout when nobody
+//! serves; and a raw socket from an allowed host, which never did the handshake, is sent
+//! nothing for its requests.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use crate::fixtures::loopback;
+use llbus::{
+    Actor, Bus, CallError, Context, Message, Replies, Request, RestartLimit, Service, Setup,
+    Supervision,
+};
+use llbus_net::{encode_request, Bridge, CallMeta};
+use serde::{Deserialize, Serialize};
+use tests::{bounded, metric};
+
+/// Add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it.
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "calc.ask")]
+pub struct Ask {
+    n: u64,
+    delta: u64,
+}
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "calc.sum")]
+pub struct Sum(u64);
+
+const DROP: u64 = u64::MAX;
+const PANIC: u64 = u64::MAX - 1;
+
+fn service() -> Service<Ask, Sum> {
+    Service::named("calc.add").expect("name")
+}
+
+struct Adder {
+    replies: Replies<Sum>,
+}
+
+impl Actor for Adder {
+    type In = Request<Ask>;
+    fn on_message(&mut self, request: Request<Ask>, ctx: &mut Context<'_>) {
+        let (ask, responder) = self.replies.accept(request);
+        match ask.n {
+            DROP => drop(responder),
+            PANIC => panic!("asked to panic, holding the call"),
+            n => ctx.reply(responder, Ok(Sum(n + ask.delta))),
+        }
+    }
+}
+
+/// The server's bus: the adder and a bridge exporting its service. Returns the bus and the
+/// bridge's address.
+fn server_bus() -> (llbus::BusBuilder, SocketAddr) {
+    let mut bus = Bus::builder();
+    bus.actor("adder", |setup: &mut Setup<'_>| Adder {
+        replies: setup.replies(&service()),
+    })
+    .serves(&service())
+    .supervision(Supervision::Restart(RestartLimit {
+        max_restarts: 10,
+        within: Duration::from_secs(60),
+        delay: Duration::from_millis(1),
+    }));
+    let bridge = Bridge::bind(loopback())
+        .expect("bind")
+        .name("svc-server")
+        .export_service(&service());
+    let addr = bridge.local_addr();
+    bus.add(bridge);
+    (bus, addr)
+}
+
+/// The caller's bus: a bridge importing the service from `server`, and a handle calling it.
+fn caller_bus(server: SocketAddr) -> (llbus::BusBuilder, llbus::CallerKey<Ask, Sum>) {
+    let mut bus = Bus::builder();
+    let bridge = Bridge::bind(loopback())
+        .expect("bind")
+        .name("svc-caller")
+        .import_service(&service(), server);
+    bus.add(bridge);
+    let key = bus.caller(&service(), "client");
+    (bus, key)
+}
+
+#[test]
+fn a_call_across_two_bridges_gets_its_reply_or_the_servers_error() {
+    bounded("calls across bridges", 60, || {
+        let (server, addr) = server_bus();
+        let server = server.start().expect("server starts");
+        let (caller, key) = caller_bus(addr);
+        let mut caller = caller.start().expect("caller starts");
+        let mut client = caller.caller(key).expect("caller");
+        let t = Duration::from_secs(10);
+        for n in 0..200 {
+            assert_eq!(client.call(Ask { n, delta: 7 }, t), Ok(Sum(n + 7)));
+        }
+        assert_eq!(
+            client.call(Ask { n: DROP, delta: 0 }, t),
+            Err(CallError::Dropped)
+        );
+        assert_eq!(
+            client.call(Ask { n: PANIC, delta: 0 }, t),
+            Err(CallError::ServerPanicked)
+        );
+        // The server restarted: it answers again.
+        assert_eq!(client.call(Ask { n: 1, delta: 1 }, t), Ok(Sum(2)));
+        drop(client);
+        caller.stop();
+        let caller = caller.join().expect("caller joins");
+        server.stop();
+        let server = server.join().expect("server joins");
+        assert_eq!(metric(&server, "svc-server", "service.requests"), 203);
+        assert_eq!(metric(&server, "svc-server", "service.replies"), 203);
+        assert_eq!(metric(&caller, "svc-caller", "service.calls"), 203);
+        assert_eq!(metric(&caller, "svc-caller", "service.late"), 0);
+        assert_eq!(metric(&caller, "svc-caller", "service.timeouts"), 0);
+    });
+}
+
+#[test]
+fn a_call_with_no_server_times_out() {
+    bounded("a call with no server", 30, || {
+        // A socket nobody answers on.
+        let silent = UdpSocket::bind(loopback()).expect("bind");
+        let (caller, key) = caller_bus(silent.local_addr().expect("addr"));
+        let mut caller = caller.start().expect("caller starts");
+        let mut client = caller.caller(key).expect("caller");
+        let started = std::time::Instant::now();
+        assert_eq!(
+            client.call(Ask { n: 1, delta: 1 }, Duration::from_millis(300)),
+            Err(CallError::Timeout)
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(client);
+        caller.stop();
+        caller.join().expect("caller joins");
+    });
+}
+
+#[test]
+fn a_request_without_a_handshake_is_sent_nothing() {
+    bounded("a request without a handshake", 30, || {
+        let (server, addr) = server_bus();
+        let server = server.start().expect("server starts");
+        let raw = UdpSocket::bind(loopback()).expect("bind");
+        raw.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        let meta = CallMeta {
+            topic_id: service().name().id(),
+            fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+            session: 7,
+        };
+        let mut buf = [0u8; 256];
+        for call in 1..=20u64 {
+            let n = encode_request(&mut buf, meta, true, call, 1000, &Ask { n: 1, delta: 1 })
+                .expect("fits");
+            // Any token: the raw host has none.
+            buf[n..n + 8].copy_from_slice(&call.to_le_bytes());
+            raw.send_to(&buf[..n + 8], addr).expect("send");
+        }
+        let mut back = [0u8; 2048];
+        assert!(
+            raw.recv_from(&mut back).is_err(),
+            "an unproven source was answered"
+        );
+        server.stop();
+        let report = server.join().expect("server joins");
+        assert_eq!(metric(&report, "svc-server", "service.refused"), 20);
+        assert_eq!(metric(&report, "svc-server", "service.requests"), 0);
+    });
+}
