@@ -207,6 +207,10 @@ where
 // ---- Imported: the proxy serves the remote service locally ----
 
 struct Imported<Req, Rep> {
+    /// The service's name, for the log.
+    name: String,
+    /// Whether a request too large for a datagram was logged already.
+    warned: bool,
     from_proxy: Consumer<(u64, Req)>,
     to_proxy: Producer<Answer<Rep>>,
     /// How long a remote call may last.
@@ -227,9 +231,16 @@ where
         wire: &mut dyn Wire,
     ) -> usize {
         let deadline = now_ns.saturating_add(self.timeout_ns);
-        let to_proxy = &mut self.to_proxy;
+        let (to_proxy, name, warned) = (&mut self.to_proxy, &self.name, &mut self.warned);
         self.from_proxy.pop_batch(RING, |(key, request)| {
             if let Err(status) = endpoint.call(service, key, &request, deadline, now_ns, wire) {
+                if status == CallStatus::TooLarge && !std::mem::replace(warned, true) {
+                    log::warn!(
+                        "service '{name}': a request does not fit in one datagram (services \
+                         are not fragmented): the call ends with CallError::Dropped (counted \
+                         in too_large); make the request smaller or raise max_datagram"
+                    );
+                }
                 let _ = to_proxy.try_push((key, Err(error_of(status))));
             }
         })
@@ -305,6 +316,7 @@ where
 {
     let (to_bridge, from_proxy) = Ring::<(u64, Req)>::new(RING);
     let (to_proxy, from_bridge) = Ring::<Answer<Rep>>::new(RING);
+    let name = service.name().to_string();
     let service = service.clone();
     let mut parts = Some((to_bridge, from_bridge));
     let add: AddProxy = Box::new(move |bus: &mut BusBuilder, bridge: &str| {
@@ -327,6 +339,8 @@ where
         .tick_every(PROXY_TICK);
     });
     let port = Imported::<Req, Rep> {
+        name,
+        warned: false,
         from_proxy,
         to_proxy,
         timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),

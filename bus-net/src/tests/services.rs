@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use super::pair::{addr, handshake_as, Learned};
 use super::world::{Faults, Outbox, World, MS, SEC};
 use crate::{
-    encode_reply, encode_request, parse_datagram, BridgeConfig, CallMeta, CallStatus, Endpoint,
-    Kind, ServiceImportSpec, ServiceSpec, Sink,
+    encode_reply, encode_request, BridgeConfig, CallMeta, CallStatus, Endpoint, Kind,
+    ServiceImportSpec, ServiceSpec, Sink, HEADER_LEN, REQUEST_FIXED, TOKEN_LEN,
 };
 
 pub(crate) const SERVICE: u64 = 0x5e7c_0001;
@@ -171,6 +171,68 @@ fn a_call_gets_its_reply_and_the_servers_errors_end_it() {
 }
 
 #[test]
+fn a_call_sealed_with_a_key_gets_its_reply_and_a_keyless_forger_is_dropped() {
+    let config = super::pair::psk_config();
+    let mut w = pair(&config, lossless(), 10);
+    w.capture = Some(server_addr());
+    call(&mut w, 1, 41, SEC).expect("called");
+    w.deliver();
+    let sealed = captured_requests(&w).pop().expect("a request went out");
+    assert_ne!(sealed[5] & crate::Flags::MAC, 0, "the request is sealed");
+    serve(&mut w, |n| Ok(n + 1));
+    w.deliver();
+    assert_eq!(ends(&w), [(1, Ok(42))]);
+    // Replayed, the sealed request is dropped before it reaches the services.
+    w.inject(caller_addr(), server_addr(), sealed);
+    w.deliver();
+    assert!(w.hosts[SERVER].got.1.requests.is_empty());
+    assert_eq!(
+        w.hosts[SERVER]
+            .ep
+            .metrics()
+            .dropped(crate::DropReason::Replayed),
+        1
+    );
+    // Unsealed, a request (even with a good guess at a token) is not even parsed.
+    w.handle(
+        SERVER,
+        &forged_request(CALLER_SESSION, 2, Some(1)),
+        caller_addr(),
+    );
+    assert!(w.hosts[SERVER].got.1.requests.is_empty());
+    assert_eq!(
+        w.hosts[SERVER]
+            .ep
+            .metrics()
+            .dropped(crate::DropReason::BadMac),
+        1
+    );
+}
+
+#[test]
+fn a_request_larger_than_a_datagram_is_refused_at_once() {
+    let mut w = pair(&BridgeConfig::default(), lossless(), 11);
+    let big = vec![7u8; 2000];
+    let refused = w.act(CALLER, |ep, wire, now| {
+        ep.call(0, 1, &big, now + SEC, now, wire)
+    });
+    assert_eq!(refused, Err(CallStatus::TooLarge));
+    assert!(
+        w.hosts[CALLER].got.1.ends.is_empty(),
+        "a call refused never ends"
+    );
+    // What just fits goes: a datagram less the header, the fixed part, the token and the
+    // vector's length prefix.
+    let fits = vec![7u8; super::world::MAX - HEADER_LEN - REQUEST_FIXED - TOKEN_LEN - 8];
+    w.act(CALLER, |ep, wire, now| {
+        ep.call(0, 2, &fits, now + SEC, now, wire)
+    })
+    .expect("fits");
+    w.deliver();
+    assert_eq!(w.hosts[SERVER].got.1.requests.len(), 1);
+}
+
+#[test]
 fn a_call_with_no_server_times_out_once_at_its_deadline() {
     let config = BridgeConfig::default();
     let mut w = World::new(2);
@@ -268,14 +330,11 @@ fn every_call_ends_once_over_loss_and_duplication_both_ways() {
     assert!(w.hosts[CALLER].ep.metrics().service.resent.get() > 0);
 }
 
-/// The request datagrams the caller sent, captured on the link to the server.
+/// The request datagrams the caller sent, captured on the link to the server (byte 4 of a
+/// frame is its kind: sealed datagrams do not parse without the key).
 fn captured_requests(w: &World) -> Vec<Vec<u8>> {
     (w.captured.iter())
-        .filter(|(src, d)| {
-            *src == caller_addr()
-                && parse_datagram(d, 2000)
-                    .is_ok_and(|mut f| f.any(|f| f.header.kind == Kind::Request))
-        })
+        .filter(|(src, d)| *src == caller_addr() && d.get(4) == Some(&(Kind::Request as u8)))
         .map(|(_, d)| d.clone())
         .collect()
 }
