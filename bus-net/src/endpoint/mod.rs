@@ -279,10 +279,10 @@ impl Endpoint {
     /// [`on_timer`](Self::on_timer): [`Sink::reply`] with `key`. Allocates nothing.
     ///
     /// # Errors
-    /// [`CallStatus::Refused`] (no such service, or its server refused it),
-    /// [`CallStatus::QueueFull`] (every call slot is in flight: `ServiceConfig::calls_in_flight`),
-    /// [`CallStatus::TooLarge`] (the request does not fit in one datagram), or
-    /// [`CallStatus::Dropped`] (it cannot be encoded): the call was not made.
+    /// [`CallStatus::Refused`](crate::CallStatus::Refused) (no such service, or its server refused it),
+    /// [`CallStatus::QueueFull`](crate::CallStatus::QueueFull) (every call slot is in flight: `ServiceConfig::calls_in_flight`),
+    /// [`CallStatus::TooLarge`](crate::CallStatus::TooLarge) (the request does not fit in one datagram), or
+    /// [`CallStatus::Dropped`](crate::CallStatus::Dropped) (it cannot be encoded): the call was not made.
     pub fn call<T: serde::Serialize + ?Sized>(
         &mut self,
         service: usize,
