@@ -1,7 +1,8 @@
 //! Services across two bridges over loopback: a handle on one bus calls an actor of another;
 //! each call ends once with its reply, the server's error, a panic, or a timeout when nobody
-//! serves; and a raw socket from an allowed host, which never did the handshake, is sent
-//! nothing for its requests.
+//! serves. Raw sockets of an allowed host against the server's bridge: requests without the
+//! handshake are sent nothing; a flood of requests after it draws no more reply bytes than the
+//! host's budget (1 MiB at once, 4 MiB/s after).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -11,7 +12,10 @@ use llbus::{
     Actor, Bus, CallError, Context, Message, Replies, Request, RestartLimit, Service, Setup,
     Supervision,
 };
-use llbus_net::{encode_request, Bridge, CallMeta};
+use llbus_net::{
+    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, Control, Cookie,
+    DEFAULT_MAX_DATAGRAM,
+};
 use serde::{Deserialize, Serialize};
 use tests::{bounded, metric};
 
@@ -169,5 +173,128 @@ fn a_request_without_a_handshake_is_sent_nothing() {
         let report = server.join().expect("server joins");
         assert_eq!(metric(&report, "svc-server", "service.refused"), 20);
         assert_eq!(metric(&report, "svc-server", "service.requests"), 0);
+    });
+}
+
+/// A page of bytes: a reply that fills most of a datagram.
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "calc.page")]
+pub struct Page(Vec<u8>);
+
+fn pages() -> Service<Ask, Page> {
+    Service::named("calc.page").expect("name")
+}
+
+/// Answers every call with a 1300-byte page.
+struct Pager {
+    replies: Replies<Page>,
+    page: Vec<u8>,
+}
+
+impl Actor for Pager {
+    type In = Request<Ask>;
+    fn on_message(&mut self, request: Request<Ask>, ctx: &mut Context<'_>) {
+        let (_, responder) = self.replies.accept(request);
+        ctx.reply(responder, Ok(Page(self.page.clone())));
+    }
+}
+
+/// A Subscribe to the pages service (session 7), with `cookie` if it has one.
+fn subscribe_pages(nonce: u64, cookie: Option<Cookie>) -> Vec<u8> {
+    let mut buf = [0u8; 256];
+    let mut enc = BatchEncoder::new(&mut buf);
+    enc.push_control(&Control::Subscribe {
+        topic_id: pages().name().id(),
+        fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+        session: 7,
+        nonce,
+        cookie,
+    })
+    .expect("fits");
+    enc.as_bytes().to_vec()
+}
+
+/// The control frame `raw` receives next.
+fn answer(raw: &UdpSocket) -> Control {
+    let mut buf = [0u8; 2048];
+    let n = raw.recv(&mut buf).expect("an answer");
+    let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
+        .expect("parses")
+        .next()
+        .expect("a frame");
+    Control::from_frame(&frame).expect("a control frame")
+}
+
+#[test]
+fn a_request_flood_draws_no_more_reply_bytes_than_its_hosts_budget() {
+    bounded("a request flood", 60, || {
+        let mut bus = Bus::builder();
+        bus.actor("pager", |setup: &mut Setup<'_>| Pager {
+            replies: setup.replies(&pages()),
+            page: vec![0xab; 1300],
+        })
+        .serves(&pages());
+        let bridge = Bridge::bind(loopback())
+            .expect("bind")
+            .name("svc-pages")
+            .export_service(&pages());
+        let addr = bridge.local_addr();
+        bus.add(bridge);
+        let server = bus.start().expect("server starts");
+
+        // The raw host proves its address and learns its token, as any caller does.
+        let raw = UdpSocket::bind(loopback()).expect("bind");
+        raw.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        raw.connect(addr).expect("connect");
+        raw.send(&subscribe_pages(1, None)).expect("send");
+        let Control::CookieChallenge { cookie, .. } = answer(&raw) else {
+            panic!("no challenge");
+        };
+        raw.send(&subscribe_pages(2, Some(cookie))).expect("send");
+        let Control::SubscribeAck { token, .. } = answer(&raw) else {
+            panic!("not admitted");
+        };
+        raw.set_nonblocking(true).expect("non-blocking");
+
+        let meta = CallMeta {
+            topic_id: pages().name().id(),
+            fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+            session: 7,
+        };
+        let started = std::time::Instant::now();
+        let mut received = 0usize;
+        let mut buf = [0u8; 256];
+        let mut back = [0u8; 2048];
+        for call in 1..=4000u64 {
+            let n = encode_request(&mut buf, meta, true, call, 5000, &Ask { n: call, delta: 0 })
+                .expect("fits");
+            buf[n..n + 8].copy_from_slice(&token.to_le_bytes());
+            let _ = raw.send(&buf[..n + 8]);
+            while let Ok(n) = raw.recv(&mut back) {
+                received += n;
+            }
+        }
+        let quiet = std::time::Instant::now() + Duration::from_millis(500);
+        while std::time::Instant::now() < quiet {
+            match raw.recv(&mut back) {
+                Ok(n) => received += n,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        server.stop();
+        let report = server.join().expect("server joins");
+        let elapsed = started.elapsed();
+        // The bound: the burst, and the rate over everything the flood and its answers took.
+        let budget = (1usize << 20) + ((4u128 << 20) * elapsed.as_nanos() / 1_000_000_000) as usize;
+        let sent = metric(&report, "svc-pages", "bytes_out") as usize;
+        assert!(
+            received <= budget && sent <= budget + 1024,
+            "{received} reply bytes received ({sent} sent) in {elapsed:?}: over the budget of {budget}"
+        );
+        assert!(
+            metric(&report, "svc-pages", "service.over_budget") > 0,
+            "the flood never reached the budget ({sent} bytes sent in {elapsed:?})"
+        );
     });
 }
