@@ -1,6 +1,8 @@
 //! Services across two bridges over loopback: a handle on one bus calls an actor of another;
 //! each call ends once with its reply, the server's error, a panic, or a timeout when nobody
-//! serves. Raw sockets of an allowed host against the server's bridge: requests without the
+//! serves. Raw sockets of an allowed host: replies forged to the caller's bridge (from the
+//! host's own address, and spoofing the server's with the host's own token) end nothing;
+//! against the server's bridge, requests without the
 //! handshake are sent nothing; a flood of requests after it draws no more reply bytes than the
 //! host's budget (here 64 KiB at once, 256 KiB/s after, so that any machine's flood reaches
 //! it; the default's 1 MiB and 4 MiB/s are checked exactly on the simulated network,
@@ -15,8 +17,8 @@ use llbus::{
     Supervision,
 };
 use llbus_net::{
-    encode_request, parse_datagram, BatchEncoder, Bridge, BridgeConfig, CallMeta, Control, Cookie,
-    ServiceConfig, DEFAULT_MAX_DATAGRAM,
+    encode_reply, encode_request, parse_datagram, BatchEncoder, Bridge, BridgeConfig, CallMeta,
+    Control, Cookie, ServiceConfig, DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
 use tests::{bounded, metric};
@@ -35,6 +37,8 @@ pub struct Sum(u64);
 
 const DROP: u64 = u64::MAX;
 const PANIC: u64 = u64::MAX - 1;
+/// Answered 300 ms later (the server's next tick after that), by `delta`.
+const LATER: u64 = u64::MAX - 2;
 
 fn service() -> Service<Ask, Sum> {
     Service::named("calc.add").expect("name")
@@ -42,6 +46,7 @@ fn service() -> Service<Ask, Sum> {
 
 struct Adder {
     replies: Replies<Sum>,
+    later: Vec<(std::time::Instant, llbus::Responder<Sum>, u64)>,
 }
 
 impl Actor for Adder {
@@ -51,7 +56,18 @@ impl Actor for Adder {
         match ask.n {
             DROP => drop(responder),
             PANIC => panic!("asked to panic, holding the call"),
+            LATER => {
+                let at = std::time::Instant::now() + Duration::from_millis(300);
+                self.later.push((at, responder, ask.delta));
+            }
             n => ctx.reply(responder, Ok(Sum(n + ask.delta))),
+        }
+    }
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        let now = std::time::Instant::now();
+        while let Some(i) = self.later.iter().position(|(at, _, _)| *at <= now) {
+            let (_, responder, delta) = self.later.swap_remove(i);
+            ctx.reply(responder, Ok(Sum(delta)));
         }
     }
 }
@@ -62,8 +78,10 @@ fn server_bus() -> (llbus::BusBuilder, SocketAddr) {
     let mut bus = Bus::builder();
     bus.actor("adder", |setup: &mut Setup<'_>| Adder {
         replies: setup.replies(&service()),
+        later: Vec::new(),
     })
     .serves(&service())
+    .tick_every(Duration::from_millis(10))
     .supervision(Supervision::Restart(RestartLimit {
         max_restarts: 10,
         within: Duration::from_secs(60),
@@ -80,14 +98,23 @@ fn server_bus() -> (llbus::BusBuilder, SocketAddr) {
 
 /// The caller's bus: a bridge importing the service from `server`, and a handle calling it.
 fn caller_bus(server: SocketAddr) -> (llbus::BusBuilder, llbus::CallerKey<Ask, Sum>) {
+    caller_bus_at(server).0
+}
+
+/// [`caller_bus`], and the caller's bridge's address.
+#[allow(clippy::type_complexity)]
+fn caller_bus_at(
+    server: SocketAddr,
+) -> ((llbus::BusBuilder, llbus::CallerKey<Ask, Sum>), SocketAddr) {
     let mut bus = Bus::builder();
     let bridge = Bridge::bind(loopback())
         .expect("bind")
         .name("svc-caller")
         .import_service(&service(), server);
+    let addr = bridge.local_addr();
     bus.add(bridge);
     let key = bus.caller(&service(), "client");
-    (bus, key)
+    ((bus, key), addr)
 }
 
 #[test]
@@ -201,12 +228,12 @@ impl Actor for Pager {
     }
 }
 
-/// A Subscribe to the pages service (session 7), with `cookie` if it has one.
-fn subscribe_pages(nonce: u64, cookie: Option<Cookie>) -> Vec<u8> {
+/// A Subscribe to the service of id `topic_id` (session 7), with `cookie` if it has one.
+fn subscribe_to(topic_id: u64, nonce: u64, cookie: Option<Cookie>) -> Vec<u8> {
     let mut buf = [0u8; 256];
     let mut enc = BatchEncoder::new(&mut buf);
     enc.push_control(&Control::Subscribe {
-        topic_id: pages().name().id(),
+        topic_id,
         fingerprint: <Request<Ask> as Message>::FINGERPRINT,
         session: 7,
         nonce,
@@ -214,6 +241,21 @@ fn subscribe_pages(nonce: u64, cookie: Option<Cookie>) -> Vec<u8> {
     })
     .expect("fits");
     enc.as_bytes().to_vec()
+}
+
+/// Subscribes `raw` (connected to a server's bridge) to the service of id `topic_id` by the
+/// handshake, as any caller does: returns the server's session and `raw`'s token.
+fn handshake(raw: &UdpSocket, topic_id: u64) -> (u64, u64) {
+    raw.send(&subscribe_to(topic_id, 1, None)).expect("send");
+    let Control::CookieChallenge { cookie, .. } = answer(raw) else {
+        panic!("no challenge");
+    };
+    raw.send(&subscribe_to(topic_id, 2, Some(cookie)))
+        .expect("send");
+    let Control::SubscribeAck { session, token, .. } = answer(raw) else {
+        panic!("not admitted");
+    };
+    (session, token)
 }
 
 /// The control frame `raw` receives next.
@@ -257,14 +299,7 @@ fn a_request_flood_draws_no_more_reply_bytes_than_its_hosts_budget() {
         raw.set_read_timeout(Some(Duration::from_secs(2)))
             .expect("timeout");
         raw.connect(addr).expect("connect");
-        raw.send(&subscribe_pages(1, None)).expect("send");
-        let Control::CookieChallenge { cookie, .. } = answer(&raw) else {
-            panic!("no challenge");
-        };
-        raw.send(&subscribe_pages(2, Some(cookie))).expect("send");
-        let Control::SubscribeAck { token, .. } = answer(&raw) else {
-            panic!("not admitted");
-        };
+        let (_, token) = handshake(&raw, pages().name().id());
         raw.set_nonblocking(true).expect("non-blocking");
 
         let meta = CallMeta {
@@ -306,5 +341,74 @@ fn a_request_flood_draws_no_more_reply_bytes_than_its_hosts_budget() {
             metric(&report, "svc-pages", "service.over_budget") > 0,
             "the flood never reached the budget ({sent} bytes sent in {elapsed:?})"
         );
+    });
+}
+
+/// A Reply of the service to call `call`, under `session`, ending with `token`.
+fn forged_reply(session: u64, call: u64, token: u64) -> Vec<u8> {
+    let meta = CallMeta {
+        topic_id: service().name().id(),
+        fingerprint: <llbus::Reply<Sum> as Message>::FINGERPRINT,
+        session,
+    };
+    let mut buf = [0u8; 256];
+    let n = encode_reply(&mut buf, meta, true, call, Ok(&Sum(666))).expect("fits");
+    let mut d = buf[..n].to_vec();
+    d.extend_from_slice(&token.to_le_bytes());
+    d
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_forged_reply_to_another_callers_call_ends_nothing_requires_root() {
+    let Some(mut spoofer) = tests::spoof::RawSender::for_test("a_forged_reply") else {
+        return;
+    };
+    bounded("a forged reply", 30, move || {
+        let (server, server_addr) = server_bus();
+        let server = server.start().expect("server starts");
+        let ((caller, key), caller_addr) = caller_bus_at(server_addr);
+        let mut caller = caller.start().expect("caller starts");
+        let mut client = caller.caller(key).expect("caller");
+        let t = Duration::from_secs(10);
+        assert_eq!(client.call(Ask { n: 1, delta: 1 }, t), Ok(Sum(2)), "call 1");
+        // Call 2 is held 300 ms by the server; meanwhile an allowed host that did its own
+        // handshake (so knows the server's session, and a token: its own) forges replies to
+        // calls 1 to 8, from its own address and from the server's.
+        let call = std::thread::spawn(move || {
+            let r = client.call(
+                Ask {
+                    n: LATER,
+                    delta: 40,
+                },
+                t,
+            );
+            (client, r)
+        });
+        let raw = UdpSocket::bind(loopback()).expect("bind");
+        raw.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        raw.connect(server_addr).expect("connect");
+        let (session, token) = handshake(&raw, service().name().id());
+        let (SocketAddr::V4(from_server), SocketAddr::V4(to_caller)) = (server_addr, caller_addr)
+        else {
+            panic!("loopback is IPv4");
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        for call_id in 1..=8 {
+            let d = forged_reply(session, call_id, token);
+            raw.send_to(&d, caller_addr).expect("send");
+            spoofer.send(from_server, to_caller, &d).expect("spoof");
+        }
+        let (client, r) = call.join().expect("the call's thread");
+        assert_eq!(r, Ok(Sum(40)), "the genuine reply, not a forged one");
+        drop(client);
+        caller.stop();
+        let report = caller.join().expect("caller joins");
+        server.stop();
+        server.join().expect("server joins");
+        assert_eq!(metric(&report, "svc-caller", "drop.unknown_sender"), 8);
+        assert_eq!(metric(&report, "svc-caller", "drop.bad_token"), 8);
+        assert_eq!(metric(&report, "svc-caller", "service.late"), 0);
     });
 }
