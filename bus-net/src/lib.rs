@@ -31,7 +31,9 @@
 //!   sequence number. Its figures (datagrams, messages and bytes in and out; lost, duplicate,
 //!   reordered; drops by reason; subscribers per topic) are named metrics of its actor in the
 //!   bus's report. [`Bridge::direct`] sends a topic from the publishing actor's own thread
-//!   instead, skipping the ring. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
+//!   instead, skipping the ring. [`Bridge::export_service`] and [`Bridge::import_service`] call a
+//!   service (`llbus::Service`) of one bus from another: one `Request` and one `Reply`
+//!   datagram per call, under the topics' handshake and a per-host reply byte budget. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
 //!   On a shared network it admits only subscribers that proved their address with a cookie,
 //!   from its allowlist (loopback by default), rate-limits control traffic per source (renewals
 //!   included), caps subscribers per topic and per host, binds every handshake answer to its

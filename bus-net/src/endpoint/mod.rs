@@ -15,6 +15,9 @@
 //! - `subscriber.rs` ([`SubscriberSide`]): every import (`import.rs`: its session machine,
 //!   reliable receiver, reassembler and NAK nonces) and the schema fetches (`schema.rs`);
 //! - `discovery.rs` ([`Discovery`]): announcements, queries, and the imports it adds;
+//! - `service.rs` ([`Services`]): services across hosts: the calls of served services
+//!   (admitted from proven subscribers, run once, answered out of a per-host reply budget)
+//!   and of imported ones (resent until their deadline, each ending once);
 //! - `compat.rs` ([`Compat`]): the ll-udp-pubsub v0.1 sockets, an endpoint of its own;
 //! - `multicast.rs`: the rules of multicast data and group retransmission, over one export or
 //!   one import;
