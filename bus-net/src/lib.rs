@@ -31,7 +31,9 @@
 //!   sequence number. Its figures (datagrams, messages and bytes in and out; lost, duplicate,
 //!   reordered; drops by reason; subscribers per topic) are named metrics of its actor in the
 //!   bus's report. [`Bridge::direct`] sends a topic from the publishing actor's own thread
-//!   instead, skipping the ring. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
+//!   instead, skipping the ring. [`Bridge::export_service`] and [`Bridge::import_service`] call a
+//!   service (`llbus::Service`) of one bus from another: one `Request` and one `Reply`
+//!   datagram per call, under the topics' handshake and a per-host reply byte budget. `export_compat`/`import_compat` speak ll-udp-pubsub v0.1.
 //!   On a shared network it admits only subscribers that proved their address with a cookie,
 //!   from its allowlist (loopback by default), rate-limits control traffic per source (renewals
 //!   included), caps subscribers per topic and per host, binds every handshake answer to its
@@ -189,6 +191,10 @@ pub use protocol::schema::{
     SchemaReply, SchemaRequest, MAX_SCHEMA_LEN, SCHEMA_REPLY_FIXED, SCHEMA_REQUEST_FIXED,
 };
 pub use protocol::seq::{JumpGuard, LatePolicy, LossCounts, SeqTracker, Verdict, MAX_JUMP, WINDOW};
+pub use protocol::service::{
+    encode_reply, encode_request, CallMeta, CallStatus, ReplyFrame, RequestFrame, REPLY_FIXED,
+    REQUEST_FIXED,
+};
 pub use protocol::subscribers::{
     Host, Renewal, Subscriber, SubscriberTable, DEFAULT_SUBSCRIBERS_PER_HOST,
     DEFAULT_SUBSCRIBERS_PER_TOPIC, DEFAULT_SUBSCRIBER_TIMEOUT,
@@ -210,15 +216,18 @@ pub use session::{canonical, is_answerable, Replies};
 mod endpoint;
 pub use endpoint::{
     DiscoverPattern, DiscoverSpec, DiscoveryCounts, EncodedShape, Endpoint, Event, ExportBatch,
-    ExportSpec, GroupRepairCounts, ImportSpec, Origin, SchemaFailure, Sink, Wire, EVENT_QUEUE,
-    MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
+    ExportSpec, GroupRepairCounts, ImportSpec, Origin, SchemaFailure, ServiceImportSpec,
+    ServiceSpec, Sink, Wire, EVENT_QUEUE, MAX_SCHEMA_FETCHES, RESEND_FIRST_NS, RESEND_MAX_NS,
+    SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS, SEEN_WINDOW,
 };
 
 mod bridge;
 mod io;
 pub use bridge::{
     Bridge, BridgeActor, BridgeConfig, BridgeStatus, DirectError, DirectSender, Discovered,
-    DiscoveryConfig, Missed, MulticastConfig, SocketWire, DEFAULT_DISCOVERY_GROUP,
+    DiscoveryConfig, Missed, MulticastConfig, ServiceConfig, SocketWire, DEFAULT_CACHED_PER_SOURCE,
+    DEFAULT_CALLS_IN_FLIGHT, DEFAULT_DISCOVERY_GROUP, DEFAULT_REPLY_RATE, DEFAULT_REQUEST_LIMIT,
+    DEFAULT_SERVED_CALLS,
 };
 pub use io::{
     new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,

@@ -15,6 +15,7 @@ use llbus::{Actor, Context, LatestWriter, Setup};
 
 use super::direct::Destinations;
 use super::ports::{CompatExportPort, CompatImportPort, ExportPort, ImportPort};
+use super::services::{ImportedPort, ServedPort};
 use super::wire::SocketWire;
 use super::{BridgeStatus, Parts};
 use crate::endpoint::metrics::NetMetrics;
@@ -95,10 +96,13 @@ impl Socket {
     }
 }
 
-/// Where the endpoint's messages go: decoded by their import's port and published.
+/// Where the endpoint's messages go: decoded by their import's port and published; the
+/// services' requests and call ends, to their proxies.
 struct BusSink<'a, 'b> {
     imports: &'a mut [Box<dyn ImportPort>],
     compat: &'a mut [(Box<dyn CompatImportPort>, Socket)],
+    served: &'a mut [Box<dyn ServedPort>],
+    imported: &'a mut [Box<dyn ImportedPort>],
     ctx: &'a mut Context<'b>,
     recv_max: usize,
 }
@@ -116,6 +120,25 @@ impl Sink for BusSink<'_, '_> {
         match self.compat.get_mut(import) {
             Some((port, _)) => port.deliver(datagram, self.recv_max, self.ctx),
             None => Err(DropReason::UnknownTopic),
+        }
+    }
+
+    fn request(
+        &mut self,
+        service: usize,
+        key: u64,
+        budget_ms: u32,
+        body: &[u8],
+    ) -> Result<(), crate::CallStatus> {
+        match self.served.get_mut(service) {
+            Some(port) => port.deliver(key, budget_ms, body),
+            None => Err(crate::CallStatus::Refused),
+        }
+    }
+
+    fn reply(&mut self, service: usize, key: u64, result: Result<&[u8], crate::CallStatus>) {
+        if let Some(port) = self.imported.get_mut(service) {
+            port.ended(key, result);
         }
     }
 }
@@ -147,6 +170,9 @@ pub struct BridgeActor {
     imports: Vec<Box<dyn ImportPort>>,
     compat_exports: Vec<(Box<dyn CompatExportPort>, Socket)>,
     compat_imports: Vec<(Box<dyn CompatImportPort>, Socket)>,
+    /// The services' ports, in the endpoint's order of served and imported services.
+    served: Vec<Box<dyn ServedPort>>,
+    imported: Vec<Box<dyn ImportedPort>>,
     /// Each direct topic's list of subscribers, in the endpoint's order of directs.
     direct_lists: Vec<LatestWriter<Destinations>>,
     metrics: NetMetrics,
@@ -195,10 +221,15 @@ impl BridgeActor {
             compat_exports,
             compat_imports,
             directs,
+            served,
+            imported,
+            proxies: _,
             session,
             status,
             group,
         } = parts;
+        let (served_specs, served): (Vec<_>, Vec<_>) = served.into_iter().unzip();
+        let (imported_specs, imported): (Vec<_>, Vec<_>) = imported.into_iter().unzip();
         let mut export_specs = Vec::with_capacity(exports.len());
         let export_ports: Vec<Box<dyn ExportPort>> = exports
             .into_iter()
@@ -294,7 +325,8 @@ impl BridgeActor {
             import_specs,
             direct_topics,
         )
-        .with_metrics(|name| setup.metric(name));
+        .with_metrics(|name| setup.metric(name))
+        .with_services(served_specs, imported_specs);
         if let Some(discovery) = &config.discovery {
             endpoint = endpoint
                 .with_discovery(discovery, socket.local_addr(), discover_specs)
@@ -351,6 +383,8 @@ impl BridgeActor {
             imports: import_ports,
             compat_exports,
             compat_imports,
+            served,
+            imported,
             direct_lists,
             subscriber_gauges,
             discovery_metrics,
@@ -364,14 +398,21 @@ impl BridgeActor {
         u64::try_from(now.duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Pumps every export. Returns messages taken.
-    fn pump(&mut self) -> usize {
+    /// Pumps every export, and the services' calls and answers. Returns messages taken.
+    fn pump(&mut self, now: Instant) -> usize {
         let mut work = 0;
+        let now_ns = self.now_ns(now);
         let mut wire = self.socket.wire(&mut self.send);
         for (i, port) in self.exports.iter_mut().enumerate() {
             if let Some(mut batch) = self.endpoint.export(i, &mut wire) {
                 work += port.pump(&mut batch, BUDGET);
             }
+        }
+        for port in &mut self.served {
+            work += port.pump(&mut self.endpoint, now_ns, &mut wire);
+        }
+        for (i, port) in self.imported.iter_mut().enumerate() {
+            work += port.pump(i, &mut self.endpoint, now_ns, &mut wire);
         }
         for (k, (port, socket)) in self.compat_exports.iter_mut().enumerate() {
             let mut wire = socket.wire(&mut self.send);
@@ -387,6 +428,8 @@ impl BridgeActor {
         let mut sink = BusSink {
             imports: &mut self.imports,
             compat: &mut self.compat_imports,
+            served: &mut self.served,
+            imported: &mut self.imported,
             ctx,
             recv_max: self.recv_max,
         };
@@ -438,6 +481,8 @@ impl BridgeActor {
             let mut sink = BusSink {
                 imports: &mut self.imports,
                 compat: &mut self.compat_imports,
+                served: &mut self.served,
+                imported: &mut self.imported,
                 ctx: &mut *ctx,
                 recv_max: self.recv_max,
             };
@@ -746,14 +791,14 @@ impl Actor for BridgeActor {
         // this round's receive system calls. NB: receiving first would add an empty receive
         // system call to every same-thread round trip (the `udp` suite; docs/PERFORMANCE.md,
         // "Where the round trip goes").
-        let mut work = self.pump();
+        let mut work = self.pump(ctx.now());
         work += self.receive(ctx);
         work
     }
 
-    fn drain(&mut self, _ctx: &mut Context<'_>) -> usize {
+    fn drain(&mut self, ctx: &mut Context<'_>) -> usize {
         // Stopping: send what the bus still holds for us, take nothing new from the network.
-        self.pump()
+        self.pump(ctx.now())
     }
 
     fn on_tick(&mut self, ctx: &mut Context<'_>) {
@@ -762,6 +807,8 @@ impl Actor for BridgeActor {
         let mut sink = BusSink {
             imports: &mut self.imports,
             compat: &mut self.compat_imports,
+            served: &mut self.served,
+            imported: &mut self.imported,
             ctx: &mut *ctx,
             recv_max: self.recv_max,
         };

@@ -85,6 +85,68 @@ pub struct BridgeConfig {
     /// Multicast data: the TTL and interface of exports' group datagrams
     /// (`Bridge::export_multicast`), and whether imports receive groups at all.
     pub multicast: MulticastConfig,
+    /// Services across hosts (`Bridge::export_service`, `Bridge::import_service`): the
+    /// request rate and reply byte budget per caller host, and the tables of calls.
+    pub services: ServiceConfig,
+}
+
+/// How a bridge serves and calls services across hosts (`docs/PROTOCOL.md`, "Services").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// Requests per second (and burst) accepted per source IP address, duplicates included
+    /// (default [`DEFAULT_REQUEST_LIMIT`]: 10,000/s, burst 1,000).
+    pub request_limit: RateLimit,
+    /// Reply bytes per second, and the burst, sent per caller host (IP address), resends
+    /// included (default [`DEFAULT_REPLY_RATE`]: 4 MiB/s, burst 1 MiB). A reply over it is
+    /// not sent: the call ends with an `OverBudget` error frame if that fits, else times out.
+    pub reply_rate: (u64, u64),
+    /// Calls served at once, in progress or answered and kept for a resend (default
+    /// [`DEFAULT_SERVED_CALLS`]); one datagram of memory each, allocated at start.
+    pub served_calls: usize,
+    /// Answered calls kept per caller address for its resends (default
+    /// [`DEFAULT_CACHED_PER_SOURCE`], 64); the oldest goes first. A caller whose reply was
+    /// lost and whose call was forgotten before its resend came gets no reply (the call is
+    /// never run twice): it times out. So this should cover the calls one caller has
+    /// answered within its resend backoff.
+    pub cached_per_source: usize,
+    /// Calls of imported services in flight at once (default [`DEFAULT_CALLS_IN_FLIGHT`]);
+    /// one datagram of memory each, allocated at start.
+    pub calls_in_flight: usize,
+    /// How long a call of an imported service is resent for (default 5 s): its deadline
+    /// across the network. The local caller's own timeout ends the call for it earlier if it
+    /// is shorter (the bridge does not see that timeout).
+    pub call_timeout: Duration,
+}
+
+/// The default request limit per source IP: 10,000 requests per second, bursts of 1,000.
+pub const DEFAULT_REQUEST_LIMIT: RateLimit = RateLimit {
+    per_second: 10_000,
+    burst: 1_000,
+};
+
+/// The default reply byte budget per caller host: 4 MiB per second, bursts of 1 MiB.
+pub const DEFAULT_REPLY_RATE: (u64, u64) = (4 << 20, 1 << 20);
+
+/// The default number of calls a bridge serves at once.
+pub const DEFAULT_SERVED_CALLS: usize = 256;
+
+/// The default number of answered calls kept per caller address.
+pub const DEFAULT_CACHED_PER_SOURCE: usize = 64;
+
+/// The default number of calls of imported services in flight at once.
+pub const DEFAULT_CALLS_IN_FLIGHT: usize = 256;
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            request_limit: DEFAULT_REQUEST_LIMIT,
+            reply_rate: DEFAULT_REPLY_RATE,
+            served_calls: DEFAULT_SERVED_CALLS,
+            cached_per_source: DEFAULT_CACHED_PER_SOURCE,
+            calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
+            call_timeout: Duration::from_secs(5),
+        }
+    }
 }
 
 /// How a bridge sends and receives multicast data (`docs/PROTOCOL.md`, "Multicast data").
@@ -195,6 +257,7 @@ impl Default for BridgeConfig {
             mac_data: true,
             discovery: None,
             multicast: MulticastConfig::default(),
+            services: ServiceConfig::default(),
         }
     }
 }

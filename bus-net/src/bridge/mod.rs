@@ -6,6 +6,7 @@
 //!   rings and the sans-IO [`Endpoint`](crate::Endpoint), which makes every protocol decision.
 //! - `ports`: one typed port per exported or imported topic (native and compat).
 //! - `direct`: a topic sent from the publishing actor's own thread.
+//! - `services`: each exported or imported service's port and proxy actor.
 //! - `wire`: a UDP socket as the endpoint's [`Wire`](crate::Wire).
 //!
 //! The bridge joins the two lower layers to the bus. Exports take the rings the bus made for
@@ -19,10 +20,15 @@ mod actor;
 mod config;
 mod direct;
 mod ports;
+mod services;
 mod wire;
 
 pub use actor::BridgeActor;
-pub use config::{BridgeConfig, DiscoveryConfig, MulticastConfig, DEFAULT_DISCOVERY_GROUP};
+pub use config::{
+    BridgeConfig, DiscoveryConfig, MulticastConfig, ServiceConfig, DEFAULT_CACHED_PER_SOURCE,
+    DEFAULT_CALLS_IN_FLIGHT, DEFAULT_DISCOVERY_GROUP, DEFAULT_REPLY_RATE, DEFAULT_REQUEST_LIMIT,
+    DEFAULT_SERVED_CALLS,
+};
 use direct::DirectPort;
 pub use direct::{DirectError, DirectSender};
 pub use wire::SocketWire;
@@ -31,7 +37,9 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use llbus::{ActorBuilder, BusBuilder, Component, Message, Setup, Topic, TopicName, TopicPattern};
+use llbus::{
+    ActorBuilder, BusBuilder, Component, Message, Service, Setup, Topic, TopicName, TopicPattern,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -39,9 +47,11 @@ use self::ports::{
     CompatExport, CompatExportPort, CompatImport, CompatImportPort, Export, ExportPort, Import,
     ImportPort,
 };
+use self::services::{AddProxy, ImportedPort, ServedPort};
 use crate::endpoint::{mac_of, EncodedShape};
 use crate::session::canonical;
 use crate::{new_session_id, Allowlist, UdpEndpoint};
+use crate::{ServiceImportSpec, ServiceSpec};
 
 /// What a running bridge reports outside the bus: errors a user must see (a subscription
 /// refused for good names the topic and both fingerprints; a socket that failed names the
@@ -315,6 +325,9 @@ impl Bridge {
                 compat_exports: Vec::new(),
                 compat_imports: Vec::new(),
                 directs: Vec::new(),
+                served: Vec::new(),
+                imported: Vec::new(),
+                proxies: Vec::new(),
                 session: new_session_id(),
                 status: BridgeStatus::default(),
                 group: None,
@@ -412,6 +425,78 @@ impl Bridge {
     /// A handle on the errors the bridge reports while it runs.
     pub fn status(&self) -> BridgeStatus {
         self.parts.status.clone()
+    }
+
+    /// Lets remote callers call `service`, which an actor of the local bus serves: a bridge
+    /// elsewhere that [`import_service`](Self::import_service)s it subscribes to it by the
+    /// handshake (this bridge's allowlist and limits apply) and each of its calls is made on
+    /// the local bus, once, by a proxy actor of this bridge (`NAME.calls.SERVICE`, on the
+    /// thread `NAME.services`), with the caller's remaining time as its timeout. Replies go
+    /// back out of the caller host's reply budget ([`ServiceConfig`]); see
+    /// `docs/PROTOCOL.md`, "Services".
+    pub fn export_service<Req, Rep>(mut self, service: &Service<Req, Rep>) -> Self
+    where
+        Req: Message + DeserializeOwned + Clone,
+        Rep: Message + Serialize + Clone,
+    {
+        let (port, proxy) = services::export(service);
+        self.parts.served.push((
+            ServiceSpec {
+                service: Arc::from(service.name().as_str()),
+                topic_id: service.name().id(),
+                request_fingerprint: <llbus::Request<Req> as Message>::FINGERPRINT,
+                reply_fingerprint: <llbus::Reply<Rep> as Message>::FINGERPRINT,
+                allow: None,
+            },
+            port,
+        ));
+        self.parts.proxies.push(proxy);
+        self
+    }
+
+    /// Serves `service` on the local bus by calling it at the bridge at `server`, which
+    /// [`export_service`](Self::export_service)s it: a proxy actor of this bridge
+    /// (`NAME.serves.SERVICE`, on the thread `NAME.services`) serves it, and each call goes to
+    /// the server as a request, resent on a backoff until its reply or
+    /// [`ServiceConfig::call_timeout`]. A call ends with the remote reply, or with the remote
+    /// error; `CallError::Timeout` when no reply came in time, `CallError::Stopped` when the
+    /// server refuses the service (unknown there, or of other types), `CallError::QueueFull`
+    /// when the server (or this bridge) has too many calls in flight, or the reply was over
+    /// this host's reply budget there, `CallError::Dropped` when the request or the reply does
+    /// not fit in one datagram. A local caller's own timeout ends its call first if shorter.
+    pub fn import_service<Req, Rep>(
+        mut self,
+        service: &Service<Req, Rep>,
+        server: SocketAddr,
+    ) -> Self
+    where
+        Req: Message + Serialize + Clone,
+        Rep: Message + DeserializeOwned + Clone,
+    {
+        let server = canonical(server);
+        let local = self.parts.endpoint.local_addr();
+        if !reachable(local, server) {
+            self.family_errors.push(format!(
+                "bridge '{}': the import of service '{}' from {server} cannot work: the bridge \
+                 is bound to {local}, which cannot reach that address family; bind the bridge \
+                 to [::] or to an address of the server's family",
+                self.name,
+                service.name(),
+            ));
+        }
+        let (port, proxy) = services::import(service, self.parts.config.services.call_timeout);
+        self.parts.imported.push((
+            ServiceImportSpec {
+                service: Arc::from(service.name().as_str()),
+                topic_id: service.name().id(),
+                request_fingerprint: <llbus::Request<Req> as Message>::FINGERPRINT,
+                reply_fingerprint: <llbus::Reply<Rep> as Message>::FINGERPRINT,
+                server,
+            },
+            port,
+        ));
+        self.parts.proxies.push(proxy);
+        self
     }
 
     /// Serves topic `T` of the local bus to remote subscribers.
@@ -856,6 +941,10 @@ impl Component for Bridge {
         let patterns: Vec<(PatternDeclare, TopicPattern)> = (parts.matching.iter())
             .map(|m| (m.declare, m.pattern.clone()))
             .collect();
+        // The services' proxies first: the bridge's builder borrows the bus until the end.
+        for add in std::mem::take(&mut parts.proxies) {
+            add(bus, &name);
+        }
         let mut parts = Some(parts);
         let actor_name = name.clone();
         let tick = Duration::from_millis(1);
@@ -906,6 +995,12 @@ struct Parts {
     compat_exports: Vec<CompatExportDecl>,
     compat_imports: Vec<CompatImportDecl>,
     directs: Vec<DirectPort>,
+    /// Exported services: the endpoint's spec and the port to the service's proxy.
+    served: Vec<(ServiceSpec, Box<dyn ServedPort>)>,
+    /// Imported services, likewise.
+    imported: Vec<(ServiceImportSpec, Box<dyn ImportedPort>)>,
+    /// The services' proxy actors, added to the bus with the bridge.
+    proxies: Vec<AddProxy>,
     session: u64,
     status: BridgeStatus,
     /// The socket the discovery group is heard on, if discovery has a group.

@@ -78,6 +78,32 @@ pub trait Sink {
         let _ = (import, datagram);
         Err(DropReason::UnknownTopic)
     }
+
+    /// A call of served service `service` (its index in the endpoint's served services) that
+    /// a proven caller made: `body` is the bincode of the request, `budget_ms` the time its
+    /// caller has left. Call the service locally and hand its answer to
+    /// [`Endpoint::answer`](super::Endpoint::answer) with `key`, once. An error answers the
+    /// caller at once with that status.
+    ///
+    /// # Errors
+    /// How the call ends without a local call (`QueueFull`, say).
+    fn request(
+        &mut self,
+        service: usize,
+        key: u64,
+        budget_ms: u32,
+        body: &[u8],
+    ) -> Result<(), crate::CallStatus> {
+        let _ = (service, key, budget_ms, body);
+        Err(crate::CallStatus::Refused)
+    }
+
+    /// How call `key` of imported service `service` (its index in the endpoint's imported
+    /// services) ended: the bincode of the reply, or why there is none. Exactly once per call
+    /// [`Endpoint::call`](super::Endpoint::call) accepted.
+    fn reply(&mut self, service: usize, key: u64, result: Result<&[u8], crate::CallStatus>) {
+        let _ = (service, key, result);
+    }
 }
 
 /// The figures of removed imports whose slots were reused by new ones: they stay counted.

@@ -54,9 +54,38 @@ pub(crate) struct NetMetrics {
     /// Subscribers of reliable exports that missed anything beyond history (per subscriber:
     /// `BridgeStatus::missed`).
     pub(crate) missed_subscribers: Metric,
+    /// What services across hosts did (`service.*`): see [`ServiceMetrics`].
+    pub(crate) service: ServiceMetrics,
     drops: Vec<Metric>,
     /// Datagrams from an address family the socket does not understand.
     bad_address: Metric,
+}
+
+/// The figures of services across hosts: the caller's side, then the server's.
+#[derive(Clone)]
+pub(crate) struct ServiceMetrics {
+    /// Calls of imported services accepted (each ends once: a reply, an error or a timeout).
+    pub(crate) calls: Metric,
+    /// Requests sent again (same call id) because no reply came within the backoff.
+    pub(crate) resent: Metric,
+    /// Calls ended by their deadline with no reply.
+    pub(crate) timeouts: Metric,
+    /// Replies for no call in flight (answered already, timed out, or never made): dropped.
+    pub(crate) late: Metric,
+    /// Requests of served services accepted from proven callers (duplicates aside).
+    pub(crate) requests: Metric,
+    /// Replies sent (first sends; resends are counted in `duplicates`).
+    pub(crate) replies: Metric,
+    /// Requests seen again: ignored while the call is in progress, else its reply resent.
+    pub(crate) duplicates: Metric,
+    /// Requests refused: from an unproven source (no subscription, wrong token or session),
+    /// outside the allowlist, over the rate limit, or with every served slot taken.
+    pub(crate) refused: Metric,
+    /// Replies (or resends) not sent because the caller's host had used its reply budget.
+    pub(crate) over_budget: Metric,
+    /// Answered calls forgotten before their deadline to make room (a resend of one is
+    /// then served again as a new call).
+    pub(crate) evicted: Metric,
 }
 
 impl NetMetrics {
@@ -93,6 +122,18 @@ impl NetMetrics {
             unrecovered: metric("unrecovered"),
             unavailable: metric("unavailable"),
             missed_subscribers: metric("missed_subscribers"),
+            service: ServiceMetrics {
+                calls: metric("service.calls"),
+                resent: metric("service.resent"),
+                timeouts: metric("service.timeouts"),
+                late: metric("service.late"),
+                requests: metric("service.requests"),
+                replies: metric("service.replies"),
+                duplicates: metric("service.duplicates"),
+                refused: metric("service.refused"),
+                over_budget: metric("service.over_budget"),
+                evicted: metric("service.evicted"),
+            },
             drops: DropReason::ALL
                 .iter()
                 .map(|r| metric(&format!("drop.{}", r.name())))

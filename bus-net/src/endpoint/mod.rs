@@ -15,6 +15,9 @@
 //! - `subscriber.rs` ([`SubscriberSide`]): every import (`import.rs`: its session machine,
 //!   reliable receiver, reassembler and NAK nonces) and the schema fetches (`schema.rs`);
 //! - `discovery.rs` ([`Discovery`]): announcements, queries, and the imports it adds;
+//! - `service.rs` ([`Services`]): services across hosts: the calls of served services
+//!   (admitted from proven subscribers, run once, answered out of a per-host reply budget)
+//!   and of imported ones (resent until their deadline, each ending once);
 //! - `compat.rs` ([`Compat`]): the ll-udp-pubsub v0.1 sockets, an endpoint of its own;
 //! - `multicast.rs`: the rules of multicast data and group retransmission, over one export or
 //!   one import;
@@ -47,6 +50,7 @@ pub(crate) mod metrics;
 mod multicast;
 mod publisher;
 mod schema;
+mod service;
 mod subscriber;
 
 use std::collections::VecDeque;
@@ -64,12 +68,14 @@ pub use multicast::GroupRepairCounts;
 pub use schema::{
     EncodedShape, SchemaFailure, MAX_SCHEMA_FETCHES, SCHEMA_ATTEMPTS, SCHEMA_RETRY_NS,
 };
+pub use service::{ServiceImportSpec, ServiceSpec, RESEND_FIRST_NS, RESEND_MAX_NS, SEEN_WINDOW};
 
 use self::common::{Common, Entropy};
 use self::compat::Compat;
 use self::discovery::Discovery;
 use self::metrics::NetMetrics;
 use self::publisher::PublisherSide;
+use self::service::Services;
 use self::subscriber::{answer_topic, SubscriberSide};
 use crate::session::{canonical, is_answerable, Replies};
 use crate::{
@@ -135,6 +141,8 @@ pub struct Endpoint {
     replies: Replies,
     publisher: PublisherSide,
     subscriber: SubscriberSide,
+    /// The services served and called (empty tables when there are none).
+    services: Services,
     /// `None` when off.
     discovery: Option<Box<Discovery>>,
     compat: Compat,
@@ -212,6 +220,7 @@ impl Endpoint {
             replies: Replies::with_capacity(recv_max / HEADER_LEN + 1),
             publisher,
             subscriber,
+            services: Services::none(),
             discovery: None,
             compat: Compat::default(),
             next_housekeeping: HOUSEKEEPING_NS,
@@ -231,6 +240,85 @@ impl Endpoint {
     pub fn with_wall_clock(mut self, wall: fn() -> i64) -> Self {
         self.common.wall = wall;
         self
+    }
+
+    /// Serves `served` to remote callers and calls `imported` (`docs/PROTOCOL.md`,
+    /// "Services"): each served service is exported as a topic callers subscribe to, each
+    /// imported one is an import (after the imports given to [`new`](Self::new)) that proves
+    /// this endpoint to its server. Requests of served services reach [`Sink::request`]; the
+    /// ends of calls made with [`call`](Self::call) reach [`Sink::reply`]. Allocates every
+    /// table of calls now.
+    pub fn with_services(
+        mut self,
+        served: Vec<ServiceSpec>,
+        imported: Vec<ServiceImportSpec>,
+    ) -> Self {
+        self.services = Services::new(
+            served,
+            imported,
+            &mut self.publisher.machine,
+            &mut self.subscriber,
+            &mut self.common,
+        );
+        self
+    }
+
+    /// The served services, in the order given.
+    pub fn served_services(&self) -> &[ServiceSpec] {
+        self.services.served()
+    }
+
+    /// The imported services, each with the index of the import that proves this endpoint
+    /// to its server (events name it).
+    pub fn imported_services(&self) -> impl Iterator<Item = (&ServiceImportSpec, usize)> + '_ {
+        self.services.imported()
+    }
+
+    /// Calls imported service `service` (its index among the imported services) with
+    /// `body`, until `deadline_ns` (in the nanoseconds of `now_ns`): its request goes now
+    /// through `wire` if the service's subscription is established, else once it is, and
+    /// again on a backoff (10 ms doubling to 200 ms) until its reply or its deadline. The
+    /// call ends exactly once, through the sink of a later [`handle`](Self::handle) or
+    /// [`on_timer`](Self::on_timer): [`Sink::reply`] with `key`. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`CallStatus::Refused`](crate::CallStatus::Refused) (no such service, or its server refused it),
+    /// [`CallStatus::QueueFull`](crate::CallStatus::QueueFull) (every call slot is in flight: `ServiceConfig::calls_in_flight`),
+    /// [`CallStatus::TooLarge`](crate::CallStatus::TooLarge) (the request does not fit in one datagram), or
+    /// [`CallStatus::Dropped`](crate::CallStatus::Dropped) (it cannot be encoded): the call was not made.
+    pub fn call<T: serde::Serialize + ?Sized>(
+        &mut self,
+        service: usize,
+        key: u64,
+        body: &T,
+        deadline_ns: u64,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+    ) -> Result<(), crate::CallStatus> {
+        self.services.call(
+            service,
+            key,
+            body,
+            deadline_ns,
+            now_ns,
+            wire,
+            &self.subscriber,
+            &mut self.common,
+        )
+    }
+
+    /// Answers served call `key` (from [`Sink::request`]) with `result`: the reply goes to
+    /// its caller now, out of its host's reply budget, and is kept for the caller's resends
+    /// until its deadline. A second answer, or one for a call forgotten, is ignored.
+    pub fn answer<T: serde::Serialize + ?Sized>(
+        &mut self,
+        key: u64,
+        result: Result<&T, crate::CallStatus>,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+    ) {
+        self.services
+            .answer(key, result, now_ns, wire, &mut self.common);
     }
 
     /// Turns discovery on: announces the exports (data address `local`; an unspecified IP
@@ -327,6 +415,7 @@ impl Endpoint {
             .deadline()
             .min(self.next_housekeeping)
             .min(self.subscriber.fetches.deadline())
+            .min(self.services.deadline())
             .min(discovery)
     }
 
@@ -474,6 +563,17 @@ impl Endpoint {
                     None => Query::from_frame(&frame).and(Err(DropReason::UnknownTopic)),
                 },
                 Kind::Group => subscriber.on_group_offer(&frame, &incoming, common),
+                Kind::Request => self.services.on_request(
+                    &frame,
+                    &incoming,
+                    &publisher.machine,
+                    wire,
+                    sink,
+                    common,
+                ),
+                Kind::Reply => self
+                    .services
+                    .on_reply(&frame, &incoming, subscriber, sink, common),
                 _ => match Control::from_frame(&frame) {
                     Ok(control) => match answer_topic(&control) {
                         Some(topic_id) => subscriber.on_control(
@@ -640,6 +740,8 @@ impl Endpoint {
             d.poll(now_ns, wire, &mut self.subscriber, &self.publisher, common);
         }
         self.publisher.poll_heartbeat(now_ns, wire, common);
+        self.services
+            .poll(now_ns, wire, sink, &self.subscriber, common);
         if now_ns >= self.next_housekeeping {
             self.next_housekeeping = now_ns.saturating_add(HOUSEKEEPING_NS);
             self.publisher.housekeeping(now_ns, common);

@@ -289,7 +289,9 @@ impl Control {
             | Kind::SchemaReply
             | Kind::Announce
             | Kind::Query
-            | Kind::Group => return Err(DropReason::BadControl),
+            | Kind::Group
+            | Kind::Request
+            | Kind::Reply => return Err(DropReason::BadControl),
             Kind::Subscribe => {
                 let (nonce, cookie) = optional_cookie(frame)?;
                 Control::Subscribe {

@@ -369,7 +369,7 @@ fn split_token(datagram: &[u8], auth: Auth) -> Result<(&[u8], Option<u64>), Drop
     let marked = datagram.get(5).is_some_and(|f| f & Flags::TOKEN != 0)
         && datagram
             .get(4)
-            .is_some_and(|&k| Kind::from_u8(k).is_ok_and(Kind::is_downstream));
+            .is_some_and(|&k| Kind::from_u8(k).is_ok_and(Kind::carries_token));
     if !marked || auth != Auth::Plain {
         return Ok((datagram, None));
     }

@@ -88,6 +88,13 @@ pub enum Kind {
     /// multicast group, with this group token (26-byte payload: group address and port,
     /// token; see `multicast`).
     Group = 0x1a,
+    /// Caller's bridge to server's bridge: one call of a service (payload: call id, deadline
+    /// budget in ms, then the bincode of the request; see `service`). Ends with the caller's
+    /// subscription token to the service (without a key).
+    Request = 0x1b,
+    /// Server's bridge to caller's bridge: how one call ended (payload: call id, status, then
+    /// the bincode of the reply when the status is 0). Ends with the caller's token.
+    Reply = 0x1c,
 }
 
 impl Kind {
@@ -123,6 +130,8 @@ impl Kind {
             0x18 => Ok(Kind::Announce),
             0x19 => Ok(Kind::Query),
             0x1a => Ok(Kind::Group),
+            0x1b => Ok(Kind::Request),
+            0x1c => Ok(Kind::Reply),
             0x21..=0x3f => Err(DropReason::ReservedKind),
             _ => Err(DropReason::UnknownKind),
         }
@@ -142,6 +151,12 @@ impl Kind {
         )
     }
 
+    /// Whether frames of this kind may carry [`Flags::TOKEN`]: the downstream kinds, and the
+    /// frames of services (a `Request` ends with the caller's token, its `Reply` too).
+    pub const fn carries_token(self) -> bool {
+        self.is_downstream() || matches!(self, Kind::Request | Kind::Reply)
+    }
+
     /// The payload length a frame of this kind must have, if it is fixed.
     pub(crate) const fn fixed_payload_len(self) -> Option<usize> {
         match self {
@@ -150,7 +165,9 @@ impl Kind {
             | Kind::SchemaRequest
             | Kind::SchemaReply
             | Kind::Announce
-            | Kind::Query => None,
+            | Kind::Query
+            | Kind::Request
+            | Kind::Reply => None,
             Kind::Refuse => Some(super::control::REFUSE_PAYLOAD_LEN),
             Kind::Subscribe | Kind::Unsubscribe | Kind::SubscribeAck | Kind::CookieChallenge => {
                 Some(super::control::HANDSHAKE_PAYLOAD_LEN)
@@ -274,7 +291,7 @@ impl Header {
         let kind = Kind::from_u8(kind)?;
         if flags & !Flags::SUPPORTED != 0
             || (flags & Flags::COOKIE != 0 && !matches!(kind, Kind::Subscribe | Kind::Unsubscribe))
-            || (flags & Flags::TOKEN != 0 && (!kind.is_downstream() || flags & Flags::MAC != 0))
+            || (flags & Flags::TOKEN != 0 && (!kind.carries_token() || flags & Flags::MAC != 0))
             || (flags & Flags::GROUP != 0 && kind != Kind::Subscribe)
         {
             return Err(DropReason::UnsupportedFlags);

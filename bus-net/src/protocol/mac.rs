@@ -391,6 +391,7 @@ fn is_to_publisher(kind: u8) -> bool {
         || kind == Kind::Unsubscribe as u8
         || kind == Kind::Nak as u8
         || kind == Kind::SchemaRequest as u8
+        || kind == Kind::Request as u8
 }
 
 /// The direction of whole frames of one direction and one session (`true`: subscriber to

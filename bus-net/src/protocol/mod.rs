@@ -23,6 +23,7 @@
 //! - [`multicast`]: the `Group` frame, which tells a subscriber the multicast group and group
 //!   token of a topic's data.
 //! - [`compat`]: the ll-udp-pubsub v0.1 format, byte for byte.
+//! - [`service`]: the frames of services: `Request` and `Reply`, one call each.
 //! - [`seq`]: per-(publisher session, topic) sequence tracking: lost, duplicate, reordered.
 //! - [`subscribers`]: the publisher's table of subscribers, with expiry.
 
@@ -40,6 +41,7 @@ pub(crate) mod multicast;
 pub(crate) mod reliable;
 pub(crate) mod schema;
 pub(crate) mod seq;
+pub(crate) mod service;
 pub(crate) mod subscribers;
 
 /// The bincode configuration of every payload, in both dialects: bincode 1.x layout

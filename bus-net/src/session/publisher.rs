@@ -167,6 +167,11 @@ impl PublisherSession {
         &self.topics
     }
 
+    /// Exports `topic` too (a served service: subscribing to it is what proves a caller).
+    pub(crate) fn add_topic(&mut self, topic: ExportedTopic) {
+        self.topics.push(topic);
+    }
+
     /// Mixes fresh randomness into the next cookie window's secret.
     pub fn reseed(&mut self, entropy: [u8; 32]) {
         self.jar.reseed(entropy);

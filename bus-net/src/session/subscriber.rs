@@ -220,6 +220,11 @@ impl SubscriberSession {
         self.group_token = Some(token);
     }
 
+    /// The subscription token of the session followed, if its acknowledgement came.
+    pub fn token(&self) -> Option<u64> {
+        self.token
+    }
+
     /// The group token accepted, if any.
     pub fn group_token(&self) -> Option<u64> {
         self.group_token

@@ -268,3 +268,18 @@ fn churn_of_an_allowed_host_allocates_nothing_in_handle() {
         "{allocs} allocations in handle; {queued} events queued"
     );
 }
+
+/// "A call allocates nothing": once warm, a call of an imported service, its request handled
+/// by the server, the answer and the reply handled by the caller allocate nothing on either
+/// side.
+#[test]
+fn a_call_across_hosts_allocates_nothing() {
+    use super::services::{round_trips, warm_pair, Tally};
+    let mut w = warm_pair();
+    let mut nets = [Outbox::new(), Outbox::new()];
+    let mut tally = Tally::default();
+    round_trips(&mut w, 50, &mut nets, &mut tally);
+    let n = allocations_in(|| round_trips(&mut w, 1000, &mut nets, &mut tally));
+    assert_eq!((tally.requests, tally.ok), (1050, 1050));
+    assert_eq!(n, 0, "{n} allocations in 1000 calls");
+}

@@ -27,6 +27,9 @@
 //!   forged and replayed announcements.
 //! - `multicast` (+ `multicast/forged`): data groups, fallback to unicast, group repair;
 //!   replayed and forged subscribes, forged group data.
+//! - `services`: calls across hosts: replies, errors and timeouts, each call ending once
+//!   through loss and duplication; requests without a handshake, forged replies, request
+//!   floods against the reply budget.
 //! - `alloc`: what allocates nothing once warm; this build's `#[global_allocator]`, counting
 //!   per thread.
 
@@ -42,6 +45,7 @@ mod pair;
 mod psk;
 mod reliable;
 mod schema;
+mod services;
 mod stream;
 mod tokens;
 mod wire;

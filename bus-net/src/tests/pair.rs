@@ -235,9 +235,29 @@ pub(crate) fn handshake(
     now: u64,
     refusal: &mut Option<RefuseReason>,
 ) -> Option<Learned> {
+    handshake_as(publ, src, (topic_id, FP), session, now, refusal)
+}
+
+/// [`handshake`] to `topic`: `(topic id, fingerprint)`.
+pub(crate) fn handshake_as(
+    publ: &mut Endpoint,
+    src: SocketAddr,
+    topic: (u64, u64),
+    session: u64,
+    now: u64,
+    refusal: &mut Option<RefuseReason>,
+) -> Option<Learned> {
+    let (topic_id, fingerprint) = topic;
+    let subscribe = |nonce, cookie| Control::Subscribe {
+        topic_id,
+        fingerprint,
+        session,
+        nonce,
+        cookie,
+    };
     let mut net = Outbox::new();
     let mut got = Got::default();
-    let d = controls(&[subscribe(topic_id, session, 1, None)]);
+    let d = controls(&[subscribe(1, None)]);
     publ.handle(&d, src, now, &mut net, &mut got);
     let mut bytes = net.to_addr(src);
     let cookie = answers(&net.drain(), src)
@@ -246,7 +266,7 @@ pub(crate) fn handshake(
             Control::CookieChallenge { cookie, .. } => Some(cookie),
             _ => None,
         })?;
-    let d = controls(&[subscribe(topic_id, session, 2, Some(cookie))]);
+    let d = controls(&[subscribe(2, Some(cookie))]);
     publ.handle(&d, src, now, &mut net, &mut got);
     bytes += net.to_addr(src);
     let mut learned = None;

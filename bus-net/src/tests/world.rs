@@ -127,9 +127,19 @@ impl Wire for Outbox {
     }
 }
 
-/// What an endpoint delivered: `(import's port, payload)`.
+/// What an endpoint delivered: `(import's port, payload)`, and what its services did.
 #[derive(Default)]
-pub(crate) struct Got(pub(crate) Vec<(usize, Vec<u8>)>);
+pub(crate) struct Got(pub(crate) Vec<(usize, Vec<u8>)>, pub(crate) Calls);
+
+/// What an endpoint's services handed its sink: the requests of served services to answer,
+/// and the ends of calls of imported ones.
+#[derive(Default)]
+pub(crate) struct Calls {
+    /// `(service, key, budget_ms, body)`, oldest first; a test answers and drains them.
+    pub(crate) requests: Vec<(usize, u64, u32, Vec<u8>)>,
+    /// `(service, key, reply body or status)`, in the order the calls ended.
+    pub(crate) ends: Vec<(usize, u64, Result<Vec<u8>, crate::CallStatus>)>,
+}
 
 impl Got {
     /// Every payload, decoded as `T`; panics on one that does not decode (corrupt).
@@ -157,6 +167,23 @@ impl Sink for Got {
     fn deliver(&mut self, port: usize, payload: &[u8]) -> Result<(), DropReason> {
         self.0.push((port, payload.to_vec()));
         Ok(())
+    }
+
+    fn request(
+        &mut self,
+        service: usize,
+        key: u64,
+        budget_ms: u32,
+        body: &[u8],
+    ) -> Result<(), crate::CallStatus> {
+        self.1
+            .requests
+            .push((service, key, budget_ms, body.to_vec()));
+        Ok(())
+    }
+
+    fn reply(&mut self, service: usize, key: u64, result: Result<&[u8], crate::CallStatus>) {
+        self.1.ends.push((service, key, result.map(<[u8]>::to_vec)));
     }
 }
 
@@ -366,6 +393,21 @@ impl World {
         let sent = self.out.sent().to_vec();
         self.transmit(i);
         sent
+    }
+
+    /// Runs `f` on host `i`'s endpoint with its wire and the time (a call, an answer);
+    /// what it sends goes on the link.
+    pub(crate) fn act<R>(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut Endpoint, &mut Outbox, u64) -> R,
+    ) -> R {
+        let now = self.now;
+        let addr = self.hosts[i].addr;
+        self.out.clear();
+        let r = f(&mut self.hosts[i].ep, self.out.from(addr), now);
+        self.transmit(i);
+        r
     }
 
     /// Host `i`'s timer; what it sends goes on the link.

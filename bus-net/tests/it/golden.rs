@@ -3,11 +3,12 @@
 //! and checks each one verbatim, so the specification and the code cannot drift apart.
 
 use llbus_net::{
-    decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, parse_datagram,
-    split_fragments, Announce, AnnounceHead, BatchEncoder, CompatControl, Control, Cookie,
-    DataMeta, Flags, FrameMac, GroupOffer, Header, Kind, Nak, Query, Reassembled, Reassembler,
-    ReassemblyConfig, Refusal, RefuseReason, SchemaReply, SchemaRequest, Unavailable,
-    DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
+    decode_compat_packet, decode_payload, encode_compat_packet, encode_payload, encode_reply,
+    encode_request, parse_datagram, split_fragments, Announce, AnnounceHead, BatchEncoder,
+    CallMeta, CallStatus, CompatControl, Control, Cookie, DataMeta, Flags, FrameMac, GroupOffer,
+    Header, Kind, Nak, Query, Reassembled, Reassembler, ReassemblyConfig, Refusal, RefuseReason,
+    ReplyFrame, RequestFrame, SchemaReply, SchemaRequest, Unavailable, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_MAX_MESSAGE, MAC_TAG_LEN, TOKEN_LEN,
 };
 use serde::{Deserialize, Serialize};
 
@@ -122,8 +123,46 @@ fn encode_tokened(f: impl FnOnce(&mut BatchEncoder<'_>)) -> Vec<u8> {
     bytes
 }
 
+/// A frame of a service (`f` writes it into the room before the token), then the token.
+fn service_frame(f: impl FnOnce(&mut [u8]) -> usize) -> Vec<u8> {
+    let mut buf = [0u8; DEFAULT_MAX_DATAGRAM - TOKEN_LEN];
+    let n = f(&mut buf);
+    let mut bytes = buf[..n].to_vec();
+    bytes.extend(TOKEN.to_le_bytes());
+    bytes
+}
+
+fn call_meta(session: u64) -> CallMeta {
+    CallMeta {
+        topic_id: TOPIC,
+        fingerprint: FP,
+        session,
+    }
+}
+
 fn native_vectors() -> Vec<(&'static str, Vec<u8>)> {
     vec![
+        (
+            "native-request-token",
+            service_frame(|b| {
+                let quote = Quote { px: 100, qty: 5 };
+                encode_request(b, call_meta(SUB_SESSION), true, 42, 1500, &quote).unwrap()
+            }),
+        ),
+        (
+            "native-reply-token",
+            service_frame(|b| {
+                let quote = Quote { px: 100, qty: 5 };
+                encode_reply(b, call_meta(SESSION), true, 42, Ok(&quote)).unwrap()
+            }),
+        ),
+        (
+            "native-reply-over-budget",
+            service_frame(|b| {
+                let over = Err(CallStatus::OverBudget);
+                encode_reply::<Quote>(b, call_meta(SESSION), true, 42, over).unwrap()
+            }),
+        ),
         (
             "native-data-token",
             encode_tokened(|e| e.push_data(meta(1), &Quote { px: 100, qty: 5 }).unwrap()),
@@ -714,4 +753,42 @@ fn native_fragments_reassemble() {
         }
     }
     assert_eq!(out, Some(Quote { px: 100, qty: 5 }));
+}
+
+#[test]
+fn native_service_frames_decode_with_their_token() {
+    let bytes = doc_bytes("native-request-token");
+    let mut frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
+    assert_eq!(frames.token(), Some(TOKEN));
+    let frame = frames.next().unwrap();
+    assert_eq!(frame.header.kind, Kind::Request);
+    assert_eq!(frame.header.session, SUB_SESSION);
+    let request = RequestFrame::from_frame(&frame).unwrap();
+    assert_eq!((request.call, request.budget_ms), (42, 1500));
+    assert_eq!(
+        decode_payload::<Quote>(request.body).unwrap(),
+        Quote { px: 100, qty: 5 }
+    );
+
+    let bytes = doc_bytes("native-reply-token");
+    let mut frames = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM).unwrap();
+    assert_eq!(frames.token(), Some(TOKEN));
+    let reply = ReplyFrame::from_frame(&frames.next().unwrap()).unwrap();
+    assert_eq!((reply.call, reply.status), (42, CallStatus::Ok));
+    assert_eq!(
+        decode_payload::<Quote>(reply.body).unwrap(),
+        Quote { px: 100, qty: 5 }
+    );
+
+    let bytes = doc_bytes("native-reply-over-budget");
+    assert_eq!(bytes.len(), 65);
+    let frame = parse_datagram(&bytes, DEFAULT_MAX_DATAGRAM)
+        .unwrap()
+        .next()
+        .unwrap();
+    let reply = ReplyFrame::from_frame(&frame).unwrap();
+    assert_eq!(
+        (reply.call, reply.status, reply.body.len()),
+        (42, CallStatus::OverBudget, 0)
+    );
 }

@@ -23,6 +23,9 @@
 //! - `multicast`: data to a group (`multicast/membership`: joining and leaving groups across
 //!   publisher restarts; `multicast/forged`: injection and amplification through groups);
 //! - `schema`: schema frames under attack and the generic decoder's bounds;
+//! - `services`: a service called across two bridges (reply, error, panic, no server); raw
+//!   hosts' requests without a handshake, forged replies (spoofing the server), and a request
+//!   flood against the reply budget;
 //! - `topics`: named topics across the bridge, two of one type kept apart;
 //! - `fixtures`: what several modules share (a loopback address, a tick with its feed and sink,
 //!   the CPU guards of the tests that keep a core busy).
@@ -43,4 +46,5 @@ mod proptest;
 mod protocol;
 mod schema;
 mod security;
+mod services;
 mod topics;
