@@ -131,10 +131,10 @@ mod wait;
 #[cfg(unix)]
 pub use counters::{
     counters_dir, counters_files, decode as decode_counters, find_counters_files,
-    read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts,
+    read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts, CallCounts,
     CountersFileError, CountersLocation, CountersSnapshot, EdgeCounts, COUNTERS_BUSY_RETRY,
-    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_EDGE,
-    RECORD_METRIC, SNAPSHOT_INTERVAL,
+    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_CALL,
+    RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 /// The bounded bincode payload decoder that `llbus-net` and `llbus-ipc` share. Hidden, and not
@@ -149,11 +149,11 @@ pub use ring::{
 #[cfg(feature = "tokio")]
 pub use runtime::AsyncSubscription;
 pub use runtime::{
-    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Caller, CallerKey,
-    Component, Context, EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out,
-    PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit,
-    RunningBus, Setup, StartError, StopHandle, StopReport, Subscription, SubscriptionKey,
-    Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
+    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, CallReport, Caller,
+    CallerKey, Component, Context, EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter,
+    Metric, Out, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError, Report,
+    RestartLimit, RunningBus, Setup, StartError, StopHandle, StopReport, Subscription,
+    SubscriptionKey, Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
 };
 pub use schema::{Schema, ShapeHasher};
 pub use service::{

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::actor::{Actor, Setup};
 use super::decl::{
-    ActorDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, ServeDecl, SlotMaker, SlotParts,
-    SubscriptionDecl,
+    ActorDecl, CallDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, ServeDecl, SlotMaker,
+    SlotParts, SubscriptionDecl,
 };
 use super::error::StartError;
 use super::handle::{
@@ -236,7 +236,8 @@ impl BusBuilder {
                 .push(OutputDecl::on::<Request<Req>>(service.name().clone()));
             decl.taken
                 .push(TopicSpec::named::<Reply<Rep>>(reply.clone()));
-            decl.calls.push((service.name().clone(), reply));
+            decl.calls
+                .push(CallDecl::of::<Req, Rep>(service.name().clone(), reply));
         }
         CallerKey {
             serial: self.serial,
@@ -596,7 +597,8 @@ impl<A: Actor> ActorBuilder<'_, A> {
                 capacity: Some(2 * crate::service::MAX_CALLS_IN_FLIGHT),
             },
         );
-        decl.calls.push((service.name().clone(), reply));
+        decl.calls
+            .push(CallDecl::of::<Req, Rep>(service.name().clone(), reply));
         self
     }
 

@@ -1,5 +1,8 @@
 //! Services on one bus: a handle calls an actor that serves, and every call ends exactly once,
 //! with its reply or a typed error (late, dropped, panicked, stopped), whatever the server does.
+//!
+//! - `counts`: every call counted per caller and service, balanced in every report and the
+//!   counters file.
 
 use std::time::Duration;
 
@@ -9,6 +12,8 @@ use llbus::{
     Supervision,
 };
 use tests::bounded;
+
+mod counts;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
 /// `n == LATER` answers on the next tick, `n == HOLD` holds it unanswered (until the server
