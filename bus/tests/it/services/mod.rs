@@ -2,7 +2,8 @@
 //! with its reply or a typed error (late, dropped, panicked, stopped), whatever the server does.
 //!
 //! - `counts`: every call counted per caller and service, balanced in every report and the
-//!   counters file.
+//!   counters file;
+//! - `queue_full`: a call that finds the server's ring full, under `DropNewest` and `Block`.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use llbus::{
 use tests::bounded;
 
 mod counts;
+mod queue_full;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
 /// `n == LATER` answers on the next tick, `n == HOLD` holds it unanswered (until the server
