@@ -489,8 +489,12 @@ pub(crate) struct Book {
     pub(crate) post: PostEnd,
     pub(crate) gone: ServerGone,
     pub(crate) counters: Arc<CallCounters>,
-    /// Its server is gone for good, and each of its open calls has had `Stopped` posted: a
-    /// new call is refused `Stopped` at once.
+    /// Its server was seen gone for good (its request rings abandoned): its open calls end
+    /// `Stopped` at the next look after a turn that found the inbox empty, so that every
+    /// answer the server gave before it went is settled first.
+    gone_seen: bool,
+    /// Each of its open calls has had `Stopped` posted: a new call is refused `Stopped` at
+    /// once.
     server_gone: bool,
 }
 
@@ -509,6 +513,7 @@ impl Book {
             post,
             gone,
             counters,
+            gone_seen: false,
             server_gone: false,
         }
     }
@@ -718,13 +723,15 @@ impl PendingCalls {
     }
 
     /// Gives the calls opened since the last clock read their deadlines (`now` plus their
-    /// timeouts); ends `Stopped` the open calls of a service whose server is gone; then times
-    /// out every open call whose deadline is at or before `now`. Each end is posted into the
+    /// timeouts); ends `Stopped` the open calls of a service whose server is gone (once a turn
+    /// found the inbox empty since it was seen gone: `idle` says this one did); then times out
+    /// every open call whose deadline is at or before `now`. Each end is posted into the
     /// caller's own reply ring (through `outputs`); one that finds no room stays due, and is
     /// posted at the next look. Returns how many it posted.
     pub(crate) fn expire(
         &mut self,
         now: std::time::Instant,
+        idle: bool,
         outputs: &mut [Box<dyn Any + Send>],
     ) -> usize {
         for (timeout, call) in self.unstamped.drain(..) {
@@ -734,7 +741,7 @@ impl PendingCalls {
             self.deadlines
                 .push(std::cmp::Reverse(Deadline { at, call }));
         }
-        let mut posted = self.end_calls_of_servers_gone(outputs);
+        let mut posted = self.end_calls_of_servers_gone(idle, outputs);
         while let Some(std::cmp::Reverse(d)) = self.deadlines.peek().copied() {
             if d.at > now {
                 break;
@@ -795,16 +802,27 @@ impl PendingCalls {
     }
 
     /// Ends `Stopped` the open calls of each service whose server is gone for good (its
-    /// request rings abandoned: the server's supervision stopped it): no reply can come.
-    fn end_calls_of_servers_gone(&mut self, outputs: &mut [Box<dyn Any + Send>]) -> usize {
+    /// request rings abandoned: the server's supervision stopped it): no reply can come. A
+    /// server answers (or orphans) what it holds before its rings go, so once a turn has found
+    /// the inbox empty (`idle`) after the server was seen gone, every answer it gave is
+    /// settled, and what is still open was lost with it.
+    fn end_calls_of_servers_gone(
+        &mut self,
+        idle: bool,
+        outputs: &mut [Box<dyn Any + Send>],
+    ) -> usize {
         let mut posted = 0;
         for b in 0..self.books.len() {
             let book = &self.books[b];
-            let gone = !book.server_gone
-                && outputs
+            if book.server_gone {
+                continue;
+            }
+            if !book.gone_seen {
+                let gone = outputs
                     .get(book.requests)
                     .is_some_and(|output| (book.gone)(&**output));
-            if gone {
+                self.books[b].gone_seen = gone;
+            } else if idle {
                 let (n, all) = self.post_all(Some(b), CallError::Stopped, outputs);
                 posted += n;
                 self.books[b].server_gone = all;
@@ -945,7 +963,7 @@ mod tests {
         let call = calls.open(0, std::time::Duration::ZERO).expect("room");
         let now = std::time::Instant::now();
         assert_eq!(
-            calls.expire(now, &mut outputs),
+            calls.expire(now, true, &mut outputs),
             0,
             "no room: nothing posted"
         );
@@ -953,9 +971,9 @@ mod tests {
         if let Some(ring) = outputs[0].downcast_mut::<Ring>() {
             ring.room = 1;
         }
-        assert_eq!(calls.expire(now, &mut outputs), 1);
+        assert_eq!(calls.expire(now, true, &mut outputs), 1);
         assert_eq!(ends(&outputs), [(call, CallError::Timeout)]);
-        assert_eq!(calls.expire(now, &mut outputs), 0, "posted once");
+        assert_eq!(calls.expire(now, true, &mut outputs), 0, "posted once");
         // The server's reply, after the timeout was posted, is late; the timeout settles it.
         assert!(!calls.settle(call, false, Ok(())));
         assert!(calls.settle(call, true, Err(CallError::Timeout)));

@@ -255,10 +255,10 @@ where
         }
     }
 
-    /// Ends the calls past their deadline: their timeouts go into the actor's own reply rings,
-    /// handled next turn. Looked at after a turn that found nothing to do (`work == 0`), and
-    /// every 64 turns of a busy actor: never before handling (a clock read there would delay
-    /// every reply).
+    /// Ends the calls past their deadline, and those of a server gone for good: their ends
+    /// (`Timeout`, `Stopped`) go into the actor's own reply rings, handled next turn. Looked at
+    /// after a turn that found nothing to do (`work == 0`), and every 64 turns of a busy
+    /// actor: never before handling (a clock read there would delay every reply).
     #[inline(never)]
     fn expire_calls(&mut self, work: usize, env: &mut Env<'_>) -> usize {
         if !self.pending.in_flight() {
@@ -267,7 +267,7 @@ where
         self.deadline_turns = self.deadline_turns.wrapping_add(1);
         if work == 0 || self.deadline_turns % 64 == 0 {
             let now = env.now();
-            return self.pending.expire(now, &mut self.outputs);
+            return self.pending.expire(now, work == 0, &mut self.outputs);
         }
         0
     }

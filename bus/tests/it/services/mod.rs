@@ -3,7 +3,8 @@
 //!
 //! - `counts`: every call counted per caller and service, balanced in every report and the
 //!   counters file;
-//! - `queue_full`: a call that finds the server's ring full, under `DropNewest` and `Block`.
+//! - `queue_full`: a call that finds the server's ring full, under `DropNewest` and `Block`;
+//! - `stop`: the stop, or a server's end, ends every call still open.
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tests::bounded;
 
 mod counts;
 mod queue_full;
+mod stop;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
 /// `n == LATER` answers on the next tick, `n == HOLD` holds it unanswered (until the server
