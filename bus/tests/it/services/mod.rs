@@ -4,7 +4,8 @@
 //! - `counts`: every call counted per caller and service, balanced in every report and the
 //!   counters file;
 //! - `queue_full`: a call that finds the server's ring full, under `DropNewest` and `Block`;
-//! - `stop`: the stop, or a server's end, ends every call still open.
+//! - `stop`: the stop, or a server's end, ends every call still open;
+//! - `timeouts`: a flood of late replies loses no timeout.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use tests::bounded;
 mod counts;
 mod queue_full;
 mod stop;
+mod timeouts;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
 /// `n == LATER` answers on the next tick, `n == HOLD` holds it unanswered (until the server
