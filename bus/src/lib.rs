@@ -146,8 +146,6 @@ pub use ring::{
     Notify, PopError, Producer, PushError, Ring, SlotConsumer, SlotProducer, SlotRing,
     TryPushError,
 };
-#[cfg(feature = "tokio")]
-pub use runtime::AsyncSubscription;
 pub use runtime::{
     Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, CallReport, Caller,
     CallerKey, Component, Context, EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter,
@@ -155,6 +153,8 @@ pub use runtime::{
     RestartLimit, RunningBus, Setup, StartError, StopHandle, StopReport, Subscription,
     SubscriptionKey, Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
 };
+#[cfg(feature = "tokio")]
+pub use runtime::{AsyncCaller, AsyncSubscription};
 pub use schema::{Schema, ShapeHasher};
 pub use service::{
     CallError, CallId, CallOut, Replies, Reply, Request, Responder, Service, MAX_CALLS_IN_FLIGHT,

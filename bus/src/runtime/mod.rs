@@ -56,7 +56,7 @@ pub(crate) use metrics::CallCounters;
 pub use metrics::{ActorReport, CallReport, EdgeReport, Metric, Report, StopReport};
 pub use running::{RunningBus, StopHandle};
 #[cfg(feature = "tokio")]
-pub use tokio_adapter::AsyncSubscription;
+pub use tokio_adapter::{AsyncCaller, AsyncSubscription};
 
 /// What a publisher does when a subscriber's ring is full. Set per subscription.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

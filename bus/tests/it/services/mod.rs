@@ -6,7 +6,8 @@
 //! - `queue_full`: a call that finds the server's ring full, under `DropNewest` and `Block`;
 //! - `stop`: the stop, or a server's end, ends every call still open;
 //! - `timeouts`: a flood of late replies loses no timeout;
-//! - `misrouted`: a responder answered through another actor's context.
+//! - `misrouted`: a responder answered through another actor's context;
+//! - `async_calls`: a caller awaited from tokio.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use llbus::{
 };
 use tests::bounded;
 
+mod async_calls;
 mod counts;
 mod misrouted;
 mod queue_full;
