@@ -881,7 +881,7 @@ impl<Req, Rep> std::fmt::Debug for CallOut<Req, Rep> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
