@@ -788,7 +788,7 @@ impl PendingCalls {
         let (mut posted, mut all) = (0, true);
         for i in 0..self.slots.len() {
             let Open { call, posted: done } = self.slots[i];
-            let of_book = b.map_or(true, |b| (call >> SEQ_BITS) as usize == b);
+            let of_book = b.is_none_or(|b| (call >> SEQ_BITS) as usize == b);
             if call == 0 || done.is_some() || !of_book {
                 continue;
             }

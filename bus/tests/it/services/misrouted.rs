@@ -11,10 +11,13 @@ use tests::{assert_balanced, bounded};
 
 use super::{service, Ask, Sum, T};
 
+/// A call handed over: its `n` and its responder.
+type Handed = (u64, Responder<Sum>);
+
 /// Hands every call to the helper, unanswered.
 struct Handoff {
     replies: Replies<Sum>,
-    helper: Sender<(u64, Responder<Sum>)>,
+    helper: Sender<Handed>,
 }
 
 impl Actor for Handoff {
@@ -28,7 +31,7 @@ impl Actor for Handoff {
 /// Answers the calls handed to it, `10 n`, through its own context; publishes `Sum(n)` on its
 /// own output for each (an output of another type at the index a misrouted answer would take).
 struct Helper {
-    calls: Arc<Mutex<Receiver<(u64, Responder<Sum>)>>>,
+    calls: Arc<Mutex<Receiver<Handed>>>,
     out: Out<Sum>,
 }
 
