@@ -20,7 +20,10 @@
 //!   [`never_waits`](ActorBuilder::never_waits) never waits, and its message is counted
 //!   dropped), `DropNewest` drops the new message and counts it, `Latest` keeps only the newest
 //!   value and counts what it overwrote. On a bare ring,
-//!   [`Producer::try_push`] hands the value back in [`TryPushError::Full`].
+//!   [`Producer::try_push`] hands the value back in [`TryPushError::Full`]. A service call
+//!   ([`Context::call`], [`Caller::call`]) whose request finds its server's ring full waits for
+//!   room within the call's timeout under `Block`, and fails [`CallError::QueueFull`] at once
+//!   under `DropNewest`.
 //! - **What is lost on a crash.** In-process the bus loses nothing on a graceful stop: every
 //!   message published before it is handled (unless the stop runs past its timeout, below). A
 //!   panicking actor is handled by its [`Supervision`] policy: `Restart` remakes it on the same
@@ -36,7 +39,9 @@
 //!   `join`: `published == handled + panicked + dropped + conflated + lost + in_flight`
 //!   ([`EdgeReport`]), with `in_flight == 0` after `join` (but for what an external
 //!   [`Subscription`] has not read yet). A message whose handler panicked is `panicked`, not
-//!   handled; a publish to a subscriber that is gone is `lost` at once.
+//!   handled; a publish to a subscriber that is gone is `lost` at once. Every caller's calls of
+//!   a service balance too: `calls == replies + errors + in_flight` ([`CallReport`]), with
+//!   `in_flight == 0` after `join`: the stop ends every call still open ([`CallError::Stopped`]).
 //! - **Stopping acts at once and is bounded.** Whoever requests a stop ([`RunningBus::stop`], a
 //!   [`StopHandle`], [`Context::request_stop`], [`Context::fail`], an escalated panic, or
 //!   dropping the [`RunningBus`]), no tick or `poll` starts after the request, and the bus's own
@@ -131,10 +136,10 @@ mod wait;
 #[cfg(unix)]
 pub use counters::{
     counters_dir, counters_files, decode as decode_counters, find_counters_files,
-    read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts,
+    read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts, CallCounts,
     CountersFileError, CountersLocation, CountersSnapshot, EdgeCounts, COUNTERS_BUSY_RETRY,
-    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_EDGE,
-    RECORD_METRIC, SNAPSHOT_INTERVAL,
+    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_CALL,
+    RECORD_EDGE, RECORD_METRIC, SNAPSHOT_INTERVAL,
 };
 pub use message::{topic_id, Inbox, Message, TopicSpec};
 /// The bounded bincode payload decoder that `llbus-net` and `llbus-ipc` share. Hidden, and not
@@ -146,15 +151,15 @@ pub use ring::{
     Notify, PopError, Producer, PushError, Ring, SlotConsumer, SlotProducer, SlotRing,
     TryPushError,
 };
-#[cfg(feature = "tokio")]
-pub use runtime::AsyncSubscription;
 pub use runtime::{
-    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, Caller, CallerKey,
-    Component, Context, EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter, Metric, Out,
-    PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError, Report, RestartLimit,
-    RunningBus, Setup, StartError, StopHandle, StopReport, Subscription, SubscriptionKey,
-    Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
+    Actor, ActorBuilder, ActorReport, Backpressure, Bus, BusBuilder, BusError, CallReport, Caller,
+    CallerKey, Component, Context, EdgeReport, GroupBuilder, HandleError, Idle, Inputs, Iter,
+    Metric, Out, PublishError, Publisher, PublisherKey, RecvError, RecvTimeoutError, Report,
+    RestartLimit, RunningBus, Setup, StartError, StopHandle, StopReport, Subscription,
+    SubscriptionKey, Supervision, TryRecvError, Wiring, DEFAULT_CAPACITY,
 };
+#[cfg(feature = "tokio")]
+pub use runtime::{AsyncCaller, AsyncSubscription};
 pub use schema::{Schema, ShapeHasher};
 pub use service::{
     CallError, CallId, CallOut, Replies, Reply, Request, Responder, Service, MAX_CALLS_IN_FLIGHT,

@@ -217,8 +217,26 @@ pub fn bounded<T: Send + 'static>(
 }
 
 /// Asserts that every edge of `report` balances: `published == handled + panicked + dropped +
-/// conflated + lost + in_flight`, and that nothing is in flight (a report from `join`).
+/// conflated + lost + in_flight`, that every caller's calls of a service balance: `calls ==
+/// replies + errors + in_flight` (with `errors` the sum of its kinds), and that nothing is in
+/// flight (a report from `join`).
 pub fn assert_balanced(report: &llbus::Report) {
+    for c in &report.services {
+        assert_eq!(
+            c.errors,
+            c.timeouts + c.dropped + c.server_panicked + c.stopped + c.queue_full,
+            "the errors of {}'s calls of {} are not the sum of their kinds: {c:?}",
+            c.caller,
+            c.service
+        );
+        assert_eq!(
+            (c.calls, c.in_flight),
+            (c.replies + c.errors, 0),
+            "{}'s calls of {} do not balance, or some are in flight after join: {c:?}",
+            c.caller,
+            c.service
+        );
+    }
     for e in &report.edges {
         assert_eq!(
             e.published,

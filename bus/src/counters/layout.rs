@@ -36,6 +36,10 @@ pub const COUNTERS_MAGIC: [u8; 8] = *b"LLBUSCNT";
 ///   idle_rounds, restarts, panics`.
 /// - 3, a named metric of the actor of the nearest record of type 2 before it (bridge
 ///   metrics among them): label `actor, metric`; values `value`.
+/// - 4, the calls of one service by the actor (or handle) of the nearest record of type 2
+///   before it: label `caller, service, server`; values `calls, replies, errors, in_flight,
+///   timeouts, dropped, server_panicked, stopped, queue_full, late` (`calls == replies +
+///   errors + in_flight`; `errors` is the sum of the five after `in_flight`).
 ///
 /// A reader skips record types it does not know and values past those it knows, so version 1
 /// can grow new ones; anything else changes the version.
@@ -87,6 +91,8 @@ pub const RECORD_EDGE: u32 = 1;
 pub const RECORD_ACTOR: u32 = 2;
 /// Record type of an actor's named metric.
 pub const RECORD_METRIC: u32 = 3;
+/// Record type of an actor's (or a handle's) calls of one service.
+pub const RECORD_CALL: u32 = 4;
 
 pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());

@@ -32,12 +32,12 @@ mod writer;
 
 pub use file::{counters_dir, counters_files, find_counters_files, CountersLocation};
 pub use layout::{
-    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_EDGE,
-    RECORD_METRIC,
+    COUNTERS_MAGIC, COUNTERS_VERSION, MAX_FILE_LEN, MAX_RECORDS, RECORD_ACTOR, RECORD_CALL,
+    RECORD_EDGE, RECORD_METRIC,
 };
 pub use reader::{
     decode, read_counters_file, read_counters_file_of, read_counters_file_until, ActorCounts,
-    CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_BUSY_RETRY,
+    CallCounts, CountersFileError, CountersSnapshot, EdgeCounts, COUNTERS_BUSY_RETRY,
 };
 pub use writer::SNAPSHOT_INTERVAL;
-pub(crate) use writer::{edge_values, policy_name, CountersFile, Source, Visitor};
+pub(crate) use writer::{call_values, edge_values, policy_name, CountersFile, Source, Visitor};

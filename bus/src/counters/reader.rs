@@ -70,6 +70,38 @@ pub struct ActorCounts {
     pub panics: u64,
     /// Its named metrics, in registration order.
     pub metrics: Vec<(String, u64)>,
+    /// Its calls, one entry per service it calls (see [`CallReport`](crate::CallReport)).
+    pub calls: Vec<CallCounts>,
+}
+
+/// One caller's calls of one service, as read from a counters file (see
+/// [`CallReport`](crate::CallReport)): `calls == replies + errors + in_flight`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CallCounts {
+    /// The service.
+    pub service: String,
+    /// The serving actor.
+    pub server: String,
+    /// Calls made.
+    pub calls: u64,
+    /// Calls answered by the server.
+    pub replies: u64,
+    /// Calls ended by an error of the bus's (the five below together).
+    pub errors: u64,
+    /// Calls not ended yet.
+    pub in_flight: u64,
+    /// Calls that timed out.
+    pub timeouts: u64,
+    /// Calls the server dropped unanswered.
+    pub dropped: u64,
+    /// Calls held by a server that panicked.
+    pub server_panicked: u64,
+    /// Calls ended by the stop, or by their server's end.
+    pub stopped: u64,
+    /// Calls refused for a full queue.
+    pub queue_full: u64,
+    /// Replies that came after their call had ended.
+    pub late: u64,
 }
 
 /// Everything one read of a counters file gives: who wrote it, when, and the figures.
@@ -374,6 +406,7 @@ pub fn decode(b: &[u8]) -> Result<CountersSnapshot, CountersFileError> {
                 restarts: values[3],
                 panics: values[4],
                 metrics: Vec::new(),
+                calls: Vec::new(),
             }),
             RECORD_METRIC => {
                 let _actor = field();
@@ -381,6 +414,27 @@ pub fn decode(b: &[u8]) -> Result<CountersSnapshot, CountersFileError> {
                 match snap.actors.last_mut() {
                     Some(a) => a.metrics.push((name, values[0])),
                     None => return bad(format!("record {i}: a metric before any actor")),
+                }
+            }
+            RECORD_CALL => {
+                let _caller = field();
+                let calls = CallCounts {
+                    service: field(),
+                    server: field(),
+                    calls: values[0],
+                    replies: values[1],
+                    errors: values[2],
+                    in_flight: values[3],
+                    timeouts: values[4],
+                    dropped: values[5],
+                    server_panicked: values[6],
+                    stopped: values[7],
+                    queue_full: values[8],
+                    late: values[9],
+                };
+                match snap.actors.last_mut() {
+                    Some(a) => a.calls.push(calls),
+                    None => return bad(format!("record {i}: calls before any actor")),
                 }
             }
             _ => {} // A newer record type of version 1: skipped.

@@ -95,6 +95,10 @@ impl Source for Report {
             for (name, v) in &a.metrics {
                 rec(RECORD_METRIC, &[*v], &[&a.name, name]);
             }
+            for c in self.services.iter().filter(|c| c.caller == a.name) {
+                let label = [c.caller.as_str(), c.service.as_str(), &c.server];
+                rec(RECORD_CALL, &call_values(c), &label);
+            }
         }
     }
 }
@@ -120,6 +124,22 @@ pub(crate) fn edge_values(e: &crate::runtime::EdgeReport) -> [u64; 9] {
         e.lost,
         e.in_flight,
         e.max_depth,
+    ]
+}
+
+/// The values of a call record, in the file's order.
+pub(crate) fn call_values(c: &crate::runtime::CallReport) -> [u64; 10] {
+    [
+        c.calls,
+        c.replies,
+        c.errors,
+        c.in_flight,
+        c.timeouts,
+        c.dropped,
+        c.server_panicked,
+        c.stopped,
+        c.queue_full,
+        c.late,
     ]
 }
 
@@ -297,7 +317,7 @@ mod tests {
     use super::*;
     use crate::counters::file::pid_in_name;
     use crate::counters::reader::{decode, read_counters_file, CountersFileError};
-    use crate::runtime::{ActorReport, Backpressure, EdgeReport};
+    use crate::runtime::{ActorReport, Backpressure, CallReport, EdgeReport};
     use std::sync::atomic::AtomicU64;
     use std::time::Duration;
 
@@ -328,6 +348,21 @@ mod tests {
                 panics: 1,
                 metrics: vec![("datagrams_sent".to_owned(), 42), ("drops".to_owned(), 1)],
             }],
+            services: vec![CallReport {
+                service: crate::TopicName::new("calc.add").expect("a valid name"),
+                caller: "bridge".to_owned(),
+                server: "adder".to_owned(),
+                calls: 20,
+                replies: 9,
+                errors: 10,
+                in_flight: 1,
+                timeouts: 1,
+                dropped: 2,
+                server_panicked: 3,
+                stopped: 4,
+                queue_full: 0,
+                late: 5,
+            }],
             stop: None,
         }
     }
@@ -344,7 +379,7 @@ mod tests {
     #[test]
     fn a_report_round_trips() {
         let bytes = encode(&writer(), 4, 9, &sample());
-        assert_eq!(bytes.len(), HEADER_LEN + 4 * RECORD_LEN);
+        assert_eq!(bytes.len(), HEADER_LEN + 5 * RECORD_LEN);
         let s = decode(&bytes).unwrap();
         assert_eq!((s.bus.as_str(), s.pid, s.generation), ("demo", 7, 4));
         assert_eq!(
@@ -384,6 +419,46 @@ mod tests {
             a.metrics,
             vec![("datagrams_sent".to_owned(), 42), ("drops".to_owned(), 1)]
         );
+        let c = &a.calls[0];
+        assert_eq!(
+            (c.service.as_str(), c.server.as_str()),
+            ("calc.add", "adder")
+        );
+        assert_eq!(
+            [
+                c.calls,
+                c.replies,
+                c.errors,
+                c.in_flight,
+                c.timeouts,
+                c.dropped,
+                c.server_panicked,
+                c.stopped,
+                c.queue_full,
+                c.late
+            ],
+            [20, 9, 10, 1, 1, 2, 3, 4, 0, 5]
+        );
+    }
+
+    /// A file written before call records existed (types 1 to 3 only) reads as before, with no
+    /// calls; a call record before any actor's is malformed, as a metric's is.
+    #[test]
+    fn a_file_without_call_records_reads_and_a_stray_call_record_is_malformed() {
+        let mut old = sample();
+        old.services.clear();
+        let bytes = encode(&writer(), 0, 0, &old);
+        assert_eq!(bytes.len(), HEADER_LEN + 4 * RECORD_LEN);
+        let s = decode(&bytes).unwrap();
+        assert_eq!(s.actors.len(), 1);
+        assert!(s.actors[0].calls.is_empty());
+        let mut stray = encode(&writer(), 0, 0, &sample());
+        // The edge record first becomes a call record: no actor before it.
+        stray[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&RECORD_CALL.to_le_bytes());
+        assert!(matches!(
+            decode(&stray),
+            Err(CountersFileError::Malformed(_))
+        ));
     }
 
     #[test]

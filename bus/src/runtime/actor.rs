@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::control::Control;
 use super::decl::OutputKey;
-use super::edge::{Inputs, Out, Output, Wait, Wiring};
+use super::edge::{Inputs, Offered, Out, Output, Until, Wait, Wiring};
 use super::metrics::{ActorCounters, Metric};
 use super::names::Renames;
 use crate::message::{Inbox, Message};
@@ -280,6 +280,9 @@ pub struct Context<'a> {
     pub(crate) topics: &'a [TopicName],
     /// The actor's calls in flight.
     pub(crate) pending: &'a mut crate::service::PendingCalls,
+    /// Where the actor's own responders' orphaned calls go: tells its responders from another
+    /// actor's.
+    pub(crate) orphans: &'a std::sync::Arc<crate::service::Orphans>,
     /// The id of the topic the messages being handled came on, set by the inbox once a ring
     /// (`on_message` only; `None` in the other hooks).
     pub(crate) topic: Option<&'a std::cell::Cell<Option<u64>>>,
@@ -437,61 +440,99 @@ impl Context<'_> {
     /// Answers a call of a service this actor serves (see [`Replies::accept`](crate::Replies::accept)):
     /// `Ok(reply)`, or an error the caller receives as it is. Never waits: the reply goes into
     /// the caller's own ring, and is dropped and counted there if the caller lets it fill.
+    ///
+    /// A responder is answered from the actor that accepted it. One handed to another actor
+    /// and answered through that actor's context still reaches its caller: the answer goes
+    /// out through its server (after the server's next hook, as an unanswered responder's
+    /// does), and a warning is logged once per server.
     #[inline]
     pub fn reply<Rep: Message + Clone>(
         &mut self,
         responder: crate::Responder<Rep>,
         result: Result<Rep, crate::CallError>,
     ) {
+        if !responder.belongs_to(self.orphans) {
+            responder.misrouted(self.actor, result);
+            return;
+        }
         let (call, out) = responder.answered();
         self.published |= 1 << out.index.min(63);
         if let Some(output) = (self.outputs.get_mut(out.index))
             .and_then(|o| o.downcast_mut::<Output<crate::Reply<Rep>>>())
         {
-            output.publish(crate::Reply { call, result }, None);
+            let reply = crate::Reply {
+                call,
+                result,
+                own: false,
+            };
+            output.publish(reply, None);
         }
     }
 
     /// Calls a service through `out` (from [`Setup::caller`]): sends `request` and returns the
-    /// call's id at once. The call ends exactly once, with a [`Reply`](crate::Reply) in the
-    /// actor's inbox carrying this id: the server's answer, or [`CallError::Timeout`](crate::CallError::Timeout)
-    /// once `timeout` has passed, or the server's error; open it with
-    /// [`settle`](Self::settle). Never waits: a request that finds the server's ring full is
-    /// dropped (and counted there), and its call times out.
+    /// call's id. The call ends exactly once, with a [`Reply`](crate::Reply) in the actor's
+    /// inbox carrying this id: the server's answer, or [`CallError::Timeout`](crate::CallError::Timeout)
+    /// once `timeout` has passed, or the server's error, or [`CallError::Stopped`](crate::CallError::Stopped)
+    /// when the bus stops with the call still open (after the bus has drained, so the server
+    /// answered everything it could) or the server is gone for good; open it with
+    /// [`settle`](Self::settle), which counts it.
+    ///
+    /// Does not wait unless the server's request ring is full: then, under the server's
+    /// `Block` policy (the default), the call waits for room as [`publish`](Self::publish)
+    /// does, at most `timeout`; under `DropNewest` (set with
+    /// `.backpressure_on(&service.requests(), ..)`), or for an actor declared `never_waits`,
+    /// it fails at once. A call that fails leaves nothing in flight: no reply comes for it.
     ///
     /// # Errors
     /// [`CallError::QueueFull`](crate::CallError::QueueFull) when [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls
-    /// are in flight (nothing is sent).
+    /// are in flight, or the server's ring is full and the call may not wait;
+    /// [`CallError::Timeout`](crate::CallError::Timeout) when it waited for room for all of
+    /// `timeout`; [`CallError::Stopped`](crate::CallError::Stopped) when the server is gone
+    /// for good or the bus is stopping (its open calls have ended).
     pub fn call<Req: Message + Clone, Rep: Message + Clone>(
         &mut self,
         out: crate::CallOut<Req, Rep>,
         request: Req,
         timeout: std::time::Duration,
     ) -> Result<crate::CallId, crate::CallError> {
-        let call = self.pending.open(
-            timeout,
-            out.loopback.index,
-            crate::service::answer_with::<Rep>,
-        )?;
+        let call = self.pending.open(out.loopback.index, timeout)?;
         let request = crate::Request {
             call,
             reply_to: out.reply_to,
             body: request,
         };
-        self.output(out.requests).0.publish(request, None);
-        Ok(call)
+        let control = self.control;
+        let (output, idle) = self.output(out.requests);
+        let offered = output.offer(
+            request,
+            Some(&mut Wait {
+                idle,
+                control,
+                deadline: Some(Until::After(timeout)),
+            }),
+        );
+        let refused = match offered {
+            Offered::Sent => return Ok(call),
+            Offered::Full => crate::CallError::QueueFull,
+            Offered::TimedOut => crate::CallError::Timeout,
+            Offered::Stopped => crate::CallError::Stopped,
+        };
+        self.pending.refuse(call, refused);
+        Err(refused)
     }
 
     /// Opens a reply to one of this actor's calls: its call's id and its end, or `None` if
     /// the call had already ended (a reply that came after the call's timeout, which was the
-    /// call's end; or that timeout, after the reply). Each call yields `Some` exactly once.
+    /// call's end; or that timeout, after the reply). Each call yields `Some` exactly once,
+    /// and is counted then ([`Report::services`](crate::Report::services)): a call stays in
+    /// flight until its reply is settled.
     pub fn settle<Rep>(
         &mut self,
         reply: crate::Reply<Rep>,
     ) -> Option<(crate::CallId, Result<Rep, crate::CallError>)> {
-        let is_timeout = matches!(reply.result, Err(crate::CallError::Timeout));
+        let end = reply.result.as_ref().map(|_| ()).map_err(|e| *e);
         self.pending
-            .settle(reply.call, is_timeout)
+            .settle(reply.call, reply.own, end)
             .then_some((reply.call, reply.result))
     }
 

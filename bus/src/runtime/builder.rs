@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::actor::{Actor, Setup};
 use super::decl::{
-    ActorDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, ServeDecl, SlotMaker, SlotParts,
-    SubscriptionDecl,
+    ActorDecl, CallDecl, GroupDecl, HandleDecl, OutputDecl, PatternDecl, ServeDecl, SlotMaker,
+    SlotParts, SubscriptionDecl,
 };
 use super::error::StartError;
 use super::handle::{
@@ -220,8 +220,9 @@ impl BusBuilder {
     /// Declares an external caller of `service` called `name`: code outside the bus calls the
     /// service through the [`Caller`](crate::Caller) that [`RunningBus::caller`] gives for the
     /// returned key after `start()`, each call blocking until its reply, an error or its
-    /// timeout. Its requests queue in a ring to the server (`Block`: a call waits for room
-    /// within its timeout); its replies come back on a ring of its own. `start()` refuses a
+    /// timeout. Its requests queue in a ring to the server (under the server's `Block`, the
+    /// default, a call waits for room within its timeout; under `DropNewest` it fails
+    /// `QueueFull` at once); its replies come back on a ring of its own. `start()` refuses a
     /// caller of a service no actor serves, naming both.
     pub fn caller<Req: Message + Clone, Rep: Message + Clone>(
         &mut self,
@@ -236,7 +237,8 @@ impl BusBuilder {
                 .push(OutputDecl::on::<Request<Req>>(service.name().clone()));
             decl.taken
                 .push(TopicSpec::named::<Reply<Rep>>(reply.clone()));
-            decl.calls.push((service.name().clone(), reply));
+            decl.calls
+                .push(CallDecl::of::<Req, Rep>(service.name().clone(), reply));
         }
         CallerKey {
             serial: self.serial,
@@ -552,7 +554,11 @@ impl<A: Actor> ActorBuilder<'_, A> {
     /// inbox (which must take `Request<Req>`: `type In = Request<Req>`, or a derived inbox with
     /// such a variant), splits it with [`Replies::accept`](crate::Replies::accept) (the [`Replies`](crate::Replies) come from
     /// [`Setup::replies`]) and answers once with [`Context::reply`](crate::Context::reply).
-    /// One actor serves a service: `start()` refuses a second, naming both.
+    /// One actor serves a service: `start()` refuses a second, naming both. Its request
+    /// subscription is set like any other, on [`Service::requests`]:
+    /// `.backpressure_on(&service.requests(), Backpressure::DropNewest)` refuses a call at once
+    /// ([`CallError::QueueFull`](crate::CallError::QueueFull)) when the caller's ring to it is
+    /// full, instead of making the call wait for room.
     pub fn serves<Req: Message + Clone, Rep: Message + Clone>(
         mut self,
         service: &Service<Req, Rep>,
@@ -567,11 +573,13 @@ impl<A: Actor> ActorBuilder<'_, A> {
 
     /// Declares that the actor calls `service`: its factory gets the [`CallOut`](crate::CallOut)
     /// with [`Setup::caller`], a hook calls with [`Context::call`](crate::Context::call), which
-    /// never waits, and each call's end (the reply, or [`CallError`](crate::CallError)) comes
-    /// into the inbox as a [`Reply`] (which must be one of its types: `type In = Reply<Rep>`, or
-    /// a derived inbox with such a variant), opened with
-    /// [`Context::settle`](crate::Context::settle). At most
-    /// [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls are in flight at once.
+    /// returns at once (unless the server's ring is full: see there), and each call's end (the
+    /// reply, or [`CallError`](crate::CallError)) comes into the inbox as a [`Reply`] (which
+    /// must be one of its types: `type In = Reply<Rep>`, or a derived inbox with such a
+    /// variant), opened with [`Context::settle`](crate::Context::settle). At most
+    /// [`MAX_CALLS_IN_FLIGHT`](crate::MAX_CALLS_IN_FLIGHT) calls are in flight at once. The
+    /// calls still open when the bus stops end [`CallError::Stopped`](crate::CallError::Stopped)
+    /// in the inbox, after the bus has drained.
     pub fn calls<Req: Message + Clone, Rep: Message + Clone>(
         mut self,
         service: &Service<Req, Rep>,
@@ -596,7 +604,8 @@ impl<A: Actor> ActorBuilder<'_, A> {
                 capacity: Some(2 * crate::service::MAX_CALLS_IN_FLIGHT),
             },
         );
-        decl.calls.push((service.name().clone(), reply));
+        decl.calls
+            .push(CallDecl::of::<Req, Rep>(service.name().clone(), reply));
         self
     }
 

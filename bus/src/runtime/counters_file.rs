@@ -6,7 +6,8 @@ use std::path::Path;
 use super::builder::BusBuilder;
 pub(super) use crate::counters::CountersFile;
 use crate::counters::{
-    edge_values, policy_name, Source, Visitor, RECORD_ACTOR, RECORD_EDGE, RECORD_METRIC,
+    call_values, edge_values, policy_name, Source, Visitor, RECORD_ACTOR, RECORD_CALL, RECORD_EDGE,
+    RECORD_METRIC,
 };
 
 impl BusBuilder {
@@ -43,6 +44,7 @@ pub(super) fn default_bus_name() -> String {
 pub(crate) struct Live {
     pub(crate) edges: Vec<super::start::EdgeInfo>,
     pub(crate) actors: Vec<super::start::ActorInfo>,
+    pub(crate) calls: Vec<super::start::CallInfo>,
 }
 
 impl Source for Live {
@@ -74,6 +76,12 @@ impl Source for Live {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             for (name, m) in named.iter() {
                 rec(RECORD_METRIC, &[m.get()], &[&a.name, name]);
+            }
+            drop(named);
+            for c in self.calls.iter().filter(|c| c.caller == a.name) {
+                let report = super::running::call_report_of(c, false);
+                let label = [c.caller.as_str(), c.service.as_str(), &c.server];
+                rec(RECORD_CALL, &call_values(&report), &label);
             }
         }
     }

@@ -51,6 +51,30 @@ impl OutputDecl {
     }
 }
 
+/// A service an actor or a handle calls: its name (as declared until `start()` remaps it), its
+/// caller's reply topic, and how the runner posts a call's end and tells its server is gone.
+pub(super) struct CallDecl {
+    pub(super) service: TopicName,
+    pub(super) reply: TopicName,
+    pub(super) post: crate::service::PostEnd,
+    pub(super) gone: crate::service::ServerGone,
+}
+
+impl CallDecl {
+    /// The declaration of a call of `service`, whose replies come on `reply`.
+    pub(super) fn of<Req: Message + Clone, Rep: Message + Clone>(
+        service: TopicName,
+        reply: TopicName,
+    ) -> Self {
+        CallDecl {
+            service,
+            reply,
+            post: crate::service::post_end::<Rep>,
+            gone: crate::service::server_gone::<Req>,
+        }
+    }
+}
+
 /// A service an actor serves: its name (as declared until `start()` remaps it) and how to make
 /// a reply output to one caller.
 pub(super) struct ServeDecl {
@@ -145,8 +169,8 @@ pub(super) struct ActorDecl {
     pub(super) matching: Vec<PatternDecl>,
     /// Services the actor serves (`serves`): `start()` adds a reply output per caller.
     pub(super) serves: Vec<ServeDecl>,
-    /// Services the handle calls (`BusBuilder::caller`): the service and its reply topic.
-    pub(super) calls: Vec<(TopicName, TopicName)>,
+    /// Services the actor or handle calls (`calls`, `BusBuilder::caller`).
+    pub(super) calls: Vec<CallDecl>,
     pub(super) make_slot: SlotMaker,
     pub(super) errors: Vec<String>,
     /// Set for an external handle (`publisher`, `subscription`): no thread runs it.

@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 use super::control::Control;
 #[cfg(feature = "tokio")]
 use super::control::EXIT;
-use super::edge::{AnyOutput, Inputs, Output, Wait, Wiring};
+use super::edge::{AnyOutput, Inputs, Offered, Output, Until, Wait, Wiring};
 #[cfg(feature = "tokio")]
 use super::metrics::EdgeCounters;
-use super::metrics::{ActorCounters, Metric};
+use super::metrics::{ActorCounters, CallCounters, Metric};
 use super::running::RunningBus;
 
 use crate::message::Message;
@@ -51,6 +51,8 @@ pub(super) struct HandleParts {
     pub(super) counters: Arc<ActorCounters>,
     pub(super) idle: Box<dyn IdleStrategy>,
     pub(super) control: Arc<Control>,
+    /// The counts of each service the handle calls (a `Caller`: one).
+    pub(super) calls: Vec<Arc<CallCounters>>,
 }
 
 /// The idle strategy of every handle: the bus's default waiting (spin, then yield), sleeping
@@ -278,22 +280,30 @@ impl<T: Message + Clone> Publisher<T> {
     /// Publishes `msg`, waiting on full `Block` rings with this handle's idle strategy.
     #[inline]
     fn publish_waiting(&mut self, msg: T) {
-        self.publish_until(msg, None);
-    }
-
-    /// Publishes `msg`, waiting on full `Block` rings with this handle's idle strategy until
-    /// `deadline` at most (then the message is counted lost on the edges it did not enter).
-    #[inline]
-    fn publish_until(&mut self, msg: T, deadline: Option<Instant>) {
         let control: &Control = &self.control;
         self.output.publish(
             msg,
             Some(&mut Wait {
                 idle: &mut *self.idle,
                 control,
-                deadline,
+                deadline: None,
             }),
         );
+    }
+
+    /// Publishes `msg` as [`publish_waiting`](Self::publish_waiting) does, but waits for room
+    /// until `deadline` at most (then the message is counted lost on the edges it did not
+    /// enter), and says what became of it.
+    fn offer_until(&mut self, msg: T, deadline: Option<Instant>) -> Offered {
+        let control: &Control = &self.control;
+        self.output.offer(
+            msg,
+            Some(&mut Wait {
+                idle: &mut *self.idle,
+                control,
+                deadline: deadline.map(Until::At),
+            }),
+        )
     }
 
     /// The bus's control, for the tokio adapter.
@@ -569,7 +579,7 @@ pub struct CallerKey<Req, Rep> {
 /// A way for code outside the bus to call a [`Service`](crate::Service): each
 /// [`call`](Self::call) sends one request and blocks until its reply, an error or its timeout,
 /// and ends exactly once. Made by [`RunningBus::caller`]. A call allocates nothing and takes no
-/// lock.
+/// lock. Its calls are counted in the bus's report ([`Report::service`](crate::Report::service)).
 pub struct Caller<Req, Rep> {
     requests: Publisher<Request<Req>>,
     replies: Subscription<Reply<Rep>>,
@@ -579,6 +589,8 @@ pub struct Caller<Req, Rep> {
     last: u64,
     /// Replies that came after their call ended (a timeout): counted, dropped.
     late: Metric,
+    /// Its calls' counts. Writer: the thread that holds it.
+    counts: Arc<CallCounters>,
 }
 
 impl<Req, Rep> std::fmt::Debug for Caller<Req, Rep> {
@@ -591,15 +603,26 @@ impl<Req, Rep> std::fmt::Debug for Caller<Req, Rep> {
 }
 
 impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
-    /// Sends `request` and waits at most `timeout` for its reply. The request waits for room
-    /// in the server's ring (its `Block` policy) within the same timeout.
+    /// Sends `request` and waits at most `timeout` for its reply. If the server's request ring
+    /// is full, the request waits for room within the same timeout under the server's `Block`
+    /// policy (the default), and fails at once under `DropNewest`.
     ///
     /// # Errors
     /// [`CallError::Timeout`] if no reply came in time (a reply that comes later is counted
-    /// in this handle's `late` metric and dropped); [`CallError::Stopped`] once the bus is
-    /// stopping or the server is gone; [`CallError::ServerPanicked`] or
-    /// [`CallError::Dropped`] if the server could not or did not answer.
+    /// in this handle's `late` metric and dropped); [`CallError::QueueFull`] at once if the
+    /// server's request ring is full and its policy is `DropNewest`; [`CallError::Stopped`]
+    /// once the bus is stopping, when it has stopped while the call waited (at most the stop's
+    /// own time after the stop request, whatever `timeout` is), or if the server is gone;
+    /// [`CallError::ServerPanicked`] or [`CallError::Dropped`] if the server could not or did
+    /// not answer.
     pub fn call(&mut self, request: Req, timeout: Duration) -> Result<Rep, CallError> {
+        self.counts.calls.add(1);
+        let result = self.call_once(request, timeout);
+        self.counts.end(result.as_ref().map(|_| ()).map_err(|e| *e));
+        result
+    }
+
+    fn call_once(&mut self, request: Req, timeout: Duration) -> Result<Rep, CallError> {
         let deadline = deadline_after(timeout);
         self.last += 1;
         let call = CallId(self.last);
@@ -611,8 +634,13 @@ impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
         if self.requests.control.is_stopping() {
             return Err(CallError::Stopped);
         }
-        // Waits for room in the server's ring only within the call's timeout.
-        self.requests.publish_until(request, deadline);
+        // Waits for room in the server's ring (`Block`) only within the call's timeout.
+        match self.requests.offer_until(request, deadline) {
+            Offered::Sent => {}
+            Offered::Full => return Err(CallError::QueueFull),
+            Offered::TimedOut => return Err(CallError::Timeout),
+            Offered::Stopped => return Err(CallError::Stopped),
+        }
         loop {
             let left = match deadline {
                 Some(at) => at.saturating_duration_since(Instant::now()),
@@ -621,7 +649,10 @@ impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
             match self.replies.recv_timeout(left) {
                 Ok(reply) if reply.call == call => return reply.result,
                 // An earlier call's, which ended (timed out) before it came.
-                Ok(_) => self.late.add(1),
+                Ok(_) => {
+                    self.late.add(1);
+                    self.counts.late.add(1);
+                }
                 Err(RecvTimeoutError::Timeout) => return Err(CallError::Timeout),
                 Err(RecvTimeoutError::Closed) => return Err(CallError::Stopped),
             }
@@ -656,6 +687,7 @@ pub(super) fn make_caller<Req: Message + Clone, Rep: Message + Clone>(
     let inputs = Inputs::<Reply<Rep>>::take(&mut parts.wiring);
     let reply_to = inputs.topic_ids().next().unwrap_or(0);
     let late = parts.counters.metric("late");
+    let counts = parts.calls.pop().unwrap_or_default();
     Box::new(Caller {
         requests: Publisher {
             name: parts.name.clone(),
@@ -676,6 +708,7 @@ pub(super) fn make_caller<Req: Message + Clone, Rep: Message + Clone>(
         reply_to,
         last: 0,
         late,
+        counts,
     })
 }
 

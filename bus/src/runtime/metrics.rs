@@ -1,4 +1,4 @@
-//! Counters per edge and per actor, and the report built from them.
+//! Counters per edge, per actor and per caller of a service, and the report built from them.
 //!
 //! Every counter has exactly one writer thread (noted beside it), which updates it with a plain
 //! load and `Release` store (no read-modify-write); any thread may read a snapshot. Each block
@@ -250,6 +250,93 @@ impl ActorCounters {
     }
 }
 
+/// The counts of one caller's calls of one service. Writer: the caller's thread (the actor's
+/// runner, or the thread that holds the handle), with plain stores.
+///
+/// Every call is counted once in `calls` as it starts and once more as it ends, in `replies` or
+/// in one error's count, so `calls == replies + errors + in_flight` with `in_flight >= 0` in
+/// every snapshot (each end is counted after its call; a snapshot reads the ends first).
+#[derive(Debug, Default)]
+pub(crate) struct CallCounters {
+    pub(crate) calls: Counter,
+    pub(crate) replies: Counter,
+    pub(crate) timeouts: Counter,
+    pub(crate) dropped: Counter,
+    pub(crate) server_panicked: Counter,
+    pub(crate) stopped: Counter,
+    pub(crate) queue_full: Counter,
+    /// Replies that came after their call had ended (not calls: counted apart).
+    pub(crate) late: Counter,
+}
+
+/// One reading of a caller's [`CallCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CallSnapshot {
+    pub(crate) calls: u64,
+    pub(crate) replies: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) dropped: u64,
+    pub(crate) server_panicked: u64,
+    pub(crate) stopped: u64,
+    pub(crate) queue_full: u64,
+    pub(crate) late: u64,
+}
+
+impl CallSnapshot {
+    /// The calls that ended with an error, of every kind.
+    pub(crate) fn errors(&self) -> u64 {
+        self.timeouts + self.dropped + self.server_panicked + self.stopped + self.queue_full
+    }
+
+    /// The calls that have not ended yet.
+    pub(crate) fn in_flight(&self) -> i128 {
+        i128::from(self.calls) - i128::from(self.replies) - i128::from(self.errors())
+    }
+}
+
+impl CallCounters {
+    /// Counts the end of a call: its reply, or its error.
+    #[inline]
+    pub(crate) fn end(&self, end: Result<(), crate::service::CallError>) {
+        use crate::service::CallError;
+        match end {
+            Ok(()) => &self.replies,
+            Err(CallError::Timeout) => &self.timeouts,
+            Err(CallError::Dropped) => &self.dropped,
+            Err(CallError::ServerPanicked) => &self.server_panicked,
+            Err(CallError::Stopped) => &self.stopped,
+            Err(CallError::QueueFull) => &self.queue_full,
+        }
+        .add(1);
+    }
+
+    /// Reads every count: the ends before the calls (each end is stored after its call's
+    /// count, by the one writer), so the reading never shows a negative `in_flight`.
+    pub(crate) fn snapshot(&self) -> CallSnapshot {
+        let (replies, timeouts, dropped, server_panicked, stopped, queue_full, late) = (
+            self.replies.get(),
+            self.timeouts.get(),
+            self.dropped.get(),
+            self.server_panicked.get(),
+            self.stopped.get(),
+            self.queue_full.get(),
+            self.late.get(),
+        );
+        let snap = CallSnapshot {
+            calls: self.calls.get(),
+            replies,
+            timeouts,
+            dropped,
+            server_panicked,
+            stopped,
+            queue_full,
+            late,
+        };
+        debug_assert!(snap.in_flight() >= 0, "negative calls in flight: {snap:?}");
+        snap
+    }
+}
+
 /// A named figure of an actor's own (datagrams sent, bytes received, a gauge of subscribers),
 /// registered in its factory with `Setup::metric` and shown in the bus's [`Report`].
 ///
@@ -349,6 +436,43 @@ impl ActorReport {
     }
 }
 
+/// Figures for one caller's calls of one service.
+///
+/// Every call is counted in `calls` when it starts and ends once, with its reply or an error:
+/// `calls == replies + errors + in_flight`, exactly, in every report, with `in_flight == 0` in
+/// the report of `join` (the stop ends every call still open, `Stopped`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallReport {
+    /// The service (its name as it runs).
+    pub service: TopicName,
+    /// The calling actor or handle.
+    pub caller: String,
+    /// The serving actor.
+    pub server: String,
+    /// Calls made, refused ones included.
+    pub calls: u64,
+    /// Calls that ended with the server's reply (`Ok`, or an error the server chose to send).
+    pub replies: u64,
+    /// Calls that ended with a [`CallError`](crate::CallError) of the bus's: the sum of the
+    /// five counts below.
+    pub errors: u64,
+    /// Calls that ended [`Timeout`](crate::CallError::Timeout).
+    pub timeouts: u64,
+    /// Calls that ended [`Dropped`](crate::CallError::Dropped).
+    pub dropped: u64,
+    /// Calls that ended [`ServerPanicked`](crate::CallError::ServerPanicked).
+    pub server_panicked: u64,
+    /// Calls that ended [`Stopped`](crate::CallError::Stopped).
+    pub stopped: u64,
+    /// Calls refused [`QueueFull`](crate::CallError::QueueFull).
+    pub queue_full: u64,
+    /// Calls not ended yet.
+    pub in_flight: u64,
+    /// Replies that came after their call had ended (its timeout, or the stop): dropped, and
+    /// not calls, so outside the balance.
+    pub late: u64,
+}
+
 /// A snapshot of every edge and actor: taken while running, and returned by `join`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
@@ -356,6 +480,9 @@ pub struct Report {
     pub edges: Vec<EdgeReport>,
     /// One entry per actor.
     pub actors: Vec<ActorReport>,
+    /// One entry per caller of each service (actors that call and [`Caller`](crate::Caller)
+    /// handles).
+    pub services: Vec<CallReport>,
     /// How the stop went: `None` while the bus runs, set in the report of
     /// [`RunningBus::join`](crate::RunningBus::join).
     pub stop: Option<StopReport>,
@@ -388,6 +515,13 @@ impl Report {
     /// The actor called `name`, if there is one.
     pub fn actor(&self, name: &str) -> Option<&ActorReport> {
         self.actors.iter().find(|a| a.name == name)
+    }
+
+    /// The calls of `service` by `caller`, if it calls it.
+    pub fn service(&self, service: &str, caller: &str) -> Option<&CallReport> {
+        self.services
+            .iter()
+            .find(|c| c.service == service && c.caller == caller)
     }
 }
 
@@ -428,6 +562,45 @@ impl fmt::Display for Report {
                 e.in_flight,
                 e.max_depth
             )?;
+        }
+        if !self.services.is_empty() {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "{:<14} {:<12} {:<12} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>9}",
+                "service",
+                "caller",
+                "server",
+                "calls",
+                "replies",
+                "errors",
+                "timeout",
+                "dropped",
+                "panicked",
+                "stopped",
+                "full",
+                "late",
+                "in_flight"
+            )?;
+            for c in &self.services {
+                writeln!(
+                    f,
+                    "{:<14} {:<12} {:<12} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>9}",
+                    c.service,
+                    c.caller,
+                    c.server,
+                    c.calls,
+                    c.replies,
+                    c.errors,
+                    c.timeouts,
+                    c.dropped,
+                    c.server_panicked,
+                    c.stopped,
+                    c.queue_full,
+                    c.late,
+                    c.in_flight
+                )?;
+            }
         }
         writeln!(f)?;
         writeln!(

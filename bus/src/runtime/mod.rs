@@ -45,17 +45,18 @@ mod validate;
 pub(crate) use actor::short_type_name;
 pub use actor::{Actor, Context, Setup};
 pub use builder::{ActorBuilder, Bus, BusBuilder, Component, GroupBuilder, DEFAULT_CAPACITY};
-pub(crate) use edge::Output;
 pub use edge::{Inputs, Out, Wiring};
+pub(crate) use edge::{Offered, Output};
 pub use error::{BusError, StartError};
 pub use handle::{
     Caller, CallerKey, HandleError, Iter, PublishError, Publisher, PublisherKey, RecvError,
     RecvTimeoutError, Subscription, SubscriptionKey, TryRecvError,
 };
-pub use metrics::{ActorReport, EdgeReport, Metric, Report, StopReport};
+pub(crate) use metrics::CallCounters;
+pub use metrics::{ActorReport, CallReport, EdgeReport, Metric, Report, StopReport};
 pub use running::{RunningBus, StopHandle};
 #[cfg(feature = "tokio")]
-pub use tokio_adapter::AsyncSubscription;
+pub use tokio_adapter::{AsyncCaller, AsyncSubscription};
 
 /// What a publisher does when a subscriber's ring is full. Set per subscription.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -33,8 +33,8 @@ pub(super) fn resolve(bus: &mut BusBuilder) -> Result<Renames, StartError> {
         for serve in &mut actor.serves {
             rename(&mut serve.service);
         }
-        for (service, _) in &mut actor.calls {
-            rename(service);
+        for call in &mut actor.calls {
+            rename(&mut call.service);
         }
         actor.topic_settings = std::mem::take(&mut actor.topic_settings)
             .into_iter()
@@ -95,7 +95,9 @@ fn expand_patterns(bus: &mut BusBuilder) {
 /// reply topic), or says which caller has no server, or which service two actors serve.
 fn expand_services(bus: &mut BusBuilder) -> Result<(), StartError> {
     let calls: Vec<(String, TopicName, TopicName)> = (bus.actors.iter())
-        .flat_map(|a| (a.calls.iter()).map(|(s, r)| (a.name.clone(), s.clone(), r.clone())))
+        .flat_map(|a| {
+            (a.calls.iter()).map(|c| (a.name.clone(), c.service.clone(), c.reply.clone()))
+        })
         .collect();
     for (i, actor) in bus.actors.iter().enumerate() {
         for serve in &actor.serves {

@@ -47,7 +47,8 @@ pub(crate) trait Slot: Send {
     fn next_deadline(&self) -> Option<Instant>;
     /// Whether the actor can ever have such a deadline (it ticks, or it may be restarted).
     fn has_deadlines(&self) -> bool;
-    /// Drops the actor instance, catching a panic in its `Drop`.
+    /// Drops the actor instance as its thread leaves, catching a panic in its `Drop`: the
+    /// calls it held answer `Stopped`, and its own calls still open are counted ended.
     fn drop_actor(&mut self);
 }
 
@@ -249,15 +250,15 @@ where
         }
         for orphan in self.orphaned.drain(..) {
             if let Some(output) = self.outputs.get_mut(orphan.out) {
-                (orphan.answer)(&mut **output, orphan.call, orphan.error);
+                (orphan.answer)(&mut **output, orphan.call, orphan.end);
             }
         }
     }
 
-    /// Ends the calls past their deadline: their timeouts go into the actor's own reply rings,
-    /// handled next turn. Looked at after a turn that found nothing to do (`work == 0`), and
-    /// every 64 turns of a busy actor: never before handling (a clock read there would delay
-    /// every reply).
+    /// Ends the calls past their deadline, and those of a server gone for good: their ends
+    /// (`Timeout`, `Stopped`) go into the actor's own reply rings, handled next turn. Looked at
+    /// after a turn that found nothing to do (`work == 0`), and every 64 turns of a busy
+    /// actor: never before handling (a clock read there would delay every reply).
     #[inline(never)]
     fn expire_calls(&mut self, work: usize, env: &mut Env<'_>) -> usize {
         if !self.pending.in_flight() {
@@ -266,7 +267,7 @@ where
         self.deadline_turns = self.deadline_turns.wrapping_add(1);
         if work == 0 || self.deadline_turns % 64 == 0 {
             let now = env.now();
-            return self.pending.expire(now, &mut self.outputs);
+            return self.pending.expire(now, work == 0, &mut self.outputs);
         }
         0
     }
@@ -359,11 +360,14 @@ where
     }
 
     /// Ends the actor for good: its inputs go (what is queued is counted lost; publishers see
-    /// the rings abandoned) and its outputs go (subscribers see the rings abandoned).
+    /// the rings abandoned, and the callers of a service it served end their calls
+    /// `Stopped`), its calls still open are counted ended (`Stopped`: nobody will settle
+    /// them), and its outputs go (subscribers see the rings abandoned).
     fn retire(&mut self) {
         self.state = State::Dead;
         self.drop_instance();
         self.rx = None;
+        self.pending.close();
         self.outputs.clear();
     }
 
@@ -420,6 +424,7 @@ where
             &mut self.outputs,
             &self.topics,
             &mut self.pending,
+            &self.orphans,
             env,
         );
         let started = catch_unwind(AssertUnwindSafe(|| actor.on_start(&mut ctx)));
@@ -459,6 +464,7 @@ where
             &mut self.outputs,
             &self.topics,
             &mut self.pending,
+            &self.orphans,
             env,
         );
         ctx.topic = Some(&current_topic);
@@ -540,12 +546,18 @@ where
             &mut self.outputs,
             &self.topics,
             &mut self.pending,
+            &self.orphans,
             env,
         );
         let stopped = catch_unwind(AssertUnwindSafe(|| actor.on_stop(&mut ctx)));
         let published = ctx.published;
         self.commit(published);
         self.answer_orphans();
+        // The bus has drained: a call still open now is held by its server (or lost), and
+        // ends `Stopped` in the actor's inbox, which the stop drains before the threads exit.
+        if self.pending.is_used() {
+            self.pending.end_all(&mut self.outputs);
+        }
         if let Err(payload) = stopped {
             let message = panic_message(&*payload);
             self.counters.panics.add(1);
@@ -573,7 +585,13 @@ where
     }
 
     fn drop_actor(&mut self) {
+        // The calls its instance still holds answer `Stopped`, before its reply rings go.
+        self.orphans.stopped.store(true, Ordering::Relaxed);
         self.drop_instance();
+        if self.services {
+            self.answer_orphans_now();
+        }
+        self.pending.close();
     }
 }
 
@@ -583,6 +601,7 @@ fn context<'a>(
     outputs: &'a mut [Box<dyn Any + Send>],
     topics: &'a [TopicName],
     pending: &'a mut PendingCalls,
+    orphans: &'a Arc<Orphans>,
     env: &'a mut Env<'_>,
 ) -> Context<'a> {
     Context {
@@ -590,6 +609,7 @@ fn context<'a>(
         outputs,
         topics,
         pending,
+        orphans,
         topic: None,
         idle: &mut *env.idle,
         now: &env.now,

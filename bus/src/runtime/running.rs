@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::control::Control;
 use super::error::{panic_message, BusError};
-use super::metrics::{ActorReport, EdgeReport, EdgeSnapshot, Report, StopReport};
-use super::start::{ActorInfo, EdgeInfo};
+use super::metrics::{ActorReport, CallReport, EdgeReport, EdgeSnapshot, Report, StopReport};
+use super::start::{ActorInfo, CallInfo, EdgeInfo};
 use super::stop::Finished;
 
 /// A started bus. Stop it with [`stop`](Self::stop) (or a [`StopHandle`], or from an actor with
@@ -24,6 +24,8 @@ pub struct RunningBus {
     pub(super) thread_names: Vec<String>,
     pub(super) edges: Vec<EdgeInfo>,
     pub(super) actors: Vec<ActorInfo>,
+    /// Every caller of every service.
+    pub(super) calls: Vec<CallInfo>,
     pub(super) warnings: Vec<String>,
     /// External handles made by `start()`, until redeemed (`publisher`, `subscription`).
     pub(super) handles: Vec<Option<Box<dyn std::any::Any + Send>>>,
@@ -112,7 +114,7 @@ impl RunningBus {
 
     /// The figures now, taken while the bus runs.
     pub fn report(&self) -> Report {
-        report_of(&self.edges, &self.actors)
+        report_of(&self.edges, &self.actors, &self.calls)
     }
 
     /// The path of the bus's live counters file, if it writes one
@@ -208,8 +210,8 @@ impl Drop for RunningBus {
     }
 }
 
-/// The figures of `edges` and `actors` now.
-pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
+/// The figures of `edges`, `actors` and `calls` now.
+pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo], calls: &[CallInfo]) -> Report {
     Report {
         edges: edges
             .iter()
@@ -235,7 +237,31 @@ pub(super) fn report_of(edges: &[EdgeInfo], actors: &[ActorInfo]) -> Report {
                 metrics: a.counters.named_snapshot(),
             })
             .collect(),
+        services: calls.iter().map(|c| call_report_of(c, true)).collect(),
         stop: None,
+    }
+}
+
+/// The report row of caller `c` now; with its caller's and server's names only if `named`
+/// (the counters file asks without, so that it allocates nothing).
+pub(super) fn call_report_of(c: &CallInfo, named: bool) -> CallReport {
+    let snap = c.counters.snapshot();
+    let name = |n: &String| if named { n.clone() } else { String::new() };
+    CallReport {
+        service: c.service.clone(),
+        caller: name(&c.caller),
+        server: name(&c.server),
+        calls: snap.calls,
+        replies: snap.replies,
+        errors: snap.errors(),
+        timeouts: snap.timeouts,
+        dropped: snap.dropped,
+        server_panicked: snap.server_panicked,
+        stopped: snap.stopped,
+        queue_full: snap.queue_full,
+        // Never negative (see `CallCounters::snapshot`); clamped all the same.
+        in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
+        late: snap.late,
     }
 }
 

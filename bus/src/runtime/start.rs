@@ -13,7 +13,7 @@ use super::decl::{ActorDecl, HandleDecl, OutputKey, SlotParts};
 use super::edge::{AnyOutput, Wiring};
 use super::error::StartError;
 use super::handle::{handle_idle, HandleParts};
-use super::metrics::{ActorCounters, EdgeCounters};
+use super::metrics::{ActorCounters, CallCounters, EdgeCounters};
 use super::names::Renames;
 use super::runner::{run_thread, ThreadPlan};
 use super::running::RunningBus;
@@ -52,8 +52,20 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     let idles = make_idles(&decls, &plan, &handle_thread);
     let bells: Vec<Option<Arc<Doorbell>>> = idles.iter().map(|i| i.doorbell()).collect();
     let (outputs, wirings, edges) = make_rings(&decls, &plan, &bells);
-    let (thread_plans, actors, handle_decls) =
-        make_slots(decls, &plan, &allowed, idles, outputs, wirings, &renames);
+    let calls = call_books(&decls);
+    let (thread_plans, actors, handle_decls) = make_slots(
+        decls,
+        &plan,
+        &allowed,
+        Made {
+            idles,
+            bells: &bells,
+            outputs,
+            wirings,
+            calls: &calls,
+        },
+        &renames,
+    );
 
     // Handles' "threads" are never spawned: the handle takes the thread's idle strategy. The
     // others are numbered for `Control` in the order they are spawned.
@@ -94,7 +106,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
     };
     control.set_go(GO_RUN);
     #[cfg(unix)]
-    let counters_file = open_counters_file(&bus, &edges, &actors);
+    let counters_file = open_counters_file(&bus, &edges, &actors, &calls);
     Ok(RunningBus {
         #[cfg(unix)]
         counters_file,
@@ -103,6 +115,7 @@ pub(super) fn start(mut bus: BusBuilder) -> Result<RunningBus, StartError> {
         thread_names,
         edges,
         actors,
+        calls,
         warnings: plan.warnings,
         handles,
         serial: bus.serial,
@@ -234,6 +247,35 @@ fn make_rings(
     (outputs, wirings, edges)
 }
 
+/// The report row of every caller of every service, in the order of the actors (and handles)
+/// that call and of their calls: the caller, the service as it runs, and its server.
+fn call_books(decls: &[ActorDecl]) -> Vec<CallInfo> {
+    let server = |service: &TopicName| {
+        (decls.iter())
+            .find(|a| a.serves.iter().any(|s| s.service == *service))
+            .map_or_else(String::new, |a| a.name.clone())
+    };
+    (decls.iter())
+        .flat_map(|a| (a.calls.iter()).map(move |c| (a.name.clone(), c.service.clone())))
+        .map(|(caller, service)| CallInfo {
+            server: server(&service),
+            service,
+            caller,
+            counters: Arc::default(),
+        })
+        .collect()
+}
+
+/// What the earlier steps made, for `make_slots`: each thread's idle strategy and doorbell,
+/// each actor's outputs and wiring, and every caller's counts.
+struct Made<'a> {
+    idles: Vec<Idle>,
+    bells: &'a [Option<Arc<Doorbell>>],
+    outputs: Outputs,
+    wirings: Vec<Wiring>,
+    calls: &'a [CallInfo],
+}
+
 /// What an external handle needs once the bus's control exists.
 struct PendingHandle {
     decl: HandleDecl,
@@ -242,6 +284,35 @@ struct PendingHandle {
     wiring: Wiring,
     outputs: Vec<Box<dyn AnyOutput>>,
     counters: Arc<ActorCounters>,
+    calls: Vec<Arc<CallCounters>>,
+}
+
+/// The table of calls in flight of an actor that calls the services of `decl` (empty if it
+/// calls none): a book per service, with its outputs and its counts (`calls`, in order).
+fn pending_calls(decl: &ActorDecl, calls: Vec<Arc<CallCounters>>) -> crate::service::PendingCalls {
+    let position = |name: &TopicName, loopback: bool| {
+        (decl.outputs.iter())
+            .position(|o| o.spec.name == *name && o.calling.is_some() == loopback)
+            .unwrap_or(usize::MAX)
+    };
+    let books: Vec<_> = (decl.calls.iter())
+        .zip(calls)
+        .map(|(call, counters)| {
+            crate::service::Book::new(
+                position(&call.reply, true),
+                position(&call.service, false),
+                call.post,
+                call.gone,
+                counters,
+            )
+        })
+        .collect();
+    let capacity = if books.is_empty() {
+        0
+    } else {
+        crate::service::MAX_CALLS_IN_FLIGHT
+    };
+    crate::service::PendingCalls::new(capacity, books)
 }
 
 /// Each actor's slot on its thread's plan (its factory runs later, on that thread), or, for an
@@ -250,11 +321,17 @@ fn make_slots(
     decls: Vec<ActorDecl>,
     plan: &Plan,
     allowed: &[usize],
-    idles: Vec<Idle>,
-    outputs: Outputs,
-    wirings: Vec<Wiring>,
+    made: Made<'_>,
     renames: &Arc<Renames>,
 ) -> (Vec<ThreadPlan>, Vec<ActorInfo>, Vec<PendingHandle>) {
+    let Made {
+        idles,
+        bells,
+        outputs,
+        wirings,
+        calls,
+    } = made;
+    let mut calls = calls.iter();
     let mut plans: Vec<ThreadPlan> = plan
         .threads
         .iter()
@@ -273,6 +350,11 @@ fn make_slots(
     let mut pending = Vec::new();
     for (i, ((decl, wiring), outs)) in decls.into_iter().zip(wirings).zip(outputs).enumerate() {
         let counters = Arc::new(ActorCounters::default());
+        // Its calls' counts: the next ones of `calls`, which follows the actors' order.
+        let call_counts: Vec<Arc<CallCounters>> = (calls.by_ref())
+            .take(decl.calls.len())
+            .map(|c| Arc::clone(&c.counters))
+            .collect();
         actors.push(ActorInfo {
             name: decl.name.clone(),
             thread: match decl.handle {
@@ -289,9 +371,11 @@ fn make_slots(
                 wiring,
                 outputs: outs,
                 counters,
+                calls: call_counts,
             });
             continue;
         }
+        let pending = pending_calls(&decl, call_counts);
         let slot = (decl.make_slot)(SlotParts {
             wiring,
             outputs: outs,
@@ -306,13 +390,12 @@ fn make_slots(
                     calling: o.calling.clone(),
                 })
                 .collect(),
-            orphans: Arc::default(),
+            orphans: Arc::new(crate::service::Orphans::new(
+                &decl.name,
+                bells[plan.thread_of[i]].clone(),
+            )),
             serves: decl.serves.iter().map(|s| s.service.clone()).collect(),
-            pending: crate::service::PendingCalls::new(if decl.calls.is_empty() {
-                0
-            } else {
-                crate::service::MAX_CALLS_IN_FLIGHT
-            }),
+            pending,
             patterns: (decl.matching.iter())
                 .map(|p| (p.type_id, p.pattern.clone()))
                 .collect(),
@@ -352,6 +435,7 @@ fn make_handles(
             counters: p.counters,
             idle,
             control: Arc::clone(control),
+            calls: p.calls,
         });
         if let Some(slot) = made.get_mut(p.decl.index) {
             *slot = Some(handle);
@@ -430,6 +514,7 @@ fn open_counters_file(
     bus: &BusBuilder,
     edges: &[EdgeInfo],
     actors: &[ActorInfo],
+    calls: &[CallInfo],
 ) -> Option<super::counters_file::CountersFile> {
     if bus.counters_file == Some(false) {
         return None;
@@ -441,6 +526,7 @@ fn open_counters_file(
     let live = super::counters_file::Live {
         edges: edges.to_vec(),
         actors: actors.to_vec(),
+        calls: calls.to_vec(),
     };
     match super::counters_file::CountersFile::create(&name, live) {
         Ok(f) => Some(f),
@@ -470,6 +556,16 @@ pub(super) struct ActorInfo {
     pub(super) name: String,
     pub(super) thread: String,
     pub(super) counters: Arc<ActorCounters>,
+}
+
+/// One caller of one service, as the report shows it.
+#[derive(Clone)]
+pub(super) struct CallInfo {
+    /// The service, as it runs.
+    pub(super) service: TopicName,
+    pub(super) caller: String,
+    pub(super) server: String,
+    pub(super) counters: Arc<CallCounters>,
 }
 
 /// What the report shows as the thread of an external handle.

@@ -22,6 +22,9 @@
 //!   until then it is in flight, and if the [`AsyncSubscription`] is dropped with it still in
 //!   the channel it counts as lost. The rings stay in place (and publishers see the
 //!   subscription alive) until the last of those values is accounted for.
+//! - **Calls.** An [`AsyncCaller`]'s forwarding thread makes each call with the
+//!   [`Caller`](crate::Caller) it holds, which counts it: every call ends once, with its reply or
+//!   a [`CallError`], as a blocking call does.
 
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -30,9 +33,10 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::control::Control;
-use super::handle::{Publisher, RecvTimeoutError, Subscription, TryRecvError};
+use super::handle::{Caller, Publisher, RecvTimeoutError, Subscription, TryRecvError};
 use super::metrics::{ActorCounters, EdgeCounters};
 use crate::message::Message;
+use crate::service::CallError;
 
 /// How long a forwarding thread sleeps before it looks again whether the other side is
 /// still there (it is woken sooner by a message or a stop request).
@@ -293,5 +297,96 @@ impl<T> AsyncSubscription<T> {
     /// If called inside an async runtime (tokio's rule for `blocking_recv`).
     pub fn blocking_recv(&mut self) -> Option<T> {
         self.rx.blocking_recv().and_then(Tracked::deliver)
+    }
+}
+
+impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
+    /// Turns this caller into an [`AsyncCaller`], whose [`call`](AsyncCaller::call) an async
+    /// task awaits without blocking its runtime's thread: a forwarding thread makes each call
+    /// with this caller, one at a time, and hands its end back.
+    ///
+    /// # Errors
+    /// If the forwarding thread cannot be spawned.
+    pub fn into_async(self) -> std::io::Result<AsyncCaller<Req, Rep>> {
+        let (jobs, rx) = mpsc::channel::<Job<Req, Rep>>(1);
+        let name = self.name().to_owned();
+        std::thread::Builder::new()
+            .name(format!("llbus-async-{name}"))
+            .spawn(move || forward_calls(self, rx))?;
+        Ok(AsyncCaller { jobs, name })
+    }
+}
+
+/// One call for the forwarding thread: the request, when the call times out, and where its end
+/// goes.
+struct Job<Req, Rep> {
+    request: Req,
+    deadline: Option<std::time::Instant>,
+    end: tokio::sync::oneshot::Sender<Result<Rep, CallError>>,
+}
+
+/// The forwarding thread of an async caller: makes each call it is handed, within what is left
+/// of its timeout, and hands its end back (to nobody if the caller's future was dropped); ends
+/// when the [`AsyncCaller`] is dropped.
+fn forward_calls<Req: Message + Clone, Rep: Message + Clone>(
+    mut caller: Caller<Req, Rep>,
+    mut jobs: mpsc::Receiver<Job<Req, Rep>>,
+) {
+    while let Some(job) = jobs.blocking_recv() {
+        let left = job.deadline.map_or(std::time::Duration::MAX, |at| {
+            at.saturating_duration_since(std::time::Instant::now())
+        });
+        let end = caller.call(job.request, left);
+        let _ = job.end.send(end);
+    }
+}
+
+/// A [`Caller`](crate::Caller) for async code ([`Caller::into_async`]): each
+/// [`call`](Self::call) is awaited without blocking the runtime's thread.
+///
+/// The calls are made one at a time by a forwarding thread, with the caller's counts and
+/// errors. Each call allocates its one-shot reply channel. A call whose future is dropped
+/// before it ends still runs to its end on the forwarding thread (its reply, an error, or its
+/// timeout at the latest), and the next call waits for it.
+pub struct AsyncCaller<Req, Rep> {
+    jobs: mpsc::Sender<Job<Req, Rep>>,
+    name: String,
+}
+
+impl<Req, Rep> std::fmt::Debug for AsyncCaller<Req, Rep> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncCaller")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Req: Message + Clone, Rep: Message + Clone> AsyncCaller<Req, Rep> {
+    /// Sends `request` and waits, without blocking this thread, at most `timeout` (counted
+    /// from now) for its reply: [`Caller::call`](crate::Caller::call), awaited.
+    ///
+    /// # Errors
+    /// As [`Caller::call`](crate::Caller::call)'s; [`CallError::Stopped`] if the forwarding
+    /// thread is gone.
+    pub async fn call(
+        &mut self,
+        request: Req,
+        timeout: std::time::Duration,
+    ) -> Result<Rep, CallError> {
+        let (end, ended) = tokio::sync::oneshot::channel();
+        let job = Job {
+            request,
+            deadline: std::time::Instant::now().checked_add(timeout),
+            end,
+        };
+        if self.jobs.send(job).await.is_err() {
+            return Err(CallError::Stopped);
+        }
+        ended.await.unwrap_or(Err(CallError::Stopped))
+    }
+
+    /// The name its caller was declared with.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 }

@@ -39,7 +39,7 @@ pub(crate) use wire::single_edge;
 pub use wire::Wiring;
 pub(crate) use wire::{broadcast_maker, edge_maker, BroadcastMaker, EdgeMaker};
 pub use write::Out;
-pub(crate) use write::{AnyOutput, Committer, Output, Wait};
+pub(crate) use write::{AnyOutput, Committer, Offered, Output, Until, Wait};
 
 /// The publisher's end of one edge.
 pub(crate) enum OutEdge<M> {

@@ -60,25 +60,60 @@ impl<M> std::fmt::Debug for Out<M> {
 pub(crate) struct Wait<'a> {
     pub(crate) idle: &'a mut (dyn IdleStrategy + 'static),
     pub(crate) control: &'a Control,
-    /// When the publisher gives up waiting, counting the message lost (a handle's call, whose
-    /// request waits for room only within the call's timeout); `None`: never.
-    pub(crate) deadline: Option<std::time::Instant>,
+    /// When the publisher gives up waiting, counting the message lost (a call, whose request
+    /// waits for room only within the call's timeout); `None`: never.
+    pub(crate) deadline: Option<Until>,
+}
+
+/// The end of a wait for room.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Until {
+    /// At this time.
+    At(std::time::Instant),
+    /// This long after the wait begins: for a publisher that reads no clock unless it must
+    /// wait (an actor's call).
+    After(std::time::Duration),
 }
 
 impl Wait<'_> {
+    /// Starts waiting: a deadline given as a duration counts from now (one clock read; only
+    /// on the way into a wait).
+    fn begin(&mut self) {
+        if let Some(Until::After(timeout)) = self.deadline {
+            // A timeout past the clock's range: no deadline.
+            self.deadline = std::time::Instant::now()
+                .checked_add(timeout)
+                .map(Until::At);
+        }
+    }
+
     /// Whether the publisher's own deadline has passed (one clock read; only while waiting).
     fn past_deadline(&self) -> bool {
-        self.deadline
-            .is_some_and(|at| std::time::Instant::now() >= at)
+        matches!(self.deadline, Some(Until::At(at)) if std::time::Instant::now() >= at)
     }
 
     /// Waits one idle round, never past the deadline.
     fn sleep(&mut self) {
         match self.deadline {
-            Some(at) => self.idle.idle_until(0, at),
-            None => self.idle.idle(0),
+            Some(Until::At(at)) => self.idle.idle_until(0, at),
+            _ => self.idle.idle(0),
         }
     }
+}
+
+/// What became of a message offered to an output ([`Output::offer`]): a call's request, whose
+/// caller must know whether its server got it. Ordered from worst to best: with several
+/// subscribers, the best outcome of any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Offered {
+    /// Every subscriber is gone, or the stop called the wait for room off: counted lost.
+    Stopped,
+    /// The wait for room gave up at its deadline: counted lost.
+    TimedOut,
+    /// The ring was full and the edge or the publisher does not wait: counted dropped.
+    Full,
+    /// In the ring.
+    Sent,
 }
 
 /// Everything an actor publishes on one topic: one edge per subscriber.
@@ -139,6 +174,17 @@ impl<M> Output<M> {
     pub(crate) fn empty() -> Self {
         Output { edges: Vec::new() }
     }
+
+    /// Whether every subscriber of this output is gone for good (and it has any): a server
+    /// whose supervision stopped it, seen from a caller's request output.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        !self.edges.is_empty()
+            && self.edges.iter().all(|edge| match edge {
+                OutEdge::Ring { tx, .. } => tx.is_abandoned(),
+                OutEdge::Latest { tx, .. } => tx.is_abandoned(),
+                OutEdge::Broadcast { tx, .. } => tx.is_abandoned(),
+            })
+    }
 }
 
 impl<M> Output<M> {
@@ -192,6 +238,22 @@ impl<M: Message + Clone> Output<M> {
             edge.send(msg.clone(), wait.as_deref_mut());
         }
         last.send(msg, wait);
+    }
+
+    /// Publishes `msg` as [`publish`](Self::publish) does, counted the same way, and says
+    /// what became of it: for a call's request, whose caller ends the call at once when no
+    /// subscriber got it. Not on the publish path.
+    pub(crate) fn offer(&mut self, msg: M, mut wait: Option<&mut Wait<'_>>) -> Offered {
+        let Some((last, rest)) = self.edges.split_last_mut() else {
+            return Offered::Stopped;
+        };
+        let mut best = Offered::Stopped;
+        for edge in rest {
+            best = best.max(edge.offer(msg.clone(), wait.as_deref_mut()));
+        }
+        best = best.max(last.offer(msg, wait));
+        self.commit();
+        best
     }
 
     /// Publishes clones of `msgs`, in order, to every subscriber, as `publish` would one at a
@@ -249,7 +311,51 @@ impl<M: Clone> OutEdge<M> {
                 }
             }
             OutEdge::Latest { tx, counters } => send_latest(tx, msg, counters),
-            OutEdge::Broadcast { tx, edges } => send_broadcast(tx, edges, msg, wait),
+            OutEdge::Broadcast { tx, edges } => {
+                send_broadcast(tx, edges, msg, wait);
+            }
+        }
+    }
+
+    /// Offers `msg` to this edge as [`send`](Self::send) does, and says what became of it.
+    fn offer(&mut self, msg: M, wait: Option<&mut Wait<'_>>) -> Offered {
+        match self {
+            OutEdge::Ring {
+                tx,
+                wait: may_wait,
+                to_handle,
+                counters,
+            } => {
+                if tx.is_abandoned() {
+                    abandoned(counters);
+                    return Offered::Stopped;
+                }
+                let p = &counters.publisher;
+                p.sent.add(1);
+                match tx.try_push(msg) {
+                    Ok(()) => Offered::Sent,
+                    Err(e) => {
+                        p.sent.sub(1);
+                        full(tx, e.into_inner(), p, *may_wait, *to_handle, wait)
+                    }
+                }
+            }
+            OutEdge::Latest { tx, counters } => {
+                if tx.is_abandoned() {
+                    abandoned(counters);
+                    return Offered::Stopped;
+                }
+                send_latest(tx, msg, counters);
+                Offered::Sent
+            }
+            OutEdge::Broadcast { tx, edges } => {
+                let offered = send_broadcast(tx, edges, msg, wait);
+                if edges.iter().all(|e| e.gone) {
+                    Offered::Stopped
+                } else {
+                    offered
+                }
+            }
         }
     }
 }
@@ -265,13 +371,14 @@ fn send_broadcast<M: Clone>(
     edges: &mut [CachePadded<BroadcastEdge>],
     msg: M,
     wait: Option<&mut Wait<'_>>,
-) {
+) -> Offered {
     if tx.readers_changed() {
         settle_gone(tx, edges, false);
     }
     count_sent(edges, 1);
-    if let Err(msg) = tx.write(msg) {
-        broadcast_full(tx, edges, msg, wait);
+    match tx.write(msg) {
+        Ok(()) => Offered::Sent,
+        Err(msg) => broadcast_full(tx, edges, msg, wait),
     }
 }
 
@@ -358,15 +465,16 @@ fn broadcast_full<M: Clone>(
     edges: &mut [CachePadded<BroadcastEdge>],
     mut msg: M,
     wait: Option<&mut Wait<'_>>,
-) {
+) -> Offered {
     tx.commit();
     let Some(wait) = wait else {
         for e in edges.iter().filter(|e| !e.gone) {
             e.counters.publisher.sent.sub(1);
             e.counters.publisher.dropped.add(1);
         }
-        return;
+        return Offered::Full;
     };
+    wait.begin();
     for e in edges.iter().filter(|e| !e.gone) {
         e.counters.publisher.waited.add(1);
     }
@@ -375,23 +483,34 @@ fn broadcast_full<M: Clone>(
         if tx.readers_changed() {
             settle_gone(tx, edges, true);
         }
-        if tx.is_abandoned() || wait.control.waits_over() || wait.past_deadline() {
+        let late = wait.past_deadline();
+        if tx.is_abandoned() || wait.control.waits_over() || late {
             for e in edges.iter().filter(|e| !e.gone) {
                 e.counters.publisher.sent.sub(1);
                 e.counters.publisher.lost.add(1);
             }
             wait.idle.reset();
-            return;
+            return gave_up(late && !tx.is_abandoned() && !wait.control.waits_over());
         }
         match tx.write(msg) {
             Ok(()) => {
                 tx.commit();
                 wait.idle.reset();
-                return;
+                return Offered::Sent;
             }
             Err(m) => msg = m,
         }
         wait.sleep();
+    }
+}
+
+/// How a wait for room that gave up ended: at its own deadline, or called off (the subscriber
+/// went, or the stop).
+fn gave_up(at_deadline: bool) -> Offered {
+    if at_deadline {
+        Offered::TimedOut
+    } else {
+        Offered::Stopped
     }
 }
 
@@ -406,12 +525,13 @@ fn full<M>(
     may_wait: bool,
     to_handle: bool,
     wait: Option<&mut Wait<'_>>,
-) {
+) -> Offered {
     match wait {
         Some(wait) if may_wait => wait_and_push(tx, msg, p, to_handle, wait),
         _ => {
             drop(msg);
             p.dropped.add(1);
+            Offered::Full
         }
     }
 }
@@ -531,6 +651,7 @@ fn wait_and_push_slice<M: Clone>(
     to_handle: bool,
     wait: &mut Wait<'_>,
 ) {
+    wait.begin();
     p.waited.add(rest.len() as u64);
     loop {
         // As in `wait_and_push`: these checks run between arming and sleeping.
@@ -588,26 +709,27 @@ fn wait_and_push<M>(
     p: &PublisherCounters,
     to_handle: bool,
     wait: &mut Wait<'_>,
-) {
+) -> Offered {
+    wait.begin();
     p.waited.add(1);
     loop {
         // With `Park` the first idle round only arms the doorbell and the second sleeps, so
         // these checks always run between arming and sleeping: a pop, `Control::end_waits` or
         // a stop request (which rings every doorbell) after them rings the bell.
-        if tx.is_abandoned()
+        let called_off = tx.is_abandoned()
             || wait.control.waits_over()
-            || (to_handle && wait.control.is_stopping())
-            || wait.past_deadline()
-        {
+            || (to_handle && wait.control.is_stopping());
+        let late = wait.past_deadline();
+        if called_off || late {
             p.lost.add(1);
             wait.idle.reset();
-            return;
+            return gave_up(!called_off);
         }
         p.sent.add(1);
         match tx.try_push(msg) {
             Ok(()) => {
                 wait.idle.reset();
-                return;
+                return Offered::Sent;
             }
             Err(e) => {
                 p.sent.sub(1);

@@ -1,5 +1,13 @@
 //! Services on one bus: a handle calls an actor that serves, and every call ends exactly once,
 //! with its reply or a typed error (late, dropped, panicked, stopped), whatever the server does.
+//!
+//! - `counts`: every call counted per caller and service, balanced in every report and the
+//!   counters file;
+//! - `queue_full`: a call that finds the server's ring full, under `DropNewest` and `Block`;
+//! - `stop`: the stop, or a server's end, ends every call still open;
+//! - `timeouts`: a flood of late replies loses no timeout;
+//! - `misrouted`: a responder answered through another actor's context;
+//! - `async_calls`: a caller awaited from tokio.
 
 use std::time::Duration;
 
@@ -9,6 +17,13 @@ use llbus::{
     Supervision,
 };
 use tests::bounded;
+
+mod async_calls;
+mod counts;
+mod misrouted;
+mod queue_full;
+mod stop;
+mod timeouts;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
 /// `n == LATER` answers on the next tick, `n == HOLD` holds it unanswered (until the server
