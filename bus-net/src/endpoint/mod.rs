@@ -544,7 +544,8 @@ impl Endpoint {
                 Kind::Nak => publisher.on_nak(&frame, &incoming, wire, common),
                 Kind::Unavailable => subscriber.on_unavailable(&frame, &incoming, common, sink),
                 Kind::SchemaRequest => {
-                    publisher.on_schema_request(&frame, &incoming, lone, wire, common)
+                    let served = self.services.served();
+                    publisher.on_schema_request(&frame, &incoming, lone, served, wire, common)
                 }
                 Kind::SchemaReply => subscriber.fetches.on_reply(&frame, src, now_ns, common),
                 Kind::Announce => match self.discovery.as_mut() {
