@@ -183,7 +183,7 @@ fn an_unknown_service_and_no_server_end_in_words_within_the_timeout() {
     // Nobody at the address: the fetch gives up at the timeout.
     let nowhere = tests::example_bins::free_udp_addr().to_string();
     let started = Instant::now();
-    let out = call(&dir, &nowhere, &quote_service().name().to_string(), request);
+    let out = call(&dir, &nowhere, quote_service().name().as_str(), request);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
