@@ -164,8 +164,8 @@ pub use protocol::control::{
 pub use protocol::cookie::{Cookie, CookieJar, COOKIE_LEN, DEFAULT_COOKIE_WINDOW};
 pub use protocol::decode::{decode_payload, parse_datagram, DropCounts, DropReason, Frame, Frames};
 pub use protocol::discovery::{
-    entry_len, Announce, AnnounceHead, AnnouncedTopic, Query, ANNOUNCE_FIXED_LEN,
-    MAX_ANNOUNCED_NAME, QUERY_LEN,
+    entry_len, Announce, AnnounceHead, AnnouncedTopic, Query, ANNOUNCE_FIXED_LEN, ENTRY_RELIABLE,
+    ENTRY_SERVICE, MAX_ANNOUNCED_NAME, QUERY_LEN,
 };
 pub use protocol::encode::{
     check_fits, encode_payload, encode_payload_sized, payload_size, BatchEncoder, DataMeta,

@@ -162,7 +162,8 @@ pub use runtime::{
 pub use runtime::{AsyncCaller, AsyncSubscription};
 pub use schema::{Schema, ShapeHasher};
 pub use service::{
-    CallError, CallId, CallOut, Replies, Reply, Request, Responder, Service, MAX_CALLS_IN_FLIGHT,
+    reply_fingerprint, request_fingerprint, CallError, CallId, CallOut, Replies, Reply, Request,
+    Responder, Service, MAX_CALLS_IN_FLIGHT,
 };
 pub use topic::{Topic, TopicName, TopicNameError, TopicPattern, TOPIC_NAME_MAX_LEN};
 pub use wait::{

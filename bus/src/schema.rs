@@ -22,7 +22,9 @@ mod value;
 pub use from_json::encode_json;
 #[cfg(feature = "json")]
 pub use json::json_schema;
-pub use shape::{Fields, Primitive, Shape, ShapeError, Variant, MAX_DEPTH, MAX_ENCODED_LEN};
+pub use shape::{
+    Fields, Primitive, Shape, ShapeError, Variant, MAX_DEPTH, MAX_ENCODED_LEN, SERVICE_SHAPE_NAME,
+};
 pub use value::{decode, DecodeError, Value, SPARE_VALUES, VALUES_PER_BYTE};
 
 use crate::message::{fnv1a64, FNV1A64_OFFSET};

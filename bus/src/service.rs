@@ -224,6 +224,30 @@ impl<Rep: Message> Message for Reply<Rep> {
     }
 }
 
+/// `Request<Req>`'s fingerprint from `Req`'s (`Req::FINGERPRINT`, or the fingerprint of its
+/// shape): what a served service's requests carry, and its topic is exported with. For a tool
+/// that has the request's shape but not its type.
+///
+/// ```
+/// use llbus::{Message, Request};
+///
+/// #[derive(Message, Clone)]
+/// #[message(topic = "risk.ask")]
+/// struct Ask { n: u32 }
+///
+/// let fingerprint = llbus::request_fingerprint(Ask::schema().fingerprint());
+/// assert_eq!(fingerprint, <Request<Ask> as Message>::FINGERPRINT);
+/// ```
+pub const fn request_fingerprint(req: u64) -> u64 {
+    wrapped(req, b"llbus.request")
+}
+
+/// `Reply<Rep>`'s fingerprint from `Rep`'s: what a served service's replies carry (as
+/// [`request_fingerprint`]).
+pub const fn reply_fingerprint(rep: u64) -> u64 {
+    wrapped(rep, b"llbus.reply")
+}
+
 /// A call's right to answer: answer it with [`Context::reply`](crate::Context::reply), once.
 /// Dropped unanswered, it answers [`CallError::Dropped`] by itself (or
 /// [`CallError::ServerPanicked`] when a panic drops it).

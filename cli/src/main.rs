@@ -21,9 +21,14 @@
 //!   one channel per topic; `--topic` may be a pattern too.
 //! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher.
 //! - `llbus topics [--watch] [--json]`: the topics bridges announce on the network (discovery),
-//!   with their fingerprints and publishers.
+//!   with their fingerprints and publishers; the services they serve are listed as such.
+//! - `llbus call --publisher ADDR --service NAME '{"json": ...}'`: calls a remote service
+//!   without its Rust types (its request and reply shapes come from its bridge) and prints the
+//!   reply as one line of JSON; exit 1 when a call ends without its reply, 2 for a request
+//!   that does not fit the service's request type.
 #![deny(missing_docs)]
 
+mod call;
 mod echo;
 mod pattern;
 mod play;
@@ -114,8 +119,12 @@ enum Command {
     Record(record::Args),
     /// A recording served as a publisher, at the recorded pace or scaled.
     Play(play::Args),
-    /// The topics bridges announce on the network (discovery): fingerprints and publishers.
+    /// The topics bridges announce on the network (discovery): fingerprints and publishers,
+    /// and the services they serve.
     Topics(topics::Options),
+    /// Calls a service a remote bridge serves, with a request written as JSON, and prints the
+    /// reply as one line of JSON (the types come from the server's bridge).
+    Call(call::Args),
     /// A live full-screen view of a bus's busiest edges; `q` or Ctrl-C quits.
     Top {
         /// The bus (as for `stat`).
@@ -192,6 +201,7 @@ fn main() -> ExitCode {
         Command::Record(args) => record::run(&args),
         Command::Play(args) => play::run(&args),
         Command::Topics(options) => topics::run(&options),
+        Command::Call(args) => return call::main(&args),
         Command::Top { bus, interval_ms } => {
             top::run(bus.as_deref(), Duration::from_millis(interval_ms.max(50)))
         }

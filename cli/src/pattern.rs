@@ -476,7 +476,7 @@ mod tests {
             data: "0.0.0.0:7000".parse().unwrap(),
             group: None,
         };
-        let topics = names.iter().map(|n| (llbus::topic_id(n), 0xf1, false, *n));
+        let topics = names.iter().map(|n| (llbus::topic_id(n), 0xf1, 0, *n));
         enc.push_announce(&head, 0, 1, topics, &mut scratch)
             .unwrap();
         let len = enc.len();

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use llbus::schema::Shape;
 use llbus_net::{
-    canonical, BridgeConfig, DropReason, Endpoint, Event, ImportSpec, LatePolicy, RecvBatch,
-    SendBatch, Sink, SocketConfig, SocketWire, UdpEndpoint, DEFAULT_MAX_DATAGRAM,
-    DEFAULT_MAX_DATAGRAM_V6,
+    canonical, BridgeConfig, CallStatus, DropReason, Endpoint, Event, ImportSpec, LatePolicy,
+    RecvBatch, SchemaFailure, SendBatch, ServiceImportSpec, Sink, SocketConfig, SocketWire,
+    UdpEndpoint, DEFAULT_MAX_DATAGRAM, DEFAULT_MAX_DATAGRAM_V6,
 };
 
 /// What every command that subscribes is told: where, with which key, for how long.
@@ -106,6 +106,46 @@ impl serde::Serialize for Encoded<'_> {
             t.serialize_element(b)?;
         }
         t.end()
+    }
+}
+
+/// Why a schema fetch gave no shape.
+#[derive(Debug)]
+pub(crate) enum FetchError {
+    /// No answer at all within `timeout`.
+    NoAnswer {
+        publisher: SocketAddr,
+        timeout: Duration,
+    },
+    /// The publisher answered, without a shape for `name` (or with a bad one).
+    Failed {
+        name: String,
+        publisher: SocketAddr,
+        reason: SchemaFailure,
+    },
+    /// The socket, the random source, or too many names.
+    Socket(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::NoAnswer { publisher, timeout } => write!(
+                f,
+                "no schema from {publisher} within {timeout:?}: is the publisher running there, \
+                 and does its allowlist admit this host?"
+            ),
+            FetchError::Failed {
+                name,
+                publisher,
+                reason,
+            } => write!(
+                f,
+                "topic '{}' at {publisher}: {reason}",
+                crate::text::clean(name)
+            ),
+            FetchError::Socket(e) => f.write_str(e),
+        }
     }
 }
 
@@ -321,9 +361,21 @@ impl Link {
     ) -> Result<Vec<Topic>, String> {
         let mut topics = Vec::with_capacity(names.len());
         for batch in names.chunks(llbus_net::MAX_SCHEMA_FETCHES) {
-            topics.extend(self.schemas_at_once(batch, timeout)?);
+            let fetched = self.schemas_at_once(batch, timeout);
+            topics.extend(fetched.map_err(|e| e.to_string())?);
         }
         Ok(topics)
+    }
+
+    /// The shape of `name` from the publisher.
+    ///
+    /// # Errors
+    /// As [`schemas`](Self::schemas), told apart.
+    pub(crate) fn schema(&mut self, name: &str, timeout: Duration) -> Result<Topic, FetchError> {
+        let mut topics = self.schemas_at_once(&[name.to_owned()], timeout)?;
+        topics
+            .pop()
+            .ok_or(FetchError::Socket("no schema".to_owned()))
     }
 
     /// [`schemas`](Self::schemas) of at most `MAX_SCHEMA_FETCHES` names.
@@ -331,27 +383,27 @@ impl Link {
         &mut self,
         names: &[String],
         timeout: Duration,
-    ) -> Result<Vec<Topic>, String> {
-        let mut endpoint = self.endpoint(&[])?;
+    ) -> Result<Vec<Topic>, FetchError> {
+        let mut endpoint = self.endpoint(&[]).map_err(FetchError::Socket)?;
         let mut found: Vec<Option<Topic>> = vec![None; names.len()];
         for name in names {
             if !endpoint.request_schema(llbus::topic_id(name), self.publisher) {
-                return Err(format!(
+                return Err(FetchError::Socket(format!(
                     "at most {} topics at once",
                     llbus_net::MAX_SCHEMA_FETCHES
-                ));
+                )));
             }
         }
         let deadline = Instant::now() + timeout;
         while found.iter().any(Option::is_none) {
             if Instant::now() >= deadline {
-                return Err(format!(
-                    "no schema from {} within {timeout:?}: is the publisher running there, and \
-                     does its allowlist admit this host?",
-                    self.publisher
-                ));
+                return Err(FetchError::NoAnswer {
+                    publisher: self.publisher,
+                    timeout,
+                });
             }
-            self.drive(&mut endpoint, &mut NoMessages)?;
+            self.drive(&mut endpoint, &mut NoMessages)
+                .map_err(FetchError::Socket)?;
             while let Some(event) = endpoint.poll_event() {
                 match event {
                     Event::SchemaReceived {
@@ -378,11 +430,11 @@ impl Link {
                             .iter()
                             .find(|n| llbus::topic_id(n) == topic_id)
                             .map_or("?", String::as_str);
-                        return Err(format!(
-                            "topic '{}' at {}: {reason}",
-                            crate::text::clean(name),
-                            self.publisher
-                        ));
+                        return Err(FetchError::Failed {
+                            name: name.to_owned(),
+                            publisher: self.publisher,
+                            reason,
+                        });
                     }
                     _ => {}
                 }
@@ -398,6 +450,34 @@ impl Link {
     /// No randomness for its secrets.
     pub(crate) fn subscribe(&self, topics: &[Topic]) -> Result<Endpoint, String> {
         self.endpoint(topics)
+    }
+
+    /// An endpoint that calls `service` at the publisher (its subscription to the service goes
+    /// out as it is driven).
+    ///
+    /// # Errors
+    /// No randomness for its secrets.
+    pub(crate) fn caller(&self, service: ServiceImportSpec) -> Result<Endpoint, String> {
+        Ok(self.endpoint(&[])?.with_services(Vec::new(), vec![service]))
+    }
+
+    /// Calls `endpoint`'s first imported service with `body` (an encoded request) for at
+    /// most `timeout`; the call ends through the sink of a later [`drive`](Self::drive), as
+    /// `Sink::reply` with `key`.
+    ///
+    /// # Errors
+    /// The call was not made (see `Endpoint::call`).
+    pub(crate) fn call(
+        &mut self,
+        endpoint: &mut Endpoint,
+        key: u64,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<(), CallStatus> {
+        let now = self.now_ns();
+        let deadline = now.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
+        let mut wire = SocketWire::new(&mut self.socket, &mut self.send, &mut self.failed);
+        endpoint.call(0, key, &Encoded(body), deadline, now, &mut wire)
     }
 
     /// Unsubscribes `endpoint`'s imports (best effort).

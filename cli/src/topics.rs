@@ -3,7 +3,8 @@
 //! padded, to the group and the peers given), listens for a while, and lists each topic with
 //! its fingerprint and publishers (address, session, uptime, reliable, data group). Publishers
 //! of one topic that announce different fingerprints are reported loudly: their subscribers
-//! would be refused.
+//! would be refused. A served service is announced as an entry flagged a service (its
+//! fingerprint `Request<Req>`'s), and listed as one: `llbus call` calls it.
 //!
 //! Everything printed comes from the network, so names are escaped (`text`), and what the
 //! listener keeps is bounded (at most [`MAX_PUBLISHERS`] publishers, each with what one
@@ -67,15 +68,24 @@ pub(crate) struct Options {
 struct Publisher {
     session: u64,
     uptime_ms: u64,
-    /// `(topic id, fingerprint, reliable, name, group)` of each part of its announcement, as last
-    /// heard: a part replaces what that part named before, so what is kept is one
-    /// announcement cycle, however many parts are sent.
+    /// The entries of each part of its announcement, as last heard: a part replaces what that
+    /// part named before, so what is kept is one announcement cycle, however many parts are
+    /// sent.
     parts: Vec<Vec<Entry>>,
 }
 
-/// A topic as announced: `(topic id, fingerprint, reliable, name, the multicast group its data
-/// goes to)` (a part's group is its topics').
-type Entry = (u64, u64, bool, String, Option<SocketAddr>);
+/// A topic as announced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    topic_id: u64,
+    fingerprint: u64,
+    reliable: bool,
+    /// A served service, not a topic of data (its fingerprint is its requests').
+    service: bool,
+    name: String,
+    /// The multicast group its data goes to (a part's group is its topics').
+    group: Option<SocketAddr>,
+}
 
 impl Publisher {
     fn topics(&self) -> impl Iterator<Item = &Entry> + '_ {
@@ -150,7 +160,14 @@ impl Heard {
             part.clear();
             for t in a.topics() {
                 let name = String::from_utf8_lossy(t.name).into_owned();
-                let entry = (t.topic_id, t.fingerprint, t.reliable, name, a.group);
+                let entry = Entry {
+                    topic_id: t.topic_id,
+                    fingerprint: t.fingerprint,
+                    reliable: t.reliable,
+                    service: t.service,
+                    name,
+                    group: a.group,
+                };
                 if part.contains(&entry) {
                     continue;
                 }
@@ -322,6 +339,8 @@ pub(crate) fn run(o: &Options) -> Result<(), String> {
 struct Topic<'a> {
     name: &'a str,
     topic_id: u64,
+    /// Announced as a service (by any of its publishers).
+    service: bool,
     /// `(address, publisher, fingerprint, reliable, group)`.
     publishers: Vec<(SocketAddr, &'a Publisher, u64, bool, Option<SocketAddr>)>,
 }
@@ -343,19 +362,22 @@ fn parse_pattern(s: &str) -> Result<TopicPattern, String> {
 fn by_topic<'a>(heard: &'a Heard, pattern: Option<&TopicPattern>) -> Vec<Topic<'a>> {
     let mut topics: BTreeMap<(&str, u64), Topic<'_>> = BTreeMap::new();
     for (&addr, p) in &heard.publishers {
-        for (topic_id, fingerprint, reliable, name, group) in p.topics() {
-            if pattern.is_some_and(|p| !p.matches(name)) {
+        for e in p.topics() {
+            if pattern.is_some_and(|p| !p.matches(&e.name)) {
                 continue;
             }
-            topics
-                .entry((name.as_str(), *topic_id))
+            let topic = topics
+                .entry((e.name.as_str(), e.topic_id))
                 .or_insert_with(|| Topic {
-                    name,
-                    topic_id: *topic_id,
+                    name: &e.name,
+                    topic_id: e.topic_id,
+                    service: false,
                     publishers: Vec::new(),
-                })
+                });
+            topic.service |= e.service;
+            topic
                 .publishers
-                .push((addr, p, *fingerprint, *reliable, *group));
+                .push((addr, p, e.fingerprint, e.reliable, e.group));
         }
     }
     topics.into_values().collect()
@@ -370,6 +392,7 @@ fn render(heard: &Heard, pattern: Option<&TopicPattern>, json: bool) -> String {
                 let fingerprints = t.fingerprints();
                 serde_json::json!({
                     "topic": t.name,
+                    "service": t.service,
                     "topic_id": format!("{:#018x}", t.topic_id),
                     "fingerprints": fingerprints.iter().map(|f| format!("{f:#018x}")).collect::<Vec<_>>(),
                     "fingerprint_mismatch": fingerprints.len() > 1,
@@ -422,8 +445,10 @@ fn render(heard: &Heard, pattern: Option<&TopicPattern>, json: bool) -> String {
             ));
         }
         out.push_str(&format!(
-            "{name}  id {:#018x}  fingerprint {}\n",
+            "{name}{}  id {:#018x}  {}fingerprint {}\n",
+            if t.service { "  SERVICE" } else { "" },
             t.topic_id,
+            if t.service { "request " } else { "" },
             fingerprints
                 .iter()
                 .map(|f| format!("{f:#018x}"))
@@ -472,6 +497,10 @@ mod tests {
     use llbus_net::AnnounceHead;
 
     fn announce(session: u64, fp: u64, name: &str) -> Vec<u8> {
+        announce_flagged(session, fp, name, llbus_net::ENTRY_RELIABLE)
+    }
+
+    fn announce_flagged(session: u64, fp: u64, name: &str, flags: u8) -> Vec<u8> {
         let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
         let mut scratch = vec![0u8; DEFAULT_MAX_DATAGRAM];
         let mut enc = BatchEncoder::new(&mut buf);
@@ -484,8 +513,14 @@ mod tests {
             data: "0.0.0.0:7000".parse().unwrap(),
             group: None,
         };
-        enc.push_announce(&head, 0, 1, [(1, fp, true, name)].into_iter(), &mut scratch)
-            .unwrap();
+        enc.push_announce(
+            &head,
+            0,
+            1,
+            [(1, fp, flags, name)].into_iter(),
+            &mut scratch,
+        )
+        .unwrap();
         enc.as_bytes().to_vec()
     }
 
@@ -511,6 +546,34 @@ mod tests {
         assert_eq!(json["topics"][0]["fingerprint_mismatch"], true);
         assert_eq!(json["topics"][0]["publishers"].as_array().unwrap().len(), 2);
         assert!(!render(&heard, None, true).contains('\u{1b}'));
+    }
+
+    #[test]
+    fn a_service_is_listed_as_one() {
+        let mut heard = Heard::default();
+        let service = llbus_net::ENTRY_SERVICE;
+        heard.on_datagram(
+            &announce_flagged(0xa, 0xf1, "demo.risk", service),
+            "10.0.0.1:1".parse().unwrap(),
+        );
+        heard.on_datagram(
+            &announce(0xb, 0xf2, "md.quote"),
+            "10.0.0.2:1".parse().unwrap(),
+        );
+        let table = render(&heard, None, false);
+        assert!(
+            table.contains("demo.risk  SERVICE  id ")
+                && table.contains("request fingerprint 0x00000000000000f1"),
+            "{table}"
+        );
+        assert!(table.contains("md.quote  id "), "{table}");
+        let json: serde_json::Value = serde_json::from_str(&render(&heard, None, true)).unwrap();
+        let service_of = |name: &str| {
+            let topics = json["topics"].as_array().unwrap();
+            let t = topics.iter().find(|t| t["topic"] == name).unwrap();
+            t["service"].as_bool().unwrap()
+        };
+        assert!(service_of("demo.risk") && !service_of("md.quote"));
     }
 
     #[test]

@@ -323,7 +323,7 @@ pub mod discovery {
         session: u64,
         period_ms: u32,
         port: u16,
-        topics: impl Iterator<Item = (u64, u64, bool, &'a str)> + Clone,
+        topics: impl Iterator<Item = (u64, u64, u8, &'a str)> + Clone,
     ) -> Vec<u8> {
         let mut buf = vec![0u8; DEFAULT_MAX_DATAGRAM];
         let mut scratch = vec![0u8; DEFAULT_MAX_DATAGRAM];
@@ -344,7 +344,7 @@ pub mod discovery {
 
     /// An announcement of `Quote` alone.
     pub fn announce_quote(session: u64, period_ms: u32, port: u16) -> Vec<u8> {
-        let topics = [(Quote::TOPIC_ID, Quote::FINGERPRINT, false, Quote::TOPIC)];
+        let topics = [(Quote::TOPIC_ID, Quote::FINGERPRINT, 0, Quote::TOPIC)];
         announce(session, period_ms, port, topics.iter().copied())
     }
 

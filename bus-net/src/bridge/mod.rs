@@ -440,12 +440,27 @@ impl Bridge {
         Rep: Message + Serialize + Clone,
     {
         let (port, proxy) = services::export(service);
+        // Served for the service's topic id, so a tool without the types calls it.
+        let shape =
+            match EncodedShape::new(&llbus::schema::Shape::service(Req::schema(), Rep::schema())) {
+                Ok(shape) => Some(shape),
+                Err(e) => {
+                    self.family_errors.push(format!(
+                        "bridge '{}': the service '{}' cannot serve its schema: {e}; simplify its \
+                     types",
+                        self.name,
+                        service.name(),
+                    ));
+                    None
+                }
+            };
         self.parts.served.push((
             ServiceSpec {
                 service: Arc::from(service.name().as_str()),
                 topic_id: service.name().id(),
                 request_fingerprint: <llbus::Request<Req> as Message>::FINGERPRINT,
                 reply_fingerprint: <llbus::Reply<Rep> as Message>::FINGERPRINT,
+                shape,
                 allow: None,
             },
             port,

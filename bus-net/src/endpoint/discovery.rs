@@ -8,7 +8,8 @@
 //! peers (at the first timer, then every period), queries for the topics with no publisher
 //! yet, an answer to a query (to the asker alone, never larger than its query, rate-limited
 //! per source), and imports added to and removed from the subscriber side at run time, with an
-//! [`Event`] for each. It reads the publisher side's exports (what it announces) and the
+//! [`Event`] for each. It reads the publisher side's exports and the served services (what it
+//! announces: a service flagged as one, and never imported from an announcement) and the
 //! subscriber side's imports (whether a followed publisher answers).
 //!
 //! An announcement only proposes. Acting on one adds an import, whose subscription is made
@@ -35,8 +36,8 @@ use super::{Incoming, Via, Wire};
 use crate::session::is_answerable;
 use crate::{
     entry_len, Announce, AnnounceHead, AnnouncedTopic, BatchEncoder, DiscoveryConfig, DropReason,
-    Frame, ImportSpec, ImportState, Query, RateLimiter, ANNOUNCE_FIXED_LEN, HEADER_LEN,
-    MAX_ANNOUNCED_NAME, QUERY_LEN,
+    Frame, ImportSpec, ImportState, Query, RateLimiter, ANNOUNCE_FIXED_LEN, ENTRY_RELIABLE,
+    ENTRY_SERVICE, HEADER_LEN, MAX_ANNOUNCED_NAME, QUERY_LEN,
 };
 
 /// Addresses given up on that an endpoint remembers at once (the oldest forgotten first).
@@ -172,42 +173,68 @@ fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The entries an endpoint announces: its exports, then its direct topics, with names short
-/// enough.
-fn entries<'a>(
-    exports: &'a [super::export::ExportState],
-    directs: &'a [super::DirectTopic],
-) -> impl Iterator<Item = (u64, u64, bool, &'a str)> + Clone + 'a {
-    entries_in(exports, directs, None).chain(
-        groups(exports)
+/// What an endpoint offers, and announces: its exports, its direct topics and the services it
+/// serves.
+#[derive(Clone, Copy)]
+pub(crate) struct Offered<'a> {
+    pub(crate) exports: &'a [super::export::ExportState],
+    pub(crate) directs: &'a [super::DirectTopic],
+    pub(crate) services: &'a [super::ServiceSpec],
+}
+
+impl<'a> Offered<'a> {
+    /// What `publisher` exports and `services` serves.
+    pub(crate) fn new(publisher: &'a PublisherSide, services: &'a [super::ServiceSpec]) -> Self {
+        Offered {
+            exports: &publisher.exports,
+            directs: &publisher.directs,
+            services,
+        }
+    }
+}
+
+/// An announcement's entry: `(topic id, fingerprint, flags, name)`.
+type Entry<'a> = (u64, u64, u8, &'a str);
+
+/// The entries an endpoint announces: its exports, then its direct topics and its services,
+/// with names short enough.
+fn entries(offered: Offered<'_>) -> impl Iterator<Item = Entry<'_>> + Clone + '_ {
+    entries_in(offered, None).chain(
+        groups(offered.exports)
             .skip(1)
-            .flat_map(move |g| entries_in(exports, directs, g)),
+            .flat_map(move |g| entries_in(offered, g)),
     )
 }
 
-/// The entries whose data goes to `group` (`None`: unicast only, the direct topics too).
-fn entries_in<'a>(
-    exports: &'a [super::export::ExportState],
-    directs: &'a [super::DirectTopic],
+/// The entries whose data goes to `group` (`None`: unicast only, the direct topics and the
+/// services too). A service is flagged [`ENTRY_SERVICE`], with `Request<Req>`'s fingerprint:
+/// what a caller subscribes with.
+fn entries_in(
+    offered: Offered<'_>,
     group: Option<SocketAddr>,
-) -> impl Iterator<Item = (u64, u64, bool, &'a str)> + Clone + 'a {
-    let exports = exports
-        .iter()
+) -> impl Iterator<Item = Entry<'_>> + Clone + '_ {
+    let exports = (offered.exports.iter())
         .filter(move |e| e.spec.group == group)
         .map(|e| {
+            let flags = if e.spec.reliable { ENTRY_RELIABLE } else { 0 };
+            (e.spec.topic_id, e.spec.fingerprint, flags, &*e.spec.topic)
+        });
+    let directs = (offered.directs.iter())
+        .filter(move |_| group.is_none())
+        .map(|d| (d.topic_id, d.fingerprint, 0, &*d.topic));
+    let services = (offered.services.iter())
+        .filter(move |_| group.is_none())
+        .map(|s| {
             (
-                e.spec.topic_id,
-                e.spec.fingerprint,
-                e.spec.reliable,
-                &*e.spec.topic,
+                s.topic_id,
+                s.request_fingerprint,
+                ENTRY_SERVICE,
+                &*s.service,
             )
         });
-    let directs = directs
-        .iter()
-        .filter(move |_| group.is_none())
-        .map(|d| (d.topic_id, d.fingerprint, false, &*d.topic));
     exports
         .chain(directs)
+        .chain(services)
         .filter(|e| e.3.len() <= MAX_ANNOUNCED_NAME)
 }
 
@@ -336,6 +363,10 @@ impl Discovery {
         let keep = MISSED * period * 1_000_000;
         let expires = now_ns.saturating_add(keep);
         for topic in announce.topics() {
+            if topic.service {
+                // A service is called, not imported: its entry is for tools (`llbus topics`).
+                continue;
+            }
             if !self.wants.iter().any(|w| w.topic_id == topic.topic_id) {
                 self.unwanted(&topic, data, common);
                 continue;
@@ -485,7 +516,7 @@ impl Discovery {
         frame: &Frame<'_>,
         incoming: &Incoming,
         budget: &mut usize,
-        publisher: &PublisherSide,
+        offered: Offered<'_>,
         wire: &mut dyn Wire,
         common: &mut Common,
     ) -> Result<(), DropReason> {
@@ -515,18 +546,17 @@ impl Discovery {
         if !self.limiter.allow(src.ip(), now_ns) {
             return Err(DropReason::RateLimited);
         }
-        let (exports, directs) = (&publisher.exports[..], &publisher.directs[..]);
         // As many of the topics asked for as fit the query's size.
         let mut fit = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
-        let wanted = move |e: &(u64, u64, bool, &str)| query.topic_id == 0 || e.0 == query.topic_id;
+        let wanted = move |e: &Entry<'_>| query.topic_id == 0 || e.0 == query.topic_id;
         // One part: the topics asked for of one group (the first that has any), since its
         // head names one group.
         let Some(group) =
-            groups(exports).find(|&g| entries_in(exports, directs, g).any(|e| wanted(&e)))
+            groups(offered.exports).find(|&g| entries_in(offered, g).any(|e| wanted(&e)))
         else {
             return Ok(());
         };
-        let n = entries_in(exports, directs, group)
+        let n = entries_in(offered, group)
             .filter(wanted)
             .take_while(|e| match fit.checked_sub(entry_len(e.3)) {
                 Some(left) => {
@@ -540,7 +570,7 @@ impl Discovery {
             return Ok(());
         }
         let head = self.announce_head(now_ns, group, common);
-        let asked = entries_in(exports, directs, group).filter(wanted).take(n);
+        let asked = entries_in(offered, group).filter(wanted).take(n);
         let mut enc = BatchEncoder::new(common.control_buf.get_mut(..room).unwrap_or_default());
         if enc
             .push_announce(&head, 0, 1, asked, &mut self.scratch)
@@ -588,7 +618,7 @@ impl Discovery {
         now_ns: u64,
         wire: &mut dyn Wire,
         subscriber: &mut SubscriberSide,
-        publisher: &PublisherSide,
+        offered: Offered<'_>,
         common: &mut Common,
     ) {
         self.start.get_or_insert(now_ns);
@@ -596,14 +626,14 @@ impl Discovery {
         if now_ns >= self.next_announce {
             self.next_announce = now_ns.saturating_add(nanos(self.config.announce_every));
             self.early = u64::MAX;
-            self.announce(now_ns, wire, publisher, common);
+            self.announce(now_ns, wire, offered, common);
             self.query(wire, common);
             return;
         }
         if now_ns >= self.early {
             self.early = u64::MAX;
             self.last_early = now_ns;
-            self.announce(now_ns, wire, publisher, common);
+            self.announce(now_ns, wire, offered, common);
         }
     }
 
@@ -670,22 +700,21 @@ impl Discovery {
             .map(|&a| (crate::session::canonical(a), 0))
     }
 
-    /// Announces every export of `publisher`, in as many parts as they need.
+    /// Announces everything `offered`, in as many parts as it needs.
     fn announce(
         &mut self,
         now_ns: u64,
         wire: &mut dyn Wire,
-        publisher: &PublisherSide,
+        offered: Offered<'_>,
         common: &mut Common,
     ) {
-        let (exports, directs) = (&publisher.exports[..], &publisher.directs[..]);
         let room = common.control_room();
         let per_part = room.saturating_sub(HEADER_LEN + ANNOUNCE_FIXED_LEN);
         self.parts.clear();
-        for group in groups(exports) {
+        for group in groups(offered.exports) {
             let (mut first, mut used) = (0, 0);
             let mut n = 0;
-            for entry in entries_in(exports, directs, group) {
+            for entry in entries_in(offered, group) {
                 let len = entry_len(entry.3);
                 if used + len > per_part && n > first {
                     self.parts.push((group, first, n));
@@ -698,7 +727,7 @@ impl Discovery {
                 self.parts.push((group, first, n));
             }
         }
-        let total = entries(exports, directs).count();
+        let total = entries(offered).count();
         let parts = u8::try_from(self.parts.len()).unwrap_or(u8::MAX);
         let carried: usize = self
             .parts
@@ -706,16 +735,14 @@ impl Discovery {
             .take(usize::from(parts))
             .map(|&(_, first, end)| end - first)
             .sum();
-        let exported = exports.len() + directs.len();
+        let exported = offered.exports.len() + offered.directs.len() + offered.services.len();
         self.counts.unannounced = (exported - carried.min(total)) as u64;
         for part in 0..parts {
             let Some(&(group, first, end)) = self.parts.get(usize::from(part)) else {
                 return;
             };
             let head = self.announce_head(now_ns, group, common);
-            let topics = entries_in(exports, directs, group)
-                .skip(first)
-                .take(end - first);
+            let topics = entries_in(offered, group).skip(first).take(end - first);
             let mut enc = BatchEncoder::new(&mut common.control_buf[..room]);
             if enc
                 .push_announce(&head, part, parts, topics, &mut self.scratch)

@@ -544,7 +544,8 @@ impl Endpoint {
                 Kind::Nak => publisher.on_nak(&frame, &incoming, wire, common),
                 Kind::Unavailable => subscriber.on_unavailable(&frame, &incoming, common, sink),
                 Kind::SchemaRequest => {
-                    publisher.on_schema_request(&frame, &incoming, lone, wire, common)
+                    let served = self.services.served();
+                    publisher.on_schema_request(&frame, &incoming, lone, served, wire, common)
                 }
                 Kind::SchemaReply => subscriber.fetches.on_reply(&frame, src, now_ns, common),
                 Kind::Announce => match self.discovery.as_mut() {
@@ -556,7 +557,7 @@ impl Endpoint {
                         &frame,
                         &incoming,
                         &mut query_budget,
-                        publisher,
+                        discovery::Offered::new(publisher, self.services.served()),
                         wire,
                         common,
                     ),
@@ -737,7 +738,8 @@ impl Endpoint {
         self.subscriber.fetches.poll(now_ns, wire, common);
         self.publisher.poll_group_repairs(now_ns, wire, common);
         if let Some(d) = self.discovery.as_mut() {
-            d.poll(now_ns, wire, &mut self.subscriber, &self.publisher, common);
+            let offered = discovery::Offered::new(&self.publisher, self.services.served());
+            d.poll(now_ns, wire, &mut self.subscriber, offered, common);
         }
         self.publisher.poll_heartbeat(now_ns, wire, common);
         self.services

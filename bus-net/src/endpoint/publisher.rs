@@ -373,13 +373,16 @@ impl PublisherSide {
 
     /// A `SchemaRequest` from the datagram's source, in a datagram of `datagram_len` bytes if
     /// it is the only frame there (`None` otherwise: not answered, `BadControl`). Answered
-    /// (`schema.rs`) with one page of the export's shape, no larger than the request, under
-    /// the topic's allowlist and the per-source rate limit.
+    /// (`schema.rs`) with one page of the export's shape (or of the service shape of one of
+    /// `services`, under that shape's fingerprint), no larger than the request, under the
+    /// topic's allowlist and the per-source rate limit.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_schema_request(
         &mut self,
         frame: &Frame<'_>,
         incoming: &Incoming,
         datagram_len: Option<usize>,
+        services: &[super::ServiceSpec],
         wire: &mut dyn Wire,
         common: &mut Common,
     ) -> Result<(), DropReason> {
@@ -400,8 +403,13 @@ impl PublisherSide {
             .directs
             .iter()
             .map(|d| (d.topic_id, d.fingerprint, d.shape.as_ref()));
+        let service = services.iter().map(|s| {
+            let fingerprint = s.shape.as_ref().map_or(0, EncodedShape::fingerprint);
+            (s.topic_id, fingerprint, s.shape.as_ref())
+        });
         let served = exported
             .chain(direct)
+            .chain(service)
             .find(|&(topic_id, ..)| topic_id == request.topic_id);
         let fingerprint = served.map_or(0, |(_, fingerprint, _)| fingerprint);
         let bytes = served

@@ -3,7 +3,8 @@
 //! retries, and hands it to the application only once it decoded (bounded) and hashed to the
 //! fingerprint the publisher stated (`docs/PROTOCOL.md`, "Schema frames").
 //!
-//! Serving (ring-fed and direct exports alike): a request is answered only when it is its
+//! Serving (ring-fed and direct exports alike, and served services: their
+//! [`Shape::service`], under its own fingerprint): a request is answered only when it is its
 //! datagram's only frame, so its answer is one datagram; the page is cut to the request's
 //! padding, so that datagram is never larger than the request. The topic's allowlist (or the
 //! endpoint's) and the per-source rate limit of the handshake apply; the egress seals the
@@ -50,6 +51,8 @@ pub const MAX_SCHEMA_FETCHES: usize = 16;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodedShape {
     bytes: Arc<[u8]>,
+    /// The shape's fingerprint ([`Shape::fingerprint`]).
+    fingerprint: u64,
 }
 
 impl EncodedShape {
@@ -61,12 +64,19 @@ impl EncodedShape {
     pub fn new(shape: &Shape) -> Result<EncodedShape, ShapeError> {
         Ok(EncodedShape {
             bytes: shape.to_bytes()?.into(),
+            fingerprint: shape.fingerprint(),
         })
     }
 
     /// The encoded bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// The shape's fingerprint: what a schema reply states for a service, whose shape
+    /// ([`Shape::service`]) is not its topic's type.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 }
 

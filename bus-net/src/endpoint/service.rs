@@ -71,6 +71,9 @@ pub struct ServiceSpec {
     pub request_fingerprint: u64,
     /// `Reply<Rep>`'s fingerprint.
     pub reply_fingerprint: u64,
+    /// The shape served for its topic id: `Shape::service(Req's shape, Rep's shape)`, from
+    /// which a tool without the types calls it (`llbus call`); `None`: none served.
+    pub shape: Option<super::EncodedShape>,
     /// Who may call it; `None`: the bridge's allowlist.
     pub allow: Option<Allowlist>,
 }

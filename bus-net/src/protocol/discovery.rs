@@ -23,7 +23,7 @@
 //! | 14     | 18   | data address: IPv6 (IPv4 mapped; `::` = the datagram's source IP), port `u16` |
 //! | 32     | 18   | multicast group of the data, or all zero for none                |
 //! | 50     | 2    | entries (`u16`)                                                   |
-//! | 52     | ...  | entries: topic id `u64`, fingerprint `u64`, flags `u8` (bit 0: reliable), name length `u8`, name (UTF-8) |
+//! | 52     | ...  | entries: topic id `u64`, fingerprint `u64`, flags `u8` (bit 0: reliable, bit 1: a service), name length `u8`, name (UTF-8) |
 //!
 //! `Query` payload: zero padding of any length. The answer (one `Announce` of the topic's
 //! entries, to the asker alone) is never larger than the query: an asker pads its query to
@@ -47,6 +47,11 @@ pub const MAX_ANNOUNCED_NAME: usize = 200;
 pub const QUERY_LEN: usize = 512;
 /// An encoded address: 16 bytes of IPv6, 2 of port.
 const ADDR_LEN: usize = 18;
+/// An entry's flag: the topic is exported reliably (history, NAKs).
+pub const ENTRY_RELIABLE: u8 = 0x01;
+/// An entry's flag: the entry is a served service (`docs/PROTOCOL.md`, "Services"), not a
+/// topic of data: its fingerprint is `Request<Req>`'s, what a caller subscribes with.
+pub const ENTRY_SERVICE: u8 = 0x02;
 
 /// One exported topic in an announcement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +62,8 @@ pub struct AnnouncedTopic<'a> {
     pub fingerprint: u64,
     /// Whether it is exported reliably (history, NAKs).
     pub reliable: bool,
+    /// Whether it is a served service rather than a topic of data ([`ENTRY_SERVICE`]).
+    pub service: bool,
     /// The topic's name, as the publisher sent it (untrusted: escape before printing).
     pub name: &'a [u8],
 }
@@ -242,7 +249,7 @@ fn split_entry(rest: &[u8]) -> Result<Option<(AnnouncedTopic<'_>, &[u8])>, DropR
     }
     let fixed = rest.get(..ENTRY_FIXED_LEN).ok_or(DropReason::BadLength)?;
     let flags = fixed[16];
-    if flags & !1 != 0 {
+    if flags & !(ENTRY_RELIABLE | ENTRY_SERVICE) != 0 {
         return Err(DropReason::BadControl);
     }
     let name_len = usize::from(fixed[17]);
@@ -253,7 +260,8 @@ fn split_entry(rest: &[u8]) -> Result<Option<(AnnouncedTopic<'_>, &[u8])>, DropR
     let topic = AnnouncedTopic {
         topic_id: le_u64(fixed, 0),
         fingerprint: le_u64(fixed, 8),
-        reliable: flags & 1 != 0,
+        reliable: flags & ENTRY_RELIABLE != 0,
+        service: flags & ENTRY_SERVICE != 0,
         name,
     };
     Ok(Some((topic, rest.get(end..).unwrap_or_default())))
@@ -282,7 +290,8 @@ impl Query {
 
 impl BatchEncoder<'_> {
     /// Appends an `Announce` frame: part `part` of `parts`, announcing `topics` (each
-    /// `(topic id, fingerprint, reliable, name)`; names longer than [`MAX_ANNOUNCED_NAME`]
+    /// `(topic id, fingerprint, flags, name)`, the flags [`ENTRY_RELIABLE`] and
+    /// [`ENTRY_SERVICE`]; names longer than [`MAX_ANNOUNCED_NAME`]
     /// must have been left out by the caller) into `scratch`, a buffer for the payload.
     ///
     /// # Errors
@@ -293,7 +302,7 @@ impl BatchEncoder<'_> {
         head: &AnnounceHead,
         part: u8,
         parts: u8,
-        topics: impl Iterator<Item = (u64, u64, bool, &'t str)> + Clone,
+        topics: impl Iterator<Item = (u64, u64, u8, &'t str)> + Clone,
         scratch: &mut [u8],
     ) -> Result<(), EncodeError> {
         let max = scratch.len();
@@ -304,13 +313,13 @@ impl BatchEncoder<'_> {
         };
         let mut len = ANNOUNCE_FIXED_LEN;
         let mut entries = 0u16;
-        for (topic_id, fingerprint, reliable, name) in topics {
+        for (topic_id, fingerprint, flags, name) in topics {
             let name_len = u8::try_from(name.len()).map_err(|_| too_large(name.len()))?;
             let end = len + entry_len(name);
             let dst = scratch.get_mut(len..end).ok_or(too_large(end))?;
             dst[..8].copy_from_slice(&topic_id.to_le_bytes());
             dst[8..16].copy_from_slice(&fingerprint.to_le_bytes());
-            dst[16] = u8::from(reliable);
+            dst[16] = flags;
             dst[17] = name_len;
             dst[ENTRY_FIXED_LEN..].copy_from_slice(name.as_bytes());
             len = end;
@@ -373,7 +382,11 @@ mod tests {
         let mut buf = [0u8; 1472];
         let mut scratch = [0u8; 1472];
         let mut enc = BatchEncoder::new(&mut buf);
-        let topics = [(1u64, 2u64, true, "md.quote"), (3, 4, false, "ex.order")];
+        let topics = [
+            (1u64, 2u64, ENTRY_RELIABLE, "md.quote"),
+            (3, 4, 0, "ex.order"),
+            (5, 6, ENTRY_SERVICE, "risk.check"),
+        ];
         enc.push_announce(&head(), 0, 1, topics.iter().copied(), &mut scratch)
             .unwrap();
         let bytes = enc.as_bytes().to_vec();
@@ -383,17 +396,26 @@ mod tests {
             (a.session, a.seq, a.period_ms, a.uptime_ms),
             (7, 3, 1000, 5000)
         );
-        assert_eq!((a.part, a.parts, a.len()), (0, 1, 2));
+        assert_eq!((a.part, a.parts, a.len()), (0, 1, 3));
         assert_eq!(a.group, head().group);
         let got: Vec<_> = a
             .topics()
-            .map(|t| (t.topic_id, t.fingerprint, t.reliable, t.name.to_vec()))
+            .map(|t| {
+                (
+                    t.topic_id,
+                    t.fingerprint,
+                    t.reliable,
+                    t.service,
+                    t.name.to_vec(),
+                )
+            })
             .collect();
         assert_eq!(
             got,
             [
-                (1, 2, true, b"md.quote".to_vec()),
-                (3, 4, false, b"ex.order".to_vec())
+                (1, 2, true, false, b"md.quote".to_vec()),
+                (3, 4, false, false, b"ex.order".to_vec()),
+                (5, 6, false, true, b"risk.check".to_vec())
             ]
         );
         let src: SocketAddr = "10.0.0.2:40000".parse().unwrap();
@@ -410,7 +432,7 @@ mod tests {
         let mut buf = [0u8; 1472];
         let mut scratch = [0u8; 1472];
         let mut enc = BatchEncoder::new(&mut buf);
-        let topics = [(1u64, 2u64, false, "t")];
+        let topics = [(1u64, 2u64, 0, "t")];
         enc.push_announce(&head(), 0, 1, topics.iter().copied(), &mut scratch)
             .unwrap();
         let good = enc.as_bytes().to_vec();

@@ -37,6 +37,7 @@ pub(crate) fn served() -> ServiceSpec {
         topic_id: SERVICE,
         request_fingerprint: REQ_FP,
         reply_fingerprint: REP_FP,
+        shape: None,
         allow: None,
     }
 }

@@ -642,7 +642,7 @@ fn push_announce(e: &mut BatchEncoder<'_>) {
         group: None,
     };
     let mut scratch = [0u8; 256];
-    let topics = [(TOPIC, FP, true, "md.quote")];
+    let topics = [(TOPIC, FP, llbus_net::ENTRY_RELIABLE, "md.quote")];
     e.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
         .unwrap();
 }

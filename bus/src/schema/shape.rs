@@ -72,6 +72,10 @@ impl Primitive {
     }
 }
 
+/// The name of a service's shape ([`Shape::service`]): a dot keeps it apart from every Rust
+/// type's name.
+pub const SERVICE_SHAPE_NAME: &str = "llbus.Service";
+
 /// A type's shape: the tree [`Schema::SHAPE`](super::Schema::SHAPE) hashes.
 ///
 /// `Box<T>` has `T`'s shape, `&'static str` is [`Shape::Str`], maps (`HashMap`, `BTreeMap`) are
@@ -148,6 +152,45 @@ impl Shape {
         Shape::Struct {
             name: name.to_owned(),
             fields,
+        }
+    }
+
+    /// A served service's shape, what its bridge serves for its topic id: a struct named
+    /// [`SERVICE_SHAPE_NAME`] (no Rust type can be named so) whose fields `request` and
+    /// `reply` are the request's and the reply's shapes. From it a tool without the types
+    /// encodes a request and decodes a reply, and derives the fingerprints the service's
+    /// frames carry ([`request_fingerprint`](crate::request_fingerprint),
+    /// [`reply_fingerprint`](crate::reply_fingerprint)).
+    ///
+    /// ```
+    /// use llbus::schema::Shape;
+    /// let s = Shape::service(Shape::Str, Shape::Tuple(vec![]));
+    /// assert_eq!(s.as_service(), Some((&Shape::Str, &Shape::Tuple(vec![]))));
+    /// assert_eq!(Shape::Str.as_service(), None);
+    /// ```
+    pub fn service(request: Shape, reply: Shape) -> Shape {
+        Shape::structure(
+            SERVICE_SHAPE_NAME,
+            Fields::named([("request", request), ("reply", reply)]),
+        )
+    }
+
+    /// The request's and the reply's shapes of a [`service`](Self::service) shape; `None`
+    /// for any other shape.
+    pub fn as_service(&self) -> Option<(&Shape, &Shape)> {
+        match self {
+            Shape::Struct {
+                name,
+                fields: Fields::Named(fields),
+            } if name == SERVICE_SHAPE_NAME => match fields.as_slice() {
+                [(request_name, request), (reply_name, reply)]
+                    if request_name == "request" && reply_name == "reply" =>
+                {
+                    Some((request, reply))
+                }
+                _ => None,
+            },
+            _ => None,
         }
     }
 

@@ -10,6 +10,9 @@ use std::process::Output;
 
 use tests::cli::CountersDir;
 
+/// `call` of a served service (its reply as JSON, a request refused naming its field, the
+/// errors in words) and `topics` listing it as a service.
+mod call;
 /// `echo` and `spy --decode`: JSON lines from the topic's schema, with and without the key.
 mod echo;
 /// `echo` and `record` of a `--topic` pattern: every matching topic under its name, no other.

@@ -26,7 +26,7 @@ fn forged_announce(session: u64, data: SocketAddr) -> Vec<u8> {
         data,
         group: None,
     };
-    let topics = [(TOPIC, FP, false, "sim.quote")];
+    let topics = [(TOPIC, FP, 0, "sim.quote")];
     enc.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
         .unwrap();
     enc.as_bytes().to_vec()

@@ -29,8 +29,8 @@ fn announce(session: u64, data: SocketAddr, topics: &[(String, u64)]) -> Vec<u8>
         data,
         group: None,
     };
-    let entries: Vec<(u64, u64, bool, &str)> = (topics.iter())
-        .map(|(name, fp)| (llbus::topic_id(name), *fp, false, name.as_str()))
+    let entries: Vec<(u64, u64, u8, &str)> = (topics.iter())
+        .map(|(name, fp)| (llbus::topic_id(name), *fp, 0, name.as_str()))
         .collect();
     enc.push_announce(&head, 0, 1, entries.iter().copied(), &mut scratch)
         .expect("an announcement that fits");
@@ -140,9 +140,9 @@ fn a_forged_name_whose_id_is_not_its_names_is_neither_counted_nor_reported() {
     };
     // A matching name under another name's id, and a name that breaks the rule.
     let topics = [
-        (llbus::topic_id("x.y"), 0xbad, false, "md.quote.forged"),
-        (llbus::topic_id("md.quote.é"), 0xbad, false, "md.quote.é"),
-        (llbus::topic_id("md.quote..x"), FP, false, "md.quote..x"),
+        (llbus::topic_id("x.y"), 0xbad, 0, "md.quote.forged"),
+        (llbus::topic_id("md.quote.é"), 0xbad, 0, "md.quote.é"),
+        (llbus::topic_id("md.quote..x"), FP, 0, "md.quote..x"),
     ];
     enc.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
         .expect("fits");

@@ -175,7 +175,7 @@ fn forged_announce(session: u64, port: u16) -> Vec<u8> {
         data: SocketAddr::from(([0, 0, 0, 0], port)),
         group: None,
     };
-    let topics = [(Quote::TOPIC_ID, Quote::FINGERPRINT, false, Quote::TOPIC)];
+    let topics = [(Quote::TOPIC_ID, Quote::FINGERPRINT, 0, Quote::TOPIC)];
     enc.push_announce(&head, 0, 1, topics.iter().copied(), &mut scratch)
         .unwrap();
     enc.as_bytes().to_vec()

@@ -73,7 +73,7 @@ fn topics_keeps_one_publishers_list_bounded_under_a_flood() {
             let topics = names[next..next + 50]
                 .iter()
                 .enumerate()
-                .map(|(i, n)| ((next + i) as u64 + 1, 1u64, false, n.as_str()));
+                .map(|(i, n)| ((next + i) as u64 + 1, 1u64, 0, n.as_str()));
             let datagram = announce(0xf100d, 1000, 7000, topics);
             next += 50;
             let _ = sender.send_to(&datagram, group);
@@ -107,7 +107,7 @@ fn topics_escapes_hostile_names_and_shouts_a_mismatch() {
         let start = Instant::now();
         while start.elapsed() < window {
             for (port, fp) in [(7001u16, 0xaa_u64), (7002, 0xbb)] {
-                let topics = [(42u64, fp, true, hostile)];
+                let topics = [(42u64, fp, llbus_net::ENTRY_RELIABLE, hostile)];
                 let datagram = announce(u64::from(port), 1000, port, topics.iter().copied());
                 let _ = sender.send_to(&datagram, group);
             }
