@@ -135,6 +135,10 @@ pub enum CallError {
     /// not to wait (`DropNewest`, or a caller declared `never_waits`), or the caller has
     /// [`MAX_CALLS_IN_FLIGHT`] calls open.
     QueueFull,
+    /// The service is refused or absent where the call went: a remote server's bridge does
+    /// not serve it (unknown there, or of other types) or does not let this host call it.
+    /// On one bus a caller without a server is refused at `start()` instead.
+    Refused,
 }
 
 impl std::fmt::Display for CallError {
@@ -145,6 +149,10 @@ impl std::fmt::Display for CallError {
             CallError::Dropped => "the server dropped the call without answering",
             CallError::Stopped => "the bus stopped before the call was answered",
             CallError::QueueFull => "the server's request queue is full",
+            CallError::Refused => {
+                "the service is refused or absent where the call went (check that its server \
+                 exports it with the same types, and lets this host call it)"
+            }
         })
     }
 }
@@ -162,6 +170,7 @@ pub struct Request<Req> {
 }
 
 impl<Req> Request<Req> {
+
     /// The request.
     pub fn body(&self) -> &Req {
         &self.body
