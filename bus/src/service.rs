@@ -166,10 +166,18 @@ pub struct Request<Req> {
     pub(crate) call: CallId,
     /// The id of the caller's reply topic.
     pub(crate) reply_to: u64,
+    /// When the caller stops waiting (`None`: past the clock's range).
+    pub(crate) deadline: Option<std::time::Instant>,
     pub(crate) body: Req,
 }
 
 impl<Req> Request<Req> {
+    /// When the caller stops waiting for the answer: the call's timeout counted from the
+    /// call (`None` for a timeout past the clock's range). A server that passes the call on
+    /// (a network bridge) gives up then too; one that answers later is counted late.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
 
     /// The request.
     pub fn body(&self) -> &Req {
