@@ -31,6 +31,9 @@
 //! - `llbus-mac`: the optional pre-shared-key MAC's cost: the `llbus` round trip and batched
 //!   throughput with both bridges sealing control and data (`BridgeConfig::psk`, a keyed BLAKE3
 //!   tag of 16 bytes per datagram), beside `llbus` without it in the same run.
+//! - `llbus-call`: a service call instead of the ping-pong: a caller actor on A calls a server
+//!   actor on B through the bridges (A imports the service, B exports it), placed as `llbus`;
+//!   the request and the reply are each one datagram. See [`call`].
 //!
 //! Throughput of 32-byte messages from bus A through bridge A to bridge B (`llbus` only): a
 //! publisher actor in A's group publishes `0, 1, 2, ...` as fast as its thread allows,
@@ -74,6 +77,7 @@ use llbus_net::{
 };
 use serde::{Deserialize, Serialize};
 
+mod call;
 mod fanout;
 mod large;
 
@@ -164,7 +168,7 @@ fn plan(args: &Args) -> Plan {
 }
 
 /// The suite's targets (printed in its `targets` block).
-const TARGETS: [Target; 6] = [
+const TARGETS: [Target; 7] = [
     Target {
         what: "rtt p50 llbus - raw-spin",
         num: (LLBUS, "rtt_p50"),
@@ -182,6 +186,12 @@ const TARGETS: [Target; 6] = [
         num: (PARK, "rtt_p50"),
         den: (RAW_BLOCKING, "rtt_p50"),
         bound: Bound::RatioAtMost(1.25),
+    },
+    Target {
+        what: "call p50 / llbus p50",
+        num: (call::CALL, "rtt_p50"),
+        den: (LLBUS, "rtt_p50"),
+        bound: Bound::RatioAtMost(1.10),
     },
     Target {
         what: "throughput llbus batch / single",
@@ -215,6 +225,7 @@ const CONTENDERS: &[CaseFn] = &[
     reliable_case,
     park_case,
     raw_unconnected_case,
+    call_case,
     large::llbus_case,
     large::raw_case,
     fanout::case,
@@ -229,6 +240,7 @@ const NAMES: &[&str] = &[
     RELIABLE,
     PARK,
     RAW_UNCONNECTED,
+    call::CALL,
     large::LLBUS_LARGE,
     large::RAW_LARGE,
     fanout::MULTICAST,
@@ -349,6 +361,13 @@ fn raw_unconnected_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut 
             raw_round_trip(false, true, pinning, plan.rtt),
             out,
         );
+    }
+}
+
+/// A service call's round trip through the bridges (`llbus-call`).
+fn call_case(phase: usize, pinning: &Pinning, plan: &Plan, out: &mut Collector) {
+    if phase == 0 {
+        record_rtt(call::CALL, call::round_trip(pinning, plan.rtt), out);
     }
 }
 

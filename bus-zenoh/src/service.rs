@@ -17,9 +17,10 @@
 //! zenoh `get` (zenoh never runs on the bus's threads), and answers each call from what comes
 //! back: the first reply, decoded (a payload that does not decode answers
 //! [`CallError::Dropped`] and is counted malformed), or the queryable's error mapped back to
-//! its [`CallError`] (`timeout`, `panicked`, `dropped`, `stopped`, `queue_full`; any other
-//! code is `Dropped`), or, once the import's timeout passes with no reply, `Timeout`; when no
-//! queryable answers at all before the timeout, `Stopped` (the server is not there). At most
+//! its [`CallError`] (`timeout`, `panicked`, `dropped`, `stopped`, `queue_full`, `refused`;
+//! `busy` is `QueueFull`, any other code `Dropped`), or, once the import's timeout passes with
+//! no reply, `Timeout`; when no queryable answers at all before the timeout, `Stopped` (the
+//! server is not there). At most
 //! [`ServiceImport::in_flight`] calls are open at once; more are answered `QueueFull`.
 //!
 //! Both carry the gateway's 40-byte attachment on bincode payloads: the service's name id, and
@@ -175,6 +176,7 @@ fn error_code(error: CallError) -> &'static str {
         CallError::ServerPanicked => ERROR_CODES[1],
         CallError::Stopped => ERROR_CODES[3],
         CallError::QueueFull => ERROR_CODES[4],
+        CallError::Refused => ERROR_CODES[5],
         _ => ERROR_CODES[2],
     }
 }
@@ -186,6 +188,7 @@ fn error_of(code: &str) -> CallError {
         "panicked" => CallError::ServerPanicked,
         "stopped" => CallError::Stopped,
         "queue_full" | "busy" => CallError::QueueFull,
+        "refused" => CallError::Refused,
         _ => CallError::Dropped,
     }
 }
@@ -887,5 +890,29 @@ where
         if let Err(e) = sent {
             log::warn!("zenoh refused a query on '{}': {e}", self.key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every error of the bus goes out as its own code and comes back as itself.
+    #[test]
+    fn each_call_error_round_trips_through_its_code() {
+        for error in [
+            CallError::Timeout,
+            CallError::ServerPanicked,
+            CallError::Dropped,
+            CallError::Stopped,
+            CallError::QueueFull,
+            CallError::Refused,
+        ] {
+            let code = error_code(error);
+            assert!(ERROR_CODES.contains(&code), "{code}");
+            assert_eq!(error_of(code), error, "{code}");
+        }
+        assert_eq!(error_of("busy"), CallError::QueueFull);
+        assert_eq!(error_of("malformed"), CallError::Dropped);
     }
 }

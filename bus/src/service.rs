@@ -135,6 +135,10 @@ pub enum CallError {
     /// not to wait (`DropNewest`, or a caller declared `never_waits`), or the caller has
     /// [`MAX_CALLS_IN_FLIGHT`] calls open.
     QueueFull,
+    /// The service is refused or absent where the call went: a remote server's bridge does
+    /// not serve it (unknown there, or of other types) or does not let this host call it.
+    /// On one bus a caller without a server is refused at `start()` instead.
+    Refused,
 }
 
 impl std::fmt::Display for CallError {
@@ -145,6 +149,10 @@ impl std::fmt::Display for CallError {
             CallError::Dropped => "the server dropped the call without answering",
             CallError::Stopped => "the bus stopped before the call was answered",
             CallError::QueueFull => "the server's request queue is full",
+            CallError::Refused => {
+                "the service is refused or absent where the call went (check that its server \
+                 exports it with the same types, and lets this host call it)"
+            }
         })
     }
 }
@@ -158,10 +166,19 @@ pub struct Request<Req> {
     pub(crate) call: CallId,
     /// The id of the caller's reply topic.
     pub(crate) reply_to: u64,
+    /// When the caller stops waiting (`None`: past the clock's range).
+    pub(crate) deadline: Option<std::time::Instant>,
     pub(crate) body: Req,
 }
 
 impl<Req> Request<Req> {
+    /// When the caller stops waiting for the answer: the call's timeout counted from the
+    /// call (`None` for a timeout past the clock's range). A server that passes the call on
+    /// (a network bridge) gives up then too; one that answers later is counted late.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
     /// The request.
     pub fn body(&self) -> &Req {
         &self.body

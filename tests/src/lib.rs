@@ -224,7 +224,7 @@ pub fn assert_balanced(report: &llbus::Report) {
     for c in &report.services {
         assert_eq!(
             c.errors,
-            c.timeouts + c.dropped + c.server_panicked + c.stopped + c.queue_full,
+            c.timeouts + c.dropped + c.server_panicked + c.stopped + c.queue_full + c.refused,
             "the errors of {}'s calls of {} are not the sum of their kinds: {c:?}",
             c.caller,
             c.service

@@ -97,7 +97,7 @@ impl Socket {
 }
 
 /// Where the endpoint's messages go: decoded by their import's port and published; the
-/// services' requests and call ends, to their proxies.
+/// services' requests and call ends, to their ports, which call or answer on the local bus.
 struct BusSink<'a, 'b> {
     imports: &'a mut [Box<dyn ImportPort>],
     compat: &'a mut [(Box<dyn CompatImportPort>, Socket)],
@@ -131,14 +131,14 @@ impl Sink for BusSink<'_, '_> {
         body: &[u8],
     ) -> Result<(), crate::CallStatus> {
         match self.served.get_mut(service) {
-            Some(port) => port.deliver(key, budget_ms, body),
+            Some(port) => port.deliver(key, budget_ms, body, self.ctx),
             None => Err(crate::CallStatus::Refused),
         }
     }
 
     fn reply(&mut self, service: usize, key: u64, result: Result<&[u8], crate::CallStatus>) {
         if let Some(port) = self.imported.get_mut(service) {
-            port.ended(key, result);
+            port.ended(key, result, self.ctx);
         }
     }
 }
@@ -223,13 +223,17 @@ impl BridgeActor {
             directs,
             served,
             imported,
-            proxies: _,
+            declare_services: _,
             session,
             status,
             group,
         } = parts;
-        let (served_specs, served): (Vec<_>, Vec<_>) = served.into_iter().unzip();
-        let (imported_specs, imported): (Vec<_>, Vec<_>) = imported.into_iter().unzip();
+        let (served_specs, served): (Vec<_>, Vec<_>) = (served.into_iter())
+            .map(|(spec, make)| (spec, make(setup)))
+            .unzip();
+        let (imported_specs, imported): (Vec<_>, Vec<_>) = (imported.into_iter())
+            .map(|(spec, make)| (spec, make(setup)))
+            .unzip();
         let mut export_specs = Vec::with_capacity(exports.len());
         let export_ports: Vec<Box<dyn ExportPort>> = exports
             .into_iter()
@@ -398,9 +402,11 @@ impl BridgeActor {
         u64::try_from(now.duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Pumps every export, and the services' calls and answers. Returns messages taken.
-    fn pump(&mut self, now: Instant) -> usize {
+    /// Pumps every export, and the services' calls and answers (`stopping`: local calls of
+    /// imported services are answered `Stopped`). Returns messages taken.
+    fn pump(&mut self, ctx: &mut Context<'_>, stopping: bool) -> usize {
         let mut work = 0;
+        let now = ctx.now();
         let now_ns = self.now_ns(now);
         let mut wire = self.socket.wire(&mut self.send);
         for (i, port) in self.exports.iter_mut().enumerate() {
@@ -409,10 +415,10 @@ impl BridgeActor {
             }
         }
         for port in &mut self.served {
-            work += port.pump(&mut self.endpoint, now_ns, &mut wire);
+            work += port.pump(&mut self.endpoint, now_ns, &mut wire, ctx);
         }
         for (i, port) in self.imported.iter_mut().enumerate() {
-            work += port.pump(i, &mut self.endpoint, now_ns, &mut wire);
+            work += port.pump(i, &mut self.endpoint, now, now_ns, &mut wire, ctx, stopping);
         }
         for (k, (port, socket)) in self.compat_exports.iter_mut().enumerate() {
             let mut wire = socket.wire(&mut self.send);
@@ -791,14 +797,14 @@ impl Actor for BridgeActor {
         // this round's receive system calls. NB: receiving first would add an empty receive
         // system call to every same-thread round trip (the `udp` suite; docs/PERFORMANCE.md,
         // "Where the round trip goes").
-        let mut work = self.pump(ctx.now());
+        let mut work = self.pump(ctx, false);
         work += self.receive(ctx);
         work
     }
 
     fn drain(&mut self, ctx: &mut Context<'_>) -> usize {
         // Stopping: send what the bus still holds for us, take nothing new from the network.
-        self.pump(ctx.now())
+        self.pump(ctx, true)
     }
 
     fn on_tick(&mut self, ctx: &mut Context<'_>) {

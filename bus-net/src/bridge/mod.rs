@@ -6,7 +6,8 @@
 //!   rings and the sans-IO [`Endpoint`](crate::Endpoint), which makes every protocol decision.
 //! - `ports`: one typed port per exported or imported topic (native and compat).
 //! - `direct`: a topic sent from the publishing actor's own thread.
-//! - `services`: each exported or imported service's port and proxy actor.
+//! - `services`: each exported or imported service's port: the bridge's actor calls or
+//!   serves it on the local bus itself.
 //! - `wire`: a UDP socket as the endpoint's [`Wire`](crate::Wire).
 //!
 //! The bridge joins the two lower layers to the bus. Exports take the rings the bus made for
@@ -47,7 +48,7 @@ use self::ports::{
     CompatExport, CompatExportPort, CompatImport, CompatImportPort, Export, ExportPort, Import,
     ImportPort,
 };
-use self::services::{AddProxy, ImportedPort, ServedPort};
+use self::services::{DeclareService, MakeImported, MakeServed};
 use crate::endpoint::{mac_of, EncodedShape};
 use crate::session::canonical;
 use crate::{new_session_id, Allowlist, UdpEndpoint};
@@ -327,7 +328,7 @@ impl Bridge {
                 directs: Vec::new(),
                 served: Vec::new(),
                 imported: Vec::new(),
-                proxies: Vec::new(),
+                declare_services: Vec::new(),
                 session: new_session_id(),
                 status: BridgeStatus::default(),
                 group: None,
@@ -430,8 +431,8 @@ impl Bridge {
     /// Lets remote callers call `service`, which an actor of the local bus serves: a bridge
     /// elsewhere that [`import_service`](Self::import_service)s it subscribes to it by the
     /// handshake (this bridge's allowlist and limits apply) and each of its calls is made on
-    /// the local bus, once, by a proxy actor of this bridge (`NAME.calls.SERVICE`, on the
-    /// thread `NAME.services`), with the caller's remaining time as its timeout. Replies go
+    /// the local bus, once, by the bridge's actor itself (as any actor calls a service), with
+    /// the caller's remaining time as its timeout. Replies go
     /// back out of the caller host's reply budget ([`ServiceConfig`]); see
     /// `docs/PROTOCOL.md`, "Services".
     pub fn export_service<Req, Rep>(mut self, service: &Service<Req, Rep>) -> Self
@@ -439,7 +440,7 @@ impl Bridge {
         Req: Message + DeserializeOwned + Clone,
         Rep: Message + Serialize + Clone,
     {
-        let (port, proxy) = services::export(service);
+        let (port, declare) = services::export(service);
         // Served for the service's topic id, so a tool without the types calls it.
         let shape =
             match EncodedShape::new(&llbus::schema::Shape::service(Req::schema(), Rep::schema())) {
@@ -465,20 +466,22 @@ impl Bridge {
             },
             port,
         ));
-        self.parts.proxies.push(proxy);
+        self.parts.declare_services.push(declare);
         self
     }
 
     /// Serves `service` on the local bus by calling it at the bridge at `server`, which
-    /// [`export_service`](Self::export_service)s it: a proxy actor of this bridge
-    /// (`NAME.serves.SERVICE`, on the thread `NAME.services`) serves it, and each call goes to
-    /// the server as a request, resent on a backoff until its reply or
-    /// [`ServiceConfig::call_timeout`]. A call ends with the remote reply, or with the remote
-    /// error; `CallError::Timeout` when no reply came in time, `CallError::Stopped` when the
-    /// server refuses the service (unknown there, or of other types), `CallError::QueueFull`
+    /// [`export_service`](Self::export_service)s it: the bridge's actor itself serves it (as
+    /// any actor serves a service), and each call goes to the server as a request, resent on a
+    /// backoff until its reply or the local caller's deadline ([`llbus::Request::deadline`]),
+    /// at most [`ServiceConfig::call_timeout`]. A call ends with the remote reply, or with
+    /// the remote error; `CallError::Timeout` when no reply came in time,
+    /// `CallError::Refused` when the server refuses the service (unknown there, of other
+    /// types, or this host may not call it), `CallError::Stopped` when this bus stops with the
+    /// call open, `CallError::QueueFull`
     /// when the server (or this bridge) has too many calls in flight, or the reply was over
     /// this host's reply budget there, `CallError::Dropped` when the request or the reply does
-    /// not fit in one datagram. A local caller's own timeout ends its call first if shorter.
+    /// not fit in one datagram. The bridge gives up with its local caller.
     pub fn import_service<Req, Rep>(
         mut self,
         service: &Service<Req, Rep>,
@@ -499,7 +502,7 @@ impl Bridge {
                 service.name(),
             ));
         }
-        let (port, proxy) = services::import(service, self.parts.config.services.call_timeout);
+        let (port, declare) = services::import(service, self.parts.config.services.call_timeout);
         self.parts.imported.push((
             ServiceImportSpec {
                 service: Arc::from(service.name().as_str()),
@@ -510,7 +513,7 @@ impl Bridge {
             },
             port,
         ));
-        self.parts.proxies.push(proxy);
+        self.parts.declare_services.push(declare);
         self
     }
 
@@ -956,10 +959,7 @@ impl Component for Bridge {
         let patterns: Vec<(PatternDeclare, TopicPattern)> = (parts.matching.iter())
             .map(|m| (m.declare, m.pattern.clone()))
             .collect();
-        // The services' proxies first: the bridge's builder borrows the bus until the end.
-        for add in std::mem::take(&mut parts.proxies) {
-            add(bus, &name);
-        }
+        let declare_services = std::mem::take(&mut parts.declare_services);
         let mut parts = Some(parts);
         let actor_name = name.clone();
         let tick = Duration::from_millis(1);
@@ -979,6 +979,9 @@ impl Component for Bridge {
         }
         for (declare, pattern) in patterns {
             builder = declare(builder, &pattern);
+        }
+        for declare in declare_services {
+            builder = declare(builder);
         }
         // Configuration errors: the bus's `start()` refuses with them, naming the bridge.
         for error in family_errors {
@@ -1010,12 +1013,12 @@ struct Parts {
     compat_exports: Vec<CompatExportDecl>,
     compat_imports: Vec<CompatImportDecl>,
     directs: Vec<DirectPort>,
-    /// Exported services: the endpoint's spec and the port to the service's proxy.
-    served: Vec<(ServiceSpec, Box<dyn ServedPort>)>,
+    /// Exported services: the endpoint's spec and how to make the service's port.
+    served: Vec<(ServiceSpec, MakeServed)>,
     /// Imported services, likewise.
-    imported: Vec<(ServiceImportSpec, Box<dyn ImportedPort>)>,
-    /// The services' proxy actors, added to the bus with the bridge.
-    proxies: Vec<AddProxy>,
+    imported: Vec<(ServiceImportSpec, MakeImported)>,
+    /// What the bridge's actor declares for each service (it calls or serves it).
+    declare_services: Vec<DeclareService>,
     session: u64,
     status: BridgeStatus,
     /// The socket the discovery group is heard on, if discovery has a group.

@@ -1,47 +1,41 @@
-//! Services across hosts at the bus's edge: what the bridge's actor and the bus exchange for
-//! each exported or imported service.
+//! Services across hosts at the bus's edge: what the bridge's actor does on the local bus for
+//! each exported or imported service. The actor takes its rings itself, and serves and calls
+//! as any actor does, on its own thread (`ActorBuilder::serves_taken`, `calls_taken`):
+//! - an exported service's port *calls* it: each remote call the endpoint admits is decoded
+//!   and made with `Context::call` (timeout: the remote caller's budget); the port keeps the
+//!   call's id with the endpoint's key, and each reply (or timeout, or the stop's end) it
+//!   settles from its reply ring goes to the endpoint as that key's answer;
+//! - an imported service's port *serves* it: each local request it polls from its request
+//!   ring is accepted, its responder kept by key, and the call made through the endpoint
+//!   until the local caller's deadline (`Request::deadline`, at most
+//!   `ServiceConfig::call_timeout`); the endpoint's end of the call (its reply or error)
+//!   answers the responder.
 //!
-//! The bridge's actor takes no inbox (its rings are its own, `takes_on`), so it can neither
-//! serve a service nor call one itself. Each service therefore has a small proxy actor of its
-//! own, on one thread per bridge (group `NAME.services`), linked to the bridge's actor by two
-//! SPSC rings (`llbus::Ring`), each way one:
-//! - an exported service's proxy *calls* it (`.calls(&service)`): the bridge hands it each
-//!   remote call `(key, budget, request)`, it calls with `Context::call` (timeout: the
-//!   caller's budget) and hands back `(key, result)` as the call settles;
-//! - an imported service's proxy *serves* it (`.serves(&service)`): it hands the bridge each
-//!   local request `(key, request)` and keeps its responder; the bridge calls the remote
-//!   server through the endpoint and hands back `(key, result)` when the call ends, which the
-//!   proxy answers with.
-//!
-//! The proxies poll their rings every round (and every millisecond, their tick); the bridge
-//! polls its own in its round. Nothing allocates per call: the rings, the key tables and the
-//! endpoint's tables are allocated at start.
+//! Nothing allocates per call: the key tables are allocated at start, the rings by the bus,
+//! the endpoint's tables when the services are given.
 
-use std::marker::PhantomData;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use llbus::{
-    Actor, BusBuilder, CallError, CallId, CallOut, Consumer, Context, Message, Producer, Replies,
-    Reply, Request, Responder, Ring, Service, Setup, MAX_CALLS_IN_FLIGHT,
+    ActorBuilder, CallError, CallId, CallOut, Context, Inputs, Message, Replies, Reply, Request,
+    Responder, Service, Setup, MAX_CALLS_IN_FLIGHT,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::BridgeActor;
 use crate::{CallStatus, Endpoint, Wire};
 
-/// The capacity of each ring between a proxy and the bridge: every call a proxy can have in
-/// flight, and its answer, fit.
-const RING: usize = MAX_CALLS_IN_FLIGHT;
-
-/// How often a proxy looks at its ring when nothing else wakes it.
-const PROXY_TICK: Duration = Duration::from_millis(1);
+/// Replies or requests taken from one service's rings per round.
+const BUDGET: usize = 256;
 
 /// The `CallError` a remote call's status ends a local call with.
 pub(crate) fn error_of(status: CallStatus) -> CallError {
     match status {
         CallStatus::Timeout => CallError::Timeout,
         CallStatus::ServerPanicked => CallError::ServerPanicked,
-        CallStatus::Stopped | CallStatus::Refused => CallError::Stopped,
+        CallStatus::Stopped => CallError::Stopped,
+        CallStatus::Refused => CallError::Refused,
         CallStatus::QueueFull | CallStatus::OverBudget => CallError::QueueFull,
         CallStatus::Ok | CallStatus::Dropped | CallStatus::TooLarge | CallStatus::Other(_) => {
             CallError::Dropped
@@ -56,166 +50,156 @@ pub(crate) fn status_of(error: CallError) -> CallStatus {
         CallError::ServerPanicked => CallStatus::ServerPanicked,
         CallError::Stopped => CallStatus::Stopped,
         CallError::QueueFull => CallStatus::QueueFull,
+        CallError::Refused => CallStatus::Refused,
         _ => CallStatus::Dropped,
     }
 }
 
 /// An exported service, as the bridge's actor sees it.
 pub(crate) trait ServedPort: Send {
-    /// A remote call: decoded and handed to the proxy.
+    /// A remote call: decoded and called on the local bus.
     ///
     /// # Errors
-    /// `QueueFull` when the proxy's ring is full, `Dropped` for a request that does not
-    /// decode.
-    fn deliver(&mut self, key: u64, budget_ms: u32, body: &[u8]) -> Result<(), CallStatus>;
+    /// The status the call ends with at once: `Dropped` for a request that does not decode,
+    /// `QueueFull` when the port has `MAX_CALLS_IN_FLIGHT` calls open or the server's ring is
+    /// full, and the local call's own refusal otherwise.
+    fn deliver(
+        &mut self,
+        key: u64,
+        budget_ms: u32,
+        body: &[u8],
+        ctx: &mut Context<'_>,
+    ) -> Result<(), CallStatus>;
 
-    /// Hands the endpoint the answers the proxy sent back. Returns how many.
-    fn pump(&mut self, endpoint: &mut Endpoint, now_ns: u64, wire: &mut dyn Wire) -> usize;
+    /// Settles the replies that came and hands each to the endpoint as its call's answer.
+    /// Returns how many replies it took.
+    fn pump(
+        &mut self,
+        endpoint: &mut Endpoint,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        ctx: &mut Context<'_>,
+    ) -> usize;
 }
 
 /// An imported service, as the bridge's actor sees it.
 pub(crate) trait ImportedPort: Send {
-    /// Starts the calls the proxy sent (import `service` of the endpoint). Returns how many.
+    /// Takes the local requests and calls the remote server with each (import `service` of
+    /// the endpoint); `stopping`, it answers them `Stopped` instead (no reply would be
+    /// received). Returns how many it took.
+    #[allow(clippy::too_many_arguments)]
     fn pump(
         &mut self,
         service: usize,
         endpoint: &mut Endpoint,
+        now: Instant,
         now_ns: u64,
         wire: &mut dyn Wire,
+        ctx: &mut Context<'_>,
+        stopping: bool,
     ) -> usize;
 
-    /// A call ended: decoded and handed back to the proxy.
-    fn ended(&mut self, key: u64, result: Result<&[u8], CallStatus>);
+    /// The remote call `key` ended: its local caller is answered.
+    fn ended(&mut self, key: u64, result: Result<&[u8], CallStatus>, ctx: &mut Context<'_>);
 }
 
-/// Adds a proxy actor to the bus.
-pub(crate) type AddProxy = Box<dyn FnOnce(&mut BusBuilder, &str) + Send>;
+/// Makes a service's port from the bridge's setup.
+pub(crate) type MakeServed = Box<dyn FnOnce(&mut Setup<'_>) -> Box<dyn ServedPort> + Send>;
+/// Likewise for an imported service.
+pub(crate) type MakeImported = Box<dyn FnOnce(&mut Setup<'_>) -> Box<dyn ImportedPort> + Send>;
+/// Declares, on the bridge's builder, that it calls or serves a service.
+pub(crate) type DeclareService =
+    Box<dyn for<'a> FnOnce(ActorBuilder<'a, BridgeActor>) -> ActorBuilder<'a, BridgeActor> + Send>;
 
-/// A remote call handed to an exported service's proxy: `(key, budget_ms, request)`.
-type Incoming<Req> = (u64, u32, Req);
-/// An answer handed back: `(key, result)`.
-type Answer<Rep> = (u64, Result<Rep, CallError>);
+// ---- Exported: the bridge calls the local service ----
 
-// ---- Exported: the proxy calls the local service ----
-
-struct Served<Req, Rep> {
-    to_proxy: Producer<Incoming<Req>>,
-    from_proxy: Consumer<Answer<Rep>>,
-}
-
-impl<Req, Rep> ServedPort for Served<Req, Rep>
-where
-    Req: Message + DeserializeOwned + Clone,
-    Rep: Message + Serialize + Clone,
-{
-    fn deliver(&mut self, key: u64, budget_ms: u32, body: &[u8]) -> Result<(), CallStatus> {
-        let request: Req = crate::decode_payload(body).map_err(|_| CallStatus::Dropped)?;
-        self.to_proxy
-            .try_push((key, budget_ms, request))
-            .map_err(|_| CallStatus::QueueFull)
-    }
-
-    fn pump(&mut self, endpoint: &mut Endpoint, now_ns: u64, wire: &mut dyn Wire) -> usize {
-        self.from_proxy
-            .pop_batch(RING, |(key, result)| match &result {
-                Ok(reply) => endpoint.answer(key, Ok(reply), now_ns, wire),
-                Err(e) => endpoint.answer::<Rep>(key, Err(status_of(*e)), now_ns, wire),
-            })
-    }
-}
-
-/// The proxy of an exported service: calls it for the bridge.
-struct Caller<Req, Rep> {
+struct Exported<Req, Rep> {
     out: CallOut<Req, Rep>,
-    from_bridge: Consumer<Incoming<Req>>,
-    to_bridge: Producer<Answer<Rep>>,
-    /// The calls in flight: `(local id, bridge's key)`, at most `MAX_CALLS_IN_FLIGHT`.
+    replies: Inputs<Reply<Rep>>,
+    /// The calls in flight: `(local id, endpoint's key)`, at most `MAX_CALLS_IN_FLIGHT`.
     keys: Vec<(CallId, u64)>,
 }
 
-impl<Req, Rep> Actor for Caller<Req, Rep>
-where
-    Req: Message + Clone,
-    Rep: Message + Clone,
-{
-    type In = Reply<Rep>;
-
-    fn on_message(&mut self, reply: Reply<Rep>, ctx: &mut Context<'_>) {
-        let Some((call, result)) = ctx.settle(reply) else {
-            return;
-        };
-        if let Some(i) = self.keys.iter().position(|(c, _)| *c == call) {
-            let (_, key) = self.keys.swap_remove(i);
-            // The ring holds every call in flight: it has room.
-            let _ = self.to_bridge.try_push((key, result));
-        }
-    }
-
-    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
-        let (out, keys, to_bridge) = (self.out, &mut self.keys, &mut self.to_bridge);
-        self.from_bridge
-            .pop_batch(RING, |(key, budget_ms, request)| {
-                let timeout = Duration::from_millis(u64::from(budget_ms));
-                match ctx.call(out, request, timeout) {
-                    Ok(call) if keys.len() < keys.capacity() => keys.push((call, key)),
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = to_bridge.try_push((key, Err(e)));
-                    }
-                }
-            })
-    }
-
-    fn on_tick(&mut self, _ctx: &mut Context<'_>) {}
-}
-
-/// The bridge's port of an exported service, and how to add its proxy.
-pub(crate) fn export<Req, Rep>(service: &Service<Req, Rep>) -> (Box<dyn ServedPort>, AddProxy)
+impl<Req, Rep> ServedPort for Exported<Req, Rep>
 where
     Req: Message + DeserializeOwned + Clone,
     Rep: Message + Serialize + Clone,
 {
-    let (to_proxy, from_bridge) = Ring::<Incoming<Req>>::new(RING);
-    let (to_bridge, from_proxy) = Ring::<Answer<Rep>>::new(RING);
-    let service = service.clone();
-    let mut parts = Some((from_bridge, to_bridge));
-    let add: AddProxy = Box::new(move |bus: &mut BusBuilder, bridge: &str| {
-        let name = format!("{bridge}.calls.{}", service.name());
-        let called = service.clone();
-        bus.actor(&name, move |setup: &mut Setup<'_>| {
-            let Some((from_bridge, to_bridge)) = parts.take() else {
-                panic!("a service proxy cannot be made twice");
+    fn deliver(
+        &mut self,
+        key: u64,
+        budget_ms: u32,
+        body: &[u8],
+        ctx: &mut Context<'_>,
+    ) -> Result<(), CallStatus> {
+        let request: Req = crate::decode_payload(body).map_err(|_| CallStatus::Dropped)?;
+        if self.keys.len() >= MAX_CALLS_IN_FLIGHT {
+            return Err(CallStatus::QueueFull);
+        }
+        let timeout = Duration::from_millis(u64::from(budget_ms));
+        let call = ctx.call(self.out, request, timeout).map_err(status_of)?;
+        self.keys.push((call, key));
+        Ok(())
+    }
+
+    fn pump(
+        &mut self,
+        endpoint: &mut Endpoint,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        ctx: &mut Context<'_>,
+    ) -> usize {
+        let keys = &mut self.keys;
+        self.replies.poll(BUDGET, |reply| {
+            let Some((call, result)) = ctx.settle(reply) else {
+                return; // Late: its call ended with its timeout, answered already.
             };
-            Caller {
-                out: setup.caller(&called),
-                from_bridge,
-                to_bridge,
-                keys: Vec::with_capacity(MAX_CALLS_IN_FLIGHT),
+            let Some(i) = keys.iter().position(|(c, _)| *c == call) else {
+                return;
+            };
+            let (_, key) = keys.swap_remove(i);
+            match &result {
+                Ok(reply) => endpoint.answer(key, Ok(reply), now_ns, wire),
+                Err(e) => endpoint.answer::<Rep>(key, Err(status_of(*e)), now_ns, wire),
             }
         })
-        .calls(&service)
-        .group(&format!("{bridge}.services"))
-        .tick_every(PROXY_TICK);
-    });
-    let port = Served::<Req, Rep> {
-        to_proxy,
-        from_proxy,
-    };
-    (Box::new(port), add)
+    }
 }
 
-// ---- Imported: the proxy serves the remote service locally ----
+/// How the bridge exports `service`: its port's maker, and its declaration (the bridge calls
+/// it).
+pub(crate) fn export<Req, Rep>(service: &Service<Req, Rep>) -> (MakeServed, DeclareService)
+where
+    Req: Message + DeserializeOwned + Clone,
+    Rep: Message + Serialize + Clone,
+{
+    let called = service.clone();
+    let make: MakeServed = Box::new(move |setup: &mut Setup<'_>| {
+        Box::new(Exported {
+            out: setup.caller(&called),
+            replies: setup.call_replies(&called),
+            keys: Vec::with_capacity(MAX_CALLS_IN_FLIGHT),
+        }) as Box<dyn ServedPort>
+    });
+    let service = service.clone();
+    let declare: DeclareService = Box::new(move |b| b.calls_taken(&service));
+    (make, declare)
+}
 
-struct Imported<Req, Rep> {
+// ---- Imported: the bridge serves the remote service locally ----
+
+struct Imported<Req, Rep: Message + Clone> {
     /// The service's name, for the log.
     name: String,
     /// Whether a request too large for a datagram was logged already.
     warned: bool,
-    from_proxy: Consumer<(u64, Req)>,
-    to_proxy: Producer<Answer<Rep>>,
-    /// How long a remote call may last.
-    timeout_ns: u64,
-    _t: PhantomData<fn(Req) -> Rep>,
+    requests: Inputs<Request<Req>>,
+    replies: Replies<Rep>,
+    /// The responders of the calls in flight, by key (slot index); `free`: the slots open.
+    held: Vec<Option<Responder<Rep>>>,
+    free: Vec<u64>,
+    /// How long a remote call may last at most.
+    timeout: Duration,
 }
 
 impl<Req, Rep> ImportedPort for Imported<Req, Rep>
@@ -227,124 +211,89 @@ where
         &mut self,
         service: usize,
         endpoint: &mut Endpoint,
+        now: Instant,
         now_ns: u64,
         wire: &mut dyn Wire,
+        ctx: &mut Context<'_>,
+        stopping: bool,
     ) -> usize {
-        let deadline = now_ns.saturating_add(self.timeout_ns);
-        let (to_proxy, name, warned) = (&mut self.to_proxy, &self.name, &mut self.warned);
-        self.from_proxy.pop_batch(RING, |(key, request)| {
-            if let Err(status) = endpoint.call(service, key, &request, deadline, now_ns, wire) {
-                if status == CallStatus::TooLarge && !std::mem::replace(warned, true) {
-                    log::warn!(
-                        "service '{name}': a request does not fit in one datagram (services \
-                         are not fragmented): the call ends with CallError::Dropped (counted \
-                         in too_large); make the request smaller or raise max_datagram"
-                    );
+        let (replies, held, free) = (&self.replies, &mut self.held, &mut self.free);
+        let (name, warned, timeout) = (&self.name, &mut self.warned, self.timeout);
+        self.requests.poll(BUDGET, |request| {
+            // The local caller's time left, within the bridge's own bound.
+            let left = (request.deadline())
+                .map_or(timeout, |at| at.saturating_duration_since(now))
+                .min(timeout);
+            let (request, responder) = replies.accept(request);
+            if stopping {
+                return ctx.reply(responder, Err(CallError::Stopped));
+            }
+            if left.is_zero() {
+                return ctx.reply(responder, Err(CallError::Timeout));
+            }
+            let Some(key) = free.pop() else {
+                return ctx.reply(responder, Err(CallError::QueueFull));
+            };
+            let left_ns = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX);
+            let deadline_ns = now_ns.saturating_add(left_ns);
+            match endpoint.call(service, key, &request, deadline_ns, now_ns, wire) {
+                Ok(()) => {
+                    if let Some(slot) = held.get_mut(key as usize) {
+                        *slot = Some(responder);
+                    }
                 }
-                let _ = to_proxy.try_push((key, Err(error_of(status))));
+                Err(status) => {
+                    free.push(key);
+                    if status == CallStatus::TooLarge && !std::mem::replace(warned, true) {
+                        log::warn!(
+                            "service '{name}': a request does not fit in one datagram \
+                             (services are not fragmented): the call ends with \
+                             CallError::Dropped (counted in too_large); make the request \
+                             smaller or raise max_datagram"
+                        );
+                    }
+                    ctx.reply(responder, Err(error_of(status)));
+                }
             }
         })
     }
 
-    fn ended(&mut self, key: u64, result: Result<&[u8], CallStatus>) {
+    fn ended(&mut self, key: u64, result: Result<&[u8], CallStatus>, ctx: &mut Context<'_>) {
+        let Some(responder) = self.held.get_mut(key as usize).and_then(Option::take) else {
+            return;
+        };
+        self.free.push(key);
         let result = match result {
             Ok(body) => crate::decode_payload::<Rep>(body).map_err(|_| CallError::Dropped),
             Err(status) => Err(error_of(status)),
         };
-        let _ = self.to_proxy.try_push((key, result));
+        ctx.reply(responder, result);
     }
 }
 
-/// The proxy of an imported service: serves it locally for the bridge.
-struct Server<Req, Rep: Message + Clone> {
-    replies: Replies<Rep>,
-    to_bridge: Producer<(u64, Req)>,
-    from_bridge: Consumer<Answer<Rep>>,
-    /// The responders of the calls in flight, by key (slot index); `free`: the slots open.
-    held: Vec<Option<Responder<Rep>>>,
-    free: Vec<u64>,
-}
-
-impl<Req, Rep> Actor for Server<Req, Rep>
-where
-    Req: Message + Clone,
-    Rep: Message + Clone,
-{
-    type In = Request<Req>;
-
-    fn on_message(&mut self, request: Request<Req>, ctx: &mut Context<'_>) {
-        let (request, responder) = self.replies.accept(request);
-        let Some(key) = self.free.pop() else {
-            ctx.reply(responder, Err(CallError::QueueFull));
-            return;
-        };
-        match self.to_bridge.try_push((key, request)) {
-            Ok(()) => {
-                if let Some(slot) = self.held.get_mut(key as usize) {
-                    *slot = Some(responder);
-                }
-            }
-            Err(_) => {
-                self.free.push(key);
-                ctx.reply(responder, Err(CallError::QueueFull));
-            }
-        }
-    }
-
-    fn poll(&mut self, ctx: &mut Context<'_>) -> usize {
-        let (held, free) = (&mut self.held, &mut self.free);
-        self.from_bridge.pop_batch(RING, |(key, result)| {
-            if let Some(responder) = held.get_mut(key as usize).and_then(Option::take) {
-                free.push(key);
-                ctx.reply(responder, result);
-            }
-        })
-    }
-
-    fn on_tick(&mut self, _ctx: &mut Context<'_>) {}
-}
-
-/// The bridge's port of an imported service (each remote call lasting at most `timeout`),
-/// and how to add its proxy.
+/// How the bridge imports `service` (each remote call lasting at most `timeout`): its port's
+/// maker, and its declaration (the bridge serves it).
 pub(crate) fn import<Req, Rep>(
     service: &Service<Req, Rep>,
     timeout: Duration,
-) -> (Box<dyn ImportedPort>, AddProxy)
+) -> (MakeImported, DeclareService)
 where
     Req: Message + Serialize + Clone,
     Rep: Message + DeserializeOwned + Clone,
 {
-    let (to_bridge, from_proxy) = Ring::<(u64, Req)>::new(RING);
-    let (to_proxy, from_bridge) = Ring::<Answer<Rep>>::new(RING);
-    let name = service.name().to_string();
-    let service = service.clone();
-    let mut parts = Some((to_bridge, from_bridge));
-    let add: AddProxy = Box::new(move |bus: &mut BusBuilder, bridge: &str| {
-        let name = format!("{bridge}.serves.{}", service.name());
-        let served = service.clone();
-        bus.actor(&name, move |setup: &mut Setup<'_>| {
-            let Some((to_bridge, from_bridge)) = parts.take() else {
-                panic!("a service proxy cannot be made twice");
-            };
-            Server {
-                replies: setup.replies(&served),
-                to_bridge,
-                from_bridge,
-                held: (0..RING).map(|_| None).collect(),
-                free: (0..RING as u64).rev().collect(),
-            }
-        })
-        .serves(&service)
-        .group(&format!("{bridge}.services"))
-        .tick_every(PROXY_TICK);
+    let served = service.clone();
+    let make: MakeImported = Box::new(move |setup: &mut Setup<'_>| {
+        Box::new(Imported {
+            name: served.name().to_string(),
+            warned: false,
+            requests: setup.inputs_on(&served.requests()),
+            replies: setup.replies(&served),
+            held: (0..MAX_CALLS_IN_FLIGHT).map(|_| None).collect(),
+            free: (0..MAX_CALLS_IN_FLIGHT as u64).rev().collect(),
+            timeout,
+        }) as Box<dyn ImportedPort>
     });
-    let port = Imported::<Req, Rep> {
-        name,
-        warned: false,
-        from_proxy,
-        to_proxy,
-        timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
-        _t: PhantomData,
-    };
-    (Box::new(port), add)
+    let service = service.clone();
+    let declare: DeclareService = Box::new(move |b| b.serves_taken(&service));
+    (make, declare)
 }

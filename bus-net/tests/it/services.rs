@@ -39,6 +39,8 @@ const DROP: u64 = u64::MAX;
 const PANIC: u64 = u64::MAX - 1;
 /// Answered 300 ms later (the server's next tick after that), by `delta`.
 const LATER: u64 = u64::MAX - 2;
+/// Held unanswered until the server stops.
+const HOLD: u64 = u64::MAX - 3;
 
 fn service() -> Service<Ask, Sum> {
     Service::named("calc.add").expect("name")
@@ -47,6 +49,7 @@ fn service() -> Service<Ask, Sum> {
 struct Adder {
     replies: Replies<Sum>,
     later: Vec<(std::time::Instant, llbus::Responder<Sum>, u64)>,
+    held: Vec<llbus::Responder<Sum>>,
 }
 
 impl Actor for Adder {
@@ -60,6 +63,7 @@ impl Actor for Adder {
                 let at = std::time::Instant::now() + Duration::from_millis(300);
                 self.later.push((at, responder, ask.delta));
             }
+            HOLD => self.held.push(responder),
             n => ctx.reply(responder, Ok(Sum(n + ask.delta))),
         }
     }
@@ -79,6 +83,7 @@ fn server_bus() -> (llbus::BusBuilder, SocketAddr) {
     bus.actor("adder", |setup: &mut Setup<'_>| Adder {
         replies: setup.replies(&service()),
         later: Vec::new(),
+        held: Vec::new(),
     })
     .serves(&service())
     .tick_every(Duration::from_millis(10))
@@ -168,6 +173,72 @@ fn a_call_with_no_server_times_out() {
         drop(client);
         caller.stop();
         caller.join().expect("caller joins");
+    });
+}
+
+#[test]
+fn the_callers_bridge_resends_for_its_local_callers_time_only() {
+    bounded("a call's deadline across bridges", 60, || {
+        let (server, addr) = server_bus();
+        let server = server.start().expect("server starts");
+        let (caller, key) = caller_bus(addr);
+        let mut caller = caller.start().expect("caller starts");
+        let mut client = caller.caller(key).expect("caller");
+        // Established first: the held call's sends all go out.
+        assert_eq!(
+            client.call(Ask { n: 1, delta: 1 }, Duration::from_secs(10)),
+            Ok(Sum(2))
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(
+            client.call(Ask { n: HOLD, delta: 0 }, Duration::from_millis(300)),
+            Err(CallError::Timeout)
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Past the local deadline, a bridge bound by `call_timeout` (5 s) would go on
+        // resending every 200 ms at most.
+        std::thread::sleep(Duration::from_millis(1200));
+        drop(client);
+        caller.stop();
+        let caller = caller.join().expect("caller joins");
+        server.stop();
+        let server = server.join().expect("server joins");
+        assert_eq!(metric(&server, "svc-server", "service.replies"), 2);
+        // Sent at 0, 10, 30, 70 and 150 ms (a resend at 310 ms is past the deadline): four
+        // resends, five with a late round; by 1.5 s a 5 s bound would have sent about ten.
+        let resent = metric(&caller, "svc-caller", "service.resent");
+        assert!((1..=5).contains(&resent), "{resent} resends");
+        // Ended by the bridge's deadline, or by the server's bridge, whose own call of the
+        // adder had the same time left and answered `Timeout`: by 1.5 s either way.
+        assert_eq!(metric(&caller, "svc-caller", "service.calls"), 2);
+    });
+}
+
+#[test]
+fn a_call_of_a_service_the_server_does_not_export_is_refused() {
+    bounded("a refused service", 60, || {
+        let mut server = Bus::builder();
+        let bridge = Bridge::bind(loopback()).expect("bind").name("svc-none");
+        let addr = bridge.local_addr();
+        server.add(bridge);
+        let server = server.start().expect("server starts");
+        let (caller, key) = caller_bus(addr);
+        let mut caller = caller.start().expect("caller starts");
+        let mut client = caller.caller(key).expect("caller");
+        assert_eq!(
+            client.call(Ask { n: 1, delta: 1 }, Duration::from_secs(10)),
+            Err(CallError::Refused)
+        );
+        drop(client);
+        caller.stop();
+        let caller = caller.join().expect("caller joins");
+        server.stop();
+        server.join().expect("server joins");
+        tests::assert_balanced(&caller);
+        let row = (caller.services.iter())
+            .find(|c| c.caller == "client")
+            .expect("the client's row");
+        assert_eq!((row.calls, row.refused), (1, 1));
     });
 }
 

@@ -38,8 +38,9 @@ pub const COUNTERS_MAGIC: [u8; 8] = *b"LLBUSCNT";
 ///   metrics among them): label `actor, metric`; values `value`.
 /// - 4, the calls of one service by the actor (or handle) of the nearest record of type 2
 ///   before it: label `caller, service, server`; values `calls, replies, errors, in_flight,
-///   timeouts, dropped, server_panicked, stopped, queue_full, late` (`calls == replies +
-///   errors + in_flight`; `errors` is the sum of the five after `in_flight`).
+///   timeouts, dropped, server_panicked, stopped, queue_full, late, refused` (`calls ==
+///   replies + errors + in_flight`; `errors` is the sum of the five after `in_flight` and
+///   `refused`, which a file written before it lacks: read as 0).
 ///
 /// A reader skips record types it does not know and values past those it knows, so version 1
 /// can grow new ones; anything else changes the version.

@@ -100,6 +100,9 @@ pub struct CallCounts {
     pub stopped: u64,
     /// Calls refused for a full queue.
     pub queue_full: u64,
+    /// Calls whose service a remote server's bridge refused (0 in a file written before
+    /// this count).
+    pub refused: u64,
     /// Replies that came after their call had ended.
     pub late: u64,
 }
@@ -431,6 +434,7 @@ pub fn decode(b: &[u8]) -> Result<CountersSnapshot, CountersFileError> {
                     stopped: values[7],
                     queue_full: values[8],
                     late: values[9],
+                    refused: values[10],
                 };
                 match snap.actors.last_mut() {
                     Some(a) => a.calls.push(calls),

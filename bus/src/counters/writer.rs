@@ -128,7 +128,7 @@ pub(crate) fn edge_values(e: &crate::runtime::EdgeReport) -> [u64; 9] {
 }
 
 /// The values of a call record, in the file's order.
-pub(crate) fn call_values(c: &crate::runtime::CallReport) -> [u64; 10] {
+pub(crate) fn call_values(c: &crate::runtime::CallReport) -> [u64; 11] {
     [
         c.calls,
         c.replies,
@@ -140,6 +140,7 @@ pub(crate) fn call_values(c: &crate::runtime::CallReport) -> [u64; 10] {
         c.stopped,
         c.queue_full,
         c.late,
+        c.refused,
     ]
 }
 
@@ -352,15 +353,16 @@ mod tests {
                 service: crate::TopicName::new("calc.add").expect("a valid name"),
                 caller: "bridge".to_owned(),
                 server: "adder".to_owned(),
-                calls: 20,
+                calls: 26,
                 replies: 9,
-                errors: 10,
+                errors: 16,
                 in_flight: 1,
                 timeouts: 1,
                 dropped: 2,
                 server_panicked: 3,
                 stopped: 4,
                 queue_full: 0,
+                refused: 6,
                 late: 5,
             }],
             stop: None,
@@ -435,9 +437,10 @@ mod tests {
                 c.server_panicked,
                 c.stopped,
                 c.queue_full,
-                c.late
+                c.late,
+                c.refused
             ],
-            [20, 9, 10, 1, 1, 2, 3, 4, 0, 5]
+            [26, 9, 16, 1, 1, 2, 3, 4, 0, 5, 6]
         );
     }
 

@@ -224,6 +224,33 @@ impl Setup<'_> {
         }
     }
 
+    /// The rings of the replies to the actor's calls of `service`, which it must declare with
+    /// `.calls_taken(&service)`, for it to poll itself and open each reply with
+    /// [`Context::settle`](crate::Context::settle): the server's replies, the timeouts and the
+    /// stop's ends all come there. Asking for a service not declared so (or twice) makes
+    /// `start()` fail, naming the actor and the service.
+    pub fn call_replies<Req: Message + Clone, Rep: Message + Clone>(
+        &mut self,
+        service: &crate::Service<Req, Rep>,
+    ) -> Inputs<crate::Reply<Rep>> {
+        let rep = std::any::TypeId::of::<crate::Reply<Rep>>();
+        let reply = (self.outputs.iter())
+            .find(|o| o.type_id == rep && o.calling.as_ref() == Some(service.name()))
+            .map(|o| o.declared.id());
+        let inputs = match reply {
+            Some(id) => Inputs::take_topic(self.taken, id),
+            None => Inputs::take_topic(self.taken, 0),
+        };
+        if reply.is_none() || inputs.rings() == 0 {
+            self.errors.push(format!(
+                "actor '{}' asks for the replies of its calls of service '{}' but did not declare .calls_taken(&service) for it (or took them already)",
+                self.actor,
+                service.name(),
+            ));
+        }
+        inputs
+    }
+
     /// The rings of topic `M`, which the actor subscribed to with `.takes::<M>()`, for it to
     /// poll itself. Each topic's rings can be taken once; asking again (or for a topic not
     /// declared with `takes`) makes `start()` fail, naming the actor and the topic.
@@ -499,6 +526,9 @@ impl Context<'_> {
         let request = crate::Request {
             call,
             reply_to: out.reply_to,
+            // The round's time: at most the round's age before the call's own deadline,
+            // which counts from the runner's next clock read.
+            deadline: self.now().checked_add(timeout),
             body: request,
         };
         let control = self.control;

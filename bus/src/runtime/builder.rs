@@ -563,7 +563,29 @@ impl<A: Actor> ActorBuilder<'_, A> {
         mut self,
         service: &Service<Req, Rep>,
     ) -> Self {
-        self = self.subscribes_to(&Topic::<Request<Req>>::with_name(service.name().clone()));
+        self = self.subscribes_to(&service.requests());
+        self.serving(service)
+    }
+
+    /// As [`serves`](Self::serves), for an actor that takes its rings itself
+    /// ([`takes`](Self::takes): a network bridge): the request rings are not in its inbox but
+    /// handed to its factory, as `setup.inputs_on(&service.requests())` (or with
+    /// [`Setup::inputs`] of `Request<Req>`), for it to poll. Everything else is as for
+    /// `serves`: [`Setup::replies`], [`Replies::accept`](crate::Replies::accept),
+    /// [`Context::reply`](crate::Context::reply), one server per service, and the counts.
+    pub fn serves_taken<Req: Message + Clone, Rep: Message + Clone>(
+        mut self,
+        service: &Service<Req, Rep>,
+    ) -> Self {
+        self = self.takes_on(&service.requests());
+        self.serving(service)
+    }
+
+    /// Records that the actor serves `service` (its request subscription is declared).
+    fn serving<Req: Message + Clone, Rep: Message + Clone>(
+        mut self,
+        service: &Service<Req, Rep>,
+    ) -> Self {
         self.decl().serves.push(ServeDecl {
             service: service.name().clone(),
             reply: OutputDecl::on::<Reply<Rep>>,
@@ -584,9 +606,46 @@ impl<A: Actor> ActorBuilder<'_, A> {
         mut self,
         service: &Service<Req, Rep>,
     ) -> Self {
+        let reply = self.reply_topic(service);
+        self = self.subscribes_to(&reply);
+        self.calling(service, reply)
+    }
+
+    /// As [`calls`](Self::calls), for an actor that takes its rings itself
+    /// ([`takes`](Self::takes): a network bridge): its reply ring (where the server's replies,
+    /// the timeouts and the stop's ends come) is not in its inbox but handed to its factory,
+    /// as [`Setup::call_replies`], for it to poll and open each reply with
+    /// [`Context::settle`](crate::Context::settle). Everything else is as for `calls`:
+    /// [`Setup::caller`], [`Context::call`](crate::Context::call), the timeouts, the stop's
+    /// ends, and the counts. At the stop, the actor's [`drain`](super::Actor::drain) settles
+    /// what comes into that ring.
+    pub fn calls_taken<Req: Message + Clone, Rep: Message + Clone>(
+        mut self,
+        service: &Service<Req, Rep>,
+    ) -> Self {
+        let reply = self.reply_topic(service);
+        self = self.takes_on(&reply);
+        self.calling(service, reply)
+    }
+
+    /// The reply topic of this actor's call of `service`: the next caller's.
+    fn reply_topic<Req: Message + Clone, Rep: Message + Clone>(
+        &self,
+        service: &Service<Req, Rep>,
+    ) -> Topic<Reply<Rep>> {
         let number: usize = self.bus.actors.iter().map(|a| a.calls.len()).sum();
-        let reply = Service::<Req, Rep>::reply_name(service.name(), number);
-        self = self.subscribes_to(&Topic::<Reply<Rep>>::with_name(reply.clone()));
+        Topic::with_name(Service::<Req, Rep>::reply_name(service.name(), number))
+    }
+
+    /// Records that the actor calls `service`, its replies coming on `reply` (whose
+    /// subscription is declared): its request and loopback outputs, and the reply ring's
+    /// settings.
+    fn calling<Req: Message + Clone, Rep: Message + Clone>(
+        mut self,
+        service: &Service<Req, Rep>,
+        reply: Topic<Reply<Rep>>,
+    ) -> Self {
+        let reply = reply.name().clone();
         let decl = self.decl();
         decl.outputs
             .push(OutputDecl::on::<Request<Req>>(service.name().clone()));

@@ -629,6 +629,7 @@ impl<Req: Message + Clone, Rep: Message + Clone> Caller<Req, Rep> {
         let request = Request {
             call,
             reply_to: self.reply_to,
+            deadline,
             body: request,
         };
         if self.requests.control.is_stopping() {

@@ -265,6 +265,7 @@ pub(crate) struct CallCounters {
     pub(crate) server_panicked: Counter,
     pub(crate) stopped: Counter,
     pub(crate) queue_full: Counter,
+    pub(crate) refused: Counter,
     /// Replies that came after their call had ended (not calls: counted apart).
     pub(crate) late: Counter,
 }
@@ -279,13 +280,19 @@ pub(crate) struct CallSnapshot {
     pub(crate) server_panicked: u64,
     pub(crate) stopped: u64,
     pub(crate) queue_full: u64,
+    pub(crate) refused: u64,
     pub(crate) late: u64,
 }
 
 impl CallSnapshot {
     /// The calls that ended with an error, of every kind.
     pub(crate) fn errors(&self) -> u64 {
-        self.timeouts + self.dropped + self.server_panicked + self.stopped + self.queue_full
+        self.timeouts
+            + self.dropped
+            + self.server_panicked
+            + self.stopped
+            + self.queue_full
+            + self.refused
     }
 
     /// The calls that have not ended yet.
@@ -306,6 +313,7 @@ impl CallCounters {
             Err(CallError::ServerPanicked) => &self.server_panicked,
             Err(CallError::Stopped) => &self.stopped,
             Err(CallError::QueueFull) => &self.queue_full,
+            Err(CallError::Refused) => &self.refused,
         }
         .add(1);
     }
@@ -313,13 +321,14 @@ impl CallCounters {
     /// Reads every count: the ends before the calls (each end is stored after its call's
     /// count, by the one writer), so the reading never shows a negative `in_flight`.
     pub(crate) fn snapshot(&self) -> CallSnapshot {
-        let (replies, timeouts, dropped, server_panicked, stopped, queue_full, late) = (
+        let (replies, timeouts, dropped, server_panicked, stopped, queue_full, refused, late) = (
             self.replies.get(),
             self.timeouts.get(),
             self.dropped.get(),
             self.server_panicked.get(),
             self.stopped.get(),
             self.queue_full.get(),
+            self.refused.get(),
             self.late.get(),
         );
         let snap = CallSnapshot {
@@ -330,6 +339,7 @@ impl CallCounters {
             server_panicked,
             stopped,
             queue_full,
+            refused,
             late,
         };
         debug_assert!(snap.in_flight() >= 0, "negative calls in flight: {snap:?}");
@@ -454,7 +464,7 @@ pub struct CallReport {
     /// Calls that ended with the server's reply (`Ok`, or an error the server chose to send).
     pub replies: u64,
     /// Calls that ended with a [`CallError`](crate::CallError) of the bus's: the sum of the
-    /// five counts below.
+    /// six counts below.
     pub errors: u64,
     /// Calls that ended [`Timeout`](crate::CallError::Timeout).
     pub timeouts: u64,
@@ -466,6 +476,9 @@ pub struct CallReport {
     pub stopped: u64,
     /// Calls refused [`QueueFull`](crate::CallError::QueueFull).
     pub queue_full: u64,
+    /// Calls that ended [`Refused`](crate::CallError::Refused) (a remote server's bridge
+    /// refused the service).
+    pub refused: u64,
     /// Calls not ended yet.
     pub in_flight: u64,
     /// Replies that came after their call had ended (its timeout, or the stop): dropped, and
@@ -567,7 +580,7 @@ impl fmt::Display for Report {
             writeln!(f)?;
             writeln!(
                 f,
-                "{:<14} {:<12} {:<12} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>9}",
+                "{:<14} {:<12} {:<12} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>9}",
                 "service",
                 "caller",
                 "server",
@@ -579,13 +592,14 @@ impl fmt::Display for Report {
                 "panicked",
                 "stopped",
                 "full",
+                "refused",
                 "late",
                 "in_flight"
             )?;
             for c in &self.services {
                 writeln!(
                     f,
-                    "{:<14} {:<12} {:<12} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>9}",
+                    "{:<14} {:<12} {:<12} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>6} {:>9}",
                     c.service,
                     c.caller,
                     c.server,
@@ -597,6 +611,7 @@ impl fmt::Display for Report {
                     c.server_panicked,
                     c.stopped,
                     c.queue_full,
+                    c.refused,
                     c.late,
                     c.in_flight
                 )?;

@@ -259,6 +259,7 @@ pub(super) fn call_report_of(c: &CallInfo, named: bool) -> CallReport {
         server_panicked: snap.server_panicked,
         stopped: snap.stopped,
         queue_full: snap.queue_full,
+        refused: snap.refused,
         // Never negative (see `CallCounters::snapshot`); clamped all the same.
         in_flight: u64::try_from(snap.in_flight()).unwrap_or(0),
         late: snap.late,

@@ -7,7 +7,9 @@
 //! - `stop`: the stop, or a server's end, ends every call still open;
 //! - `timeouts`: a flood of late replies loses no timeout;
 //! - `misrouted`: a responder answered through another actor's context;
-//! - `async_calls`: a caller awaited from tokio.
+//! - `async_calls`: a caller awaited from tokio;
+//! - `taken`: an actor that takes its rings itself serves and calls (`serves_taken`,
+//!   `calls_taken`), and a request carries its caller's deadline.
 
 use std::time::Duration;
 
@@ -23,6 +25,7 @@ mod counts;
 mod misrouted;
 mod queue_full;
 mod stop;
+mod taken;
 mod timeouts;
 
 /// A question: add `delta` to `n`; `n == DROP` drops the call, `n == PANIC` panics holding it,
