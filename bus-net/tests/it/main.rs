@@ -47,4 +47,5 @@ mod protocol;
 mod schema;
 mod security;
 mod services;
+mod services_frames;
 mod topics;
