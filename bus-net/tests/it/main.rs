@@ -48,4 +48,5 @@ mod schema;
 mod security;
 mod services;
 mod services_frames;
+mod services_limits;
 mod topics;
