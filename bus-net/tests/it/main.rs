@@ -47,4 +47,6 @@ mod protocol;
 mod schema;
 mod security;
 mod services;
+mod services_frames;
+mod services_limits;
 mod topics;

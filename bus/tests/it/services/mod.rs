@@ -22,6 +22,7 @@ use tests::bounded;
 
 mod async_calls;
 mod counts;
+mod hostile;
 mod misrouted;
 mod queue_full;
 mod stop;
