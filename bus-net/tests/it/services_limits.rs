@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::fixtures::loopback;
 use llbus::{Actor, Bus, CallError, Context, Message, Replies, Request, Responder, Service, Setup};
 use llbus_net::{
-    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, Control,
-    DEFAULT_MAX_DATAGRAM, DEFAULT_REQUEST_LIMIT,
+    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, Control, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_REQUEST_LIMIT,
 };
 use serde::{Deserialize, Serialize};
 use tests::{bounded, metric};
