@@ -50,4 +50,5 @@ mod services;
 mod services_ends;
 mod services_frames;
 mod services_limits;
+mod services_loss;
 mod topics;

@@ -1,0 +1,200 @@
+//! Services through a lossy path: a relay between a caller's bridge and a server's bridge
+//! loses a fifth of the `Request` and `Reply` datagrams each way (the handshake passes). The
+//! caller's bridge resends until its deadline and the server's keeps each call by (source,
+//! session, call id): every call ends exactly once, with its reply, the server runs each call
+//! at most once, and no reply reaches a handle twice (`late` stays 0).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::fixtures::loopback;
+use llbus::{Actor, Bus, Context, Message, Replies, Request, Service, Setup};
+use llbus_net::{Bridge, Kind};
+use serde::{Deserialize, Serialize};
+use tests::{bounded, metric};
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "lossy.ask")]
+pub struct Ask(u64);
+
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "lossy.echo")]
+pub struct Echo(u64);
+
+fn service() -> Service<Ask, Echo> {
+    Service::named("lossy.echo").expect("name")
+}
+
+/// Echoes each call, counting how often it ran each number.
+struct Counter {
+    replies: Replies<Echo>,
+    runs: Arc<Mutex<HashMap<u64, u32>>>,
+}
+
+impl Actor for Counter {
+    type In = Request<Ask>;
+    fn on_message(&mut self, request: Request<Ask>, ctx: &mut Context<'_>) {
+        let (Ask(n), responder) = self.replies.accept(request);
+        *(self.runs.lock().unwrap_or_else(PoisonError::into_inner))
+            .entry(n)
+            .or_default() += 1;
+        ctx.reply(responder, Ok(Echo(n)));
+    }
+}
+
+/// A relay between one caller (whoever sends to `addr` first) and `server`, losing
+/// `permille` of the datagrams whose first frame is a Request or a Reply, each way, by a
+/// fixed-seed generator.
+struct LossyServices {
+    addr: SocketAddr,
+    lost: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl LossyServices {
+    fn start(server: SocketAddr, permille: u32) -> Self {
+        let facing_caller = UdpSocket::bind(loopback()).expect("bind");
+        let facing_server = UdpSocket::bind(loopback()).expect("bind");
+        for s in [&facing_caller, &facing_server] {
+            s.set_read_timeout(Some(Duration::from_millis(1)))
+                .expect("timeout");
+        }
+        let addr = facing_caller.local_addr().expect("addr");
+        let (lost, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (l, s) = (Arc::clone(&lost), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let mut rng = fastrand::Rng::with_seed(0x05e4_1ce5);
+            let mut caller = None;
+            let mut buf = vec![0u8; 65_536];
+            let service_frame = |d: &[u8]| {
+                d.len() > 4 && (d[4] == Kind::Request as u8 || d[4] == Kind::Reply as u8)
+            };
+            while !s.load(Ordering::Relaxed) {
+                while let Ok((n, from)) = facing_caller.recv_from(&mut buf) {
+                    caller = Some(from);
+                    if service_frame(&buf[..n]) && rng.u32(0..1000) < permille {
+                        l.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let _ = facing_server.send_to(&buf[..n], server);
+                }
+                while let Ok((n, _)) = facing_server.recv_from(&mut buf) {
+                    if service_frame(&buf[..n]) && rng.u32(0..1000) < permille {
+                        l.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if let Some(c) = caller {
+                        let _ = facing_caller.send_to(&buf[..n], c);
+                    }
+                }
+            }
+        });
+        LossyServices {
+            addr,
+            lost,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for LossyServices {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// How it would fail: a call ending `Timeout` (the resends or the kept replies did not cover
+/// the loss), a call run twice by the server (a resend run again), a call answered twice to
+/// its handle (counted `late`), or the counts not balancing.
+#[test]
+fn calls_through_a_path_losing_a_fifth_each_way_end_once_and_run_at_most_once() {
+    bounded("calls through a lossy path", 60, || {
+        let _cpu = crate::fixtures::cpu_shared();
+        let runs = Arc::new(Mutex::new(HashMap::new()));
+        let mut bus = Bus::builder();
+        let r = Arc::clone(&runs);
+        bus.actor("counter", move |setup: &mut Setup<'_>| Counter {
+            replies: setup.replies(&service()),
+            runs: Arc::clone(&r),
+        })
+        .serves(&service());
+        let bridge = Bridge::bind(loopback())
+            .expect("bind")
+            .name("lossy-server")
+            .export_service(&service());
+        let server_addr = bridge.local_addr();
+        bus.add(bridge);
+        let server = bus.start().expect("server starts");
+        let relay = LossyServices::start(server_addr, 200);
+
+        let mut bus = Bus::builder();
+        bus.add(
+            Bridge::bind(loopback())
+                .expect("bind")
+                .name("lossy-caller")
+                .import_service(&service(), relay.addr),
+        );
+        let keys: Vec<_> = (0..4)
+            .map(|i| bus.caller(&service(), &format!("client{i}")))
+            .collect();
+        let mut caller = bus.start().expect("caller starts");
+        let threads: Vec<_> = (keys.into_iter().enumerate())
+            .map(|(i, key)| {
+                let mut client = caller.caller(key).expect("caller");
+                std::thread::spawn(move || {
+                    let mut ends = Vec::with_capacity(50);
+                    for k in 0..50u64 {
+                        let n = i as u64 * 1000 + k;
+                        ends.push((n, client.call(Ask(n), Duration::from_secs(4))));
+                    }
+                    drop(client);
+                    ends
+                })
+            })
+            .collect();
+        let ends: Vec<_> = (threads.into_iter())
+            .flat_map(|t| t.join().expect("a client's thread"))
+            .collect();
+        // Resends still on their way land on answered calls, not new ones.
+        std::thread::sleep(Duration::from_millis(300));
+        caller.stop();
+        let report = caller.join().expect("caller joins");
+        server.stop();
+        let served = server.join().expect("server joins");
+        let lost = relay.lost.load(Ordering::Relaxed);
+        drop(relay);
+
+        for (n, r) in &ends {
+            assert_eq!(*r, Ok(Echo(*n)), "call {n} ({lost} datagrams lost)");
+        }
+        let runs = runs.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(runs.len(), 200, "calls run");
+        let twice: Vec<_> = runs.iter().filter(|(_, &k)| k != 1).collect();
+        assert!(twice.is_empty(), "calls run more than once: {twice:?}");
+        assert!(lost >= 20, "the relay lost only {lost} datagrams");
+        tests::assert_balanced(&report);
+        for row in report
+            .services
+            .iter()
+            .filter(|c| c.caller.starts_with("client"))
+        {
+            assert_eq!((row.calls, row.replies, row.late), (50, 50, 0), "{row:?}");
+        }
+        assert_eq!(metric(&report, "lossy-caller", "service.calls"), 200);
+        assert!(metric(&report, "lossy-caller", "service.resent") > 0);
+        assert_eq!(metric(&served, "lossy-server", "service.requests"), 200);
+        assert_eq!(metric(&served, "lossy-server", "service.replies"), 200);
+    });
+}
