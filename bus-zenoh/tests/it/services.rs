@@ -554,6 +554,7 @@ fn hostile_queries_are_answered_malformed_and_the_export_keeps_answering() {
         s.push(b'}');
         s
     };
+    #[allow(clippy::type_complexity)]
     let hostile: Vec<(&str, Vec<u8>, zenoh::bytes::Encoding, Option<Vec<u8>>)> = vec![
         ("not JSON", br#"{"n": "#.to_vec(), json.clone(), None),
         (
