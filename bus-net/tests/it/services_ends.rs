@@ -8,7 +8,11 @@
 //!   back (rounds of 300 such calls, more in all than its tables hold, are each served the
 //!   same, and a genuine call after them gets its reply);
 //! - the importing bus stopping with calls open: each ends `Stopped`, once, and the caller's
-//!   counts balance.
+//!   counts balance;
+//! - a mix of ends through an importing bridge (reply, timeout, `QueueFull` past its calls in
+//!   flight, a panic, `Refused` for a service the server does not export, the stop): each
+//!   counted once by its kind, `calls == replies + errors + in_flight` in the snapshot and the
+//!   counters file alike while a call is open, and in the report after.
 
 use std::collections::HashMap;
 use std::net::UdpSocket;
@@ -377,5 +381,172 @@ fn the_importing_bus_stopping_ends_each_open_call_stopped_once() {
             .map(|c| c.stopped)
             .sum();
         assert_eq!(stopped, 4);
+    });
+}
+
+/// A service the server's bridge does not export.
+fn unexported() -> Service<Ask, Echo> {
+    Service::named("ends.unexported").expect("name")
+}
+
+/// A caller's figures as the counters file shows them: calls, replies, errors, timeouts,
+/// dropped, panicked, stopped, queue full, refused, in flight.
+fn file_rows(path: &std::path::Path) -> HashMap<String, [u64; 10]> {
+    let snapshot = llbus::read_counters_file(path).expect("the counters file reads");
+    let mut rows = HashMap::new();
+    for actor in &snapshot.actors {
+        for c in &actor.calls {
+            rows.insert(
+                format!("{}/{}", actor.name, c.service),
+                [
+                    c.calls,
+                    c.replies,
+                    c.errors,
+                    c.timeouts,
+                    c.dropped,
+                    c.server_panicked,
+                    c.stopped,
+                    c.queue_full,
+                    c.refused,
+                    c.in_flight,
+                ],
+            );
+        }
+    }
+    rows
+}
+
+/// A report's caller rows, as [`file_rows`].
+fn report_rows(report: &llbus::Report) -> HashMap<String, [u64; 10]> {
+    (report.services.iter())
+        .map(|c| {
+            (
+                format!("{}/{}", c.caller, c.service),
+                [
+                    c.calls,
+                    c.replies,
+                    c.errors,
+                    c.timeouts,
+                    c.dropped,
+                    c.server_panicked,
+                    c.stopped,
+                    c.queue_full,
+                    c.refused,
+                    c.in_flight,
+                ],
+            )
+        })
+        .collect()
+}
+
+/// `calls == replies + errors + in_flight`, `errors` the sum of its six kinds.
+fn balanced(row: &[u64; 10]) -> bool {
+    let [calls, replies, errors, t, d, p, s, q, r, in_flight] = *row;
+    calls == replies + errors + in_flight && errors == t + d + p + s + q + r
+}
+
+/// How it would fail: a call through the importing bridge counted twice or not at all, under
+/// the wrong kind of end, or the counters file disagreeing with the bus's snapshot or not
+/// balancing while a call is in flight.
+#[test]
+fn the_counts_of_calls_across_bridges_balance_after_every_kind_of_end() {
+    bounded("counts across bridges", 60, || {
+        let _cpu = crate::fixtures::cpu_shared();
+        let restart = Supervision::Restart(RestartLimit {
+            max_restarts: 5,
+            within: Duration::from_secs(60),
+            delay: Duration::from_millis(1),
+        });
+        let (bus, addr) = server_bus("ends-counts-server", restart);
+        let server = bus.start().expect("server starts");
+        let mut bus = Bus::builder();
+        bus.name("ends-counts");
+        // One call in flight at a time through the bridge: a second is refused `QueueFull`.
+        let config = llbus_net::BridgeConfig {
+            services: llbus_net::ServiceConfig {
+                calls_in_flight: 1,
+                ..llbus_net::ServiceConfig::default()
+            },
+            ..llbus_net::BridgeConfig::default()
+        };
+        bus.add(
+            Bridge::bind_with(loopback(), config)
+                .expect("bind")
+                .name("ends-counts-caller")
+                .import_service(&service(), addr)
+                .import_service(&unexported(), addr),
+        );
+        let keys: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|n| bus.caller(&service(), n))
+            .collect();
+        let refused_key = bus.caller(&unexported(), "r");
+        let mut caller = bus.start().expect("caller starts");
+        let path = caller.counters_path().expect("a counters file").to_owned();
+        let mut clients: Vec<_> = (keys.into_iter())
+            .map(|k| caller.caller(k).expect("caller"))
+            .collect();
+        let mut r = caller.caller(refused_key).expect("caller");
+        let mut c = clients.pop().expect("c");
+        let mut b = clients.pop().expect("b");
+        let mut a = clients.pop().expect("a");
+        let t = Duration::from_secs(5);
+        assert_eq!(b.call(Ask(1), t), Ok(Echo(1)));
+        // a's call holds the one slot until its timeout; b's meanwhile is refused.
+        let held = std::thread::spawn(move || {
+            let r = a.call(Ask(HOLD), Duration::from_millis(600));
+            (a, r)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(b.call(Ask(2), t), Err(CallError::QueueFull));
+        let (a, timed_out) = held.join().expect("a's thread");
+        assert_eq!(timed_out, Err(CallError::Timeout));
+        assert_eq!(b.call(Ask(PANIC), t), Err(CallError::ServerPanicked));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(b.call(Ask(3), t), Ok(Echo(3)));
+        assert_eq!(r.call(Ask(4), t), Err(CallError::Refused));
+        // c's call is open when the bus stops.
+        let open = std::thread::spawn(move || {
+            let r = c.call(Ask(HOLD), Duration::from_secs(8));
+            (c, r)
+        });
+        let name =
+            |caller: &str, service: &Service<Ask, Echo>| format!("{caller}/{}", service.name());
+        let (sa, sb, sc, sr) = (
+            name("a", &service()),
+            name("b", &service()),
+            name("c", &service()),
+            name("r", &unexported()),
+        );
+        // calls, replies, errors, timeouts, dropped, panicked, stopped, full, refused, in flight
+        let live = [
+            (sa.clone(), [1, 0, 1, 1, 0, 0, 0, 0, 0, 0]),
+            (sb.clone(), [4, 2, 2, 0, 0, 1, 0, 1, 0, 0]),
+            (sc.clone(), [1, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            (sr.clone(), [1, 0, 1, 0, 0, 0, 0, 0, 1, 0]),
+        ];
+        tests::wait_for("the counters file to show every call", 10, || {
+            let (file, snapshot) = (file_rows(&path), report_rows(&caller.snapshot()));
+            for row in file.values().chain(snapshot.values()) {
+                assert!(balanced(row), "a row does not balance: {row:?}");
+            }
+            live.iter()
+                .all(|(k, row)| file.get(k) == Some(row) && snapshot.get(k) == Some(row))
+        });
+        caller.stop();
+        let (c, stopped) = open.join().expect("c's thread");
+        assert_eq!(stopped, Err(CallError::Stopped));
+        drop((a, b, c, r));
+        let report = caller.join().expect("caller joins");
+        server.stop();
+        let served = server.join().expect("server joins");
+        tests::assert_balanced(&report);
+        tests::assert_balanced(&served);
+        let rows = report_rows(&report);
+        assert_eq!(rows.get(&sc), Some(&[1, 0, 1, 0, 0, 0, 1, 0, 0, 0]));
+        for (k, row) in &live[..2] {
+            assert_eq!(rows.get(k), Some(row), "{k}");
+        }
+        assert_eq!(rows.get(&sr), Some(&live[3].1));
     });
 }
