@@ -2,7 +2,9 @@
 //! loses a fifth of the `Request` and `Reply` datagrams each way (the handshake passes). The
 //! caller's bridge resends until its deadline and the server's keeps each call by (source,
 //! session, call id): every call ends exactly once, with its reply, the server runs each call
-//! at most once, and no reply reaches a handle twice (`late` stays 0).
+//! at most once, and no reply reaches a handle twice (`late` stays 0). With every request
+//! lost, a caller's bridge stops sending a call when its local caller stops waiting (counted
+//! on the wire, not by the bridge).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -29,10 +31,14 @@ fn service() -> Service<Ask, Echo> {
     Service::named("lossy.echo").expect("name")
 }
 
-/// Echoes each call, counting how often it ran each number.
+/// Kept unanswered.
+const HOLD: u64 = u64::MAX;
+
+/// Echoes each call (but `HOLD`, kept), counting how often it ran each number.
 struct Counter {
     replies: Replies<Echo>,
     runs: Arc<Mutex<HashMap<u64, u32>>>,
+    held: Vec<llbus::Responder<Echo>>,
 }
 
 impl Actor for Counter {
@@ -42,7 +48,11 @@ impl Actor for Counter {
         *(self.runs.lock().unwrap_or_else(PoisonError::into_inner))
             .entry(n)
             .or_default() += 1;
-        ctx.reply(responder, Ok(Echo(n)));
+        if n == HOLD {
+            self.held.push(responder);
+        } else {
+            ctx.reply(responder, Ok(Echo(n)));
+        }
     }
 }
 
@@ -52,6 +62,8 @@ impl Actor for Counter {
 struct LossyServices {
     addr: SocketAddr,
     lost: Arc<AtomicU64>,
+    /// Request datagrams from the caller, lost or relayed.
+    requests: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -69,7 +81,8 @@ impl LossyServices {
             Arc::new(AtomicU64::new(0)),
             Arc::new(AtomicBool::new(false)),
         );
-        let (l, s) = (Arc::clone(&lost), Arc::clone(&stop));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (l, s, r) = (Arc::clone(&lost), Arc::clone(&stop), Arc::clone(&requests));
         let thread = std::thread::spawn(move || {
             let mut rng = fastrand::Rng::with_seed(0x05e4_1ce5);
             let mut caller = None;
@@ -80,6 +93,9 @@ impl LossyServices {
             while !s.load(Ordering::Relaxed) {
                 while let Ok((n, from)) = facing_caller.recv_from(&mut buf) {
                     caller = Some(from);
+                    if n > 4 && buf[4] == Kind::Request as u8 {
+                        r.fetch_add(1, Ordering::Relaxed);
+                    }
                     if service_frame(&buf[..n]) && rng.u32(0..1000) < permille {
                         l.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -100,6 +116,7 @@ impl LossyServices {
         LossyServices {
             addr,
             lost,
+            requests,
             stop,
             thread: Some(thread),
         }
@@ -128,6 +145,7 @@ fn calls_through_a_path_losing_a_fifth_each_way_end_once_and_run_at_most_once() 
         bus.actor("counter", move |setup: &mut Setup<'_>| Counter {
             replies: setup.replies(&service()),
             runs: Arc::clone(&r),
+            held: Vec::with_capacity(8),
         })
         .serves(&service());
         let bridge = Bridge::bind(loopback())
@@ -196,5 +214,67 @@ fn calls_through_a_path_losing_a_fifth_each_way_end_once_and_run_at_most_once() 
         assert!(metric(&report, "lossy-caller", "service.resent") > 0);
         assert_eq!(metric(&served, "lossy-server", "service.requests"), 200);
         assert_eq!(metric(&served, "lossy-server", "service.replies"), 200);
+    });
+}
+
+/// How it would fail: the caller's bridge resending a call after its local caller stopped
+/// waiting, as long as `call_timeout` (5 s) allows: the requests counted on the wire by the
+/// relay (not by the bridge's own figures) go on growing past the caller's 150 ms.
+#[test]
+fn a_callers_bridge_stops_sending_a_call_when_its_caller_stops_waiting() {
+    bounded("resends past the caller's deadline", 60, || {
+        let _cpu = crate::fixtures::cpu_shared();
+        let mut bus = Bus::builder();
+        bus.actor("counter", |setup: &mut Setup<'_>| Counter {
+            replies: setup.replies(&service()),
+            runs: Arc::new(Mutex::new(HashMap::new())),
+            held: Vec::with_capacity(8),
+        })
+        .serves(&service());
+        let bridge = Bridge::bind(loopback())
+            .expect("bind")
+            .name("resend-server")
+            .export_service(&service());
+        let server_addr = bridge.local_addr();
+        bus.add(bridge);
+        let server = bus.start().expect("server starts");
+        // Every request is lost: the caller's bridge would resend until its deadline.
+        let relay = LossyServices::start(server_addr, 1000);
+        let mut bus = Bus::builder();
+        bus.add(
+            Bridge::bind(loopback())
+                .expect("bind")
+                .name("resend-caller")
+                .import_service(&service(), relay.addr),
+        );
+        let key = bus.caller(&service(), "client");
+        let mut caller = bus.start().expect("caller starts");
+        let mut client = caller.caller(key).expect("caller");
+        let started = std::time::Instant::now();
+        assert_eq!(
+            client.call(Ask(HOLD), Duration::from_millis(150)),
+            Err(llbus::CallError::Timeout)
+        );
+        let at_deadline = relay.requests.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1500));
+        let after = relay.requests.load(Ordering::Relaxed);
+        let took = started.elapsed();
+        drop(client);
+        caller.stop();
+        caller.join().expect("caller joins");
+        server.stop();
+        server.join().expect("server joins");
+        drop(relay);
+        // Sent at 0, 10, 30, 70 ms (and 150 ms at the edge): five at most, all by the
+        // deadline; a bridge bound by call_timeout would have sent about eight more by now.
+        assert!(
+            (1..=5).contains(&at_deadline),
+            "{at_deadline} requests by the deadline"
+        );
+        assert!(
+            after <= at_deadline + 1,
+            "{} requests sent in the {took:?} after the caller stopped waiting",
+            after - at_deadline
+        );
     });
 }
