@@ -252,8 +252,8 @@ fn page_request(buf: &mut [u8; 256], call: u64, token: u64) -> usize {
 
 /// How it would fail: more reply bytes received (or sent, by the bridge's own count) than
 /// the default budget's burst (1 MiB) and rate (4 MiB/s) over the flood, resends of answered
-/// calls included; or the flood never reaching the budget (`over_budget` 0: it proved
-/// nothing).
+/// calls included; or, when the calls admitted demanded more than the budget, none refused
+/// `over_budget`.
 #[test]
 fn a_proven_hosts_flood_draws_at_most_the_default_reply_budget() {
     bounded("a flood against the default reply budget", 60, || {
@@ -268,14 +268,21 @@ fn a_proven_hosts_flood_draws_at_most_the_default_reply_budget() {
         let (mut buf, mut back) = ([0u8; 256], [0u8; 2048]);
         let mut received = 0usize;
         let started = Instant::now();
-        let mut call = 0u64;
-        // About a second of requests, each sent twice (the second answered from the kept
-        // reply, out of the same budget), drawing replies 20 times their size.
-        while started.elapsed() < Duration::from_millis(1000) {
-            call += 1;
+        // 64 calls, answered (and kept: 64 per caller), then about a second of their resends,
+        // each answered from the kept reply (no call of the bus, so the bridge keeps up on any
+        // machine) out of the same budget: replies 20 times the requests' size.
+        let mut sent_requests = 0u64;
+        for call in 1..=64 {
             let n = page_request(&mut buf, call, token);
             let _ = raw.send(&buf[..n]);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut call = 0u64;
+        while started.elapsed() < Duration::from_millis(1000) {
+            call = call % 64 + 1;
+            let n = page_request(&mut buf, call, token);
             let _ = raw.send(&buf[..n]);
+            sent_requests += 1;
             while let Ok(n) = raw.recv(&mut back) {
                 received += n;
             }
@@ -297,13 +304,35 @@ fn a_proven_hosts_flood_draws_at_most_the_default_reply_budget() {
         let sent = metric(&report, "limits-pages", "bytes_out");
         assert!(
             received as u64 <= budget + slack && sent <= budget + slack,
-            "{received} reply bytes received ({sent} sent) for {call} calls in {elapsed:?}: \
+            "{received} reply bytes received ({sent} sent) for {sent_requests} resends in \
+             {elapsed:?}: \
              over the budget of {budget}"
         );
-        assert!(
-            metric(&report, "limits-pages", "service.over_budget") > 0,
-            "the flood never reached the budget ({sent} bytes sent for {call} calls in {elapsed:?})"
-        );
+        // What the bridge would have sent without the budget: a reply to each admitted call
+        // and resend. A debug build on a loaded machine
+        // may not admit calls fast enough to reach 4 MiB/s: then the bound proved nothing,
+        // and the test says so (and fails under CI, whose machine reaches it; the lower
+        // budget of `services::a_request_flood_draws_no_more_reply_bytes_than_its_hosts_budget`
+        // is reached anywhere).
+        let answered = metric(&report, "limits-pages", "service.replies")
+            + metric(&report, "limits-pages", "service.duplicates");
+        let demand = answered * 1300;
+        if demand > budget + slack {
+            assert!(
+                metric(&report, "limits-pages", "service.over_budget") > 0,
+                "{demand} reply bytes demanded, over the budget, and none refused"
+            );
+        } else {
+            eprintln!(
+                "NOT REACHED: the bridge admitted calls for only {demand} reply bytes in \
+                 {elapsed:?} (budget {budget}): this machine is too slow to test the default \
+                 reply budget"
+            );
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the default budget was not reached"
+            );
+        }
     });
 }
 
