@@ -9,6 +9,8 @@
 //!   same, and a genuine call after them gets its reply);
 //! - the importing bus stopping with calls open: each ends `Stopped`, once, and the caller's
 //!   counts balance;
+//! - 400 calls at once through an importing bridge of 256 calls in flight: 256 end with their
+//!   own replies, 144 `QueueFull` at once, none twice, and a later call is served;
 //! - a mix of ends through an importing bridge (reply, timeout, `QueueFull` past its calls in
 //!   flight, a panic, `Refused` for a service the server does not export, the stop): each
 //!   counted once by its kind, `calls == replies + errors + in_flight` in the snapshot and the
@@ -47,10 +49,14 @@ const HOLD: u64 = u64::MAX;
 /// Panics, holding what it holds.
 const PANIC: u64 = u64::MAX - 1;
 
-/// Echoes each call, except `HOLD` (kept) and `PANIC`.
+/// At and above it: answered `n - LATER` 200 ms later (at a tick of the server).
+const LATER: u64 = 1 << 40;
+
+/// Echoes each call, except `HOLD` (kept), `PANIC`, and `LATER + n` (echoed later).
 struct Echoer {
     replies: Replies<Echo>,
     held: Vec<Responder<Echo>>,
+    later: Vec<(Instant, Responder<Echo>, u64)>,
 }
 
 impl Actor for Echoer {
@@ -60,7 +66,18 @@ impl Actor for Echoer {
         match n {
             HOLD => self.held.push(responder),
             PANIC => panic!("asked to panic, holding {} calls", self.held.len()),
+            n if n >= LATER => {
+                let at = Instant::now() + Duration::from_millis(200);
+                self.later.push((at, responder, n - LATER));
+            }
             n => ctx.reply(responder, Ok(Echo(n))),
+        }
+    }
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        let now = Instant::now();
+        while let Some(i) = self.later.iter().position(|(at, _, _)| *at <= now) {
+            let (_, responder, n) = self.later.swap_remove(i);
+            ctx.reply(responder, Ok(Echo(n)));
         }
     }
 }
@@ -71,8 +88,10 @@ fn server_bus(name: &str, supervision: Supervision) -> (llbus::BusBuilder, std::
     bus.actor("echo", |setup: &mut Setup<'_>| Echoer {
         replies: setup.replies(&service()),
         held: Vec::with_capacity(1024),
+        later: Vec::with_capacity(1024),
     })
     .serves(&service())
+    .tick_every(Duration::from_millis(10))
     .supervision(supervision);
     let bridge = Bridge::bind(loopback())
         .expect("bind")
@@ -501,6 +520,9 @@ fn the_counts_of_calls_across_bridges_balance_after_every_kind_of_end() {
         assert_eq!(b.call(Ask(2), t), Err(CallError::QueueFull));
         let (a, timed_out) = held.join().expect("a's thread");
         assert_eq!(timed_out, Err(CallError::Timeout));
+        // The bridge frees a's slot by its own timer at the same deadline: a tick or so after
+        // a stopped waiting.
+        std::thread::sleep(Duration::from_millis(300));
         assert_eq!(b.call(Ask(PANIC), t), Err(CallError::ServerPanicked));
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(b.call(Ask(3), t), Ok(Echo(3)));
@@ -548,5 +570,104 @@ fn the_counts_of_calls_across_bridges_balance_after_every_kind_of_end() {
             assert_eq!(rows.get(k), Some(row), "{k}");
         }
         assert_eq!(rows.get(&sr), Some(&live[3].1));
+    });
+}
+
+/// Makes `count` calls at once (each answered 200 ms later) as it starts, and records how
+/// each ends: `(n asked, end)`.
+struct Burst {
+    out: llbus::CallOut<Ask, Echo>,
+    count: u64,
+    asked: HashMap<llbus::CallId, u64>,
+    ends: std::sync::mpsc::Sender<(u64, Result<Echo, CallError>)>,
+}
+
+impl Actor for Burst {
+    type In = llbus::Reply<Echo>;
+    fn on_start(&mut self, ctx: &mut Context<'_>) {
+        for n in 0..self.count {
+            match ctx.call(self.out, Ask(LATER + n), Duration::from_secs(4)) {
+                Ok(call) => {
+                    self.asked.insert(call, n);
+                }
+                Err(e) => {
+                    let _ = self.ends.send((n, Err(e)));
+                }
+            }
+        }
+    }
+    fn on_message(&mut self, reply: llbus::Reply<Echo>, ctx: &mut Context<'_>) {
+        if let Some((call, end)) = ctx.settle(reply) {
+            let n = self
+                .asked
+                .remove(&call)
+                .expect("a call of this actor's, ended once");
+            let _ = self.ends.send((n, end));
+        }
+    }
+}
+
+/// How it would fail: calls past the importing bridge's calls in flight (256) waiting, timing
+/// out or lost instead of ending `QueueFull` at once, a call ending twice or with another
+/// call's reply, or the bridge's tables not given back (a later call not served).
+#[test]
+fn calls_past_the_importing_bridges_calls_in_flight_end_queue_full_and_the_rest_their_reply() {
+    bounded("more calls than the bridge holds", 60, || {
+        let _cpu = crate::fixtures::cpu_shared();
+        let (bus, addr) = server_bus("ends-burst-server", Supervision::default());
+        let server = bus.start().expect("server starts");
+        let (mut bus, keys) = caller_bus("ends-burst-caller", addr, 1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let count = 400;
+        bus.actor("burst", move |setup: &mut Setup<'_>| Burst {
+            out: setup.caller(&service()),
+            count,
+            asked: HashMap::with_capacity(512),
+            ends: tx.clone(),
+        })
+        .calls(&service());
+        let mut caller = bus.start().expect("caller starts");
+        let mut ends = HashMap::new();
+        for _ in 0..count {
+            let (n, end) = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("every call ends");
+            assert!(ends.insert(n, end).is_none(), "call {n} ended twice");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(rx.try_recv().is_err(), "a call ended twice");
+        let (mut replies, mut full) = (0, 0);
+        for (n, end) in &ends {
+            match end {
+                Ok(Echo(m)) => {
+                    assert_eq!(m, n, "call {n} got another call's reply");
+                    replies += 1;
+                }
+                Err(CallError::QueueFull) => full += 1,
+                other => panic!("call {n} ended {other:?}"),
+            }
+        }
+        assert_eq!(
+            (replies, full),
+            (256, 144),
+            "{replies} replies, {full} QueueFull"
+        );
+        let mut client = caller
+            .caller(keys.into_iter().next().expect("one"))
+            .expect("caller");
+        assert_eq!(client.call(Ask(9), Duration::from_secs(5)), Ok(Echo(9)));
+        drop(client);
+        caller.stop();
+        let report = caller.join().expect("caller joins");
+        server.stop();
+        server.join().expect("server joins");
+        tests::assert_balanced(&report);
+        let row = report
+            .service("ends.echo", "burst")
+            .expect("the burst's row");
+        assert_eq!(
+            (row.calls, row.replies, row.queue_full, row.timeouts),
+            (400, 256, 144, 0)
+        );
     });
 }

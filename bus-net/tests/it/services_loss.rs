@@ -1,10 +1,11 @@
 //! Services through a lossy path: a relay between a caller's bridge and a server's bridge
 //! loses a fifth of the `Request` and `Reply` datagrams each way (the handshake passes). The
 //! caller's bridge resends until its deadline and the server's keeps each call by (source,
-//! session, call id): every call ends exactly once, with its reply, the server runs each call
-//! at most once, and no reply reaches a handle twice (`late` stays 0). With every request
-//! lost, a caller's bridge stops sending a call when its local caller stops waiting (counted
-//! on the wire, not by the bridge).
+//! session, call id): every call ends exactly once, with its reply (or, once the server forgot
+//! an answered call whose reply was lost, a timeout), the server runs each call at most once,
+//! and no reply reaches a handle twice (`late` stays 0). With every request lost, a caller's
+//! bridge stops sending a call when its local caller stops waiting (counted on the wire, not
+//! by the bridge).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -194,13 +195,30 @@ fn calls_through_a_path_losing_a_fifth_each_way_end_once_and_run_at_most_once() 
         let lost = relay.lost.load(Ordering::Relaxed);
         drop(relay);
 
-        for (n, r) in &ends {
-            assert_eq!(*r, Ok(Echo(*n)), "call {n} ({lost} datagrams lost)");
-        }
+        // A call whose reply was lost ends with its reply from a resend, unless the server
+        // forgot it first (64 answered calls kept per caller: the other clients' calls
+        // within the resend backoff push it out, `service.evicted`): then its resends are
+        // dropped, never run again, and it times out (`ServiceConfig::cached_per_source`).
         let runs = runs.lock().unwrap_or_else(PoisonError::into_inner);
-        assert_eq!(runs.len(), 200, "calls run");
+        let mut timeouts = 0;
+        for (n, r) in &ends {
+            match r {
+                Ok(Echo(m)) => assert_eq!(m, n, "call {n} got another call's reply"),
+                Err(llbus::CallError::Timeout) => timeouts += 1,
+                other => panic!("call {n} ended {other:?} ({lost} datagrams lost)"),
+            }
+        }
         let twice: Vec<_> = runs.iter().filter(|(_, &k)| k != 1).collect();
         assert!(twice.is_empty(), "calls run more than once: {twice:?}");
+        let evicted = metric(&served, "lossy-server", "service.evicted");
+        assert!(
+            timeouts == 0 || evicted > 0,
+            "{timeouts} calls timed out with none forgotten ({lost} datagrams lost)"
+        );
+        assert!(
+            timeouts <= 20,
+            "{timeouts} of 200 calls timed out ({evicted} forgotten)"
+        );
         assert!(lost >= 20, "the relay lost only {lost} datagrams");
         tests::assert_balanced(&report);
         for row in report
@@ -208,7 +226,7 @@ fn calls_through_a_path_losing_a_fifth_each_way_end_once_and_run_at_most_once() 
             .iter()
             .filter(|c| c.caller.starts_with("client"))
         {
-            assert_eq!((row.calls, row.replies, row.late), (50, 50, 0), "{row:?}");
+            assert_eq!((row.calls, row.late), (50, 0), "{row:?}");
         }
         assert_eq!(metric(&report, "lossy-caller", "service.calls"), 200);
         assert!(metric(&report, "lossy-caller", "service.resent") > 0);
