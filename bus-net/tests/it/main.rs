@@ -47,6 +47,8 @@ mod protocol;
 mod schema;
 mod security;
 mod services;
+mod services_ends;
 mod services_frames;
 mod services_limits;
+mod services_loss;
 mod topics;

@@ -167,7 +167,8 @@ fn malformed_requests_from_a_proven_host_are_counted_and_dropped_and_the_bridge_
         let ask = Ask { n: 40, delta: 2 };
 
         // A sound call first: the raw host is a caller like any other.
-        raw.send(&request(meta, 1, 1000, &ask, token)).expect("send");
+        raw.send(&request(meta, 1, 1000, &ask, token))
+            .expect("send");
         let (call, status, _) = next_reply(&raw).expect("call 1 answered");
         assert_eq!((call, status), (1, CallStatus::Ok));
 
@@ -179,7 +180,8 @@ fn malformed_requests_from_a_proven_host_are_counted_and_dropped_and_the_bridge_
             fingerprint: meta.fingerprint ^ 1,
             ..meta
         };
-        raw.send(&request(other, 3, 1000, &ask, token)).expect("send");
+        raw.send(&request(other, 3, 1000, &ask, token))
+            .expect("send");
         // A Reply sent to the server (a frame only a server sends).
         let mut buf = [0u8; 256];
         let reply_meta = CallMeta {
@@ -227,7 +229,8 @@ fn malformed_requests_from_a_proven_host_are_counted_and_dropped_and_the_bridge_
         // never run (the host spoiled only its own session).
         raw.set_read_timeout(Some(Duration::from_millis(300)))
             .expect("timeout");
-        raw.send(&request(meta, 6, 1000, &ask, token)).expect("send");
+        raw.send(&request(meta, 6, 1000, &ask, token))
+            .expect("send");
         assert_eq!(next_reply(&raw), None, "a call below the window was run");
 
         // A genuine caller's bridge is still served.
@@ -443,7 +446,11 @@ fn a_hostile_servers_bad_and_stray_replies_end_each_call_once() {
         assert_eq!(calls.in_flight, 0, "{calls:?}");
         assert_eq!(calls.calls, calls.replies + calls.errors, "{calls:?}");
         let m = |name: &str| metric(&report, "frames-caller", name);
-        assert_eq!(m("drop.bad_length"), 2, "truncated, and an error with a body");
+        assert_eq!(
+            m("drop.bad_length"),
+            2,
+            "truncated, and an error with a body"
+        );
         assert_eq!(m("drop.fingerprint_mismatch"), 1);
         assert_eq!(m("drop.bad_token"), 1);
         assert_eq!(m("drop.unknown_sender"), 1, "another session");

@@ -2,7 +2,14 @@
 //! - a proven host's request flood is admitted at most at the request rate limit (10,000/s,
 //!   bursts of 1,000 by default), the rest counted `rate_limited` and unanswered;
 //! - a call held by a server whose bus stops ends at its caller with the server's `Stopped`
-//!   (status `04`), not with the caller's timeout.
+//!   (status `04`), not with the caller's timeout;
+//! - a proven host's flood of requests (each sent twice) drawing replies 20 times their size
+//!   draws at most the default reply budget (1 MiB + 4 MiB/s over the flood), counted at the
+//!   host's socket and by the bridge;
+//! - requests from a proven host's address with another token draw no byte;
+//! - (BREAK, ignored) a resend of an answered call whose reply was lost runs it again once
+//!   other proven callers have churned the seen windows' table (`subscriber_capacity`
+//!   sessions, the stalest evicted) and the served calls' table.
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
@@ -10,8 +17,8 @@ use std::time::{Duration, Instant};
 use crate::fixtures::loopback;
 use llbus::{Actor, Bus, CallError, Context, Message, Replies, Request, Responder, Service, Setup};
 use llbus_net::{
-    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, Control,
-    DEFAULT_MAX_DATAGRAM, DEFAULT_REQUEST_LIMIT,
+    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, Control, DEFAULT_MAX_DATAGRAM,
+    DEFAULT_REQUEST_LIMIT,
 };
 use serde::{Deserialize, Serialize};
 use tests::{bounded, metric};
@@ -189,5 +196,355 @@ fn a_call_held_by_a_server_whose_bus_stops_ends_stopped_at_its_caller() {
             "the held call ended after {took:?}: the server's stop did not reach its caller"
         );
         assert!(took < Duration::from_secs(3), "{took:?}");
+    });
+}
+
+/// A page of bytes: a reply twenty times its request.
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "limits.page")]
+pub struct Page(Vec<u8>);
+
+fn pages() -> Service<Ask, Page> {
+    Service::named("limits.page").expect("name")
+}
+
+/// Answers every call with a 1300-byte page.
+struct Pager {
+    replies: Replies<Page>,
+}
+
+impl Actor for Pager {
+    type In = Request<Ask>;
+    fn on_message(&mut self, request: Request<Ask>, ctx: &mut Context<'_>) {
+        let (_, responder) = self.replies.accept(request);
+        ctx.reply(responder, Ok(Page(vec![0x5a; 1300])));
+    }
+}
+
+/// A bus serving pages through a bridge with the default limits, named `name`.
+fn pager_bus(name: &str) -> (llbus::RunningBus, std::net::SocketAddr) {
+    let mut bus = Bus::builder();
+    bus.actor("pager", |setup: &mut Setup<'_>| Pager {
+        replies: setup.replies(&pages()),
+    })
+    .serves(&pages());
+    let bridge = Bridge::bind(loopback())
+        .expect("bind")
+        .name(name)
+        .export_service(&pages());
+    let addr = bridge.local_addr();
+    bus.add(bridge);
+    (bus.start().expect("server starts"), addr)
+}
+
+/// A Request of the page service for call `call` (session 7, a 5 s budget) ending with
+/// `token`, in `buf`: its length.
+fn page_request(buf: &mut [u8; 256], call: u64, token: u64) -> usize {
+    let meta = CallMeta {
+        topic_id: pages().name().id(),
+        fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+        session: 7,
+    };
+    let n = encode_request(buf, meta, true, call, 5000, &Ask(call)).expect("fits");
+    buf[n..n + 8].copy_from_slice(&token.to_le_bytes());
+    n + 8
+}
+
+/// How it would fail: more reply bytes received (or sent, by the bridge's own count) than
+/// the default budget's burst (1 MiB) and rate (4 MiB/s) over the flood, resends of answered
+/// calls included; or, when the calls admitted demanded more than the budget, none refused
+/// `over_budget`.
+#[test]
+fn a_proven_hosts_flood_draws_at_most_the_default_reply_budget() {
+    bounded("a flood against the default reply budget", 60, || {
+        let _cpu = crate::fixtures::cpu_hungry();
+        let (server, addr) = pager_bus("limits-pages");
+        let raw = UdpSocket::bind(loopback()).expect("bind");
+        raw.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        raw.connect(addr).expect("connect");
+        let token = handshake(&raw, pages().name().id());
+        raw.set_nonblocking(true).expect("non-blocking");
+        let (mut buf, mut back) = ([0u8; 256], [0u8; 2048]);
+        let mut received = 0usize;
+        let started = Instant::now();
+        // 64 calls, answered (and kept: 64 per caller), then about a second of their resends,
+        // each answered from the kept reply (no call of the bus, so the bridge keeps up on any
+        // machine) out of the same budget: replies 20 times the requests' size.
+        let mut sent_requests = 0u64;
+        for call in 1..=64 {
+            let n = page_request(&mut buf, call, token);
+            let _ = raw.send(&buf[..n]);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut call = 0u64;
+        while started.elapsed() < Duration::from_millis(1000) {
+            call = call % 64 + 1;
+            let n = page_request(&mut buf, call, token);
+            let _ = raw.send(&buf[..n]);
+            sent_requests += 1;
+            while let Ok(n) = raw.recv(&mut back) {
+                received += n;
+            }
+        }
+        let quiet = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < quiet {
+            match raw.recv(&mut back) {
+                Ok(n) => received += n,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        server.stop();
+        let report = server.join().expect("server joins");
+        let elapsed = started.elapsed();
+        let (per_second, burst) = llbus_net::DEFAULT_REPLY_RATE;
+        let budget = burst + (u128::from(per_second) * elapsed.as_nanos() / 1_000_000_000) as u64;
+        // The handshake's answers, and the bucket's refill between the bridge's clock reads.
+        let slack = 4096;
+        let sent = metric(&report, "limits-pages", "bytes_out");
+        assert!(
+            received as u64 <= budget + slack && sent <= budget + slack,
+            "{received} reply bytes received ({sent} sent) for {sent_requests} resends in \
+             {elapsed:?}: \
+             over the budget of {budget}"
+        );
+        // What the bridge would have sent without the budget: a reply to each admitted call
+        // and resend. A debug build on a loaded machine
+        // may not admit calls fast enough to reach 4 MiB/s: then the bound proved nothing,
+        // and the test says so (and fails under CI, whose machine reaches it; the lower
+        // budget of `services::a_request_flood_draws_no_more_reply_bytes_than_its_hosts_budget`
+        // is reached anywhere).
+        let answered = metric(&report, "limits-pages", "service.replies")
+            + metric(&report, "limits-pages", "service.duplicates");
+        let demand = answered * 1300;
+        if demand > budget + slack {
+            assert!(
+                metric(&report, "limits-pages", "service.over_budget") > 0,
+                "{demand} reply bytes demanded, over the budget, and none refused"
+            );
+        } else {
+            eprintln!(
+                "NOT REACHED: the bridge admitted calls for only {demand} reply bytes in \
+                 {elapsed:?} (budget {budget}): this machine is too slow to test the default \
+                 reply budget"
+            );
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the default budget was not reached"
+            );
+        }
+    });
+}
+
+/// How it would fail: any byte sent back to requests from a proven host that carry another
+/// token than its own (a source that spoofs its address without seeing its traffic), or the
+/// requests not counted `bad_token`.
+#[test]
+fn requests_with_a_wrong_token_from_a_proven_source_draw_no_byte() {
+    bounded("requests with a wrong token", 30, || {
+        let _cpu = crate::fixtures::cpu_shared();
+        let (server, addr) = pager_bus("limits-token");
+        let raw = UdpSocket::bind(loopback()).expect("bind");
+        raw.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        raw.connect(addr).expect("connect");
+        let token = handshake(&raw, pages().name().id());
+        let mut buf = [0u8; 256];
+        for call in 1..=200u64 {
+            let n = page_request(&mut buf, call, token ^ call.rotate_left(17));
+            raw.send(&buf[..n]).expect("send");
+        }
+        raw.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        let mut back = [0u8; 2048];
+        let answered = raw.recv(&mut back).ok();
+        // Its own token still works: the bridge was listening.
+        raw.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let n = page_request(&mut buf, 1000, token);
+        raw.send(&buf[..n]).expect("send");
+        let genuine = raw.recv(&mut back).expect("the genuine call's reply");
+        server.stop();
+        let report = server.join().expect("server joins");
+        assert_eq!(answered, None, "a request with a wrong token was answered");
+        assert!(genuine > 1300, "{genuine} bytes");
+        assert_eq!(metric(&report, "limits-token", "drop.bad_token"), 200);
+        assert_eq!(metric(&report, "limits-token", "service.refused"), 200);
+        assert_eq!(metric(&report, "limits-token", "service.requests"), 1);
+    });
+}
+
+/// Echoes each call, counting how often it ran each number.
+struct RunCounter {
+    replies: Replies<Echo>,
+    runs: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, u32>>>,
+}
+
+impl Actor for RunCounter {
+    type In = Request<Ask>;
+    fn on_message(&mut self, request: Request<Ask>, ctx: &mut Context<'_>) {
+        let (Ask(n), responder) = self.replies.accept(request);
+        *(self.runs.lock())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(n)
+            .or_default() += 1;
+        ctx.reply(responder, Ok(Echo(n)));
+    }
+}
+
+/// The handshake of a raw caller under `session`: its token and the cookie that proves it
+/// (for its Unsubscribe).
+fn handshake_as(raw: &UdpSocket, topic_id: u64, session: u64) -> (u64, llbus_net::Cookie) {
+    let control = |c: Control| {
+        let mut buf = [0u8; 256];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_control(&c).expect("fits");
+        enc.as_bytes().to_vec()
+    };
+    let subscribe = |nonce, cookie| Control::Subscribe {
+        topic_id,
+        fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+        session,
+        nonce,
+        cookie,
+    };
+    let answer = || {
+        let mut buf = [0u8; 2048];
+        loop {
+            let n = raw.recv(&mut buf).expect("an answer");
+            let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
+                .expect("parses")
+                .next()
+                .expect("a frame");
+            if let Ok(c) = Control::from_frame(&frame) {
+                return c;
+            }
+        }
+    };
+    raw.send(&control(subscribe(1, None))).expect("send");
+    let Control::CookieChallenge { cookie, .. } = answer() else {
+        panic!("no challenge");
+    };
+    raw.send(&control(subscribe(2, Some(cookie))))
+        .expect("send");
+    let Control::SubscribeAck { token, .. } = answer() else {
+        panic!("not admitted");
+    };
+    (token, cookie)
+}
+
+/// A request of call `call` for `Ask(n)` under `session`, with a budget of `budget_ms`,
+/// ending with `token`.
+fn request_of(session: u64, call: u64, n: u64, budget_ms: u32, token: u64) -> Vec<u8> {
+    let meta = CallMeta {
+        topic_id: service().name().id(),
+        fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+        session,
+    };
+    let mut buf = [0u8; 256];
+    let len = encode_request(&mut buf, meta, true, call, budget_ms, &Ask(n)).expect("fits");
+    buf[len..len + 8].copy_from_slice(&token.to_le_bytes());
+    buf[..len + 8].to_vec()
+}
+
+/// How it would fail (it does): a caller's call answered, its reply lost, then its resend
+/// within its deadline runs the call a second time, because other proven callers pushed both
+/// its kept reply (the served calls' table) and its seen window (a table of
+/// `subscriber_capacity` caller sessions, the stalest evicted) out first. Shown with small
+/// tables (4 served calls, 8 sessions) and 12 callers of their own loopback addresses; the
+/// defaults (256 and 1024) take more callers, not another attack: ~1,024 sessions within
+/// the victim's deadline (5 s by default), each a handshake, a request and an Unsubscribe,
+/// at the control limit of 20/s (burst 40) per address: a few dozen addresses.
+#[test]
+#[ignore = "BREAK: the seen windows are evicted (stalest first) with no floor: a resend of an answered call whose reply was lost runs it again once other callers churn subscriber_capacity sessions"]
+fn a_resend_of_an_answered_call_never_runs_it_twice_whatever_other_callers_do() {
+    bounded("a call run twice", 60, || {
+        let _cpu = crate::fixtures::cpu_shared();
+        let runs = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let mut bus = Bus::builder();
+        let r = std::sync::Arc::clone(&runs);
+        bus.actor("counter", move |setup: &mut Setup<'_>| RunCounter {
+            replies: setup.replies(&service()),
+            runs: std::sync::Arc::clone(&r),
+        })
+        .serves(&service());
+        let config = llbus_net::BridgeConfig {
+            subscriber_capacity: 8,
+            services: llbus_net::ServiceConfig {
+                served_calls: 4,
+                ..llbus_net::ServiceConfig::default()
+            },
+            ..llbus_net::BridgeConfig::default()
+        };
+        let bridge = Bridge::bind_with(loopback(), config)
+            .expect("bind")
+            .name("limits-once")
+            .export_service(&service());
+        let addr = bridge.local_addr();
+        bus.add(bridge);
+        let server = bus.start().expect("server starts");
+        let topic_id = service().name().id();
+        let connect = |ip: [u8; 4]| {
+            let raw = UdpSocket::bind(std::net::SocketAddr::from((ip, 0))).expect("bind");
+            raw.set_read_timeout(Some(Duration::from_secs(2)))
+                .expect("timeout");
+            raw.connect(addr).expect("connect");
+            raw
+        };
+        // The victim's call 1 (of 42) is answered; say the reply is lost.
+        let victim = connect([127, 0, 0, 1]);
+        let (token, _) = handshake_as(&victim, topic_id, 7);
+        let call = request_of(7, 1, 42, 5000, token);
+        victim.send(&call).expect("send");
+        let mut back = [0u8; 2048];
+        victim
+            .recv(&mut back)
+            .expect("the reply (lost, as far as the victim knows)");
+        // Twelve other callers, each of an address of its own: a handshake, a call kept as
+        // long as it may be, and an Unsubscribe (so the subscriber table never fills).
+        for k in 0..12u8 {
+            let raw = connect([127, 0, 1, 10 + k]);
+            let session = 100 + u64::from(k);
+            let (token, cookie) = handshake_as(&raw, topic_id, session);
+            raw.send(&request_of(
+                session,
+                1,
+                1000 + u64::from(k),
+                u32::MAX,
+                token,
+            ))
+            .expect("send");
+            let _ = raw.recv(&mut back);
+            let mut buf = [0u8; 256];
+            let mut enc = BatchEncoder::new(&mut buf);
+            enc.push_control(&Control::Unsubscribe {
+                topic_id,
+                fingerprint: <Request<Ask> as Message>::FINGERPRINT,
+                session,
+                nonce: 3,
+                cookie: Some(cookie),
+            })
+            .expect("fits");
+            raw.send(enc.as_bytes()).expect("send");
+        }
+        // The victim's bridge resends call 1, well within its 5 s.
+        victim.send(&call).expect("send");
+        victim
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        let _ = victim.recv(&mut back);
+        server.stop();
+        let report = server.join().expect("server joins");
+        let ran = runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&42)
+            .copied();
+        assert_eq!(ran, Some(1), "the victim's call ran {ran:?} times");
+        assert_eq!(
+            metric(&report, "limits-once", "service.requests"),
+            13,
+            "calls admitted as new"
+        );
     });
 }

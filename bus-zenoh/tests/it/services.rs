@@ -1,7 +1,10 @@
 //! Services through zenoh: a service exported as a queryable answers a JSON client and a
 //! second llbus bus that imports it; every ending of a call crosses (reply, the server's
 //! error, a server that panics, no server, a timeout) and hostile queries are answered with an
-//! error and counted, the figures balancing (`queries == answered + failed`).
+//! error and counted, the figures balancing (`queries == answered + failed`): not JSON, nested
+//! 100,000 deep, 8 MiB, of an unknown encoding, empty, out of range, short bincode (each
+//! `malformed`, the export answering sound queries after them); a server gone for good
+//! (`Supervision::Stop` after a panic) is answered `stopped` at once.
 
 use std::time::{Duration, Instant};
 
@@ -486,5 +489,187 @@ fn queries_past_the_export_queue_are_answered_busy_at_once() {
     drop(client);
     running.stop();
     running.join().expect("the server joins");
+    gateway.close();
+}
+
+/// The reply to a `get` on the double service with `payload` in `encoding`: `Ok(n)` for a
+/// reply (its JSON `n`), `Err(code)` for an error reply, within the limit.
+fn code_of(
+    client: &zenoh::Session,
+    payload: Vec<u8>,
+    encoding: zenoh::bytes::Encoding,
+    attachment: Option<Vec<u8>>,
+) -> Result<u64, String> {
+    match get(client, "llbus/test.double", payload, encoding, attachment) {
+        Ok(sample) => {
+            let bytes = sample.payload().to_bytes();
+            let reply = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v["n"].as_u64())
+                .or_else(|| {
+                    llbus::decode_bounded::<Doubled>(&bytes)
+                        .ok()
+                        .map(|(d, _)| d.n)
+                });
+            Ok(reply.expect("a reply of the service's type"))
+        }
+        Err(error) => {
+            let code = error["error"].as_str().expect("a code").to_owned();
+            assert!(
+                llbus_zenoh::ERROR_CODES.contains(&code.as_str()),
+                "an undocumented code: {error}"
+            );
+            assert!(error["message"].is_string(), "{error}");
+            Err(code)
+        }
+    }
+}
+
+/// How it would fail: a hostile query (not JSON, nested past any sane depth, 8 MiB, of an
+/// unknown encoding, empty, of numbers the type cannot hold, bincode claiming a huge length)
+/// crashing the export's thread, hanging (no reply within the limit), being answered as if it
+/// were sound, or answered with an undocumented code; the export no longer answering a sound
+/// query after them; the figures not balancing.
+#[test]
+fn hostile_queries_are_answered_malformed_and_the_export_keeps_answering() {
+    let _zenoh = zenoh_threads(false);
+    let (a, b) = peers();
+    let (running, gateway) = server(a, ServiceExport::new());
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    wait_queryable(&client, "llbus/test.double");
+    let json = zenoh::bytes::Encoding::APPLICATION_JSON;
+    let bincode = zenoh::bytes::Encoding::from(BINCODE_ENCODING).with_schema("test.double");
+    let attach = Attachment {
+        topic_id: service().name().id(),
+        fingerprint: Request::<Ask>::FINGERPRINT,
+        stream: 0,
+        sequence: 0,
+        sent_ns: 0,
+    }
+    .encode()
+    .to_vec();
+    let huge = {
+        let mut s = br#"{"n": "#.to_vec();
+        s.extend(std::iter::repeat_n(b'9', 8 << 20));
+        s.push(b'}');
+        s
+    };
+    #[allow(clippy::type_complexity)]
+    let hostile: Vec<(&str, Vec<u8>, zenoh::bytes::Encoding, Option<Vec<u8>>)> = vec![
+        ("not JSON", br#"{"n": "#.to_vec(), json.clone(), None),
+        (
+            "nested",
+            "[".repeat(100_000).into_bytes(),
+            json.clone(),
+            None,
+        ),
+        ("8 MiB of digits", huge, json.clone(), None),
+        ("empty", Vec::new(), json.clone(), None),
+        ("negative", br#"{"n": -1}"#.to_vec(), json.clone(), None),
+        (
+            "past u64",
+            br#"{"n": 18446744073709551616}"#.to_vec(),
+            json.clone(),
+            None,
+        ),
+        (
+            "unknown encoding",
+            br#"{"n": 1}"#.to_vec(),
+            zenoh::bytes::Encoding::TEXT_PLAIN,
+            None,
+        ),
+        // A bincode body of 3 bytes (a u64 takes 8).
+        (
+            "short bincode",
+            vec![1, 2, 3],
+            bincode.clone(),
+            Some(attach.clone()),
+        ),
+    ];
+    let count = hostile.len() as u64;
+    for (what, payload, encoding, attachment) in hostile {
+        let started = Instant::now();
+        let end = code_of(&client, payload, encoding, attachment);
+        assert_eq!(end, Err("malformed".to_owned()), "{what}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: answered after {:?}",
+            started.elapsed()
+        );
+    }
+    // Still answering, in both encodings.
+    assert_eq!(code_of(&client, br#"{"n": 4}"#.to_vec(), json, None), Ok(8));
+    assert_eq!(
+        code_of(&client, bincode_of(&Ask { n: 5 }), bincode, Some(attach)),
+        Ok(10)
+    );
+    let counts = gateway.counts();
+    assert_eq!(
+        (counts.queries, counts.answered, counts.failed),
+        (count + 2, 2, count),
+        "{counts:?}"
+    );
+    drop(client);
+    running.stop();
+    running.join().expect("the server joins: nothing panicked");
+    gateway.close();
+}
+
+/// How it would fail: after the server panics under `Supervision::Stop` (gone for good), a
+/// query hanging until the export's timeout or the client's, or answered with something other
+/// than `stopped`.
+#[test]
+fn a_query_of_a_server_gone_for_good_is_answered_stopped_at_once() {
+    let _zenoh = zenoh_threads(false);
+    let (a, b) = peers();
+    let mut bus = Bus::builder();
+    bus.actor("doubler", |setup: &mut Setup<'_>| Doubler {
+        replies: setup.replies(&service()),
+        held: Vec::new(),
+    })
+    .serves(&service())
+    .supervision(llbus::Supervision::Stop);
+    let mut gateway = Gateway::builder();
+    gateway.export_service_on(
+        &mut bus,
+        &service(),
+        ServiceExport::new().timeout(Duration::from_secs(3)),
+    );
+    let mut running = bus.start().expect("the server's bus starts");
+    let gateway = gateway
+        .start(&mut running, a)
+        .expect("the server's gateway starts");
+    let client = zenoh::open(b).wait().expect("the client session opens");
+    wait_queryable(&client, "llbus/test.double");
+    let json = zenoh::bytes::Encoding::APPLICATION_JSON;
+    assert_eq!(
+        code_of(&client, br#"{"n": 2}"#.to_vec(), json.clone(), None),
+        Ok(4)
+    );
+    assert_eq!(
+        code_of(&client, br#"{"n": 1000002}"#.to_vec(), json.clone(), None),
+        Err("panicked".to_owned())
+    );
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert_eq!(
+            code_of(&client, br#"{"n": 3}"#.to_vec(), json.clone(), None),
+            Err("stopped".to_owned())
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "answered after {:?}, not at once",
+            started.elapsed()
+        );
+    }
+    let counts = gateway.counts();
+    assert_eq!(
+        (counts.queries, counts.answered, counts.failed),
+        (5, 1, 4),
+        "{counts:?}"
+    );
+    drop(client);
+    running.stop();
+    let _ = running.join();
     gateway.close();
 }

@@ -86,7 +86,7 @@ pub struct CallCounts {
     pub calls: u64,
     /// Calls answered by the server.
     pub replies: u64,
-    /// Calls ended by an error of the bus's (the five below together).
+    /// Calls ended by an error of the bus's (the six kinds below together, `refused` included).
     pub errors: u64,
     /// Calls not ended yet.
     pub in_flight: u64,
