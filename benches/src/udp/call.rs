@@ -195,8 +195,8 @@ pub(super) fn round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome,
     let (report_a, _) = stop_both(ra, rb)?;
     let outcome = got?.map_err(|e| e.to_string())?;
     // With one call in flight the DropNewest edges never fill; check it.
-    if let Some(e) = (report_a.edge(service().name().as_str(), "call", "bridge-a"))
-        .filter(|e| e.dropped > 0)
+    if let Some(e) =
+        (report_a.edge(service().name().as_str(), "call", "bridge-a")).filter(|e| e.dropped > 0)
     {
         return Err(format!("call -> bridge-a dropped {} requests", e.dropped));
     }

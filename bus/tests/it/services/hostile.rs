@@ -121,7 +121,10 @@ fn calls_with_the_longest_and_shortest_timeouts_end_once_each() {
         let mut handle = running
             .caller(keys.into_iter().next().expect("key"))
             .expect("caller");
-        assert_eq!(handle.call(Ask { n: 5, delta: 1 }, Duration::MAX), Ok(Sum(6)));
+        assert_eq!(
+            handle.call(Ask { n: 5, delta: 1 }, Duration::MAX),
+            Ok(Sum(6))
+        );
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while ended.lock().expect("lock").len() < 3 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
