@@ -103,7 +103,7 @@ pub struct ServiceConfig {
     /// Calls served at once, in progress or answered and kept for a resend (default
     /// [`DEFAULT_SERVED_CALLS`]); one datagram of memory each, allocated at start.
     pub served_calls: usize,
-    /// Answered calls kept per caller address for its resends (default
+    /// Answered calls kept per caller session (address and session) for its resends (default
     /// [`DEFAULT_CACHED_PER_SOURCE`], 64); the oldest goes first. A caller whose reply was
     /// lost and whose call was forgotten before its resend came gets no reply (the call is
     /// never run twice): it times out. So this should cover the calls one caller has
@@ -112,9 +112,9 @@ pub struct ServiceConfig {
     /// Calls of imported services in flight at once (default [`DEFAULT_CALLS_IN_FLIGHT`]);
     /// one datagram of memory each, allocated at start.
     pub calls_in_flight: usize,
-    /// How long a call of an imported service is resent for (default 5 s): its deadline
-    /// across the network. The local caller's own timeout ends the call for it earlier if it
-    /// is shorter (the bridge does not see that timeout).
+    /// How long a call of an imported service is resent for at most (default 5 s): its
+    /// deadline across the network is its local caller's (`llbus::Request::deadline`) when
+    /// that is sooner.
     pub call_timeout: Duration,
 }
 
@@ -130,7 +130,7 @@ pub const DEFAULT_REPLY_RATE: (u64, u64) = (4 << 20, 1 << 20);
 /// The default number of calls a bridge serves at once.
 pub const DEFAULT_SERVED_CALLS: usize = 256;
 
-/// The default number of answered calls kept per caller address.
+/// The default number of answered calls kept per caller session.
 pub const DEFAULT_CACHED_PER_SOURCE: usize = 64;
 
 /// The default number of calls of imported services in flight at once.

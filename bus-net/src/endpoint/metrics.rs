@@ -79,7 +79,9 @@ pub(crate) struct ServiceMetrics {
     /// Requests seen again: ignored while the call is in progress, else its reply resent.
     pub(crate) duplicates: Metric,
     /// Requests refused: from an unproven source (no subscription, wrong token or session),
-    /// outside the allowlist, over the rate limit, or with every served slot taken.
+    /// outside the allowlist, over the rate limit, with every served slot taken, or from a
+    /// new caller session when every session remembered may still resend (those two answered
+    /// `QueueFull`).
     pub(crate) refused: Metric,
     /// Replies (or resends) not sent because the caller's host had used its reply budget.
     pub(crate) over_budget: Metric,

@@ -149,8 +149,11 @@ pub(crate) struct Services {
     served: Vec<ServiceSpec>,
     slots: Vec<Served>,
     /// Per caller (address, session): the call ids seen, so that a resend of a call no
-    /// longer kept is never run again. Bounded: the caller heard from longest ago goes.
+    /// longer kept is never run again. Bounded, and an entry goes only once the deadline of
+    /// every call it saw has passed (no resend of them can come any more).
     seen: Vec<Seen>,
+    /// Live entries of `seen` one caller host (IP address) may hold.
+    seen_per_host: usize,
     limiter: RateLimiter,
     budgets: HostBudgets,
     cached_per_source: usize,
@@ -168,6 +171,7 @@ impl Services {
             served: Vec::new(),
             slots: Vec::new(),
             seen: Vec::new(),
+            seen_per_host: 0,
             limiter: RateLimiter::new(crate::DEFAULT_REQUEST_LIMIT, 1),
             budgets: HostBudgets::new(1, (0, 0)),
             cached_per_source: 0,
@@ -245,6 +249,7 @@ impl Services {
             } else {
                 common.config.subscriber_capacity
             }),
+            seen_per_host: common.config.subscribers_per_host.saturating_mul(2).max(1),
             served,
             limiter: RateLimiter::new(config.request_limit, common.config.rate_limit_sources),
             budgets: HostBudgets::new(common.config.subscriber_capacity, config.reply_rate),
@@ -343,30 +348,31 @@ impl Services {
             }
             return Ok(());
         }
-        if !self.first_time(src, h.session, request.call, now_ns) {
-            // A resend of a call answered and no longer kept, or too old to tell: never run
-            // twice.
-            common.metrics.service.duplicates.add(1);
-            return Ok(());
+        let budget_ns = u64::from(request.budget_ms).saturating_mul(1_000_000);
+        let until_ns = now_ns.saturating_add(budget_ns);
+        match self.first_time(src, h.session, request.call, now_ns, until_ns) {
+            Novelty::New => {}
+            Novelty::Seen => {
+                // A resend of a call answered and no longer kept, or too old to tell: never
+                // run twice.
+                common.metrics.service.duplicates.add(1);
+                return Ok(());
+            }
+            Novelty::Full => {
+                // No room to remember this caller's calls without forgetting another's that
+                // may still be resent: not run, and the caller hears so at once.
+                common.metrics.service.refused.add(1);
+                let meta = self.reply_meta(service, common);
+                self.refuse_busy(meta, src, token, request.call, now_ns, wire, common);
+                return Ok(());
+            }
         }
         common.metrics.service.requests.add(1);
-        let budget_ns = u64::from(request.budget_ms).saturating_mul(1_000_000);
         let Some(i) = self.free_slot(now_ns, &common.metrics) else {
             // Every slot holds a call still in progress: the caller hears so at once.
+            common.metrics.service.refused.add(1);
             let meta = self.reply_meta(service, common);
-            let frame = &mut common.control_buf[..];
-            let room = common
-                .max_datagram
-                .saturating_sub(common.egress.trailer_len());
-            if let Ok(len) = encode_reply::<()>(
-                frame.get_mut(..room).unwrap_or_default(),
-                meta,
-                common.egress.mac.is_none(),
-                request.call,
-                Err(CallStatus::QueueFull),
-            ) {
-                self.send_budgeted(src, token, len, now_ns, wire, common);
-            }
+            self.refuse_busy(meta, src, token, request.call, now_ns, wire, common);
             return Ok(());
         };
         let Some(slot) = self.slots.get_mut(i) else {
@@ -386,6 +392,33 @@ impl Services {
             self.answer::<()>(key, Err(status), now_ns, wire, common);
         }
         Ok(())
+    }
+
+    /// Answers call `call` of `src` with `QueueFull` at once (out of its host's budget).
+    #[allow(clippy::too_many_arguments)]
+    fn refuse_busy(
+        &mut self,
+        meta: CallMeta,
+        src: SocketAddr,
+        token: u64,
+        call: u64,
+        now_ns: u64,
+        wire: &mut dyn Wire,
+        common: &mut Common,
+    ) {
+        let frame = &mut common.control_buf[..];
+        let room = common
+            .max_datagram
+            .saturating_sub(common.egress.trailer_len());
+        if let Ok(len) = encode_reply::<()>(
+            frame.get_mut(..room).unwrap_or_default(),
+            meta,
+            common.egress.mac.is_none(),
+            call,
+            Err(CallStatus::QueueFull),
+        ) {
+            self.send_budgeted(src, token, len, now_ns, wire, common);
+        }
     }
 
     /// The header of `service`'s replies.
@@ -425,42 +458,59 @@ impl Services {
         }
     }
 
-    /// Whether call `call` of caller (`src`, `session`) is seen for the first time (then it
-    /// is marked seen).
-    fn first_time(&mut self, src: SocketAddr, session: u64, call: u64, now_ns: u64) -> bool {
+    /// Whether call `call` of caller (`src`, `session`), whose deadline is `until_ns`, is
+    /// new (then it is marked seen). `Full` when it is of a new caller session and every
+    /// entry of the table, or as many as its host may hold, is of a session whose calls may
+    /// still be resent.
+    fn first_time(
+        &mut self,
+        src: SocketAddr,
+        session: u64,
+        call: u64,
+        now_ns: u64,
+        until_ns: u64,
+    ) -> Novelty {
         let i = match (self.seen.iter()).position(|s| s.src == src && s.session == session) {
             Some(i) => i,
             None => {
+                let host_live = (self.seen.iter())
+                    .filter(|s| s.src.ip() == src.ip() && s.until_ns > now_ns)
+                    .count();
+                if host_live >= self.seen_per_host {
+                    return Novelty::Full;
+                }
                 let fresh = Seen {
                     src,
                     session,
                     highest: 0,
                     bits: [0; SEEN_WORDS],
-                    heard_ns: now_ns,
+                    until_ns,
                 };
                 if self.seen.len() < self.seen.capacity() {
                     self.seen.push(fresh);
                     self.seen.len() - 1
                 } else {
-                    let Some(stalest) = (self.seen.iter().enumerate())
-                        .min_by_key(|(_, s)| s.heard_ns)
-                        .map(|(i, _)| i)
-                    else {
-                        return true;
+                    // Only an entry whose every call is past its deadline may go.
+                    let Some(done) = (self.seen.iter()).position(|s| s.until_ns <= now_ns) else {
+                        return Novelty::Full;
                     };
-                    if let Some(s) = self.seen.get_mut(stalest) {
+                    if let Some(s) = self.seen.get_mut(done) {
                         *s = fresh;
                     }
-                    stalest
+                    done
                 }
             }
         };
         match self.seen.get_mut(i) {
             Some(s) => {
-                s.heard_ns = now_ns;
-                s.mark(call)
+                s.until_ns = s.until_ns.max(until_ns);
+                if s.mark(call) {
+                    Novelty::New
+                } else {
+                    Novelty::Seen
+                }
             }
-            None => true,
+            None => Novelty::Full,
         }
     }
 
@@ -826,7 +876,20 @@ struct Seen {
     highest: u64,
     /// Bit `k` (word `k / 64`, bit `k % 64`): call `highest - k` was seen.
     bits: [u64; SEEN_WORDS],
-    heard_ns: u64,
+    /// The latest deadline of the calls seen: until then, one of them may be resent.
+    until_ns: u64,
+}
+
+/// What `Services::first_time` tells of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Novelty {
+    /// Not seen before: run it (it is marked seen).
+    New,
+    /// Seen before, or too old to tell: never run it.
+    Seen,
+    /// Of a new caller session, with no room to remember it without forgetting a session
+    /// whose calls may still be resent: not run.
+    Full,
 }
 
 impl Seen {
@@ -908,7 +971,7 @@ mod tests {
             session: 1,
             highest: 0,
             bits: [0; SEEN_WORDS],
-            heard_ns: 0,
+            until_ns: 0,
         }
     }
 
