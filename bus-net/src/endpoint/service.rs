@@ -37,6 +37,7 @@
 //! Memory: one datagram per served slot and per call slot, allocated when the services are
 //! given; a call, a request, a reply and a resend allocate nothing.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -114,8 +115,6 @@ struct Served {
     token: u64,
     /// When the caller's deadline has passed (no resend comes after it): the slot frees.
     expires_ns: u64,
-    /// When it was answered.
-    answered_ns: u64,
     /// The reply frame, kept for resends: `buf[..len]`.
     len: usize,
     buf: Box<[u8]>,
@@ -148,6 +147,16 @@ struct Imported {
 pub(crate) struct Services {
     served: Vec<ServiceSpec>,
     slots: Vec<Served>,
+    /// The calls kept (in progress, or answered) by (source, session, call id): their slot.
+    kept: HashMap<(SocketAddr, u64, u64), usize>,
+    /// The free slots.
+    free: Vec<usize>,
+    /// The answered slots in the order answered, each with its generation then (an entry
+    /// whose slot has moved on since is skipped): the oldest answered goes first when a slot
+    /// is needed. Compacted when full, so it never grows past its capacity (twice the slots).
+    answered: VecDeque<(usize, u32)>,
+    /// `seen`'s entries by (source, session).
+    seen_at: HashMap<(SocketAddr, u64), usize>,
     /// Per caller (address, session): the call ids seen, so that a resend of a call no
     /// longer kept is never run again. Bounded, and an entry goes only once the deadline of
     /// every call it saw has passed (no resend of them can come any more).
@@ -170,6 +179,10 @@ impl Services {
         Services {
             served: Vec::new(),
             slots: Vec::new(),
+            kept: HashMap::new(),
+            free: Vec::new(),
+            answered: VecDeque::new(),
+            seen_at: HashMap::new(),
             seen: Vec::new(),
             seen_per_host: 0,
             limiter: RateLimiter::new(crate::DEFAULT_REQUEST_LIMIT, 1),
@@ -228,7 +241,18 @@ impl Services {
             config.calls_in_flight
         };
         let any = SocketAddr::from(([0, 0, 0, 0], 0));
+        let sessions = if served_slots == 0 {
+            0
+        } else {
+            common.config.subscriber_capacity
+        };
+        // The maps hold at most half their capacity, so their deletions are rehashed in
+        // place: nothing allocates after this.
         Services {
+            kept: HashMap::with_capacity(2 * served_slots),
+            free: (0..served_slots).rev().collect(),
+            answered: VecDeque::with_capacity(2 * served_slots),
+            seen_at: HashMap::with_capacity(2 * sessions),
             slots: (0..served_slots)
                 .map(|_| Served {
                     stage: Stage::Free,
@@ -239,16 +263,11 @@ impl Services {
                     call: 0,
                     token: 0,
                     expires_ns: 0,
-                    answered_ns: 0,
                     len: 0,
                     buf: vec![0; datagram].into_boxed_slice(),
                 })
                 .collect(),
-            seen: Vec::with_capacity(if served_slots == 0 {
-                0
-            } else {
-                common.config.subscriber_capacity
-            }),
+            seen: Vec::with_capacity(sessions),
             seen_per_host: common.config.subscribers_per_host.saturating_mul(2).max(1),
             served,
             limiter: RateLimiter::new(config.request_limit, common.config.rate_limit_sources),
@@ -331,13 +350,7 @@ impl Services {
             return Err(DropReason::FingerprintMismatch);
         }
         let request = RequestFrame::from_frame(frame)?;
-        let kept = (self.slots.iter()).position(|s| {
-            s.stage != Stage::Free
-                && s.call == request.call
-                && s.src == src
-                && s.session == h.session
-        });
-        if let Some(i) = kept {
+        if let Some(&i) = self.kept.get(&(src, h.session, request.call)) {
             common.metrics.service.duplicates.add(1);
             if self
                 .slots
@@ -388,6 +401,7 @@ impl Services {
         slot.expires_ns = now_ns.saturating_add(budget_ns);
         slot.len = 0;
         let key = (u64::from(slot.generation) << 32) | i as u64;
+        self.kept.insert((src, h.session, request.call), i);
         if let Err(status) = sink.request(service, key, request.budget_ms, request.body) {
             self.answer::<()>(key, Err(status), now_ns, wire, common);
         }
@@ -431,31 +445,60 @@ impl Services {
         }
     }
 
-    /// A free slot: a free one, else one whose caller's deadline has passed (an answered
-    /// one at once, one in progress after a grace), else the answered one answered longest
-    /// ago (counted `evicted`).
+    /// A free slot: a free one, else the one answered longest ago (counted `evicted` if its
+    /// caller's deadline has not passed), else none (every slot is in progress). Slots whose
+    /// deadline passed are freed by `poll`.
     fn free_slot(&mut self, now_ns: u64, metrics: &super::metrics::NetMetrics) -> Option<usize> {
-        if let Some(i) = self.slots.iter().position(|s| {
-            s.stage == Stage::Free
-                || (s.stage == Stage::Answered && s.expires_ns <= now_ns)
-                || s.expires_ns.saturating_add(IN_PROGRESS_GRACE_NS) <= now_ns
-        }) {
+        if let Some(i) = self.free.pop() {
             return Some(i);
         }
-        let oldest = (self.slots.iter().enumerate())
-            .filter(|(_, s)| s.stage == Stage::Answered)
-            .min_by_key(|(_, s)| s.answered_ns)
-            .map(|(i, _)| i)?;
-        metrics.service.evicted.add(1);
-        self.forget(oldest);
-        Some(oldest)
+        while let Some((i, generation)) = self.answered.pop_front() {
+            let Some(slot) = self.slots.get(i) else {
+                continue;
+            };
+            if slot.stage != Stage::Answered || slot.generation != generation {
+                continue; // Freed, or answered again since: its newer entry is further on.
+            }
+            if slot.expires_ns > now_ns {
+                metrics.service.evicted.add(1);
+            }
+            self.release(i);
+            return self.free.pop();
+        }
+        None
     }
 
-    /// Forgets answered call `i` before its deadline (its id stays seen).
-    fn forget(&mut self, i: usize) {
-        if let Some(slot) = self.slots.get_mut(i) {
-            slot.stage = Stage::Free;
+    /// Frees slot `i`: its call is forgotten (its id stays seen).
+    fn release(&mut self, i: usize) {
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        if slot.stage == Stage::Free {
+            return;
         }
+        if slot.stage == Stage::Answered {
+            let seen =
+                (self.seen_at.get(&(slot.src, slot.session))).and_then(|&k| self.seen.get_mut(k));
+            if let Some(seen) = seen {
+                seen.answered = seen.answered.saturating_sub(1);
+            }
+        }
+        slot.stage = Stage::Free;
+        self.kept.remove(&(slot.src, slot.session, slot.call));
+        self.free.push(i);
+    }
+
+    /// Notes slot `i` answered (at `generation`), last in the order answered.
+    fn push_answered(&mut self, i: usize, generation: u32) {
+        if self.answered.len() == self.answered.capacity() {
+            let slots = &self.slots;
+            self.answered.retain(|&(j, g)| {
+                slots
+                    .get(j)
+                    .is_some_and(|s| s.stage == Stage::Answered && s.generation == g)
+            });
+        }
+        self.answered.push_back((i, generation));
     }
 
     /// Whether call `call` of caller (`src`, `session`), whose deadline is `until_ns`, is
@@ -470,8 +513,8 @@ impl Services {
         now_ns: u64,
         until_ns: u64,
     ) -> Novelty {
-        let i = match (self.seen.iter()).position(|s| s.src == src && s.session == session) {
-            Some(i) => i,
+        let i = match self.seen_at.get(&(src, session)) {
+            Some(&i) => i,
             None => {
                 let host_live = (self.seen.iter())
                     .filter(|s| s.src.ip() == src.ip() && s.until_ns > now_ns)
@@ -485,8 +528,9 @@ impl Services {
                     highest: 0,
                     bits: [0; SEEN_WORDS],
                     until_ns,
+                    answered: 0,
                 };
-                if self.seen.len() < self.seen.capacity() {
+                let i = if self.seen.len() < self.seen.capacity() {
                     self.seen.push(fresh);
                     self.seen.len() - 1
                 } else {
@@ -494,11 +538,14 @@ impl Services {
                     let Some(done) = (self.seen.iter()).position(|s| s.until_ns <= now_ns) else {
                         return Novelty::Full;
                     };
-                    if let Some(s) = self.seen.get_mut(done) {
-                        *s = fresh;
+                    if let Some(old) = self.seen.get_mut(done) {
+                        self.seen_at.remove(&(old.src, old.session));
+                        *old = fresh;
                     }
                     done
-                }
+                };
+                self.seen_at.insert((src, session), i);
+                i
             }
         };
         match self.seen.get_mut(i) {
@@ -550,21 +597,33 @@ impl Services {
                 .unwrap_or(0),
         };
         slot.stage = Stage::Answered;
-        slot.answered_ns = now_ns;
-        let (src, session) = (slot.src, slot.session);
+        let (src, session, generation) = (slot.src, slot.session, slot.generation);
         common.metrics.service.replies.add(1);
         self.send_kept(i, now_ns, wire, common);
-        // At most `cached_per_source` answered calls of one caller are kept.
-        let answered =
-            |s: &Served| s.stage == Stage::Answered && s.src == src && s.session == session;
-        if self.slots.iter().filter(|s| answered(s)).count() > self.cached_per_source {
-            if let Some(oldest) = (self.slots.iter().enumerate())
-                .filter(|(_, s)| answered(s))
-                .min_by_key(|(_, s)| s.answered_ns)
-                .map(|(j, _)| j)
-            {
+        self.push_answered(i, generation);
+        // At most `cached_per_source` answered calls of one caller session are kept: over
+        // it, its oldest goes.
+        let seen = (self.seen_at.get(&(src, session))).and_then(|&k| self.seen.get_mut(k));
+        let over = seen.is_some_and(|seen| {
+            seen.answered += 1;
+            seen.answered > self.cached_per_source
+        });
+        if over {
+            let slots = &self.slots;
+            let oldest = (self.answered.iter()).find_map(|&(j, g)| {
+                slots
+                    .get(j)
+                    .filter(|s| {
+                        s.stage == Stage::Answered
+                            && s.generation == g
+                            && s.src == src
+                            && s.session == session
+                    })
+                    .map(|_| j)
+            });
+            if let Some(oldest) = oldest {
                 common.metrics.service.evicted.add(1);
-                self.forget(oldest);
+                self.release(oldest);
             }
         }
     }
@@ -841,9 +900,16 @@ impl Services {
                 }
             }
         }
-        for slot in &mut self.slots {
-            if slot.stage == Stage::Answered && slot.expires_ns <= now_ns {
-                slot.stage = Stage::Free;
+        // Frees the slots past their caller's deadline: answered, or in progress a grace
+        // after it (the local answer never came; a late one is ignored).
+        for i in 0..self.slots.len() {
+            let due = self.slots.get(i).is_some_and(|s| match s.stage {
+                Stage::Answered => s.expires_ns <= now_ns,
+                Stage::InProgress => s.expires_ns.saturating_add(IN_PROGRESS_GRACE_NS) <= now_ns,
+                Stage::Free => false,
+            });
+            if due {
+                self.release(i);
             }
         }
     }
@@ -878,6 +944,8 @@ struct Seen {
     bits: [u64; SEEN_WORDS],
     /// The latest deadline of the calls seen: until then, one of them may be resent.
     until_ns: u64,
+    /// Its answered calls kept (`Services::answered`).
+    answered: usize,
 }
 
 /// What `Services::first_time` tells of a call.
@@ -972,6 +1040,7 @@ mod tests {
             highest: 0,
             bits: [0; SEEN_WORDS],
             until_ns: 0,
+            answered: 0,
         }
     }
 

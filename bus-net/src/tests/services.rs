@@ -340,6 +340,95 @@ fn captured_requests(w: &World) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The served calls' table (4 slots, 2 answered kept per caller session): over its share,
+/// a caller's oldest answered call goes (a resend of it is then dropped, never run again);
+/// with every slot in progress a new call is answered `QueueFull` at once; with every slot
+/// answered, the oldest answered goes for a new call (`evicted`); a call in progress whose
+/// answer never comes frees its slot a grace after its deadline.
+#[test]
+fn the_served_calls_table_forgets_the_oldest_answered_and_frees_what_is_past_its_deadline() {
+    let config = BridgeConfig {
+        services: crate::ServiceConfig {
+            served_calls: 4,
+            cached_per_source: 2,
+            ..crate::ServiceConfig::default()
+        },
+        ..BridgeConfig::default()
+    };
+    let mut w = pair(&config, lossless(), 9);
+    w.capture = Some(server_addr());
+    let evicted = |w: &World| w.hosts[SERVER].ep.metrics().service.evicted.get();
+    // Three calls answered: the first is over the caller's share of two, forgotten.
+    for key in 1..=3 {
+        call(&mut w, key, key, 10 * SEC).expect("called");
+        w.deliver();
+        assert_eq!(serve(&mut w, |n| Ok(n * 10)), [key]);
+        w.deliver();
+    }
+    assert_eq!(ends(&w), [(1, Ok(10)), (2, Ok(20)), (3, Ok(30))]);
+    assert_eq!(evicted(&w), 1);
+    let requests = captured_requests(&w);
+    let replies_before = w.hosts[SERVER].ep.metrics().service.replies.get();
+    let late_before = w.hosts[CALLER].ep.metrics().service.late.get();
+    // Call 1 resent: forgotten, but seen: dropped, not run, not answered.
+    w.inject(caller_addr(), server_addr(), requests[0].clone());
+    w.deliver();
+    assert!(
+        w.hosts[SERVER].got.1.requests.is_empty(),
+        "a forgotten call ran again"
+    );
+    assert_eq!(w.hosts[CALLER].ep.metrics().service.late.get(), late_before);
+    // Call 3 resent: kept, answered from the cache (late at the caller, which ended it).
+    w.inject(caller_addr(), server_addr(), requests[2].clone());
+    w.deliver();
+    assert!(w.hosts[SERVER].got.1.requests.is_empty());
+    assert_eq!(
+        w.hosts[CALLER].ep.metrics().service.late.get(),
+        late_before + 1
+    );
+    assert_eq!(
+        w.hosts[SERVER].ep.metrics().service.replies.get(),
+        replies_before,
+        "a resend of a kept reply is not a new reply"
+    );
+    // Two answered kept (2, 3); two calls in progress fill the table.
+    for key in 4..=5 {
+        call(&mut w, key, key, 100 * MS).expect("called");
+    }
+    w.deliver();
+    let held = std::mem::take(&mut w.hosts[SERVER].got.1.requests);
+    assert_eq!(held.len(), 2);
+    // A third call takes the oldest answered slot (call 2's, before its deadline: evicted).
+    call(&mut w, 6, 6, 100 * MS).expect("called");
+    w.deliver();
+    assert_eq!(evicted(&w), 2);
+    let held6 = std::mem::take(&mut w.hosts[SERVER].got.1.requests);
+    assert_eq!(held6.len(), 1, "the new call runs");
+    // Then call 3's: all four in progress now (4, 5, 6, 7).
+    call(&mut w, 7, 7, 100 * MS).expect("called");
+    w.deliver();
+    assert_eq!(evicted(&w), 3);
+    assert_eq!(std::mem::take(&mut w.hosts[SERVER].got.1.requests).len(), 1);
+    // Every slot in progress: the next call is answered QueueFull at once, not run.
+    call(&mut w, 8, 8, 100 * MS).expect("called");
+    w.deliver();
+    assert!(w.hosts[SERVER].got.1.requests.is_empty());
+    assert_eq!(ends(&w).last(), Some(&(8, Err(CallStatus::QueueFull))));
+    // No answer ever comes; a grace (1 s) after their deadlines the slots are free again.
+    w.run(1200);
+    call(&mut w, 9, 9, 100 * MS).expect("called");
+    w.deliver();
+    assert_eq!(serve(&mut w, |n| Ok(n * 10)), [9], "a freed slot serves");
+    w.deliver();
+    assert_eq!(ends(&w).last(), Some(&(9, Ok(90))));
+    // The answers that never came, now given: ignored (their slots moved on).
+    for (_, key, _, _) in held {
+        w.act(SERVER, |ep, wire, now| ep.answer(key, Ok(&0u64), now, wire));
+    }
+    w.deliver();
+    assert_eq!(ends(&w).last(), Some(&(9, Ok(90))));
+}
+
 #[test]
 fn duplicate_request_frames_reach_the_application_once_and_are_answered_from_the_cache() {
     let mut w = pair(&BridgeConfig::default(), lossless(), 5);
