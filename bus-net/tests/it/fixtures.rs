@@ -78,3 +78,50 @@ pub fn cpu_shared() -> std::sync::RwLockReadGuard<'static, ()> {
     CPU.read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// Subscribes `raw` (a socket connected to a bridge) to `topic_id` of `fingerprint` under
+/// `session` by the handshake, as any subscriber or caller does: its token and the cookie it
+/// was admitted with. Control frames are awaited past anything else the bridge sends.
+pub fn raw_subscribe(
+    raw: &std::net::UdpSocket,
+    topic_id: u64,
+    fingerprint: u64,
+    session: u64,
+) -> (u64, llbus_net::Cookie) {
+    use llbus_net::{parse_datagram, BatchEncoder, Control, DEFAULT_MAX_DATAGRAM};
+    let subscribe = |nonce, cookie| {
+        let mut buf = [0u8; 256];
+        let mut enc = BatchEncoder::new(&mut buf);
+        enc.push_control(&Control::Subscribe {
+            topic_id,
+            fingerprint,
+            session,
+            nonce,
+            cookie,
+        })
+        .expect("fits");
+        enc.as_bytes().to_vec()
+    };
+    let answer = || {
+        let mut buf = [0u8; 2048];
+        loop {
+            let n = raw.recv(&mut buf).expect("an answer");
+            let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
+                .expect("parses")
+                .next()
+                .expect("a frame");
+            if let Ok(c) = Control::from_frame(&frame) {
+                return c;
+            }
+        }
+    };
+    raw.send(&subscribe(1, None)).expect("send");
+    let Control::CookieChallenge { cookie, .. } = answer() else {
+        panic!("no challenge");
+    };
+    raw.send(&subscribe(2, Some(cookie))).expect("send");
+    let Control::SubscribeAck { token, .. } = answer() else {
+        panic!("not admitted");
+    };
+    (token, cookie)
+}

@@ -26,8 +26,8 @@ use llbus::{
     Setup, Supervision,
 };
 use llbus_net::{
-    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, CallStatus, Control, Kind,
-    ReplyFrame, DEFAULT_MAX_DATAGRAM,
+    encode_request, parse_datagram, Bridge, CallMeta, CallStatus, Kind, ReplyFrame,
+    DEFAULT_MAX_DATAGRAM,
 };
 use serde::{Deserialize, Serialize};
 use tests::{bounded, metric};
@@ -227,37 +227,8 @@ fn calls_held_by_a_server_that_panics_under_stop_end_at_once_and_later_calls_end
 
 /// The handshake of a raw caller (session 7): its token.
 fn handshake(raw: &UdpSocket, topic_id: u64) -> u64 {
-    let subscribe = |nonce, cookie| {
-        let mut buf = [0u8; 256];
-        let mut enc = BatchEncoder::new(&mut buf);
-        enc.push_control(&Control::Subscribe {
-            topic_id,
-            fingerprint: <Request<Ask> as Message>::FINGERPRINT,
-            session: 7,
-            nonce,
-            cookie,
-        })
-        .expect("fits");
-        enc.as_bytes().to_vec()
-    };
-    let answer = || {
-        let mut buf = [0u8; 2048];
-        let n = raw.recv(&mut buf).expect("an answer");
-        let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
-            .expect("parses")
-            .next()
-            .expect("a frame");
-        Control::from_frame(&frame).expect("a control frame")
-    };
-    raw.send(&subscribe(1, None)).expect("send");
-    let Control::CookieChallenge { cookie, .. } = answer() else {
-        panic!("no challenge");
-    };
-    raw.send(&subscribe(2, Some(cookie))).expect("send");
-    let Control::SubscribeAck { token, .. } = answer() else {
-        panic!("not admitted");
-    };
-    token
+    let fingerprint = <Request<Ask> as Message>::FINGERPRINT;
+    crate::fixtures::raw_subscribe(raw, topic_id, fingerprint, 7).0
 }
 
 /// Sends calls `ids` (each `HOLD`, `budget_ms`) from `raw` and collects the replies until

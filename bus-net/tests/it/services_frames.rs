@@ -101,37 +101,8 @@ fn next_reply(raw: &UdpSocket) -> Option<(u64, CallStatus, Vec<u8>)> {
 /// Subscribes `raw` (connected to a server's bridge) to the service by the handshake, as any
 /// caller does, under session 7: returns its token.
 fn handshake(raw: &UdpSocket, topic_id: u64) -> u64 {
-    let subscribe = |nonce, cookie| {
-        let mut buf = [0u8; 256];
-        let mut enc = BatchEncoder::new(&mut buf);
-        enc.push_control(&Control::Subscribe {
-            topic_id,
-            fingerprint: <Request<Ask> as Message>::FINGERPRINT,
-            session: 7,
-            nonce,
-            cookie,
-        })
-        .expect("fits");
-        enc.as_bytes().to_vec()
-    };
-    let answer = || {
-        let mut buf = [0u8; 2048];
-        let n = raw.recv(&mut buf).expect("an answer");
-        let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
-            .expect("parses")
-            .next()
-            .expect("a frame");
-        Control::from_frame(&frame).expect("a control frame")
-    };
-    raw.send(&subscribe(1, None)).expect("send");
-    let Control::CookieChallenge { cookie, .. } = answer() else {
-        panic!("no challenge");
-    };
-    raw.send(&subscribe(2, Some(cookie))).expect("send");
-    let Control::SubscribeAck { token, .. } = answer() else {
-        panic!("not admitted");
-    };
-    token
+    let fingerprint = <Request<Ask> as Message>::FINGERPRINT;
+    crate::fixtures::raw_subscribe(raw, topic_id, fingerprint, 7).0
 }
 
 /// How it would fail: a malformed request that panics the bridge or its proxy (the server

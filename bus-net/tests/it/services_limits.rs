@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::fixtures::loopback;
 use llbus::{Actor, Bus, CallError, Context, Message, Replies, Request, Responder, Service, Setup};
-use llbus_net::{
-    encode_request, parse_datagram, BatchEncoder, Bridge, CallMeta, Control, DEFAULT_MAX_DATAGRAM,
-};
+use llbus_net::{encode_request, BatchEncoder, Bridge, CallMeta, Control};
 use serde::{Deserialize, Serialize};
 use tests::{bounded, metric};
 
@@ -81,37 +79,8 @@ fn server_bus_with(
 
 /// The handshake of a raw caller (session 7): its token.
 fn handshake(raw: &UdpSocket, topic_id: u64) -> u64 {
-    let subscribe = |nonce, cookie| {
-        let mut buf = [0u8; 256];
-        let mut enc = BatchEncoder::new(&mut buf);
-        enc.push_control(&Control::Subscribe {
-            topic_id,
-            fingerprint: <Request<Ask> as Message>::FINGERPRINT,
-            session: 7,
-            nonce,
-            cookie,
-        })
-        .expect("fits");
-        enc.as_bytes().to_vec()
-    };
-    let answer = || {
-        let mut buf = [0u8; 2048];
-        let n = raw.recv(&mut buf).expect("an answer");
-        let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
-            .expect("parses")
-            .next()
-            .expect("a frame");
-        Control::from_frame(&frame).expect("a control frame")
-    };
-    raw.send(&subscribe(1, None)).expect("send");
-    let Control::CookieChallenge { cookie, .. } = answer() else {
-        panic!("no challenge");
-    };
-    raw.send(&subscribe(2, Some(cookie))).expect("send");
-    let Control::SubscribeAck { token, .. } = answer() else {
-        panic!("not admitted");
-    };
-    token
+    let fingerprint = <Request<Ask> as Message>::FINGERPRINT;
+    crate::fixtures::raw_subscribe(raw, topic_id, fingerprint, 7).0
 }
 
 /// How it would fail: more requests admitted (`service.requests`, or the echo's handled
@@ -420,42 +389,8 @@ impl Actor for RunCounter {
 /// The handshake of a raw caller under `session`: its token and the cookie that proves it
 /// (for its Unsubscribe).
 fn handshake_as(raw: &UdpSocket, topic_id: u64, session: u64) -> (u64, llbus_net::Cookie) {
-    let control = |c: Control| {
-        let mut buf = [0u8; 256];
-        let mut enc = BatchEncoder::new(&mut buf);
-        enc.push_control(&c).expect("fits");
-        enc.as_bytes().to_vec()
-    };
-    let subscribe = |nonce, cookie| Control::Subscribe {
-        topic_id,
-        fingerprint: <Request<Ask> as Message>::FINGERPRINT,
-        session,
-        nonce,
-        cookie,
-    };
-    let answer = || {
-        let mut buf = [0u8; 2048];
-        loop {
-            let n = raw.recv(&mut buf).expect("an answer");
-            let frame = parse_datagram(&buf[..n], DEFAULT_MAX_DATAGRAM)
-                .expect("parses")
-                .next()
-                .expect("a frame");
-            if let Ok(c) = Control::from_frame(&frame) {
-                return c;
-            }
-        }
-    };
-    raw.send(&control(subscribe(1, None))).expect("send");
-    let Control::CookieChallenge { cookie, .. } = answer() else {
-        panic!("no challenge");
-    };
-    raw.send(&control(subscribe(2, Some(cookie))))
-        .expect("send");
-    let Control::SubscribeAck { token, .. } = answer() else {
-        panic!("not admitted");
-    };
-    (token, cookie)
+    let fingerprint = <Request<Ask> as Message>::FINGERPRINT;
+    crate::fixtures::raw_subscribe(raw, topic_id, fingerprint, session)
 }
 
 /// A request of call `call` for `Ask(n)` under `session`, with a budget of `budget_ms`,
