@@ -45,8 +45,8 @@ use crate::harness::{
     clock_cost_ns, human, run_suite, secs, short, Args, Bound, Collector, Pinning, Target,
 };
 use crate::onbus::{
-    bus_with_pinger, newtype_counter, place, place_group, stop_and_join, wait_until, Echo,
-    DRAIN_LIMIT,
+    bus_with_pinger, newtype_counter, place, place_group, stop_and_join, wait_until, CallEcho,
+    Called, Echo, Pinger, DRAIN_LIMIT,
 };
 use crate::ring::{WARMUP, WINDOW};
 
@@ -261,15 +261,16 @@ fn call_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, Strin
     let s = service.clone();
     let caller = bus
         .actor("caller", move |setup: &mut Setup<'_>| {
-            CallPinger::new(setup.caller(&s), plan, tx.clone())
+            let calls = Called::<Ping, Pong>::new(setup.caller(&s), Duration::from_secs(10));
+            Pinger::new(calls, plan, None, tx.clone())
         })
         .idle(Idle::BusySpin)
         .calls(&service);
     place(caller, pinning, 0);
     let s = service.clone();
     let server = bus
-        .actor("server", move |setup: &mut Setup<'_>| CallEcho {
-            replies: setup.replies(&s),
+        .actor("server", move |setup: &mut Setup<'_>| {
+            CallEcho::<Ping, Pong>::new(setup.replies(&s))
         })
         .idle(Idle::BusySpin)
         .serves(&service);
@@ -282,118 +283,6 @@ fn call_round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, Strin
     match got {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(_) => Err(format!("no result within {} (stuck)", secs(plan.hard_cap))),
-    }
-}
-
-/// Calls `Ping(n)`, times the `Pong(n)` that answers it, and calls the next: the bus's
-/// `Pinger` with a call in place of a publish.
-struct CallPinger {
-    out: llbus::CallOut<Ping, Pong>,
-    plan: RttPlan,
-    n: u64,
-    warm_end: Instant,
-    window_end: Option<Instant>,
-    t0: Instant,
-    histogram: Option<hdrhistogram::Histogram<u64>>,
-    result: mpsc::Sender<crate::onbus::RttResult>,
-}
-
-impl CallPinger {
-    fn new(
-        out: llbus::CallOut<Ping, Pong>,
-        plan: RttPlan,
-        result: mpsc::Sender<crate::onbus::RttResult>,
-    ) -> Self {
-        let now = Instant::now();
-        CallPinger {
-            out,
-            plan,
-            n: 0,
-            warm_end: now,
-            window_end: None,
-            t0: now,
-            histogram: Some(crate::harness::latency_histogram()),
-            result,
-        }
-    }
-
-    #[inline]
-    fn call_next(&mut self, ctx: &mut Context<'_>) {
-        self.n += 1;
-        self.t0 = Instant::now();
-        if ctx
-            .call(self.out, Ping(self.n), Duration::from_secs(10))
-            .is_err()
-        {
-            self.finish(Err(Failure::Stuck("caller: no room for a call")), ctx);
-        }
-    }
-
-    fn finish(&mut self, result: crate::onbus::RttResult, ctx: &mut Context<'_>) {
-        self.histogram = None;
-        let _ = self.result.send(result);
-        ctx.request_stop();
-    }
-}
-
-impl Actor for CallPinger {
-    type In = llbus::Reply<Pong>;
-
-    fn on_start(&mut self, ctx: &mut Context<'_>) {
-        self.warm_end = Instant::now() + self.plan.warmup;
-        self.call_next(ctx);
-    }
-
-    fn on_message(&mut self, reply: llbus::Reply<Pong>, ctx: &mut Context<'_>) {
-        let t1 = Instant::now();
-        if self.histogram.is_none() {
-            return;
-        }
-        let v = match ctx.settle(reply) {
-            Some((_, Ok(Pong(v)))) => v,
-            Some((_, Err(_))) => {
-                return self.finish(Err(Failure::Stuck("caller: a call failed")), ctx);
-            }
-            None => return,
-        };
-        if v != self.n {
-            let corrupt = Failure::Corrupt {
-                side: "caller",
-                expected: self.n,
-                got: v,
-            };
-            return self.finish(Err(corrupt), ctx);
-        }
-        match self.window_end {
-            None if t1 >= self.warm_end => self.window_end = Some(t1 + self.plan.window),
-            None => {}
-            Some(end) => {
-                if let Some(h) = self.histogram.as_mut() {
-                    h.saturating_record(t1.saturating_duration_since(self.t0).as_nanos() as u64);
-                }
-                if t1 >= end {
-                    if let Some(histogram) = self.histogram.take() {
-                        self.finish(Ok(RttOutcome { histogram }), ctx);
-                    }
-                    return;
-                }
-            }
-        }
-        self.call_next(ctx);
-    }
-}
-
-/// Answers every call `Ping(n)` with `Pong(n)`.
-struct CallEcho {
-    replies: llbus::Replies<Pong>,
-}
-
-impl Actor for CallEcho {
-    type In = llbus::Request<Ping>;
-
-    fn on_message(&mut self, request: llbus::Request<Ping>, ctx: &mut Context<'_>) {
-        let (Ping(n), responder) = self.replies.accept(request);
-        ctx.reply(responder, Ok(Pong(n)));
     }
 }
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use llbus::{
-    Actor, ActorBuilder, Bus, BusBuilder, Context, GroupBuilder, Idle, Message, Out, Report,
-    RunningBus, Setup,
+    Actor, ActorBuilder, Bus, BusBuilder, CallOut, Context, GroupBuilder, Idle, Message, Out,
+    Replies, Reply, Report, Request, RunningBus, Setup,
 };
 
 use crate::drive::{Failure, RttOutcome, RttPlan};
@@ -150,7 +150,7 @@ pub fn bus_with_pinger<P: Counter, Q: Counter>(
     bus.stop_timeout(DRAIN_LIMIT);
     let ping = bus
         .actor("ping", move |s: &mut Setup<'_>| {
-            Pinger::<P, Q>::new(s.output(), plan, None, tx.clone())
+            Pinger::new(Published::<P, Q>::new(s.output()), plan, None, tx.clone())
         })
         .idle(Idle::BusySpin)
         .subscribes::<Q>()
@@ -162,17 +162,97 @@ pub fn bus_with_pinger<P: Counter, Q: Counter>(
 /// What the pinger hands back when it is done.
 pub type RttResult = Result<RttOutcome, Failure>;
 
-/// Publishes `P(n)`, times the `Q(n)` that answers it, and publishes the next, like
-/// `examples/pingpong.rs`. Mirrors `drive::round_trip`'s loop: one `Instant::now()` before
-/// publishing and one when the answer is handled; round trips of the plan's warm-up not
-/// recorded, then every round trip of its window; the answer must carry the counter sent. The histogram is allocated when the actor is made (in its factory).
+/// How a round-trip actor sends its ping and reads what answers it: a publish answered by a
+/// message ([`Published`]) or a service call answered by its reply ([`Called`]).
+pub trait Bounce: Send + 'static {
+    /// What answers a ping.
+    type In: Message;
+    /// Sends ping `n`.
+    ///
+    /// # Errors
+    /// Why it could not be sent.
+    fn send(&mut self, n: u64, ctx: &mut Context<'_>) -> Result<(), Failure>;
+    /// The counter `answer` carries; `None` for an answer to pass over (a late reply).
+    fn open(&mut self, answer: Self::In, ctx: &mut Context<'_>) -> Option<Result<u64, Failure>>;
+}
+
+/// Publishes `P(n)` on an output; `Q(n)` answers.
+pub struct Published<P, Q> {
+    out: Out<P>,
+    _answer: PhantomData<fn(Q)>,
+}
+
+impl<P, Q> Published<P, Q> {
+    /// Publishing on `out`.
+    pub fn new(out: Out<P>) -> Self {
+        Published {
+            out,
+            _answer: PhantomData,
+        }
+    }
+}
+
+impl<P: Counter, Q: Counter> Bounce for Published<P, Q> {
+    type In = Q;
+
+    #[inline]
+    fn send(&mut self, n: u64, ctx: &mut Context<'_>) -> Result<(), Failure> {
+        ctx.publish(self.out, P::with(n));
+        Ok(())
+    }
+
+    #[inline]
+    fn open(&mut self, answer: Q, _: &mut Context<'_>) -> Option<Result<u64, Failure>> {
+        Some(Ok(answer.n()))
+    }
+}
+
+/// Calls a service with `P(n)` (`Context::call`, with `timeout`); its reply `Q(n)` answers.
+pub struct Called<P, Q> {
+    out: CallOut<P, Q>,
+    timeout: Duration,
+}
+
+impl<P, Q> Called<P, Q> {
+    /// Calling through `out`, each call with `timeout`.
+    pub fn new(out: CallOut<P, Q>, timeout: Duration) -> Self {
+        Called { out, timeout }
+    }
+}
+
+impl<P: Counter, Q: Counter> Bounce for Called<P, Q> {
+    type In = Reply<Q>;
+
+    #[inline]
+    fn send(&mut self, n: u64, ctx: &mut Context<'_>) -> Result<(), Failure> {
+        (ctx.call(self.out, P::with(n), self.timeout))
+            .map(|_| ())
+            .map_err(|_| Failure::Stuck("caller: a call was refused"))
+    }
+
+    #[inline]
+    fn open(&mut self, reply: Reply<Q>, ctx: &mut Context<'_>) -> Option<Result<u64, Failure>> {
+        match ctx.settle(reply)? {
+            (_, Ok(q)) => Some(Ok(q.n())),
+            (_, Err(_)) => Some(Err(Failure::Stuck(
+                "caller: a call ended without its reply",
+            ))),
+        }
+    }
+}
+
+/// Sends ping `n` (a publish of `P(n)` or a call), times the `Q(n)` that answers it, and sends
+/// the next, like `examples/pingpong.rs`. Mirrors `drive::round_trip`'s loop: one
+/// `Instant::now()` before sending and one when the answer is handled; round trips of the
+/// plan's warm-up not recorded, then every round trip of its window; the answer must carry
+/// the counter sent. The histogram is allocated when the actor is made (in its factory).
 ///
 /// It starts in `on_start`, or, given a `go` flag, in the first `poll` after the flag is set
 /// (once the network subscriptions exist). Given a `go` flag (over the network), it also gives
 /// up when no answer came [`LOST_AFTER`] after a ping (a datagram was lost); within one bus
 /// nothing can be lost, and the measuring thread's hard cap bounds a stuck run.
-pub struct Pinger<P, Q> {
-    out: Out<P>,
+pub struct Pinger<B> {
+    bounce: B,
     plan: RttPlan,
     go: Option<Arc<AtomicBool>>,
     started: bool,
@@ -185,7 +265,6 @@ pub struct Pinger<P, Q> {
     /// `None` once the result is sent.
     histogram: Option<Histogram<u64>>,
     result: mpsc::Sender<RttResult>,
-    _answer: PhantomData<fn(Q)>,
 }
 
 /// How long the pinger waits for an answer over the network before it gives up.
@@ -196,17 +275,17 @@ pub struct Pinger<P, Q> {
 /// shorter than the hard cap.
 pub const LOST_AFTER: Duration = Duration::from_secs(10);
 
-impl<P: Counter, Q: Counter> Pinger<P, Q> {
-    /// A pinger publishing on `out`; see the type's docs.
+impl<B: Bounce> Pinger<B> {
+    /// A pinger sending through `bounce`; see the type's docs.
     pub fn new(
-        out: Out<P>,
+        bounce: B,
         plan: RttPlan,
         go: Option<Arc<AtomicBool>>,
         result: mpsc::Sender<RttResult>,
     ) -> Self {
         let now = Instant::now();
         Self {
-            out,
+            bounce,
             plan,
             go,
             started: false,
@@ -216,7 +295,6 @@ impl<P: Counter, Q: Counter> Pinger<P, Q> {
             t0: now,
             histogram: Some(latency_histogram()),
             result,
-            _answer: PhantomData,
         }
     }
 
@@ -230,7 +308,9 @@ impl<P: Counter, Q: Counter> Pinger<P, Q> {
     fn send_next(&mut self, ctx: &mut Context<'_>) {
         self.n += 1;
         self.t0 = Instant::now();
-        ctx.publish(self.out, P::with(self.n));
+        if let Err(failed) = self.bounce.send(self.n, ctx) {
+            self.finish(Err(failed), ctx);
+        }
     }
 
     fn finish(&mut self, result: RttResult, ctx: &mut Context<'_>) {
@@ -240,8 +320,8 @@ impl<P: Counter, Q: Counter> Pinger<P, Q> {
     }
 }
 
-impl<P: Counter, Q: Counter> Actor for Pinger<P, Q> {
-    type In = Q;
+impl<B: Bounce> Actor for Pinger<B> {
+    type In = B::In;
 
     fn on_start(&mut self, ctx: &mut Context<'_>) {
         if self.go.is_none() {
@@ -266,12 +346,16 @@ impl<P: Counter, Q: Counter> Actor for Pinger<P, Q> {
         0
     }
 
-    fn on_message(&mut self, answer: Q, ctx: &mut Context<'_>) {
+    fn on_message(&mut self, answer: B::In, ctx: &mut Context<'_>) {
         let t1 = Instant::now();
         if self.histogram.is_none() {
             return; // Done already; the bus is stopping.
         }
-        let v = answer.n();
+        let v = match self.bounce.open(answer, ctx) {
+            None => return,
+            Some(Ok(v)) => v,
+            Some(Err(failed)) => return self.finish(Err(failed), ctx),
+        };
         if v != self.n {
             let corrupt = Failure::Corrupt {
                 side: "ping actor",
@@ -296,6 +380,31 @@ impl<P: Counter, Q: Counter> Actor for Pinger<P, Q> {
             }
         }
         self.send_next(ctx);
+    }
+}
+
+/// Answers every call `P(n)` with `Q(n)`.
+pub struct CallEcho<P, Q> {
+    replies: Replies<Q>,
+    _request: PhantomData<fn(P)>,
+}
+
+impl<P, Q> CallEcho<P, Q> {
+    /// Answering through `replies`.
+    pub fn new(replies: Replies<Q>) -> Self {
+        CallEcho {
+            replies,
+            _request: PhantomData,
+        }
+    }
+}
+
+impl<P: Counter, Q: Counter> Actor for CallEcho<P, Q> {
+    type In = Request<P>;
+
+    fn on_message(&mut self, request: Request<P>, ctx: &mut Context<'_>) {
+        let (p, responder) = self.replies.accept(request);
+        ctx.reply(responder, Ok(Q::with(p.n())));
     }
 }
 

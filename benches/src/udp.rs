@@ -86,7 +86,7 @@ use crate::harness::{
     human, median, run_suite, secs, short, Args, Bound, Collector, Pinning, Spin, Stuck, Target,
 };
 use crate::onbus::{
-    metric, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, DRAIN_LIMIT,
+    metric, place_group, stop_and_join, wait_until, Counter, Echo, Pinger, Published, DRAIN_LIMIT,
 };
 
 /// Suite name in the output.
@@ -728,7 +728,8 @@ pub(crate) fn llbus_round_trip(
         .group("host-a");
     let g = Arc::clone(&go);
     a.actor("ping", move |s: &mut Setup<'_>| {
-        Pinger::<Ping, Pong>::new(s.output(), plan, Some(Arc::clone(&g)), tx.clone())
+        let pings = Published::<Ping, Pong>::new(s.output());
+        Pinger::new(pings, plan, Some(Arc::clone(&g)), tx.clone())
     })
     .subscribes::<Pong>()
     .publishes::<Ping>()
