@@ -72,10 +72,13 @@ fn responders_smuggled_out_and_dropped_after_the_bus_is_gone_end_nothing_twice()
     });
 }
 
+/// How each call ended: `(n, result)`.
+type Ended = Arc<Mutex<Vec<(u64, Result<Sum, CallError>)>>>;
+
 /// Calls with the longest and the shortest timeouts, from an actor.
 struct Edges {
     out: CallOut<Ask, Sum>,
-    ended: Arc<Mutex<Vec<(u64, Result<Sum, CallError>)>>>,
+    ended: Ended,
     started: bool,
 }
 
