@@ -165,3 +165,99 @@ fn a_recording_at_5_percent_loss_marks_exactly_the_gaps() {
         "{summary}"
     );
 }
+
+/// A reliable export (its answer to the discovery query says so) is recorded through a
+/// reliable import: through the same lossy proxy, every message is in the file, in order,
+/// with no gap, the proxy's drops repaired.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_reliable_export_recorded_through_loss_has_no_gaps() {
+    // Discovery on, unicast only: the bridge answers the command's query for its topics.
+    let bridge =
+        Bridge::bind("127.0.0.1:0")
+            .expect("binds")
+            .discovery(llbus_net::DiscoveryConfig {
+                group: None,
+                ..llbus_net::DiscoveryConfig::default()
+            });
+    let addr = bridge.local_addr();
+    let mut b = Bus::builder();
+    b.actor("feed", |s: &mut Setup<'_>| Feed {
+        out: s.output(),
+        next: 0,
+    })
+    .tick_every(Duration::from_millis(2))
+    .publishes::<Tick>();
+    b.add(bridge.export_reliable::<Tick>());
+    let bus = b.start().expect("starts");
+    let proxy = LossyRelay::start(
+        addr,
+        Loss::Permille {
+            permille: 50,
+            seed: 38,
+        },
+    );
+
+    let dir = CountersDir::new("record-reliable");
+    let path =
+        std::env::temp_dir().join(format!("llbus-record-reliable-{}.mcap", std::process::id()));
+    let (proxy_addr, out_path) = (proxy.addr.to_string(), path.to_string_lossy().into_owned());
+    let args = [
+        "record",
+        "--publisher",
+        &proxy_addr,
+        "--topic",
+        "rec.tick",
+        "--count",
+        "600",
+        "--output",
+        &out_path,
+    ];
+    let out = llbus(&dir, &args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "record failed: {err}\n{text}");
+    let dropped = proxy.dropped_seqs();
+    drop(proxy);
+    bus.stop();
+    bus.join().expect("stops cleanly");
+
+    let bytes = std::fs::read(&path).expect("the recording");
+    let _ = std::fs::remove_file(&path);
+    let recording = llbus_record::read(&bytes);
+    let tick = recording
+        .topics
+        .iter()
+        .position(|t| t.topic == "rec.tick")
+        .expect("the topic's channel");
+    let seqs: Vec<u64> = recording
+        .frames
+        .iter()
+        .filter(|f| f.topic == tick)
+        .map(|f| {
+            let m: Tick = llbus_net::decode_payload(&f.data).expect("decodes");
+            assert_eq!(m.px, m.n as f64 / 4.0);
+            u64::from(f.sequence)
+        })
+        .collect();
+    assert_eq!(seqs.len(), 600, "{text}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "a number missing or out of order: {seqs:?}"
+    );
+    let (lo, hi) = (seqs[0], seqs[seqs.len() - 1]);
+    assert!(
+        dropped.range(lo..=hi).next().is_some(),
+        "5% of 600 lost nothing: the proxy does not drop"
+    );
+    let gaps = recording
+        .frames
+        .iter()
+        .filter(|f| recording.topics[f.topic].topic == llbus_record::GAPS_TOPIC)
+        .count();
+    assert_eq!(gaps, 0, "{text}");
+    assert!(
+        text.contains("RECORDED messages=600 gaps=0 lost=0 "),
+        "{text}"
+    );
+}
