@@ -264,11 +264,14 @@ impl Link {
     }
 
     /// A socket bound to `bind` that serves topics (`publisher_endpoint`) to the subscribers
-    /// `allow` admits; `psk`: the key they must hold.
+    /// `allow` admits; `psk`: the key they must hold; `announce`: the discovery group its
+    /// exports are announced on (as a bridge's `Bridge::announce` does; queries sent to the
+    /// group are not heard, unicast ones are answered).
     pub(crate) fn serve(
         bind: SocketAddr,
         psk: Option<[u8; 32]>,
         allow: Option<llbus_net::Allowlist>,
+        announce: Option<SocketAddr>,
     ) -> Result<Link, String> {
         let max_datagram = if bind.is_ipv4() {
             DEFAULT_MAX_DATAGRAM
@@ -283,6 +286,23 @@ impl Link {
         };
         if let Some(allow) = allow {
             config.allow = allow;
+        }
+        if let Some(group) = announce {
+            let discovery = llbus_net::DiscoveryConfig {
+                group: Some(group),
+                ..llbus_net::DiscoveryConfig::default()
+            };
+            // From the interface of the bound address, as a bridge announces.
+            let interface = (!bind.ip().is_unspecified()).then(|| bind.ip());
+            socket
+                .set_multicast(group.is_ipv4(), discovery.ttl, interface)
+                .map_err(|e| {
+                    format!(
+                        "cannot announce on the discovery group {group} from {bind} ({e}); \
+                         --no-announce plays without"
+                    )
+                })?;
+            config.discovery = Some(discovery);
         }
         Ok(Link {
             publisher: socket.local_addr(),
@@ -306,14 +326,20 @@ impl Link {
     ) -> Result<Endpoint, String> {
         let seed = llbus_net::random_secret()
             .map_err(|e| format!("cannot read the system's random source: {e}"))?;
-        Ok(Endpoint::new(
+        let endpoint = Endpoint::new(
             &self.config,
             self.max_datagram,
             llbus_net::new_session_id(),
             seed,
             exports,
             Vec::new(),
-        ))
+        );
+        Ok(match &self.config.discovery {
+            Some(discovery) => {
+                endpoint.with_discovery(discovery, self.socket.local_addr(), Vec::new())
+            }
+            None => endpoint,
+        })
     }
 
     /// Sends `messages` (encoded payloads) as the next messages of export `i`, batched.
