@@ -83,3 +83,47 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
     );
     publisher.kill();
 }
+
+/// `llbus topics` with no flag at all (the default group, every interface and loopback) lists
+/// a `publisher --announce` of this host (its default group, bound to loopback).
+#[test]
+fn topics_with_no_flag_finds_a_local_announcing_publisher() {
+    if !tests::loopback_group_or_skip(llbus_net::DEFAULT_DISCOVERY_GROUP) {
+        return;
+    }
+    let port = free_udp_port();
+    let dir = CountersDir::new("topics-default");
+    let _ = llbus_bin();
+    let mut cmd = Command::new(example("publisher"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
+    cmd.args([
+        "--bind",
+        &format!("127.0.0.1:{port}"),
+        "--rate",
+        "100",
+        "--announce",
+    ]);
+    let mut publisher = Running::spawn("publisher", cmd);
+    publisher
+        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
+        .expect("the publisher starts");
+    let out = llbus(&dir, &["topics", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+    let address = format!("127.0.0.1:{port}");
+    // Other bridges of this host may announce on the default group too: ours is among them.
+    let ours = listed["topics"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|t| t["topic"] == "demo.counter")
+        .flat_map(|t| t["publishers"].as_array().cloned().unwrap_or_default())
+        .any(|p| p["address"] == address.as_str());
+    assert!(ours, "{address} not listed: {text}");
+    publisher.kill();
+}
