@@ -15,6 +15,10 @@
 //! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to that
 //! group once for every subscriber that receives it (the others get unicast).
 //!
+//! Ctrl-C or SIGTERM stops the bus gracefully (`RunningBus::stop_on_signals`): the report is
+//! printed and the counters file removed; a second signal ends the process at once. What the
+//! libraries log goes to stderr (warnings by default; `RUST_LOG=info` for more).
+//!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
 //!
@@ -212,6 +216,7 @@ fn metric(report: &llbus::Report, name: &str) -> u64 {
 }
 
 fn main() -> std::process::ExitCode {
+    examples::logger();
     let args = Args::parse();
     if args.reliable && args.compat.is_some() {
         eprintln!("publisher: error: --reliable needs the native format (not --compat)");
