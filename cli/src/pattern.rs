@@ -88,7 +88,8 @@ A --topic PATTERN names every topic of the publisher that matches it: `*` stands
 segment and `**` for any number of them, each alone between `.` or `/` (`md.quote.*`, \
 `fleet/**/odom`; quote it for the shell). A value without `*` is a name, taken as given.
 
-The names are asked of the publisher at --publisher once, at start, with a discovery query \
+The names are asked of the publisher (at --publisher, or the one discovery found) once, at \
+start, with a discovery query \
 (docs/PROTOCOL.md, \"Discovery\"): topics it adds later are not followed. Only a bridge with \
 discovery on answers that query (Bridge::announce, Bridge::discover, BridgeConfig::discovery; \
 the publisher example's --announce): against a bridge without, the command fails saying so, \
