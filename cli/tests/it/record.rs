@@ -42,10 +42,24 @@ impl Actor for Feed {
     }
 }
 
-#[test]
-#[cfg_attr(miri, ignore)]
-fn a_recording_at_5_percent_loss_marks_exactly_the_gaps() {
-    let bridge = Bridge::bind("127.0.0.1:0").expect("binds");
+/// What `llbus record` of 600 ticks wrote through a proxy losing 5% of the data.
+struct Recorded {
+    /// Its standard output (the summary).
+    text: String,
+    /// The sequence numbers the proxy dropped.
+    dropped: BTreeSet<u64>,
+    recording: llbus_record::Recording,
+}
+
+/// Serves ticks every 2 ms from `bridge` (`export` makes its export), records 600 of them with
+/// `llbus record` through a proxy that loses 5% of the data (seeded with `seed`), and reads
+/// the file back.
+fn record_through_loss(
+    bridge: Bridge,
+    export: fn(Bridge) -> Bridge,
+    seed: u64,
+    test: &str,
+) -> Recorded {
     let addr = bridge.local_addr();
     let mut b = Bus::builder();
     b.actor("feed", |s: &mut Setup<'_>| Feed {
@@ -54,18 +68,12 @@ fn a_recording_at_5_percent_loss_marks_exactly_the_gaps() {
     })
     .tick_every(Duration::from_millis(2))
     .publishes::<Tick>();
-    b.add(bridge.export::<Tick>());
+    b.add(export(bridge));
     let bus = b.start().expect("starts");
-    let proxy = LossyRelay::start(
-        addr,
-        Loss::Permille {
-            permille: 50,
-            seed: 25,
-        },
-    );
+    let proxy = LossyRelay::start(addr, Loss::Permille { permille: 50, seed });
 
-    let dir = CountersDir::new("record");
-    let path = std::env::temp_dir().join(format!("llbus-record-{}.mcap", std::process::id()));
+    let dir = CountersDir::new(test);
+    let path = std::env::temp_dir().join(format!("llbus-{test}-{}.mcap", std::process::id()));
     let (proxy_addr, out_path) = (proxy.addr.to_string(), path.to_string_lossy().into_owned());
     let args = [
         "record",
@@ -89,7 +97,22 @@ fn a_recording_at_5_percent_loss_marks_exactly_the_gaps() {
 
     let bytes = std::fs::read(&path).expect("the recording");
     let _ = std::fs::remove_file(&path);
-    let recording = llbus_record::read(&bytes);
+    Recorded {
+        text,
+        dropped,
+        recording: llbus_record::read(&bytes),
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_recording_at_5_percent_loss_marks_exactly_the_gaps() {
+    let bridge = Bridge::bind("127.0.0.1:0").expect("binds");
+    let Recorded {
+        text,
+        dropped,
+        recording,
+    } = record_through_loss(bridge, |b| b.export::<Tick>(), 25, "record");
     assert_eq!(recording.cut_off, None);
     let tick = recording
         .topics
@@ -180,51 +203,16 @@ fn a_reliable_export_recorded_through_loss_has_no_gaps() {
                 group: None,
                 ..llbus_net::DiscoveryConfig::default()
             });
-    let addr = bridge.local_addr();
-    let mut b = Bus::builder();
-    b.actor("feed", |s: &mut Setup<'_>| Feed {
-        out: s.output(),
-        next: 0,
-    })
-    .tick_every(Duration::from_millis(2))
-    .publishes::<Tick>();
-    b.add(bridge.export_reliable::<Tick>());
-    let bus = b.start().expect("starts");
-    let proxy = LossyRelay::start(
-        addr,
-        Loss::Permille {
-            permille: 50,
-            seed: 38,
-        },
+    let Recorded {
+        text,
+        dropped,
+        recording,
+    } = record_through_loss(
+        bridge,
+        |b| b.export_reliable::<Tick>(),
+        38,
+        "record-reliable",
     );
-
-    let dir = CountersDir::new("record-reliable");
-    let path =
-        std::env::temp_dir().join(format!("llbus-record-reliable-{}.mcap", std::process::id()));
-    let (proxy_addr, out_path) = (proxy.addr.to_string(), path.to_string_lossy().into_owned());
-    let args = [
-        "record",
-        "--publisher",
-        &proxy_addr,
-        "--topic",
-        "rec.tick",
-        "--count",
-        "600",
-        "--output",
-        &out_path,
-    ];
-    let out = llbus(&dir, &args);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "record failed: {err}\n{text}");
-    let dropped = proxy.dropped_seqs();
-    drop(proxy);
-    bus.stop();
-    bus.join().expect("stops cleanly");
-
-    let bytes = std::fs::read(&path).expect("the recording");
-    let _ = std::fs::remove_file(&path);
-    let recording = llbus_record::read(&bytes);
     let tick = recording
         .topics
         .iter()

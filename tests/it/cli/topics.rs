@@ -7,6 +7,21 @@ use std::time::Duration;
 use tests::cli::{llbus, llbus_bin, CountersDir};
 use tests::example_bins::{example, free_udp_port, Running};
 
+/// The `publisher` example on loopback port `port` with `announce` (its `--announce` flag and
+/// value), once it says it announces.
+fn announcing(dir: &CountersDir, port: u16, announce: &[&str]) -> Running {
+    let mut cmd = Command::new(example("publisher"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
+    cmd.args(["--bind", &format!("127.0.0.1:{port}"), "--rate", "1000"])
+        .args(["--count", "600000"])
+        .args(announce);
+    let mut publisher = Running::spawn("publisher", cmd);
+    publisher
+        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
+        .expect("the publisher starts");
+    publisher
+}
+
 /// `llbus topics` lists what a `publisher --announce` announces, and `subscriber --discover`
 /// finds that publisher with no address given, as separate processes over loopback multicast.
 #[test]
@@ -19,22 +34,7 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
     let dir = CountersDir::new("topics");
     // Both built before the publisher starts, so that it is still running when asked.
     let _ = (llbus_bin(), example("subscriber"));
-    let mut cmd = Command::new(example("publisher"));
-    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
-    cmd.args([
-        "--bind",
-        &format!("127.0.0.1:{port}"),
-        "--rate",
-        "1000",
-        "--count",
-        "600000",
-        "--announce",
-        &group,
-    ]);
-    let mut publisher = Running::spawn("publisher", cmd);
-    publisher
-        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
-        .expect("the publisher starts");
+    let publisher = announcing(&dir, port, &["--announce", &group]);
     let out = llbus(
         &dir,
         &[
@@ -94,19 +94,8 @@ fn topics_with_no_flag_finds_a_local_announcing_publisher() {
     let port = free_udp_port();
     let dir = CountersDir::new("topics-default");
     let _ = llbus_bin();
-    let mut cmd = Command::new(example("publisher"));
-    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
-    cmd.args([
-        "--bind",
-        &format!("127.0.0.1:{port}"),
-        "--rate",
-        "100",
-        "--announce",
-    ]);
-    let mut publisher = Running::spawn("publisher", cmd);
-    publisher
-        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
-        .expect("the publisher starts");
+    // `--announce` alone: the default group.
+    let publisher = announcing(&dir, port, &["--announce"]);
     let out = llbus(&dir, &["topics", "--json"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(

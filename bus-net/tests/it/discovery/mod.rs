@@ -94,19 +94,14 @@ fn publisher(test: u8, source: u64) -> (RunningBus, SocketAddr) {
     (bus.start().expect("publisher starts"), addr)
 }
 
-#[test]
-#[cfg_attr(miri, ignore)]
-fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
-    let _cpu = crate::fixtures::cpu_shared();
-    // Multicast on loopback needs no route but the loopback interface itself.
-    if !tests::loopback_group_or_skip(group(0)) {
-        return;
-    }
+/// A bus whose bridge `sub` discovers [`Quote`] on test `test`'s group, its status, and the
+/// quotes it took by source.
+fn subscriber(test: u8) -> (RunningBus, llbus_net::BridgeStatus, Arc<Mutex<[u64; 3]>>) {
     let by_source = Arc::new(Mutex::new([0u64; 3]));
     let subscriber = Bridge::bind("127.0.0.1:0")
         .unwrap()
         .name("sub")
-        .discovery(discovery(0))
+        .discovery(discovery(test))
         .discover::<Quote>();
     let status = subscriber.status();
     let mut bus = Bus::builder();
@@ -116,7 +111,18 @@ fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
     })
     .subscribes::<Quote>();
     bus.add(subscriber);
-    let sub = bus.start().expect("subscriber starts");
+    (bus.start().expect("subscriber starts"), status, by_source)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
+    let _cpu = crate::fixtures::cpu_shared();
+    // Multicast on loopback needs no route but the loopback interface itself.
+    if !tests::loopback_group_or_skip(group(0)) {
+        return;
+    }
+    let (sub, status, by_source) = subscriber(0);
 
     let (one, addr_one) = publisher(0, 1);
     let (two, addr_two) = publisher(0, 2);
@@ -377,21 +383,7 @@ fn a_discovered_publisher_of_another_fingerprint_is_reported_once() {
     bus.add(bridge);
     let publisher = bus.start().expect("publisher starts");
 
-    let by_source = Arc::new(Mutex::new([0u64; 3]));
-    let subscriber = Bridge::bind("127.0.0.1:0")
-        .unwrap()
-        .name("sub")
-        .discovery(discovery(40))
-        .discover::<Quote>();
-    let status = subscriber.status();
-    let mut bus = Bus::builder();
-    let seen = Arc::clone(&by_source);
-    bus.actor("seen", move |_: &mut Setup<'_>| Seen {
-        by_source: Arc::clone(&seen),
-    })
-    .subscribes::<Quote>();
-    bus.add(subscriber);
-    let sub = bus.start().expect("subscriber starts");
+    let (sub, status, by_source) = subscriber(40);
 
     wait_for("the mismatch reported", 20, || !status.errors().is_empty());
     // Announcements come every 100 ms: ten more of them report nothing new.
