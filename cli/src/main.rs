@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-/// Reach and watch running llbus buses on this host.
+/// Reach running llbus buses, and the topics and services their bridges serve.
 #[derive(Debug, Parser)]
 #[command(name = "llbus", version, about)]
 struct Cli {
@@ -481,4 +481,25 @@ fn spy(
     )?;
     summary("SPY", &tap, n, bytes);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `llbus --help` says what the command does: every subcommand is named in its text.
+    #[test]
+    fn the_top_level_help_names_every_command() {
+        let mut cli = Cli::command();
+        let help = cli.render_help().to_string();
+        let about = cli.get_about().map(ToString::to_string).unwrap_or_default();
+        for command in cli.get_subcommands().map(|c| c.get_name().to_owned()) {
+            if command != "help" {
+                assert!(about.contains(&command), "{command} is not in: {about}");
+            }
+        }
+        assert!(help.starts_with(&about), "{help}");
+    }
 }
