@@ -265,6 +265,24 @@ mod tests {
     use super::*;
     use crate::RecvBatch;
 
+    /// Loopback comes first, once, and every address listed is one a group can be joined on.
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore)]
+    fn the_multicast_interfaces_start_with_loopback_and_each_takes_a_group() {
+        let all = multicast_v4_interfaces();
+        assert_eq!(all.first(), Some(&Ipv4Addr::LOCALHOST), "{all:?}");
+        let mut unique = all.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+        let group = SocketAddr::from(([239, 255, 77, 99], 0));
+        for ip in &all {
+            let joined =
+                UdpEndpoint::bind_group(group, Some(IpAddr::V4(*ip)), &SocketConfig::default());
+            assert!(joined.is_ok(), "{ip}: {:?}", joined.err());
+        }
+    }
+
     /// A link-local IPv6 group (`ff02::/16`, and interface-local `ff01::/16`) exists once per
     /// link: without a scope id or an interface to take it from, joining it is refused with an
     /// error that says what to name; with a scope id, or a group of wider scope, the address

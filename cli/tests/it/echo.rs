@@ -275,7 +275,11 @@ fn echo_with_the_topic_alone_finds_its_publisher_by_discovery() {
 #[cfg_attr(miri, ignore)]
 fn hz_and_spy_with_the_key_tap_a_keyed_publisher_and_fail_clearly_without_it() {
     let key = [0x6b; 32];
-    let (bus, addr) = serve(Some(key));
+    let Some(group) = tests::bridges::discovery::group(22) else {
+        return;
+    };
+    // Announced, sealed with the key.
+    let (bus, addr) = serve_announced(Some(key), Some(group));
     let dir = CountersDir::new("hz-psk");
     let keyfile = KeyFile::new("hz", key);
     let addr = addr.to_string();
@@ -308,6 +312,27 @@ fn hz_and_spy_with_the_key_tap_a_keyed_publisher_and_fail_clearly_without_it() {
     assert!(
         summary.contains(&format!("fingerprint={:#018x}", Fill::FINGERPRINT)),
         "{summary}"
+    );
+
+    // With the key and no address: the sealed announcement opened, the publisher found.
+    let group = group.to_string();
+    let found = [
+        "hz",
+        "--topic",
+        "echo.fill",
+        "--group",
+        &group,
+        "--duration-s",
+        "1",
+        "--psk-file",
+        keyfile.path(),
+    ];
+    let out = llbus(&dir, &found);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "hz failed: {err}");
+    assert!(
+        err.contains(&format!("found the publisher of 'echo.fill' at {addr}")),
+        "{err}"
     );
 
     let spy = [
