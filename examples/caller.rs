@@ -50,6 +50,7 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    examples::logger();
     report_errors("caller", run)
 }
 

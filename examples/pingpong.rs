@@ -308,6 +308,7 @@ fn over_udp(
 }
 
 fn main() -> std::process::ExitCode {
+    examples::logger();
     if let Some(echo) = shm::echo_if_asked() {
         return cli::report_errors("pingpong", || echo);
     }

@@ -15,6 +15,10 @@
 //! `subscriber --discover` and `llbus topics`; with `--multicast GROUP:PORT` its data goes to that
 //! group once for every subscriber that receives it (the others get unicast).
 //!
+//! Ctrl-C or SIGTERM stops the bus gracefully (`RunningBus::stop_on_signals`): the report is
+//! printed and the counters file removed; a second signal ends the process at once. What the
+//! libraries log goes to stderr (warnings by default; `RUST_LOG=info` for more).
+//!
 //! In the default format each message is `Counter { n, sent_ns }`, `sent_ns` being
 //! `CLOCK_REALTIME` when the feed published it, so the subscriber can print one-way latency.
 //!
@@ -42,21 +46,6 @@ use llbus_net::{realtime_ns, Bridge, BridgeConfig};
 const BURST: u64 = 1024;
 /// The feed-to-exporter ring when they share a thread: four bursts.
 const RING: usize = 4 * BURST as usize;
-
-/// Set by the SIGINT/SIGTERM handler.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-fn catch_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic, which
-        // is async-signal-safe; `signal` has no other precondition.
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
-}
 
 /// What the feed shares with `main`.
 #[derive(Default)]
@@ -227,6 +216,7 @@ fn metric(report: &llbus::Report, name: &str) -> u64 {
 }
 
 fn main() -> std::process::ExitCode {
+    examples::logger();
     let args = Args::parse();
     if args.reliable && args.compat.is_some() {
         eprintln!("publisher: error: --reliable needs the native format (not --compat)");
@@ -248,7 +238,6 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let compat = args.compat.is_some();
     let shm_transport = args.transport == Transport::Shm;
     let zenoh_transport = args.transport == Transport::Zenoh;
-    catch_signals();
 
     let shared = Arc::new(Shared::default());
     shared.go.store(!args.wait_subscriber, Ordering::Release);
@@ -415,6 +404,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     });
     #[cfg_attr(not(feature = "zenoh"), allow(unused_mut))]
     let mut running = bus.start()?;
+    // Ctrl-C or SIGTERM: the bus stops gracefully, and the report below is printed.
+    running.stop_on_signals()?;
     #[cfg(feature = "zenoh")]
     let gateway = match gateway_builder {
         Some(g) => Some(g.start(&mut running, args.zenoh.zenoh_config()?)?),
@@ -505,9 +496,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         had_subscriber |= subscribers_now > 0;
         let all_left = native_udp && had_subscriber && subscribers_now == 0;
-        if done_at.is_some_and(|t| now - t >= grace || all_left)
-            || INTERRUPTED.load(Ordering::Relaxed)
-        {
+        if done_at.is_some_and(|t| now - t >= grace || all_left) || running.is_stopping() {
             break;
         }
     }

@@ -153,6 +153,7 @@ impl Actor for Gateway {
 struct Args {}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    examples::logger();
     let Args {} = <Args as clap::Parser>::parse();
     let result = Arc::new(Mutex::new(None));
     let two_cores = llbus::online_cores() >= 2;

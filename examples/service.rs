@@ -89,6 +89,7 @@ impl Actor for Risk {
 }
 
 fn main() -> std::process::ExitCode {
+    examples::logger();
     report_errors("service", run)
 }
 

@@ -87,6 +87,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    examples::logger();
     let Args { minutes, rate } = <Args as clap::Parser>::parse();
 
     let publisher = Bridge::bind("127.0.0.1:0")?.name("net-pub");

@@ -316,6 +316,7 @@ fn print_discovered(shown: &mut Vec<llbus_net::Discovered>, now: Vec<llbus_net::
 }
 
 fn main() -> std::process::ExitCode {
+    examples::logger();
     let args = Args::parse();
     if args.transport == Transport::Zenoh && (args.compat.is_some() || args.reliable) {
         eprintln!("subscriber: error: --transport zenoh carries the native counter only (no --compat, no --reliable)");

@@ -70,6 +70,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    examples::logger();
     let args = <Args as clap::Parser>::parse();
     let mut bus = Bus::builder();
     bus.name(&args.name);

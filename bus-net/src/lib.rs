@@ -230,8 +230,8 @@ pub use bridge::{
     DEFAULT_SERVED_CALLS,
 };
 pub use io::{
-    new_session_id, random_secret, realtime_ns, IoStats, RecvBatch, SendBatch, SocketConfig,
-    UdpEndpoint, MAX_BATCH,
+    multicast_v4_interfaces, new_session_id, random_secret, realtime_ns, IoStats, RecvBatch,
+    SendBatch, SocketConfig, UdpEndpoint, MAX_BATCH,
 };
 
 #[cfg(test)]

@@ -53,6 +53,12 @@
 //!   for a reader outside the bus: a publisher blocked on a full [`Subscription`] gives up at
 //!   the request (counted lost). `join` waits for the stop and reports how it went
 //!   ([`Report::stop`]). Durations and capacities that cannot work are refused by `start()`.
+//! - **Running as a service.** [`RunningBus::stop_on_signals`] makes the process's SIGINT and
+//!   SIGTERM request that same stop (a thread of signal-hook's takes them; no handler runs on
+//!   the bus's threads), so `join` returns the final report and the counters file is removed;
+//!   a second signal ends the process as it would have. [`RunningBus::join_timeout`] waits at
+//!   most a deadline and hands the bus back, still running, if it has not ended; it never
+//!   stops the bus itself.
 //! - **Ways in and out.** Code that is not an actor publishes through a [`Publisher`] and reads
 //!   through a [`Subscription`], declared on the builder ([`BusBuilder::publisher`],
 //!   [`BusBuilder::subscription`]) and wired, counted and stopped like actors' edges; their

@@ -107,14 +107,15 @@ impl<W: Write> Sink for Printer<W> {
 
 /// Runs `llbus echo`.
 pub(crate) fn run(args: &Args) -> Result<(), String> {
+    let wanted = std::slice::from_ref(&args.topic);
     let Opened {
         mut link,
         until,
         setup_timeout,
-    } = args.subscription.open()?;
-    let names =
-        crate::pattern::resolve(std::slice::from_ref(&args.topic), &mut link, setup_timeout)?;
-    let topics = link.schemas(&names, setup_timeout)?;
+        ..
+    } = args.subscription.open(wanted)?;
+    let resolved = crate::pattern::resolve(wanted, &mut link, setup_timeout, false)?;
+    let topics = link.schemas(&resolved.names, setup_timeout)?;
     if topics.is_empty() {
         return Err("no schema".to_owned());
     }

@@ -9,19 +9,25 @@
 //! - `llbus stat [BUS] [--watch] [--json] [--openmetrics]`: every edge, actor and named
 //!   metric (bridge metrics among them) of one bus.
 //! - `llbus top [BUS]`: a live full-screen view of the busiest edges (`q` quits).
-//! - `llbus hz TOPIC --publisher ADDR` and `llbus spy --publisher ADDR --topic NAME`: subscribe
-//!   to a remote topic over the ll-udp wire protocol without its Rust type, and show its rate,
-//!   sizes and sequence gaps, or every frame's header (and payload bytes with `--hex`, its
-//!   fields with `--decode`).
-//! - `llbus echo --publisher ADDR --topic NAME`: every message of a remote topic as a line of
-//!   JSON, decoded from the schema its publisher serves. `--topic 'md.quote.*'`: every topic of
-//!   the publisher that the pattern matches (asked of it once, at start, with a discovery
-//!   query, which only a bridge with discovery on answers), each line naming its topic.
-//! - `llbus record --publisher ADDR --topic NAME --output FILE.mcap`: remote topics into MCAP,
-//!   one channel per topic; `--topic` may be a pattern too.
-//! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher.
-//! - `llbus topics [--watch] [--json]`: the topics bridges announce on the network (discovery),
-//!   with their fingerprints and publishers; the services they serve are listed as such.
+//! - `llbus hz --topic NAME` and `llbus spy --topic NAME`: subscribe to a remote topic over
+//!   the ll-udp wire protocol without its Rust type, and show its rate, sizes and sequence
+//!   gaps, or every frame's header (and payload bytes with `--hex`, its fields with
+//!   `--decode`).
+//! - `llbus echo --topic NAME`: every message of a remote topic as a line of JSON, decoded
+//!   from the schema its publisher serves. `--topic 'md.quote.*'`: every topic of the
+//!   publisher that the pattern matches (asked of it once, at start, with a discovery query,
+//!   which only a bridge with discovery on answers), each line naming its topic.
+//! - `llbus record --topic NAME --output FILE.mcap`: remote topics into MCAP, one channel per
+//!   topic, reliable exports through reliable imports; `--topic` may be a pattern too.
+//! - `llbus play FILE.mcap --bind ADDR`: a recording served as a publisher, announced on the
+//!   discovery group (`--no-announce`: not).
+//! - `llbus topics [--watch] [--json]`: the topics bridges announce on the network (discovery,
+//!   on every multicast-capable interface and loopback), with their fingerprints and
+//!   publishers; the services they serve are listed as such.
+//!
+//! `hz`, `spy`, `echo` and `record` find the publisher of `--topic` by discovery (as `llbus
+//! topics` does) unless `--publisher ADDR` names it; every command that speaks to bridges
+//! takes their pre-shared key with `--psk-file`.
 //! - `llbus call --publisher ADDR --service NAME '{"json": ...}'`: calls a remote service
 //!   without its Rust types (its request and reply shapes come from its bridge) and prints the
 //!   reply as one line of JSON; exit 1 when a call ends without its reply, 2 for a request
@@ -46,7 +52,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-/// Reach and watch running llbus buses on this host.
+/// Reach running llbus buses, and the topics and services their bridges serve.
 #[derive(Debug, Parser)]
 #[command(name = "llbus", version, about)]
 struct Cli {
@@ -89,7 +95,11 @@ enum Command {
     /// The rate, sizes and sequence gaps of a remote topic, every second.
     Hz {
         /// The topic's name (its id is derived from it, as the bus does).
-        topic: String,
+        #[arg(required_unless_present = "topic", conflicts_with = "topic")]
+        name: Option<String>,
+        /// The topic's name (as the positional NAME).
+        #[arg(long)]
+        topic: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -138,9 +148,16 @@ enum Command {
 /// Where a remote topic is published, and for how long to listen.
 #[derive(Debug, clap::Args)]
 struct Remote {
-    /// The publisher's bridge address (where it takes subscriptions).
-    #[arg(long, default_value = "127.0.0.1:7000")]
-    publisher: std::net::SocketAddr,
+    /// The publisher's bridge address (where it takes subscriptions). Without it, the
+    /// publisher is found by discovery: the one that announces the topic (see --group,
+    /// --interface; with several, the first, and the others named).
+    #[arg(long)]
+    publisher: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    lookup: topics::Lookup,
+    /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
+    #[arg(long)]
+    psk_file: Option<std::path::PathBuf>,
     /// The topic's schema fingerprint (hex `0x..` or decimal); learned from the publisher if
     /// not given.
     #[arg(long, value_parser = parse_u64)]
@@ -189,7 +206,14 @@ fn main() -> ExitCode {
                 render::Format::Table
             },
         ),
-        Command::Hz { topic, remote } => hz(&topic, &remote),
+        Command::Hz {
+            name,
+            topic,
+            remote,
+        } => match name.or(topic) {
+            Some(topic) => hz(&topic, &remote),
+            None => Err("give the topic's name".to_owned()),
+        },
         Command::Spy {
             topic,
             hex,
@@ -268,16 +292,40 @@ fn stat(
     }
 }
 
-fn tap(topic: &str, remote: &Remote) -> Result<(spy::Tap, Option<std::time::Instant>), String> {
+impl Remote {
+    /// The key, if a file names one.
+    fn psk(&self) -> Result<Option<[u8; 32]>, String> {
+        self.psk_file.as_deref().map(remote::read_psk).transpose()
+    }
+
+    /// The publisher of `topic`: as given, or found by discovery.
+    fn publisher(&self, topic: &str) -> Result<std::net::SocketAddr, String> {
+        if let Some(publisher) = self.publisher {
+            return Ok(publisher);
+        }
+        let what = format!("'{}'", text::clean(topic));
+        let timeout = seconds(self.setup_timeout_s, "--setup-timeout-s")?;
+        let found = topics::find(&self.lookup, self.psk()?, &what, &|n| n == topic, timeout)?;
+        remote::one_publisher(&found, &what)
+    }
+}
+
+fn tap(
+    topic: &str,
+    publisher: std::net::SocketAddr,
+    fingerprint: Option<u64>,
+    remote: &Remote,
+) -> Result<(spy::Tap, Option<std::time::Instant>), String> {
     let until = match remote.duration_s {
         Some(s) => Some(std::time::Instant::now() + seconds(s, "--duration-s")?),
         None => None,
     };
     let tap = spy::Tap::new(spy::Target {
-        publisher: remote.publisher,
+        publisher,
         topic: topic.to_owned(),
-        fingerprint: remote.fingerprint,
+        fingerprint,
         setup_timeout: seconds(remote.setup_timeout_s, "--setup-timeout-s")?,
+        psk: remote.psk()?,
     })?;
     Ok((tap, until))
 }
@@ -346,7 +394,8 @@ impl Rates {
 }
 
 fn hz(topic: &str, remote: &Remote) -> Result<(), String> {
-    let (mut tap, until) = tap(topic, remote)?;
+    let publisher = remote.publisher(topic)?;
+    let (mut tap, until) = tap(topic, publisher, remote.fingerprint, remote)?;
     let rates = std::cell::RefCell::new(Rates {
         total: 0,
         total_bytes: 0,
@@ -382,9 +431,10 @@ fn spy(
     count: Option<u64>,
     remote: &Remote,
 ) -> Result<(), String> {
+    let publisher = remote.publisher(topic)?;
     // With `--decode`, the schema's fingerprint is the one to subscribe with (no probe).
     let schema = if decode {
-        let mut link = remote::Link::bind(remote.publisher, None)?;
+        let mut link = remote::Link::bind(publisher, remote.psk()?)?;
         let timeout = seconds(remote.setup_timeout_s, "--setup-timeout-s")?;
         link.schemas(&[topic.to_owned()], timeout)?
             .into_iter()
@@ -392,16 +442,10 @@ fn spy(
     } else {
         None
     };
-    let mut remote_fp = Remote {
-        publisher: remote.publisher,
-        fingerprint: remote.fingerprint,
-        duration_s: remote.duration_s,
-        setup_timeout_s: remote.setup_timeout_s,
-    };
-    if let Some(t) = &schema {
-        remote_fp.fingerprint.get_or_insert(t.fingerprint);
-    }
-    let (mut tap, until) = tap(topic, &remote_fp)?;
+    let fingerprint = remote
+        .fingerprint
+        .or(schema.as_ref().map(|t| t.fingerprint));
+    let (mut tap, until) = tap(topic, publisher, fingerprint, remote)?;
     let (mut n, mut bytes) = (0u64, 0u64);
     let mut last: Option<(u64, u64)> = None; // session, seq
     tap.run(
@@ -437,4 +481,25 @@ fn spy(
     )?;
     summary("SPY", &tap, n, bytes);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `llbus --help` says what the command does: every subcommand is named in its text.
+    #[test]
+    fn the_top_level_help_names_every_command() {
+        let mut cli = Cli::command();
+        let help = cli.render_help().to_string();
+        let about = cli.get_about().map(ToString::to_string).unwrap_or_default();
+        for command in cli.get_subcommands().map(|c| c.get_name().to_owned()) {
+            if command != "help" {
+                assert!(about.contains(&command), "{command} is not in: {about}");
+            }
+        }
+        assert!(help.starts_with(&about), "{help}");
+    }
 }

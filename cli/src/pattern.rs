@@ -53,6 +53,22 @@ impl TopicArg {
     pub(crate) fn is_pattern(&self) -> bool {
         matches!(self, TopicArg::Pattern(_))
     }
+
+    /// Whether topic `name` is this one, or one this pattern matches.
+    pub(crate) fn takes(&self, name: &str) -> bool {
+        match self {
+            TopicArg::Name(n) => n == name,
+            TopicArg::Pattern(p) => p.matches(name),
+        }
+    }
+
+    /// The value as given.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            TopicArg::Name(n) => n,
+            TopicArg::Pattern(p) => p.as_str(),
+        }
+    }
 }
 
 /// A `--topic` value: a pattern if it holds a `*` (or is empty), checked by
@@ -72,7 +88,8 @@ A --topic PATTERN names every topic of the publisher that matches it: `*` stands
 segment and `**` for any number of them, each alone between `.` or `/` (`md.quote.*`, \
 `fleet/**/odom`; quote it for the shell). A value without `*` is a name, taken as given.
 
-The names are asked of the publisher at --publisher once, at start, with a discovery query \
+The names are asked of the publisher (at --publisher, or the one discovery found) once, at \
+start, with a discovery query \
 (docs/PROTOCOL.md, \"Discovery\"): topics it adds later are not followed. Only a bridge with \
 discovery on answers that query (Bridge::announce, Bridge::discover, BridgeConfig::discovery; \
 the publisher example's --announce): against a bridge without, the command fails saying so, \
@@ -98,6 +115,8 @@ const SETTLE: Duration = Duration::from_millis(150);
 struct Served {
     /// Each name once, in the publisher's announcement order.
     names: Vec<String>,
+    /// The names it announces as reliable exports (`Bridge::export_reliable`).
+    reliable: Vec<String>,
     /// Whether the largest answer came so close to filling the room its query gave that a
     /// topic may have been left out.
     partial: bool,
@@ -199,22 +218,42 @@ fn segments(name: &str) -> usize {
     name.split(['.', '/']).count()
 }
 
-/// The names `args` stand for (see [`expand`]): when a pattern is among them, first asks the
-/// publisher at `link` which topics it serves, within `timeout`; warns when its answer may
-/// be partial.
+/// The topics `--topic` values stand for at one publisher.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    /// Each name once, in order.
+    pub(crate) names: Vec<String>,
+    /// Per name: whether the publisher announces it as a reliable export (`false` when it was
+    /// not asked, or did not say).
+    pub(crate) reliable: Vec<bool>,
+}
+
+/// The names `args` stand for (see [`expand`]): when a pattern is among them, or `reliability`
+/// is wanted, first asks the publisher at `link` which topics it serves (and which reliably),
+/// within `timeout`; warns when its answer may be partial. Without a pattern, a publisher
+/// that does not answer only costs the reliability (a note says so).
 ///
 /// # Errors
-/// No answer (saying why, when the publisher is there but has discovery off), or a pattern
-/// that matches nothing.
+/// For a pattern: no answer (saying why, when the publisher is there but has discovery off),
+/// or a pattern that matches nothing.
 pub(crate) fn resolve(
     args: &[TopicArg],
     link: &mut Link,
     timeout: Duration,
-) -> Result<Vec<String>, String> {
-    if !args.iter().any(TopicArg::is_pattern) {
-        return expand(args, &Served::default(), link.publisher());
-    }
-    let served = ask(link, timeout)?;
+    reliability: bool,
+) -> Result<Resolved, String> {
+    let patterns = args.iter().any(TopicArg::is_pattern);
+    let served = match (patterns, reliability) {
+        (false, false) => Served::default(),
+        (true, _) => ask(link, timeout)?,
+        (false, true) => ask(link, timeout.min(NO_ANSWER_GRACE * 2)).unwrap_or_else(|e| {
+            eprintln!(
+                "llbus: cannot tell whether the topics are reliable exports ({}): subscribing                  best-effort",
+                text::clean(&e)
+            );
+            Served::default()
+        }),
+    };
     let names = expand(args, &served, link.publisher())?;
     if served.partial {
         eprintln!(
@@ -224,7 +263,22 @@ pub(crate) fn resolve(
             served.partial_note()
         );
     }
-    Ok(names)
+    let reliable = names.iter().map(|n| served.reliable.contains(n)).collect();
+    Ok(Resolved { names, reliable })
+}
+
+/// A `Query` for every topic (`room` bytes, header and padding), sealed with `mac` if given.
+///
+/// # Errors
+/// It cannot be sealed.
+pub(crate) fn sealed_query(room: usize, mac: Option<&FrameMac>) -> Result<Vec<u8>, String> {
+    let mut datagram = query(llbus_net::new_session_id(), room);
+    if let Some(mac) = mac {
+        datagram.resize(room + MAC_TAG_LEN, 0);
+        mac.seal(&mut datagram, room)
+            .map_err(|e| format!("cannot seal the query: {e:?}"))?;
+    }
+    Ok(datagram)
 }
 
 /// A `Query` for every topic from `session`, `len` bytes long (header and zero padding).
@@ -305,6 +359,9 @@ impl Answers {
             for t in announce.topics() {
                 let name = String::from_utf8_lossy(t.name).into_owned();
                 if !self.served.names.contains(&name) && self.served.names.len() < MAX_SERVED {
+                    if t.reliable {
+                        self.served.reliable.push(name.clone());
+                    }
                     self.served.names.push(name);
                 }
             }
@@ -343,12 +400,7 @@ fn ask(link: &mut Link, timeout: Duration) -> Result<Served, String> {
     for &room in &rooms {
         let socket = UdpEndpoint::bind(local, &SocketConfig::default())
             .map_err(|e| format!("cannot bind a UDP socket: {e}"))?;
-        let mut datagram = query(llbus_net::new_session_id(), room);
-        if let Some(mac) = &mac {
-            datagram.resize(room + MAC_TAG_LEN, 0);
-            mac.seal(&mut datagram, room)
-                .map_err(|e| format!("cannot seal the query: {e:?}"))?;
-        }
+        let datagram = sealed_query(room, mac.as_ref())?;
         askers.push((socket, datagram, Answers::new(room)));
     }
     // Is the publisher there at all? Asked for a topic no bridge exports (`*` is in no name),
@@ -392,12 +444,15 @@ fn ask(link: &mut Link, timeout: Duration) -> Result<Served, String> {
             if let Some(best) = best {
                 if largest_answered || !best.served.partial || now >= at + SETTLE {
                     let mut served = Served {
-                        names: Vec::new(),
                         partial: best.served.partial,
+                        ..Served::default()
                     };
                     for (_, _, a) in &askers {
                         for name in &a.served.names {
                             if !served.names.contains(name) && served.names.len() < MAX_SERVED {
+                                if a.served.reliable.contains(name) {
+                                    served.reliable.push(name.clone());
+                                }
                                 served.names.push(name.clone());
                             }
                         }
@@ -454,7 +509,7 @@ mod tests {
     fn served(names: &[&str]) -> Served {
         Served {
             names: names.iter().map(|n| (*n).to_owned()).collect(),
-            partial: false,
+            ..Served::default()
         }
     }
 
@@ -548,6 +603,7 @@ mod tests {
         let s = Served {
             names,
             partial: true,
+            ..Served::default()
         };
         let e = expand(&args(&["md.*"]), &s, publisher()).unwrap_err();
         assert!(e.contains("matches --topic 'md.*'"), "{e}");

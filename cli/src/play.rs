@@ -5,6 +5,12 @@
 //! subscribes to it as to the original publisher, with no Rust type here. Messages go out in
 //! file order at the recorded pace (`log_time`), scaled by `--speed`, or as fast as possible
 //! (`--speed 0`), as a new publisher session numbered from 1.
+//!
+//! The player announces its topics on the discovery group (`--group`, the bridges' default
+//! group unless given) as a bridge with discovery on does, so that a subscriber that discovers
+//! its topics (`Bridge::discover`, `subscriber --discover`, `llbus topics`, `llbus echo
+//! --topic` alone) finds the recording as it found the original publisher; `--no-announce`
+//! plays without, for subscribers that name the address.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +47,12 @@ pub(crate) struct Args {
     /// A pre-shared key subscribers must hold: a file of 64 hex digits (or 32 bytes).
     #[arg(long)]
     psk_file: Option<PathBuf>,
+    /// The discovery group the topics are announced on.
+    #[arg(long, default_value_t = llbus_net::DEFAULT_DISCOVERY_GROUP)]
+    group: SocketAddr,
+    /// Does not announce the topics (subscribers must name --bind's address).
+    #[arg(long)]
+    no_announce: bool,
 }
 
 /// Takes nothing: a player imports nothing.
@@ -160,7 +172,8 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         Some(list) => Some(Allowlist::parse(list.split(',')).map_err(|e| format!("--allow: {e}"))?),
         None => None,
     };
-    let mut link = Link::serve(args.bind, psk, allow)?;
+    let announce = (!args.no_announce).then_some(args.group);
+    let mut link = Link::serve(args.bind, psk, allow, announce)?;
     let mut endpoint = link.publisher_endpoint(specs)?;
     let topic_ids: Vec<u64> = endpoint.exports().map(|e| e.topic_id).collect();
     let mut played = 0u64;

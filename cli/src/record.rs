@@ -13,6 +13,12 @@
 //!
 //! A `--topic` may be a pattern (`md.quote.*`, `pattern`): every topic of the publisher that
 //! matches, found once at start, becomes a channel of its own.
+//!
+//! A topic the publisher exports reliably (as its discovery announcement or its answer to a
+//! discovery query says) is subscribed reliably: losses are NAKed and repaired, so the file
+//! has no gap the topic would have filled. Such a message's `publish_time` is 0 (a reliable
+//! import delivers from its reorder buffer, which keeps no send times). A publisher with
+//! discovery off cannot say: its topics are recorded best-effort (a note says so).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -316,7 +322,8 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         mut link,
         until,
         setup_timeout,
-    } = args.subscription.open()?;
+        announced,
+    } = args.subscription.open(&args.topics)?;
     let options = FileOptions {
         zstd_level: (!args.uncompressed).then_some(1),
         rotate_size: args.rotate_size,
@@ -328,8 +335,15 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     };
     // A topic named twice (or matched by two patterns) is recorded once: one subscription
     // per topic and publisher.
-    let names = crate::pattern::resolve(&args.topics, &mut link, setup_timeout)?;
-    let topics = link.schemas(&names, setup_timeout)?;
+    // A reliable export is recorded through a reliable import (its gaps repaired): the
+    // announcement that found the publisher says which are, else the publisher is asked.
+    let resolved =
+        crate::pattern::resolve(&args.topics, &mut link, setup_timeout, announced.is_empty())?;
+    let mut topics = link.schemas(&resolved.names, setup_timeout)?;
+    for (topic, reliable) in topics.iter_mut().zip(&resolved.reliable) {
+        topic.reliable =
+            *reliable || (announced.iter()).any(|a| a.reliable && *a.name == *topic.name);
+    }
     let mut endpoint = link.subscribe(&topics)?;
     let mut sessions: Vec<Option<u64>> = vec![None; topics.len()];
     let mut recorder = Recorder {

@@ -11,6 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use llbus::schema::Shape;
+
+use crate::pattern::TopicArg;
 use llbus_net::{
     canonical, BridgeConfig, CallStatus, DropReason, Endpoint, Event, ImportSpec, LatePolicy,
     RecvBatch, SchemaFailure, SendBatch, ServiceImportSpec, Sink, SocketConfig, SocketWire,
@@ -21,9 +23,12 @@ use llbus_net::{
 #[derive(Debug, clap::Args)]
 pub(crate) struct Subscription {
     /// The publisher's bridge address (with a `--topic` pattern, also asked which topics it
-    /// serves).
-    #[arg(long, default_value = "127.0.0.1:7000")]
-    publisher: SocketAddr,
+    /// serves). Without it, the publisher is found by discovery: the one that announces the
+    /// topic (see --group, --interface; with several, the first, and the others named).
+    #[arg(long)]
+    publisher: Option<SocketAddr>,
+    #[command(flatten)]
+    lookup: crate::topics::Lookup,
     /// The publisher's pre-shared key: a file of 64 hex digits (or 32 bytes).
     #[arg(long)]
     psk_file: Option<std::path::PathBuf>,
@@ -40,25 +45,76 @@ pub(crate) struct Opened {
     pub(crate) link: Link,
     pub(crate) until: Option<Instant>,
     pub(crate) setup_timeout: Duration,
+    /// Found by discovery: what the publisher announces that `--topic` takes (else empty).
+    pub(crate) announced: Vec<crate::topics::Announced>,
 }
 
 impl Subscription {
-    /// Reads the key and binds the socket.
+    /// Reads the key, finds the publisher of `topics` if none was given, and binds the
+    /// socket.
     ///
     /// # Errors
-    /// An unreadable key file, a bad duration, no socket.
-    pub(crate) fn open(&self) -> Result<Opened, String> {
+    /// An unreadable key file, a bad duration, no publisher found, no socket.
+    pub(crate) fn open(&self, topics: &[TopicArg]) -> Result<Opened, String> {
         let psk = self.psk_file.as_deref().map(read_psk).transpose()?;
         let until = match self.duration_s {
             Some(s) => Some(Instant::now() + crate::seconds(s, "--duration-s")?),
             None => None,
         };
+        let setup_timeout = crate::seconds(self.setup_timeout_s, "--setup-timeout-s")?;
+        let (publisher, announced) = match self.publisher {
+            Some(publisher) => (publisher, Vec::new()),
+            None => {
+                let what = topics
+                    .iter()
+                    .map(|t| format!("'{}'", crate::text::clean(t.as_str())))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let wanted = |name: &str| topics.iter().any(|t| t.takes(name));
+                let found = crate::topics::find(&self.lookup, psk, &what, &wanted, setup_timeout)?;
+                let publisher = one_publisher(&found, &what)?;
+                let announced = found
+                    .into_iter()
+                    .filter(|a| a.publisher == publisher)
+                    .collect();
+                (publisher, announced)
+            }
+        };
         Ok(Opened {
-            link: Link::bind(self.publisher, psk)?,
+            link: Link::bind(publisher, psk)?,
             until,
-            setup_timeout: crate::seconds(self.setup_timeout_s, "--setup-timeout-s")?,
+            setup_timeout,
+            announced,
         })
     }
+}
+
+/// The publisher to use of those `found` announcing `what`: the first (they come in address
+/// order); the others are named on stderr.
+///
+/// # Errors
+/// None found.
+pub(crate) fn one_publisher(
+    found: &[crate::topics::Announced],
+    what: &str,
+) -> Result<SocketAddr, String> {
+    let mut publishers: Vec<SocketAddr> = found.iter().map(|a| a.publisher).collect();
+    publishers.dedup();
+    let Some(&first) = publishers.first() else {
+        return Err(format!("no publisher of {what} found"));
+    };
+    if publishers.len() > 1 {
+        let others: Vec<String> = publishers[1..].iter().map(ToString::to_string).collect();
+        eprintln!(
+            "llbus: {} publishers announce {what}: using {first} (also: {}; name one with \
+             --publisher)",
+            publishers.len(),
+            others.join(", ")
+        );
+    } else {
+        eprintln!("llbus: found the publisher of {what} at {first}");
+    }
+    Ok(first)
 }
 
 /// A topic whose shape the publisher served.
@@ -68,6 +124,8 @@ pub(crate) struct Topic {
     pub(crate) topic_id: u64,
     pub(crate) fingerprint: u64,
     pub(crate) shape: Shape,
+    /// Subscribed reliably (the export is reliable: in order, gaps NAKed and repaired).
+    pub(crate) reliable: bool,
 }
 
 /// The 32-byte pre-shared key in file `path`: 64 hex digits (whitespace around them
@@ -206,11 +264,14 @@ impl Link {
     }
 
     /// A socket bound to `bind` that serves topics (`publisher_endpoint`) to the subscribers
-    /// `allow` admits; `psk`: the key they must hold.
+    /// `allow` admits; `psk`: the key they must hold; `announce`: the discovery group its
+    /// exports are announced on (as a bridge's `Bridge::announce` does; queries sent to the
+    /// group are not heard, unicast ones are answered).
     pub(crate) fn serve(
         bind: SocketAddr,
         psk: Option<[u8; 32]>,
         allow: Option<llbus_net::Allowlist>,
+        announce: Option<SocketAddr>,
     ) -> Result<Link, String> {
         let max_datagram = if bind.is_ipv4() {
             DEFAULT_MAX_DATAGRAM
@@ -225,6 +286,23 @@ impl Link {
         };
         if let Some(allow) = allow {
             config.allow = allow;
+        }
+        if let Some(group) = announce {
+            let discovery = llbus_net::DiscoveryConfig {
+                group: Some(group),
+                ..llbus_net::DiscoveryConfig::default()
+            };
+            // From the interface of the bound address, as a bridge announces.
+            let interface = (!bind.ip().is_unspecified()).then(|| bind.ip());
+            socket
+                .set_multicast(group.is_ipv4(), discovery.ttl, interface)
+                .map_err(|e| {
+                    format!(
+                        "cannot announce on the discovery group {group} from {bind} ({e}); \
+                         --no-announce plays without"
+                    )
+                })?;
+            config.discovery = Some(discovery);
         }
         Ok(Link {
             publisher: socket.local_addr(),
@@ -248,14 +326,20 @@ impl Link {
     ) -> Result<Endpoint, String> {
         let seed = llbus_net::random_secret()
             .map_err(|e| format!("cannot read the system's random source: {e}"))?;
-        Ok(Endpoint::new(
+        let endpoint = Endpoint::new(
             &self.config,
             self.max_datagram,
             llbus_net::new_session_id(),
             seed,
             exports,
             Vec::new(),
-        ))
+        );
+        Ok(match &self.config.discovery {
+            Some(discovery) => {
+                endpoint.with_discovery(discovery, self.socket.local_addr(), Vec::new())
+            }
+            None => endpoint,
+        })
     }
 
     /// Sends `messages` (encoded payloads) as the next messages of export `i`, batched.
@@ -305,7 +389,7 @@ impl Link {
                 topic_id: t.topic_id,
                 fingerprint: t.fingerprint,
                 publisher: self.publisher,
-                reliable: false,
+                reliable: t.reliable,
             })
             .collect();
         Ok(Endpoint::new(
@@ -419,6 +503,7 @@ impl Link {
                                     topic_id,
                                     fingerprint,
                                     shape: shape.clone(),
+                                    reliable: false,
                                 });
                             }
                         }

@@ -6,16 +6,17 @@
 //! cookie exchange, is a refusal for a fingerprint mismatch that names the fingerprint it
 //! exports. The tap then subscribes with that one, like any subscriber, and reads every data
 //! frame's header (sequence, session, timestamp) and payload bytes without decoding them.
-//! (`--fingerprint` skips the probe.) A publisher that requires a pre-shared-key MAC cannot be
-//! tapped: the tap does not take a key.
+//! (`--fingerprint` skips the probe.) With the publisher's pre-shared key (`--psk-file`) the
+//! tap seals what it sends and opens what it receives with it (`FrameMac`), as a bridge with
+//! that key does; without it such a publisher never answers, and the tap says so.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use llbus_net::{
-    canonical, parse_datagram, BatchEncoder, Control, Header, Kind, LatePolicy, LossCounts,
-    RecvBatch, RefuseReason, Replies, SocketConfig, SubscriberEvent, SubscriberSession,
-    UdpEndpoint, DEFAULT_MAX_DATAGRAM_V6,
+    canonical, parse_datagram, BatchEncoder, Control, FrameMac, Header, Kind, LatePolicy,
+    LossCounts, RecvBatch, RefuseReason, Replies, SocketConfig, SubscriberEvent, SubscriberSession,
+    UdpEndpoint, DEFAULT_MAX_DATAGRAM_V6, MAC_TAG_LEN,
 };
 
 /// What to tap.
@@ -26,6 +27,8 @@ pub(crate) struct Target {
     pub(crate) fingerprint: Option<u64>,
     /// Give up if the publisher has not admitted us by then.
     pub(crate) setup_timeout: Duration,
+    /// The publisher's pre-shared key.
+    pub(crate) psk: Option<[u8; 32]>,
 }
 
 /// Counts of what the tap saw that was not a delivered data frame.
@@ -46,23 +49,32 @@ pub(crate) struct Tap {
     recv: RecvBatch,
     replies: Replies,
     out: Vec<u8>,
+    /// With a key: seals the control frames sent, opens what comes (sealed, or data alone
+    /// from a publisher that seals only control).
+    mac: Option<FrameMac>,
     started: Instant,
     pub(crate) counts: TapCounts,
     /// The fingerprint subscribed with (learned from the publisher when probing).
     pub(crate) fingerprint: u64,
 }
 
-fn session_for(topic_id: u64, fingerprint: u64) -> Result<SubscriberSession, String> {
+fn session_for(topic_id: u64, fingerprint: u64, keyed: bool) -> Result<SubscriberSession, String> {
     let secret = llbus_net::random_secret()
         .map_err(|e| format!("cannot read the system's random source: {e}"))?;
-    Ok(SubscriberSession::new(
+    let session = SubscriberSession::new(
         topic_id,
         fingerprint,
         llbus_net::new_session_id(),
         secret,
         Duration::from_secs(1),
         LatePolicy::Deliver,
-    ))
+    );
+    // With a key, the MAC authenticates downstream frames: they carry no token.
+    Ok(if keyed {
+        session.without_token()
+    } else {
+        session
+    })
 }
 
 impl Tap {
@@ -79,11 +91,12 @@ impl Tap {
         let topic_id = llbus::topic_id(&target.topic);
         let fingerprint = target.fingerprint.unwrap_or(0);
         Ok(Tap {
-            session: session_for(topic_id, fingerprint)?,
+            session: session_for(topic_id, fingerprint, target.psk.is_some())?,
+            mac: target.psk.map(|key| FrameMac::new(&key).control_only()),
             probing: target.fingerprint.is_none(),
             established: false,
             endpoint,
-            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM_V6),
+            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM_V6 + MAC_TAG_LEN),
             replies: Replies::with_capacity(DEFAULT_MAX_DATAGRAM_V6 / llbus_net::HEADER_LEN),
             out: vec![0u8; DEFAULT_MAX_DATAGRAM_V6],
             started: Instant::now(),
@@ -113,10 +126,18 @@ impl Tap {
             enc.push_control(c)
                 .map_err(|e| format!("cannot encode a control frame: {e}"))?;
         }
-        if !enc.is_empty() {
-            // A failed send (an ICMP error, a full buffer) is retried at the next renewal.
-            let _ = self.endpoint.send_to(enc.as_bytes(), self.target.publisher);
+        if enc.is_empty() {
+            return Ok(());
         }
+        let mut len = enc.as_bytes().len();
+        if let Some(mac) = &self.mac {
+            len = mac
+                .seal(&mut self.out, len)
+                .map_err(|e| format!("cannot seal a control frame: {e:?}"))?;
+        }
+        let datagram = self.out.get(..len).unwrap_or_default();
+        // A failed send (an ICMP error, a full buffer) is retried at the next renewal.
+        let _ = self.endpoint.send_to(datagram, self.target.publisher);
         Ok(())
     }
 
@@ -136,8 +157,15 @@ impl Tap {
             }
             if !self.established && Instant::now() >= setup_deadline {
                 return Err(format!(
-                    "no subscription to topic '{}' at {} within {:?}: is the publisher running, does it export the topic, and does its allowlist admit this host?",
-                    self.target.topic, self.target.publisher, self.target.setup_timeout
+                    "no subscription to topic '{}' at {} within {:?}: is the publisher running, does it export the topic, does its allowlist admit this host, and {}?",
+                    self.target.topic,
+                    self.target.publisher,
+                    self.target.setup_timeout,
+                    if self.mac.is_some() {
+                        "is --psk-file its key"
+                    } else {
+                        "does it use a pre-shared key (give it with --psk-file)"
+                    }
                 ));
             }
             let now = self.now_ns();
@@ -164,7 +192,11 @@ impl Tap {
                     self.counts.foreign += 1;
                     continue;
                 }
-                let Ok(frames) = parse_datagram(datagram, DEFAULT_MAX_DATAGRAM_V6) else {
+                let parsed = match &self.mac {
+                    Some(mac) => mac.open(datagram, DEFAULT_MAX_DATAGRAM_V6 + MAC_TAG_LEN),
+                    None => parse_datagram(datagram, DEFAULT_MAX_DATAGRAM_V6),
+                };
+                let Ok(frames) = parsed else {
                     self.counts.malformed += 1;
                     continue;
                 };
@@ -214,7 +246,8 @@ impl Tap {
                 // Subscribe for real, with the type the publisher exports.
                 self.probing = false;
                 self.fingerprint = fp;
-                self.session = session_for(llbus::topic_id(&self.target.topic), fp)?;
+                self.session =
+                    session_for(llbus::topic_id(&self.target.topic), fp, self.mac.is_some())?;
             }
             if stop {
                 break;

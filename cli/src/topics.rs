@@ -1,26 +1,31 @@
 //! `llbus topics`: what bridges announce on the network (discovery, `docs/PROTOCOL.md`,
-//! "Discovery"). It joins the discovery group, asks every bridge for its topics (one `Query`,
-//! padded, to the group and the peers given), listens for a while, and lists each topic with
+//! "Discovery"). It joins the discovery group (with no `--interface`, on every interface that
+//! carries multicast and on loopback, since a bridge announces on the interface of its bound
+//! address), asks every bridge for its topics (one `Query`, padded, to the group and the peers
+//! given), listens for a while, and lists each topic with
 //! its fingerprint and publishers (address, session, uptime, reliable, data group). Publishers
 //! of one topic that announce different fingerprints are reported loudly: their subscribers
 //! would be refused. A served service is announced as an entry flagged a service (its
 //! fingerprint `Request<Req>`'s), and listed as one: `llbus call` calls it.
+//!
+//! [`find`] is the same listener for the commands given `--topic` without `--publisher`
+//! (`hz`, `spy`, `echo`, `record`): the publishers that announce the topic.
 //!
 //! Everything printed comes from the network, so names are escaped (`text`), and what the
 //! listener keeps is bounded (at most [`MAX_PUBLISHERS`] publishers, each with what one
 //! announcement cycle names, a datagram per part, and at most [`MAX_TOPICS`] topics in all).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use llbus::TopicPattern;
 use llbus_net::{
-    parse_datagram, Announce, BatchEncoder, Kind, RecvBatch, SocketConfig, UdpEndpoint,
-    DEFAULT_MAX_DATAGRAM, HEADER_LEN, QUERY_LEN,
+    parse_datagram, Announce, FrameMac, Kind, RecvBatch, SocketConfig, UdpEndpoint,
+    DEFAULT_MAX_DATAGRAM, MAC_TAG_LEN, QUERY_LEN,
 };
 
-use crate::text;
+use crate::{pattern, text};
 
 /// Publishers remembered at most (the rest are counted, not listed).
 const MAX_PUBLISHERS: usize = 1024;
@@ -44,10 +49,16 @@ pub(crate) struct Options {
     #[arg(long)]
     peer: Vec<SocketAddr>,
     /// The interface to join the group on and send from, by one of its IPv4 addresses
-    /// (`127.0.0.1` for loopback); default: the system's choice and, for an IPv4 group,
-    /// loopback too (where bridges bound to this host's loopback address announce).
+    /// (`127.0.0.1` for loopback); default, for an IPv4 group: every interface that is up and
+    /// carries multicast, and loopback (where bridges bound to this host's loopback address
+    /// announce), so that every bridge of this host and its links is heard whichever
+    /// interface it announces on.
     #[arg(long)]
     interface: Option<IpAddr>,
+    /// The bridges' pre-shared key (a file of 64 hex digits or 32 bytes): the query is
+    /// sealed with it and their sealed announcements opened.
+    #[arg(long)]
+    psk_file: Option<std::path::PathBuf>,
     /// How long to listen for announcements, in milliseconds (bridges announce every second
     /// by default).
     #[arg(long, default_value_t = 2500)]
@@ -107,8 +118,12 @@ struct Heard {
 }
 
 impl Heard {
-    fn on_datagram(&mut self, bytes: &[u8], src: SocketAddr) {
-        let frames = match parse_datagram(bytes, DEFAULT_MAX_DATAGRAM) {
+    fn on_datagram(&mut self, bytes: &[u8], src: SocketAddr, mac: Option<&FrameMac>) {
+        let parsed = match mac {
+            Some(mac) => mac.open(bytes, DEFAULT_MAX_DATAGRAM + MAC_TAG_LEN),
+            None => parse_datagram(bytes, DEFAULT_MAX_DATAGRAM),
+        };
+        let frames = match parsed {
             Ok(f) => f,
             Err(llbus_net::DropReason::BadMac) => {
                 self.sealed += 1;
@@ -182,113 +197,131 @@ impl Heard {
     }
 }
 
-/// Sockets: one to ask from (answers come back to it), one in the group; with no
-/// `--interface`, a second pair on loopback.
+/// Sockets: per interface asked on, one to ask from (answers come back to it) and one in the
+/// group; with `--no-group`, one asker for the peers alone.
 struct Listener {
-    asker: UdpEndpoint,
-    member: Option<UdpEndpoint>,
-    /// With no `--interface` and an IPv4 group: an asker and a member on loopback, since a
-    /// bridge bound to a loopback address (the examples' default) announces there, where a
-    /// member on the system's choice of interface does not hear it.
-    loopback: Option<(UdpEndpoint, UdpEndpoint)>,
-    group: SocketAddr,
-    dests: Vec<SocketAddr>,
+    /// The first asker also asks the peers.
+    pairs: Vec<(UdpEndpoint, Option<UdpEndpoint>)>,
+    /// The group, unless `--no-group`.
+    group: Option<SocketAddr>,
+    peers: Vec<SocketAddr>,
+    /// With the bridges' pre-shared key: queries sealed, announcements opened.
+    mac: Option<FrameMac>,
     recv: RecvBatch,
 }
 
+/// Where a discovery listener asks and listens.
+struct Where<'a> {
+    group: SocketAddr,
+    no_group: bool,
+    peers: &'a [SocketAddr],
+    interface: Option<IpAddr>,
+    psk: Option<[u8; 32]>,
+}
+
 impl Listener {
-    fn new(o: &Options) -> Result<Listener, String> {
-        let any: SocketAddr = if o.group.is_ipv4() {
-            "0.0.0.0:0".parse()
+    fn new(w: &Where<'_>) -> Result<Listener, String> {
+        let v4 = w.group.is_ipv4();
+        let any = if v4 {
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
         } else {
-            "[::]:0".parse()
-        }
-        .map_err(|e| format!("{e}"))?;
-        let bind = match o.interface {
-            Some(ip) => SocketAddr::new(ip, 0),
-            None => any,
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
         };
-        let asker = UdpEndpoint::bind(bind, &SocketConfig::default())
-            .map_err(|e| format!("cannot bind {bind}: {e}"))?;
-        let mut dests = o.peer.clone();
-        let loopback = if o.no_group || o.interface.is_some() || !o.group.is_ipv4() {
-            None
+        let config = SocketConfig::default();
+        let mut pairs = Vec::new();
+        if w.no_group {
+            let bind = w.interface.map_or(any, |ip| SocketAddr::new(ip, 0));
+            let asker =
+                UdpEndpoint::bind(bind, &config).map_err(|e| format!("cannot bind {bind}: {e}"))?;
+            pairs.push((asker, None));
         } else {
-            Self::loopback_pair(o.group)
-        };
-        let member = if o.no_group {
-            None
-        } else {
-            dests.push(o.group);
-            let joined = asker
-                .set_multicast(o.group.is_ipv4(), 1, o.interface)
-                .map_err(|e| format!("cannot send to {}: {e}", o.group))
-                .and_then(|()| {
-                    UdpEndpoint::bind_group(o.group, o.interface, &SocketConfig::default()).map_err(
-                        |e| {
-                            format!(
-                                "cannot join the discovery group {} ({e}); name bridges with \
-                                 --peer, or --interface 127.0.0.1 for this host's",
-                                o.group
-                            )
-                        },
-                    )
-                });
-            match joined {
-                Ok(member) => Some(member),
-                // Loopback alone still hears this host's bridges.
-                Err(e) if loopback.is_some() => {
-                    eprintln!("llbus: {e}; listening on loopback only");
-                    None
+            // Every interface a bridge may announce on (a bridge joins the group on its bound
+            // address's interface, or the system's choice): with no --interface, each
+            // multicast-capable one and loopback.
+            let interfaces: Vec<Option<IpAddr>> = match w.interface {
+                Some(ip) => vec![Some(ip)],
+                None if v4 => llbus_net::multicast_v4_interfaces()
+                    .into_iter()
+                    .map(|ip| Some(IpAddr::V4(ip)))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let mut failed = Vec::new();
+            for interface in &interfaces {
+                match Self::pair(w.group, *interface, &config) {
+                    Ok(pair) => pairs.push(pair),
+                    Err(e) => failed.push(e),
                 }
-                Err(e) => return Err(e),
             }
-        };
-        if dests.is_empty() {
+            if pairs.is_empty() {
+                // The system's choice, as a bridge bound to an unspecified address does.
+                match Self::pair(w.group, w.interface, &config) {
+                    Ok(pair) => pairs.push(pair),
+                    Err(e) => {
+                        failed.push(e);
+                        return Err(format!(
+                            "cannot join the discovery group {} ({}); name bridges with --peer",
+                            w.group,
+                            failed.join("; ")
+                        ));
+                    }
+                }
+            } else if w.interface.is_none() {
+                for e in failed {
+                    eprintln!("llbus: not listening there: {e}");
+                }
+            }
+        }
+        if w.no_group && w.peers.is_empty() {
             return Err("nothing to ask: give --peer, or drop --no-group".into());
         }
         Ok(Listener {
-            asker,
-            member,
-            loopback,
-            group: o.group,
-            dests,
-            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM),
+            pairs,
+            group: (!w.no_group).then_some(w.group),
+            peers: w.peers.to_vec(),
+            mac: w.psk.map(|key| FrameMac::new(&key).control_only()),
+            recv: RecvBatch::new(32, DEFAULT_MAX_DATAGRAM + MAC_TAG_LEN),
         })
     }
 
-    /// An asker sending to `group` by loopback and a member of it there, or `None` (said on
-    /// stderr) where loopback carries no multicast.
-    fn loopback_pair(group: SocketAddr) -> Option<(UdpEndpoint, UdpEndpoint)> {
-        let lo = IpAddr::from([127, 0, 0, 1]);
-        let config = SocketConfig::default();
-        let pair = UdpEndpoint::bind(SocketAddr::new(lo, 0), &config).and_then(|asker| {
-            asker.set_multicast(true, 1, Some(lo))?;
-            Ok((asker, UdpEndpoint::bind_group(group, Some(lo), &config)?))
-        });
-        match pair {
-            Ok(pair) => Some(pair),
-            Err(e) => {
-                eprintln!("llbus: not listening on loopback too ({e})");
-                None
-            }
-        }
+    /// An asker sending to `group` by `interface` (`None`: the system's choice) and a member
+    /// of the group there.
+    fn pair(
+        group: SocketAddr,
+        interface: Option<IpAddr>,
+        config: &SocketConfig,
+    ) -> Result<(UdpEndpoint, Option<UdpEndpoint>), String> {
+        let bind = match interface {
+            Some(ip) => SocketAddr::new(ip, 0),
+            None if group.is_ipv4() => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            None => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+        };
+        let on = interface.map_or("the system's choice".to_owned(), |i| i.to_string());
+        let asker =
+            UdpEndpoint::bind(bind, config).map_err(|e| format!("cannot bind {bind}: {e}"))?;
+        asker
+            .set_multicast(group.is_ipv4(), 1, interface)
+            .map_err(|e| format!("cannot send to {group} on {on}: {e}"))?;
+        let member = UdpEndpoint::bind_group(group, interface, config)
+            .map_err(|e| format!("cannot join {group} on {on}: {e}"))?;
+        Ok((asker, Some(member)))
     }
 
     /// Asks every destination for every topic.
     fn ask(&mut self) {
-        let mut buf = [0u8; QUERY_LEN];
-        let mut enc = BatchEncoder::new(&mut buf);
-        let session = llbus_net::new_session_id();
-        if enc.push_query(session, 0, QUERY_LEN - HEADER_LEN).is_err() {
+        let Ok(query) = pattern::sealed_query(QUERY_LEN, self.mac.as_ref()) else {
             return;
+        };
+        // A bridge that cannot be reached is simply not listed.
+        if let Some((asker, _)) = self.pairs.first_mut() {
+            for &peer in &self.peers {
+                let _ = asker.send_to(&query, peer);
+            }
         }
-        for &dest in &self.dests {
-            // A bridge that cannot be reached is simply not listed.
-            let _ = self.asker.send_to(enc.as_bytes(), dest);
-        }
-        if let Some((asker, _)) = &mut self.loopback {
-            let _ = asker.send_to(enc.as_bytes(), self.group);
+        if let Some(group) = self.group {
+            for (asker, _) in &mut self.pairs {
+                let _ = asker.send_to(&query, group);
+            }
         }
     }
 
@@ -297,16 +330,16 @@ impl Listener {
         let until = Instant::now() + period;
         while Instant::now() < until {
             let mut got = 0;
-            let loopback = self.loopback.iter_mut().flat_map(|(a, m)| [a, m]);
-            for socket in std::iter::once(&mut self.asker)
-                .chain(self.member.as_mut())
-                .chain(loopback)
+            for socket in self
+                .pairs
+                .iter_mut()
+                .flat_map(|(asker, member)| std::iter::once(asker).chain(member.as_mut()))
             {
                 let n = socket
                     .recv_batch(&mut self.recv)
                     .map_err(|e| format!("receive failed: {e}"))?;
                 for (bytes, src) in self.recv.iter().take(n) {
-                    heard.on_datagram(bytes, src);
+                    heard.on_datagram(bytes, src, self.mac.as_ref());
                 }
                 got += n;
             }
@@ -318,9 +351,111 @@ impl Listener {
     }
 }
 
+/// Where a command given `--topic` and no `--publisher` looks for its publishers
+/// (discovery, as `llbus topics` does).
+#[derive(Debug, clap::Args)]
+pub(crate) struct Lookup {
+    /// With no --publisher: the discovery group where the topic's publishers are looked for
+    /// (as `llbus topics --group`).
+    #[arg(long, default_value_t = llbus_net::DEFAULT_DISCOVERY_GROUP)]
+    group: SocketAddr,
+    /// With no --publisher: the interface to look on, by one of its IPv4 addresses; default:
+    /// every multicast-capable interface and loopback (as `llbus topics`).
+    #[arg(long)]
+    interface: Option<IpAddr>,
+}
+
+/// A topic a publisher announces.
+#[derive(Clone, Debug)]
+pub(crate) struct Announced {
+    /// The topic's name (from the network: escape it before printing).
+    pub(crate) name: String,
+    /// The publisher's bridge address (where it takes subscriptions).
+    pub(crate) publisher: SocketAddr,
+    /// Announced as a reliable export.
+    pub(crate) reliable: bool,
+}
+
+/// How often `find` asks the bridges again (a bridge answers a source at most 5 times a
+/// second).
+const FIND_ASK_EVERY: Duration = Duration::from_millis(500);
+/// How long `find` listens on, once one publisher is heard, for the others.
+const FIND_SETTLE: Duration = Duration::from_millis(400);
+
+/// The topics (not services) whose names `wanted` takes, announced on `lookup`'s group,
+/// with their publishers, in address order: asked, then listened for until one is heard
+/// (and [`FIND_SETTLE`] more, for the others) or `timeout` passes. `psk`: the bridges' key.
+///
+/// # Errors
+/// No socket, or nothing wanted announced within `timeout`.
+pub(crate) fn find(
+    lookup: &Lookup,
+    psk: Option<[u8; 32]>,
+    what: &str,
+    wanted: &dyn Fn(&str) -> bool,
+    timeout: Duration,
+) -> Result<Vec<Announced>, String> {
+    let mut listener = Listener::new(&Where {
+        group: lookup.group,
+        no_group: false,
+        peers: &[],
+        interface: lookup.interface,
+        psk,
+    })?;
+    let mut heard = Heard::default();
+    let started = Instant::now();
+    let mut found_at: Option<Instant> = None;
+    let mut found = Vec::new();
+    while started.elapsed() < timeout && found_at.is_none_or(|t| t.elapsed() < FIND_SETTLE) {
+        listener.ask();
+        listener.listen(FIND_ASK_EVERY.min(timeout), &mut heard)?;
+        found = heard
+            .publishers
+            .iter()
+            .flat_map(|(&publisher, p)| {
+                p.topics()
+                    .filter(|e| !e.service && wanted(&e.name))
+                    .map(move |e| Announced {
+                        name: e.name.clone(),
+                        publisher,
+                        reliable: e.reliable,
+                    })
+            })
+            .collect();
+        if !found.is_empty() {
+            found_at.get_or_insert_with(Instant::now);
+        }
+    }
+    if found.is_empty() {
+        return Err(format!(
+            "no publisher of {what} announced on the discovery group {} within {timeout:?}: is              it running with discovery on (Bridge::announce; the publisher example's              --announce), on this group?{} Or name it with --publisher ADDR",
+            lookup.group,
+            if heard.sealed > 0 && psk.is_none() {
+                format!(
+                    " ({} sealed announcements heard: give the bridges' key with --psk-file)",
+                    heard.sealed
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(found)
+}
+
 /// `llbus topics`.
 pub(crate) fn run(o: &Options) -> Result<(), String> {
-    let mut listener = Listener::new(o)?;
+    let mut listener = Listener::new(&Where {
+        group: o.group,
+        no_group: o.no_group,
+        peers: &o.peer,
+        interface: o.interface,
+        psk: o
+            .psk_file
+            .as_deref()
+            .map(crate::remote::read_psk)
+            .transpose()?,
+    })?;
     let period = Duration::from_millis(o.listen_ms.max(10));
     let mut printed = 0u64;
     loop {
@@ -494,7 +629,7 @@ fn render(heard: &Heard, pattern: Option<&TopicPattern>, json: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use llbus_net::AnnounceHead;
+    use llbus_net::{AnnounceHead, BatchEncoder};
 
     fn announce(session: u64, fp: u64, name: &str) -> Vec<u8> {
         announce_flagged(session, fp, name, llbus_net::ENTRY_RELIABLE)
@@ -530,12 +665,14 @@ mod tests {
         heard.on_datagram(
             &announce(0xa, 0xf1, "md.\u{1b}[2Jquote"),
             "10.0.0.1:1".parse().unwrap(),
+            None,
         );
         heard.on_datagram(
             &announce(0xb, 0xf2, "md.\u{1b}[2Jquote"),
             "10.0.0.2:1".parse().unwrap(),
+            None,
         );
-        heard.on_datagram(b"garbage", "10.0.0.3:1".parse().unwrap());
+        heard.on_datagram(b"garbage", "10.0.0.3:1".parse().unwrap(), None);
         let table = render(&heard, None, false);
         assert!(table.contains("FINGERPRINT MISMATCH"), "{table}");
         assert!(table.contains("10.0.0.1:7000") && table.contains("10.0.0.2:7000"));
@@ -555,10 +692,12 @@ mod tests {
         heard.on_datagram(
             &announce_flagged(0xa, 0xf1, "demo.risk", service),
             "10.0.0.1:1".parse().unwrap(),
+            None,
         );
         heard.on_datagram(
             &announce(0xb, 0xf2, "md.quote"),
             "10.0.0.2:1".parse().unwrap(),
+            None,
         );
         let table = render(&heard, None, false);
         assert!(
@@ -589,7 +728,7 @@ mod tests {
         .enumerate()
         {
             let from = format!("10.0.0.{}:1", i + 1).parse().unwrap();
-            heard.on_datagram(&announce(i as u64 + 1, 0xf1, name), from);
+            heard.on_datagram(&announce(i as u64 + 1, 0xf1, name), from, None);
         }
         let list = |p: &str| {
             let pattern = TopicPattern::new(p).unwrap();

@@ -527,9 +527,14 @@ impl BridgeActor {
                 }
                 Event::Refused { import, refusal } => {
                     let (topic, publisher) = self.import_names(import);
-                    self.status.report(format!(
-                        "import of topic '{topic}' from {publisher} refused: {refusal}"
-                    ));
+                    let message =
+                        format!("import of topic '{topic}' from {publisher} refused: {refusal}");
+                    // A refusal is final (the import stops renewing): reported once.
+                    if refusal.reason == crate::RefuseReason::FingerprintMismatch {
+                        self.status.mismatch(message);
+                    } else {
+                        self.status.report(message);
+                    }
                 }
                 Event::Retrying { import, refusal } => {
                     let (topic, publisher) = self.import_names(import);
@@ -571,7 +576,7 @@ impl BridgeActor {
                     ..
                 } => {
                     // The name comes from the network: `{:?}` escapes it.
-                    self.status.warn(format!(
+                    self.status.mismatch(format!(
                         "bridge '{}': publisher {publisher} announces topic {topic:?} with \
                          fingerprint {fingerprint:#018x}, not the local type's: not subscribed \
                          (counted in discovery.mismatched)",

@@ -94,7 +94,10 @@ pub struct Missed {
 }
 
 impl BridgeStatus {
-    /// Every error reported so far, oldest first.
+    /// Every error reported so far, oldest first: a subscription refused for good, a
+    /// publisher of a subscribed or discovered topic whose fingerprint is not the local
+    /// type's (also a warning, once per topic: with only that publisher nothing arrives), a
+    /// socket that failed.
     pub fn errors(&self) -> Vec<String> {
         self.errors
             .lock()
@@ -169,6 +172,19 @@ impl BridgeStatus {
             .discovered
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = found;
+    }
+
+    /// A publisher whose fingerprint differs from the local type's (discovered, or
+    /// subscribed and refused): logged at warn, and kept both as a warning and as an error,
+    /// since a subscriber with only that publisher receives nothing and must be told why. The
+    /// caller reports each topic once (the endpoint's `Event::Mismatched` comes once per
+    /// topic).
+    pub(crate) fn mismatch(&self, message: String) {
+        self.warn(message.clone());
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(message);
     }
 
     pub(crate) fn warn(&self, warning: String) {

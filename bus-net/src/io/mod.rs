@@ -26,6 +26,7 @@ pub(crate) mod batch;
 #[cfg(target_os = "linux")]
 mod linux;
 mod multicast;
+pub use multicast::multicast_v4_interfaces;
 pub(crate) use multicast::v6_interface;
 // Also built for tests on Linux, so the fallback is exercised there too.
 #[cfg(any(not(target_os = "linux"), test))]

@@ -186,6 +186,63 @@ pub(crate) fn v6_interface(ip: Ipv6Addr) -> Option<(u32, bool)> {
     found
 }
 
+/// One IPv4 address of every interface that is up and can take an IPv4 group: each that
+/// carries multicast (`IFF_MULTICAST`), and loopback (which takes IPv4 groups even where
+/// `lo` has no multicast flag), loopback first, each interface once. What a listener joins a
+/// discovery group on to hear every bridge of this host and its links, whichever interface
+/// each bridge announces on. Empty if the list cannot be read.
+#[cfg(target_os = "linux")]
+pub fn multicast_v4_interfaces() -> Vec<Ipv4Addr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `getifaddrs` writes the head of a list it allocates (freed below) into `list`.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Vec::new();
+    }
+    let mut found: Vec<(bool, String, Ipv4Addr)> = Vec::new();
+    let mut node = list;
+    while !node.is_null() {
+        // SAFETY: `node` is a node of the list `getifaddrs` returned, not freed yet.
+        let ifa = unsafe { &*node };
+        node = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null `ifa_addr` points to a socket address of the family it names.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) != libc::AF_INET {
+            continue;
+        }
+        #[allow(clippy::cast_sign_loss)] // Flag bits: positive.
+        let (up, multicast, loopback) = (
+            ifa.ifa_flags & (libc::IFF_UP as u32) != 0,
+            ifa.ifa_flags & (libc::IFF_MULTICAST as u32) != 0,
+            ifa.ifa_flags & (libc::IFF_LOOPBACK as u32) != 0,
+        );
+        if !up || !(multicast || loopback) {
+            continue;
+        }
+        // SAFETY: an `AF_INET` socket address is a `sockaddr_in`.
+        let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+        let address = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        // SAFETY: `ifa_name` is the NUL-terminated name of this node's interface.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        if !found.iter().any(|(_, n, _)| *n == name) {
+            found.push((!loopback, name, address));
+        }
+    }
+    // SAFETY: `list` came from `getifaddrs` and is freed once, after its last use.
+    unsafe { libc::freeifaddrs(list) };
+    found.sort_by_key(|(not_loopback, _, _)| *not_loopback);
+    found.into_iter().map(|(_, _, address)| address).collect()
+}
+
+/// Elsewhere: loopback alone (the system's choice covers the rest).
+#[cfg(not(target_os = "linux"))]
+pub fn multicast_v4_interfaces() -> Vec<Ipv4Addr> {
+    vec![Ipv4Addr::LOCALHOST]
+}
+
 /// Elsewhere the system's choice is left alone.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn v6_interface(_ip: Ipv6Addr) -> Option<(u32, bool)> {
@@ -207,6 +264,24 @@ mod tests {
 
     use super::*;
     use crate::RecvBatch;
+
+    /// Loopback comes first, once, and every address listed is one a group can be joined on.
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore)]
+    fn the_multicast_interfaces_start_with_loopback_and_each_takes_a_group() {
+        let all = multicast_v4_interfaces();
+        assert_eq!(all.first(), Some(&Ipv4Addr::LOCALHOST), "{all:?}");
+        let mut unique = all.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+        let group = SocketAddr::from(([239, 255, 77, 99], 0));
+        for ip in &all {
+            let joined =
+                UdpEndpoint::bind_group(group, Some(IpAddr::V4(*ip)), &SocketConfig::default());
+            assert!(joined.is_ok(), "{ip}: {:?}", joined.err());
+        }
+    }
 
     /// A link-local IPv6 group (`ff02::/16`, and interface-local `ff01::/16`) exists once per
     /// link: without a scope id or an interface to take it from, joining it is refused with an

@@ -241,6 +241,8 @@ fn fingerprint_mismatch_is_refused_and_reported_naming_topic_and_both_fingerprin
     let rb = stop(m.b, "subscriber");
     let errors = m.status.errors();
     assert_eq!(errors.len(), 1, "{errors:?}");
+    // A warning too, once, in the same words.
+    assert_eq!(m.status.warnings(), errors);
     let e = &errors[0];
     let hex = |fp: u64| format!("{fp:#018x}");
     for needle in [

@@ -5,6 +5,7 @@
 //! final report or error.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::control::Control;
 use super::error::{panic_message, BusError};
@@ -90,6 +91,13 @@ impl RunningBus {
         }
     }
 
+    /// Whether a stop was requested, by anyone: [`stop`](Self::stop), a [`StopHandle`], an
+    /// actor, an escalated failure, or a signal ([`stop_on_signals`](Self::stop_on_signals)).
+    /// A program whose main thread loops while its bus runs checks it to leave the loop.
+    pub fn is_stopping(&self) -> bool {
+        self.control.is_stopping()
+    }
+
     /// A handle to stop the bus from another thread.
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle {
@@ -122,6 +130,89 @@ impl RunningBus {
     #[cfg(unix)]
     pub fn counters_path(&self) -> Option<&std::path::Path> {
         self.counters_file.as_ref().map(|f| f.path())
+    }
+
+    /// Stops the bus gracefully on the process's first SIGINT or SIGTERM, as
+    /// [`stop`](Self::stop) does: the signal no longer kills the process, so that a service
+    /// run from a terminal or by a supervisor (systemd, Kubernetes) ends with its stop hooks
+    /// run, its final report returned by [`join`](Self::join) (print it there), and its
+    /// counters file removed. A second signal, or any once the bus is stopping or stopped,
+    /// does what it would have done without this call (the process ends), so an operator can
+    /// still kill a bus whose stop hangs.
+    ///
+    /// The signals are taken by a thread named `llbus-signals` (signal-hook's iterator), not
+    /// in a signal handler: the bus's threads are never interrupted by them. Call it once per
+    /// bus; each call's thread lives until the process ends. Unix only.
+    ///
+    /// ```no_run
+    /// let mut builder = llbus::Bus::builder();
+    /// # builder.actor("idle", |_: &mut llbus::Setup<'_>| Idle);
+    /// # struct Idle;
+    /// # impl llbus::Actor for Idle { type In = (); fn on_message(&mut self, (): (), _: &mut llbus::Context<'_>) {} }
+    /// let bus = builder.start()?;
+    /// bus.stop_on_signals()?;
+    /// let report = bus.join()?; // returns after Ctrl-C or `kill PID`
+    /// println!("{report}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The signals could not be registered, or the thread not spawned.
+    #[cfg(unix)]
+    pub fn stop_on_signals(&self) -> std::io::Result<()> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+        let control = Arc::clone(&self.control);
+        std::thread::Builder::new()
+            .name("llbus-signals".to_owned())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    if control.is_stopping() {
+                        // The default action (the process ends); if it returns (the signal
+                        // was ignored before), there is nothing more to do for it.
+                        let _ = signal_hook::low_level::emulate_default_handler(signal);
+                    } else {
+                        log::info!(
+                            "llbus: {} received: stopping the bus",
+                            signal_hook::low_level::signal_name(signal).unwrap_or("a signal")
+                        );
+                        control.request_stop();
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    /// [`join`](Self::join) with a deadline: waits at most `timeout` for the bus to end (a stop
+    /// to be requested and to finish), and returns `Ok` with what `join` would return, or
+    /// `Err` with the bus itself, still running (or still stopping), when `timeout` passes
+    /// first. The bus is never stopped by this call: ask for a stop first
+    /// ([`stop`](Self::stop)) to wait for a stop, or do so with the bus handed back, and join
+    /// it again. A stop ends within the stop timeout
+    /// ([`BusBuilder::stop_timeout`](crate::BusBuilder::stop_timeout)) even with a handler
+    /// that never returns ([`BusError::Unresponsive`]), so after `stop`, a `timeout` a little
+    /// longer than the stop timeout always returns `Ok`.
+    ///
+    /// # Errors
+    /// `Err(bus)`: `timeout` passed with the bus not ended. `Ok(Err(e))`: as [`join`](Self::join).
+    #[allow(clippy::result_large_err)] // The bus handed back: moved, not copied about.
+    pub fn join_timeout(self, timeout: Duration) -> Result<Result<Report, BusError>, RunningBus> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if self.driver.as_ref().is_none_or(|d| d.is_finished()) {
+                let mut bus = self;
+                return Ok(bus.finish());
+            }
+            let now = Instant::now();
+            let left = match deadline {
+                Some(d) if now >= d => return Err(self),
+                Some(d) => d - now,
+                None => JOIN_POLL,
+            };
+            // NB: a join is no message path; polling the driver's end every millisecond
+            // costs nothing measurable and returns within a millisecond of it.
+            std::thread::sleep(left.min(JOIN_POLL));
+        }
     }
 
     /// Waits for a stop to be requested and for it to end (see [`stop`](Self::stop)), and
@@ -200,6 +291,9 @@ impl RunningBus {
         Ok(report)
     }
 }
+
+/// How often [`RunningBus::join_timeout`] looks whether the bus has ended.
+const JOIN_POLL: Duration = Duration::from_millis(1);
 
 impl Drop for RunningBus {
     fn drop(&mut self) {

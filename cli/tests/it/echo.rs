@@ -79,9 +79,20 @@ impl Actor for Feed {
 
 /// A bus that serves fills on a bridge (with `psk`, if any); its address.
 fn serve(psk: Option<[u8; 32]>) -> (RunningBus, SocketAddr) {
+    serve_announced(psk, None)
+}
+
+/// [`serve`], the bridge announcing its topics on discovery group `group` if given.
+fn serve_announced(psk: Option<[u8; 32]>, group: Option<SocketAddr>) -> (RunningBus, SocketAddr) {
     let mut bridge = Bridge::bind("127.0.0.1:0").expect("binds");
     if let Some(key) = psk {
         bridge = bridge.psk(key, true);
+    }
+    if let Some(group) = group {
+        bridge = bridge.discovery(tests::bridges::discovery::discovery(
+            group,
+            Duration::from_millis(200),
+        ));
     }
     let addr = bridge.local_addr();
     let mut b = Bus::builder();
@@ -198,6 +209,173 @@ fn spy_decode_shows_the_fields_beside_each_header() {
         assert_eq!(fields, expected(number(fields)), "{text}");
     }
     assert!(lines[6].starts_with("SPY messages=3 "), "{text}");
+    bus.stop();
+    bus.join().expect("stops cleanly");
+}
+
+/// `echo --topic NAME` alone: the publisher is found by discovery (the one that announces
+/// the topic on the group), and its messages are printed as with `--publisher`.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn echo_with_the_topic_alone_finds_its_publisher_by_discovery() {
+    let Some(group) = tests::bridges::discovery::group(20) else {
+        return;
+    };
+    let (bus, addr) = serve_announced(None, Some(group));
+    let dir = CountersDir::new("echo-discovered");
+    let group = group.to_string();
+    let args = [
+        "echo",
+        "--topic",
+        "echo.fill",
+        "--group",
+        &group,
+        "--count",
+        "3",
+    ];
+    let out = llbus(&dir, &args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "echo failed: {err}\n{text}");
+    assert!(
+        err.contains(&format!("found the publisher of 'echo.fill' at {addr}")),
+        "{err}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let first = number(lines[0]);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(*line, expected(first + i as u64), "line {i}");
+    }
+
+    // A topic nobody announces: a clear error, within the setup timeout.
+    let args = [
+        "echo",
+        "--topic",
+        "echo.nobody",
+        "--group",
+        &group,
+        "--setup-timeout-s",
+        "1",
+    ];
+    let out = llbus(&dir, &args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("no publisher of 'echo.nobody' announced") && err.contains("--publisher"),
+        "{err}"
+    );
+    bus.stop();
+    bus.join().expect("stops cleanly");
+}
+
+/// `hz` and `spy` take the publisher's key (`--psk-file`): with it they count its messages;
+/// without it, or with another, they fail saying the key may be the cause.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn hz_and_spy_with_the_key_tap_a_keyed_publisher_and_fail_clearly_without_it() {
+    let key = [0x6b; 32];
+    let Some(group) = tests::bridges::discovery::group(22) else {
+        return;
+    };
+    // Announced, sealed with the key.
+    let (bus, addr) = serve_announced(Some(key), Some(group));
+    let dir = CountersDir::new("hz-psk");
+    let keyfile = KeyFile::new("hz", key);
+    let addr = addr.to_string();
+    let hz = [
+        "hz",
+        "--topic",
+        "echo.fill",
+        "--publisher",
+        &addr,
+        "--duration-s",
+        "2.5",
+        "--psk-file",
+        keyfile.path(),
+    ];
+    let out = llbus(&dir, &hz);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "hz failed: {err}\n{text}");
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("HZ "))
+        .unwrap_or_else(|| panic!("no summary: {text}"));
+    let messages: u64 = summary
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("messages="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    // A fill every 20 ms for about two seconds after the handshake.
+    assert!(messages >= 20, "{summary}");
+    assert!(
+        summary.contains(&format!("fingerprint={:#018x}", Fill::FINGERPRINT)),
+        "{summary}"
+    );
+
+    // With the key and no address: the sealed announcement opened, the publisher found.
+    let group = group.to_string();
+    let found = [
+        "hz",
+        "--topic",
+        "echo.fill",
+        "--group",
+        &group,
+        "--duration-s",
+        "1",
+        "--psk-file",
+        keyfile.path(),
+    ];
+    let out = llbus(&dir, &found);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "hz failed: {err}");
+    assert!(
+        err.contains(&format!("found the publisher of 'echo.fill' at {addr}")),
+        "{err}"
+    );
+
+    let spy = [
+        "spy",
+        "--topic",
+        "echo.fill",
+        "--publisher",
+        &addr,
+        "--count",
+        "2",
+        "--decode",
+        "--psk-file",
+        keyfile.path(),
+    ];
+    let out = llbus(&dir, &spy);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "spy failed: {err}\n{text}");
+    assert!(text.contains("SPY messages=2 "), "{text}");
+
+    // Without the key, and with another: no subscription, and the key named as the cause.
+    let wrong = KeyFile::new("hz-wrong", [0x12; 32]);
+    for psk in [None, Some(wrong.path())] {
+        let mut args = vec![
+            "hz",
+            "--topic",
+            "echo.fill",
+            "--publisher",
+            &addr,
+            "--setup-timeout-s",
+            "2",
+        ];
+        if let Some(path) = psk {
+            args.extend(["--psk-file", path]);
+        }
+        let out = llbus(&dir, &args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("no subscription to topic 'echo.fill'") && err.contains("--psk-file"),
+            "{err}"
+        );
+    }
     bus.stop();
     bus.join().expect("stops cleanly");
 }

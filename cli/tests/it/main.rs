@@ -17,7 +17,10 @@ mod call;
 mod echo;
 /// `echo` and `record` of a `--topic` pattern: every matching topic under its name, no other.
 mod pattern;
-/// `record` through a lossy proxy: every message, and the gaps marked.
+/// `play` announcing its topics: found by a discovering subscriber.
+mod play;
+/// `record` through a lossy proxy: every message, and the gaps marked (none for a reliable
+/// export).
 mod record;
 
 /// Runs the `llbus` command that cargo built for these tests with `args` and the counters

@@ -7,6 +7,21 @@ use std::time::Duration;
 use tests::cli::{llbus, llbus_bin, CountersDir};
 use tests::example_bins::{example, free_udp_port, Running};
 
+/// The `publisher` example on loopback port `port` with `announce` (its `--announce` flag and
+/// value), once it says it announces.
+fn announcing(dir: &CountersDir, port: u16, announce: &[&str]) -> Running {
+    let mut cmd = Command::new(example("publisher"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
+    cmd.args(["--bind", &format!("127.0.0.1:{port}"), "--rate", "1000"])
+        .args(["--count", "600000"])
+        .args(announce);
+    let mut publisher = Running::spawn("publisher", cmd);
+    publisher
+        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
+        .expect("the publisher starts");
+    publisher
+}
+
 /// `llbus topics` lists what a `publisher --announce` announces, and `subscriber --discover`
 /// finds that publisher with no address given, as separate processes over loopback multicast.
 #[test]
@@ -19,22 +34,7 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
     let dir = CountersDir::new("topics");
     // Both built before the publisher starts, so that it is still running when asked.
     let _ = (llbus_bin(), example("subscriber"));
-    let mut cmd = Command::new(example("publisher"));
-    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
-    cmd.args([
-        "--bind",
-        &format!("127.0.0.1:{port}"),
-        "--rate",
-        "1000",
-        "--count",
-        "600000",
-        "--announce",
-        &group,
-    ]);
-    let mut publisher = Running::spawn("publisher", cmd);
-    publisher
-        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
-        .expect("the publisher starts");
+    let publisher = announcing(&dir, port, &["--announce", &group]);
     let out = llbus(
         &dir,
         &[
@@ -81,5 +81,38 @@ fn topics_lists_an_announced_publisher_that_a_subscriber_discovers() {
         out.contains(&format!("discovered: publisher 127.0.0.1:{port}")),
         "{out}"
     );
+    publisher.kill();
+}
+
+/// `llbus topics` with no flag at all (the default group, every interface and loopback) lists
+/// a `publisher --announce` of this host (its default group, bound to loopback).
+#[test]
+fn topics_with_no_flag_finds_a_local_announcing_publisher() {
+    if !tests::loopback_group_or_skip(llbus_net::DEFAULT_DISCOVERY_GROUP) {
+        return;
+    }
+    let port = free_udp_port();
+    let dir = CountersDir::new("topics-default");
+    let _ = llbus_bin();
+    // `--announce` alone: the default group.
+    let publisher = announcing(&dir, port, &["--announce"]);
+    let out = llbus(&dir, &["topics", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+    let address = format!("127.0.0.1:{port}");
+    // Other bridges of this host may announce on the default group too: ours is among them.
+    let ours = listed["topics"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|t| t["topic"] == "demo.counter")
+        .flat_map(|t| t["publishers"].as_array().cloned().unwrap_or_default())
+        .any(|p| p["address"] == address.as_str());
+    assert!(ours, "{address} not listed: {text}");
     publisher.kill();
 }

@@ -116,3 +116,38 @@ fn a_stream_longer_than_the_timeout_that_keeps_coming_does_not_time_out() {
     let (status, out, err) = publ.finish(Duration::from_secs(30));
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{out}\n{err}");
 }
+
+/// SIGTERM to the publisher example (`RunningBus::stop_on_signals`): its bus stops
+/// gracefully, the example prints its report and exits 0, and its counters file is gone.
+#[test]
+fn sigterm_stops_the_publisher_with_its_report_and_no_counters_file_left() {
+    let dir = tests::cli::CountersDir::new("sigterm");
+    let mut cmd = Command::new(example("publisher"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
+    cmd.args([
+        "--bind",
+        &format!("127.0.0.1:{}", free_udp_port()),
+        "--rate",
+        "1000",
+    ]);
+    let mut publisher = Running::spawn("publisher", cmd);
+    publisher
+        .wait_line(Duration::from_secs(30), |l| l.starts_with("published "))
+        .expect("the publisher runs");
+    assert_eq!(dir.files().len(), 1, "its counters file while it runs");
+    let pid = publisher.pid().to_string();
+    let kill = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let (status, out, err) = publisher.finish(Duration::from_secs(30));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit status {status:?}\n{out}\n{err}"
+    );
+    assert!(out.contains("PUBLISHED published="), "no report:\n{out}");
+    assert!(out.contains("stop:"), "no stop in the report:\n{out}");
+    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
+}

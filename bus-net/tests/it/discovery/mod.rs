@@ -94,19 +94,14 @@ fn publisher(test: u8, source: u64) -> (RunningBus, SocketAddr) {
     (bus.start().expect("publisher starts"), addr)
 }
 
-#[test]
-#[cfg_attr(miri, ignore)]
-fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
-    let _cpu = crate::fixtures::cpu_shared();
-    // Multicast on loopback needs no route but the loopback interface itself.
-    if !tests::loopback_group_or_skip(group(0)) {
-        return;
-    }
+/// A bus whose bridge `sub` discovers [`Quote`] on test `test`'s group, its status, and the
+/// quotes it took by source.
+fn subscriber(test: u8) -> (RunningBus, llbus_net::BridgeStatus, Arc<Mutex<[u64; 3]>>) {
     let by_source = Arc::new(Mutex::new([0u64; 3]));
     let subscriber = Bridge::bind("127.0.0.1:0")
         .unwrap()
         .name("sub")
-        .discovery(discovery(0))
+        .discovery(discovery(test))
         .discover::<Quote>();
     let status = subscriber.status();
     let mut bus = Bus::builder();
@@ -116,7 +111,18 @@ fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
     })
     .subscribes::<Quote>();
     bus.add(subscriber);
-    let sub = bus.start().expect("subscriber starts");
+    (bus.start().expect("subscriber starts"), status, by_source)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_subscriber_discovers_two_publishers_and_forgets_one_that_stops() {
+    let _cpu = crate::fixtures::cpu_shared();
+    // Multicast on loopback needs no route but the loopback interface itself.
+    if !tests::loopback_group_or_skip(group(0)) {
+        return;
+    }
+    let (sub, status, by_source) = subscriber(0);
 
     let (one, addr_one) = publisher(0, 1);
     let (two, addr_two) = publisher(0, 2);
@@ -329,4 +335,80 @@ fn more_discovery_peers_than_the_subscriber_cap_fail_the_start() {
         Err(e) => e.to_string(),
     };
     assert!(error.contains("3 discovery peers: at most 2"), "{error}");
+}
+
+/// `disc.quote` of another type: its fingerprint is not [`Quote`]'s.
+#[derive(Message, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[message(topic = "disc.quote")]
+struct OtherQuote {
+    px: f64,
+}
+
+/// Publishes an [`OtherQuote`] every tick.
+struct OtherFeed {
+    out: Out<OtherQuote>,
+}
+
+impl Actor for OtherFeed {
+    type In = ();
+    fn on_message(&mut self, (): (), _ctx: &mut Context<'_>) {}
+    fn on_tick(&mut self, ctx: &mut Context<'_>) {
+        ctx.publish(self.out, OtherQuote { px: 1.0 });
+    }
+}
+
+/// A subscriber that discovers a topic whose only publisher announces another fingerprint
+/// receives nothing, and says why once: a warning in the log and in
+/// `BridgeStatus::warnings`, and an error in `BridgeStatus::errors`, naming the publisher and
+/// its fingerprint, however many announcements follow.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_discovered_publisher_of_another_fingerprint_is_reported_once() {
+    let _cpu = crate::fixtures::cpu_shared();
+    if !tests::loopback_group_or_skip(group(40)) {
+        return;
+    }
+    assert_eq!(OtherQuote::TOPIC_ID, Quote::TOPIC_ID);
+    assert_ne!(OtherQuote::FINGERPRINT, Quote::FINGERPRINT);
+    let bridge = Bridge::bind("127.0.0.1:0")
+        .unwrap()
+        .name("other")
+        .discovery(discovery(40))
+        .export::<OtherQuote>();
+    let pub_addr = bridge.local_addr();
+    let mut bus = Bus::builder();
+    bus.actor("feed", |s: &mut Setup<'_>| OtherFeed { out: s.output() })
+        .tick_every(Duration::from_millis(5))
+        .publishes::<OtherQuote>();
+    bus.add(bridge);
+    let publisher = bus.start().expect("publisher starts");
+
+    let (sub, status, by_source) = subscriber(40);
+
+    wait_for("the mismatch reported", 20, || !status.errors().is_empty());
+    // Announcements come every 100 ms: ten more of them report nothing new.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1000) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sub.stop();
+    let report = sub.join().expect("subscriber stops cleanly");
+    publisher.stop();
+    publisher.join().expect("publisher stops cleanly");
+    let errors = status.errors();
+    let warnings = status.warnings();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(warnings, errors, "the same words, once, in both");
+    let e = &errors[0];
+    for needle in [
+        pub_addr.to_string(),
+        format!("{:#018x}", OtherQuote::FINGERPRINT),
+        "disc.quote".to_owned(),
+        "not subscribed".to_owned(),
+    ] {
+        assert!(e.contains(&needle), "{e:?} does not name {needle}");
+    }
+    assert!(metric(&report, "sub", "discovery.mismatched") >= 1);
+    assert_eq!(metric(&report, "sub", "discovery.found"), 0);
+    assert_eq!(*by_source.lock().unwrap(), [0; 3]);
 }

@@ -309,6 +309,69 @@ fn join_reports_a_late_on_stop_hook_and_a_trivial_thread_still_gets_time_to_leav
     });
 }
 
+/// `join_timeout` hands the bus back while it runs (no stop asked) and while its stop waits
+/// for a stuck hook, without stopping it or losing anything; once the stop ends it returns
+/// what `join` would (here: the stuck thread unresponsive), and a bus that stops cleanly joins
+/// within the deadline with its report.
+#[test]
+fn join_timeout_hands_back_a_bus_still_running_or_stuck_and_joins_one_that_ended() {
+    bounded("join_timeout", 60, || {
+        let release = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let mut bus = Bus::builder();
+        bus.stop_timeout(Duration::from_millis(1500));
+        let (r, d) = (Arc::clone(&release), Arc::clone(&done));
+        bus.actor("slow", move |_: &mut Setup<'_>| SlowStop {
+            release: Arc::clone(&r),
+            done: Arc::clone(&d),
+        });
+        let running = bus.start().expect("start");
+        // No stop asked: the deadline passes, the bus comes back running.
+        let started = Instant::now();
+        let running = match running.join_timeout(Duration::from_millis(100)) {
+            Err(bus) => bus,
+            Ok(outcome) => panic!("joined a bus nobody stopped: {outcome:?}"),
+        };
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(!done.load(Ordering::SeqCst), "the bus was stopped");
+        // Stopping: the hook is stuck, the stop is not over within 200 ms.
+        running.stop();
+        let running = match running.join_timeout(Duration::from_millis(200)) {
+            Err(bus) => bus,
+            Ok(outcome) => panic!("joined while a hook was stuck: {outcome:?}"),
+        };
+        // The stop gives up on the stuck hook within its timeout: Ok(Err(Unresponsive)).
+        let started = Instant::now();
+        match running.join_timeout(Duration::from_secs(20)) {
+            Ok(Err(BusError::Unresponsive { threads, report })) => {
+                assert_eq!(threads, ["slow"]);
+                assert!(report.stop.is_some(), "{report:?}");
+            }
+            Ok(other) => panic!("expected the slow thread unresponsive, got {other:?}"),
+            Err(_) => panic!("the stop did not end within its timeout"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+        release.store(true, Ordering::SeqCst);
+        wait_for("the slow hook to finish", 20, || {
+            done.load(Ordering::SeqCst)
+        });
+
+        // A bus that stops cleanly: its report, well before the deadline.
+        let mut bus = Bus::builder();
+        bus.actor("trivial", |_: &mut Setup<'_>| Nothing);
+        let running = bus.start().expect("start");
+        running.stop();
+        let started = Instant::now();
+        let report = match running.join_timeout(Duration::from_secs(20)) {
+            Ok(Ok(report)) => report,
+            Ok(Err(e)) => panic!("{e}"),
+            Err(_) => panic!("a clean stop did not end"),
+        };
+        assert!(report.stop.is_some_and(|s| s.drained));
+        assert!(started.elapsed() < Duration::from_secs(10));
+    });
+}
+
 #[test]
 fn dropping_a_running_bus_stops_and_joins_it() {
     bounded("drop", 60, || {
