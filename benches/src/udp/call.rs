@@ -8,7 +8,8 @@
 //! Placed as `llbus`: each host one thread, its bridge and its actor in a group pinned to core
 //! 0 (A) or 1 (B) with `Idle::BusySpin`; the edges from an actor to its own thread's bridge are
 //! `DropNewest` (a `Block` edge within one thread is refused), which one call in flight never
-//! fills (checked). Each call: one `Instant::now()` before `Context::call`, one when its reply
+//! fills (checked). The server's per-source request limit and reply budget are raised above
+//! the pinger's rate (see [`config`]). Each call: one `Instant::now()` before `Context::call`, one when its reply
 //! is settled; warm-up and window as the pinger's. The first call waits for the handshake of
 //! bridge A's import (the warm-up covers it). Figures: `rtt_p50` .. `rtt_max`, ns.
 
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 
 use llbus::{Backpressure, Bus, Idle, Service, Setup};
-use llbus_net::{Bridge, BridgeConfig};
+use llbus_net::{Bridge, BridgeConfig, RateLimit, ServiceConfig};
 
 use super::{loopback, start_both, stop_both, Ping, Pong};
 use crate::drive::{RttOutcome, RttPlan};
@@ -31,11 +32,31 @@ fn service() -> Service<Ping, Pong> {
     Service::named("bench.udp.call").unwrap_or_else(|_| Service::of())
 }
 
+/// The bridges' configuration: the defaults, with the server's per-source limits set above
+/// what the pinger asks. One call at a time is some 130,000 calls a second; the default
+/// request limit (10,000/s, bursts of 1,000 per source IP) would drop the excess unanswered
+/// and the caller's bridge would resend each 10 ms later, and the default reply budget
+/// (4 MiB/s per caller host) would answer the excess `OverBudget`: that measures the limits,
+/// not the call.
+fn config() -> BridgeConfig {
+    BridgeConfig {
+        services: ServiceConfig {
+            request_limit: RateLimit {
+                per_second: 10_000_000,
+                burst: 1_000_000,
+            },
+            reply_rate: (1 << 30, 1 << 30),
+            ..ServiceConfig::default()
+        },
+        ..BridgeConfig::default()
+    }
+}
+
 /// One round trip measurement of calls through two bridges on two fresh buses (see the
 /// module docs).
 pub(super) fn round_trip(pinning: &Pinning, plan: RttPlan) -> Result<RttOutcome, String> {
     let bind = |name| {
-        Bridge::bind_with(loopback(), BridgeConfig::default())
+        Bridge::bind_with(loopback(), config())
             .map(|b| b.name(name))
             .map_err(|e| format!("cannot bind a bridge: {e}"))
     };
