@@ -4,9 +4,12 @@
 //! against it.
 //!
 //! ```text
-//! cargo run --release --example service -- [--bind ADDR] [--limit N] [--calls N] [--duration-s S]
+//! cargo run --release --example service -- [--bind ADDR] [--limit N] [--calls N] [--duration-s S] [--announce]
 //! cargo run --release --example caller -- [--server ADDR] [--count N] [--timeout-ms MS]
 //! ```
+//!
+//! With `--announce` its bridge announces the service on the discovery group, so that
+//! `llbus topics` lists it (marked `SERVICE`).
 //!
 //! It serves until `--calls` calls have been answered, `--duration-s` has passed, or it is
 //! interrupted, then prints its last line, machine-readable: `RESULT served=.. approved=..
@@ -45,6 +48,11 @@ struct Args {
     /// Exits after this many seconds.
     #[arg(long, value_parser = parse_secs)]
     duration_s: Option<Duration>,
+    /// Announce the service on the discovery group GROUP:PORT (so that `llbus topics` lists
+    /// it) [default group: 239.255.76.76:7476].
+    #[arg(long, value_name = "GROUP:PORT", num_args = 0..=1,
+          default_missing_value = "239.255.76.76:7476")]
+    announce: Option<SocketAddr>,
 }
 
 /// Keeps each account's exposure and answers each check.
@@ -107,16 +115,26 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         approved: Arc::clone(&a),
     })
     .serves(&risk_service());
-    let bridge = Bridge::bind(args.bind)?
+    let mut config = llbus_net::BridgeConfig::default();
+    if let Some(group) = args.announce {
+        config.discovery = Some(llbus_net::DiscoveryConfig {
+            group: Some(group),
+            ..llbus_net::DiscoveryConfig::default()
+        });
+    }
+    let bridge = Bridge::bind_with(args.bind, config)?
         .name("bridge")
         .export_service(&risk_service());
     let status = bridge.status();
     bus.add(bridge);
     let running = bus.start()?;
     println!(
-        "service: serving '{}' on {} (call it with: cargo run --release --example caller -- --server {})",
+        "service: serving '{}' on {}{} (call it with: cargo run --release --example caller -- --server {})",
         risk_service().name(),
         args.bind,
+        args.announce
+            .map(|g| format!(", announced on {g}"))
+            .unwrap_or_default(),
         args.bind
     );
     let started = Instant::now();

@@ -116,3 +116,45 @@ fn topics_with_no_flag_finds_a_local_announcing_publisher() {
     assert!(ours, "{address} not listed: {text}");
     publisher.kill();
 }
+
+/// `llbus topics` with no flag lists the `service` example's risk check, announced with
+/// `--announce`, as a service.
+#[test]
+fn topics_lists_the_service_example_announcing_as_a_service() {
+    if !tests::loopback_group_or_skip(llbus_net::DEFAULT_DISCOVERY_GROUP) {
+        return;
+    }
+    let port = free_udp_port();
+    let dir = CountersDir::new("topics-service");
+    let _ = llbus_bin();
+    let mut cmd = Command::new(example("service"));
+    cmd.env("LLBUS_COUNTERS_DIR", dir.path());
+    cmd.args(["--bind", &format!("127.0.0.1:{port}"), "--duration-s", "30"])
+        .arg("--announce");
+    let mut service = Running::spawn("service", cmd);
+    service
+        .wait_line(Duration::from_secs(30), |l| l.contains("announced on"))
+        .expect("the service starts");
+    let out = llbus(&dir, &["topics", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+    let address = format!("127.0.0.1:{port}");
+    let risk = listed["topics"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|t| {
+            t["topic"] == "demo.risk"
+                && (t["publishers"].as_array().cloned().unwrap_or_default())
+                    .iter()
+                    .any(|p| p["address"] == address.as_str())
+        })
+        .unwrap_or_else(|| panic!("{address} not listed: {text}"));
+    assert_eq!(risk["service"], true, "{text}");
+    service.kill();
+}
